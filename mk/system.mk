@@ -1,0 +1,14 @@
+# Debian packages the tests start for real: Prometheus, Alertmanager, Redis.
+SYSTEM_BINARIES := prometheus prometheus-alertmanager redis-server
+APT_PACKAGES := prometheus prometheus-alertmanager redis-server
+
+.PHONY: system-deps
+system-deps:
+	@missing=""; for b in prometheus prometheus-alertmanager redis-server; do \
+	  command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null \
+	    || { echo "error: could not install $(APT_PACKAGES) with apt-get; install them by hand and rerun"; exit 1; }; \
+	fi

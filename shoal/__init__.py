@@ -1,0 +1,3 @@
+"""Shoal: LLM inference fleets on Kubernetes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""shoal.gateway"""

@@ -1,0 +1,8 @@
+"""Hot-path operations of the engine: a torch reference and Triton kernels behind one interface."""
+
+from shoal.kernels.backend import BACKENDS, default_backend, get_ops
+from shoal.kernels.metadata import AttentionMetadata
+from shoal.kernels.ops import KernelOps
+from shoal.kernels.reference import TorchOps
+
+__all__ = ["AttentionMetadata", "BACKENDS", "KernelOps", "TorchOps", "default_backend", "get_ops"]

@@ -1,0 +1,62 @@
+"""The hot-path operations the model calls, as one interface with a torch and a Triton implementation.
+
+The model never calls a kernel directly: it asks ``shoal.kernels.get_ops()`` for a ``KernelOps`` and calls
+through it, so the whole engine runs either path. Layouts (shared by both implementations):
+
+- KV cache, one pair per layer: ``k_cache`` and ``v_cache`` of shape ``[num_blocks, block_size, num_kv_heads,
+  head_dim]``. Slot ``b * block_size + o`` is offset ``o`` of block ``b``.
+- Queries and outputs: ``[num_tokens, num_heads, head_dim]``; new keys and values:
+  ``[num_tokens, num_kv_heads, head_dim]``.
+- Rotary cache: ``cos_sin_cache`` of shape ``[max_position, rotary_dim]``, cosines in the first half and sines
+  in the second (the "neox" rotate-half layout Hugging Face's Llama uses).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from shoal.kernels.metadata import AttentionMetadata
+
+
+class KernelOps(Protocol):
+    """What a backend provides; every function is checked against ``shoal.kernels.reference``."""
+
+    name: str
+
+    def write_kv(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """Scatters this step's keys and values into their cache slots."""
+
+    def attention(
+        self,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        """Causal attention of the packed queries over each sequence's paged KV; returns ``query``'s shape."""
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """RMSNorm computed in fp32 and cast back, as Hugging Face's LlamaRMSNorm does."""
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns ``(rms_norm(x + residual), x + residual)``: the residual add fused into the norm."""
+
+    def rotary(
+        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotates ``query`` ``[T, H, D]`` and ``key`` ``[T, KVH, D]`` by their positions; may work in place."""
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        """``silu(x[..., :d]) * x[..., d:]`` for the SwiGLU MLP."""

@@ -1,0 +1,101 @@
+"""The torch implementation of ``KernelOps``: the CPU path of the engine and the reference for the kernels.
+
+Attention gathers each sequence's blocks through its block table into a padded ``[num_seqs, max_seq_len]``
+view and runs one batched, masked softmax in fp32. Padding costs some wasted work on ragged batches, but it
+keeps the whole step to a handful of large tensor operations, which is what a CPU needs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from shoal.kernels.metadata import AttentionMetadata
+
+
+class TorchOps:
+    """Plain PyTorch, runs anywhere."""
+
+    name = "torch"
+
+    def write_kv(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        num_blocks, block_size = k_cache.shape[:2]
+        k_cache.view(num_blocks * block_size, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
+        v_cache.view(num_blocks * block_size, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+
+    def attention(
+        self,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        num_tokens, num_heads, head_dim = query.shape
+        block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+        num_seqs, max_q, max_s = meta.num_seqs, meta.max_query_len, meta.max_seq_len
+        blocks = meta.block_tables[:, : (max_s + block_size - 1) // block_size].long()
+        keys = k_cache[blocks].reshape(num_seqs, -1, num_kv_heads, head_dim)[:, :max_s]
+        values = v_cache[blocks].reshape(num_seqs, -1, num_kv_heads, head_dim)[:, :max_s]
+
+        starts = meta.query_start_loc[:-1].long()
+        query_lens = meta.query_start_loc[1:].long() - starts
+        row = torch.arange(max_q, device=query.device)
+        valid_q = row[None, :] < query_lens[:, None]  # [S, max_q]
+        index = torch.where(valid_q, starts[:, None] + row[None, :], torch.zeros_like(row)[None, :])
+        q = query[index]  # [S, max_q, H, D]
+
+        seq_lens = meta.seq_lens.long()
+        q_pos = seq_lens[:, None] - query_lens[:, None] + row[None, :]  # [S, max_q]
+        k_pos = torch.arange(max_s, device=query.device)
+        mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :] < seq_lens[:, None, None])
+
+        group = num_heads // num_kv_heads
+        q = q.view(num_seqs, max_q, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4).float()
+        k = keys.permute(0, 2, 1, 3).float()[:, :, None]  # [S, KVH, 1, max_s, D]
+        v = values.permute(0, 2, 1, 3).float()[:, :, None]
+        scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # [S, KVH, G, max_q, max_s]
+        scores = scores.masked_fill(~mask[:, None, None], float("-inf"))
+        out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [S, KVH, G, max_q, D]
+        out = out.permute(0, 3, 1, 2, 4).reshape(num_seqs, max_q, num_heads, head_dim)
+        return out[valid_q].to(query.dtype).view(num_tokens, num_heads, head_dim)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * normed.to(x.dtype)
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        total = x + residual
+        return self.rms_norm(total, weight, eps), total
+
+    def rotary(
+        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = cos_sin_cache[positions.long()].chunk(2, dim=-1)  # [T, rot/2] each
+        return _rotate(query, cos, sin), _rotate(key, cos, sin)
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = x.chunk(2, dim=-1)
+        return torch.nn.functional.silu(gate) * up
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on the first ``rotary_dim`` features, in the input's dtype like Hugging Face."""
+    rot = cos.shape[-1] * 2
+    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    cos = cos[:, None, :].to(x.dtype)
+    sin = sin[:, None, :].to(x.dtype)
+    x1, x2 = x_rot.chunk(2, dim=-1)
+    rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    if x_pass.shape[-1] == 0:
+        return rotated
+    return torch.cat((rotated, x_pass), dim=-1)
