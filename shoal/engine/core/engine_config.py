@@ -1,0 +1,43 @@
+"""The options of one engine, shared by the offline ``LLM``, the CLI and the HTTP server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class EngineConfig:
+    """How to build an engine.
+
+    The KV budget is ``num_kv_blocks`` when given, else ``kv_cache_bytes`` (default 512 MiB) divided by the
+    size of one block. ``max_model_len`` defaults to the model's context length and is capped by what the
+    KV cache can hold, so that any admitted request can always run alone (the scheduler relies on it).
+    """
+
+    model: str
+    dtype: str = "auto"
+    block_size: int = 16
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 128
+    num_kv_blocks: int | None = None
+    kv_cache_bytes: int | None = None
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    attention_backend: str | None = None
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.kv_cache_bytes is not None and self.kv_cache_bytes < 1:
+            raise ValueError(f"kv_cache_bytes must be >= 1, got {self.kv_cache_bytes}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")

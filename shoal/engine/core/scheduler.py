@@ -1,0 +1,147 @@
+"""Decides, step by step, which requests run and how many of their tokens go into the batch.
+
+Design (vLLM v1). A request is two counters: tokens known (prompt + generated) and tokens computed (in the
+KV cache). Each step hands out at most ``max_num_batched_tokens`` tokens: first to the running requests, in
+order, each getting what closes its gap (one token for a decode, up to the whole rest of the prompt for a
+prefill, clipped by the budget left: that is chunked prefill, with decodes and prefills in one batch); then,
+if nobody had to be preempted, to waiting requests in (priority, arrival) order while fewer than
+``max_num_seqs`` run. A waiting request first takes whatever prefix of it the cache already holds.
+
+When a running request cannot get the blocks it needs, the scheduler preempts by recompute: it frees the
+blocks of the lowest-priority, latest-arrived request among those not yet scheduled this step (possibly the
+request itself), resets its computed count to zero and puts it back in the waiting queue, ahead of every
+later arrival. Since ``max_model_len`` never exceeds the cache, a request alone always fits: the head of the
+queue always progresses, so there is no deadlock. The scheduler is pure bookkeeping (no torch, no clock of
+its own); the engine core feeds it sampled tokens and tells it which requests finished.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from dataclasses import dataclass, field
+
+from shoal.engine.core.block_manager import BlockManager
+from shoal.engine.core.request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's batch: requests in batch order and how many new tokens each computes."""
+
+    scheduled: list[Request] = field(default_factory=list)
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens.values())
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    """Continuous batching with chunked prefill, prefix reuse and preemption by recompute."""
+
+    def __init__(self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int) -> None:
+        self.block_manager = block_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.running: list[Request] = []
+        self.waiting: list[tuple[tuple[int, int], Request]] = []  # sorted by (priority, arrival order)
+        self.requests: dict[str, Request] = {}
+        self._order: dict[str, int] = {}
+        self._counter = itertools.count()
+        self.num_preemptions = 0
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request_id {request.request_id!r} is already in the engine")
+        self.requests[request.request_id] = request
+        self._order[request.request_id] = next(self._counter)
+        self._enqueue(request)
+
+    def finish_request(self, request: Request, status: RequestStatus) -> None:
+        """Takes a request out of the queues (if still there) and frees its blocks at once."""
+        if request.status == RequestStatus.RUNNING:
+            self.running.remove(request)
+        elif request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            self.waiting.remove((self._key(request), request))
+        self.block_manager.free(request)
+        request.status = status
+        del self.requests[request.request_id]
+        del self._order[request.request_id]
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        bm = self.block_manager
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            while not bm.allocate_slots(request, num_new):
+                victim = max(self.running[i:], key=self._key)
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is request:
+                    break
+            else:
+                out.scheduled.append(request)
+                out.num_scheduled_tokens[request.request_id] = num_new
+                budget -= num_new
+                i += 1
+        if out.preempted:
+            return out
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            request = self.waiting[0][1]
+            computed_blocks, num_cached = bm.get_computed_blocks(request)
+            num_new = min(request.num_tokens - num_cached, budget)
+            if not bm.allocate_slots(request, num_new, computed_blocks):
+                break
+            bm.record_prefix_query(request.num_tokens, num_cached)
+            self.waiting.pop(0)
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            out.scheduled.append(request)
+            out.num_scheduled_tokens[request.request_id] = num_new
+            budget -= num_new
+        return out
+
+    def update_from_output(self, output: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
+        """Advances computed counters and appends the sampled tokens; returns the requests that got one."""
+        grew: list[Request] = []
+        for request in output.scheduled:
+            request.num_computed_tokens += output.num_scheduled_tokens[request.request_id]
+            token = sampled.get(request.request_id)
+            if token is not None:
+                request.append_token(token)
+                grew.append(request)
+        return grew
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        self.block_manager.free(request)
+        request.num_computed_tokens = 0
+        request.status = RequestStatus.PREEMPTED
+        self.num_preemptions += 1
+        self._enqueue(request)
+
+    def _enqueue(self, request: Request) -> None:
+        bisect.insort(self.waiting, (self._key(request), request), key=lambda item: item[0])
+
+    def _key(self, request: Request) -> tuple[int, int]:
+        return (request.priority, self._order[request.request_id])
