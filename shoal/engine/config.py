@@ -1,0 +1,140 @@
+"""The shape of a Llama-family model, read from a Hugging Face ``config.json`` or from GGUF metadata.
+
+One dataclass drives the model, the loader and the KV-cache sizing, whatever format the checkpoint came in.
+Anything the model cannot run faithfully (another architecture, sliding-window attention, an unknown RoPE
+scaling) is refused here with an error naming the field, rather than producing wrong logits later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Hugging Face ``architectures`` / ``model_type`` and GGUF ``general.architecture`` values we run.
+HF_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+}
+GGUF_ARCHITECTURES = ("llama", "qwen2")
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+class UnsupportedModelError(ValueError):
+    """The checkpoint describes a model this engine does not implement; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str  # "llama" | "mistral" | "qwen2"
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise UnsupportedModelError(
+                f"num_attention_heads={self.num_heads} is not a multiple of num_key_value_heads={self.num_kv_heads}"
+            )
+        rope_type = (self.rope_scaling or {}).get("rope_type", "default")
+        if rope_type not in ROPE_TYPES:
+            raise UnsupportedModelError(f"rope_scaling.rope_type={rope_type!r} is not one of {', '.join(ROPE_TYPES)}")
+
+    @staticmethod
+    def from_hf(config: dict[str, Any]) -> "ModelConfig":
+        """From a parsed ``config.json`` (transformers 4 and 5 spellings of the RoPE settings)."""
+        names = config.get("architectures") or [config.get("model_type")]
+        arch = HF_ARCHITECTURES.get(names[0]) or (names[0] if names[0] in HF_ARCHITECTURES.values() else None)
+        if arch is None:
+            raise UnsupportedModelError(
+                f"architectures={names!r} is not supported (supported: {', '.join(HF_ARCHITECTURES)})"
+            )
+        if config.get("hidden_act", "silu") != "silu":
+            raise UnsupportedModelError(f"hidden_act={config['hidden_act']!r} is not supported (only silu)")
+        if config.get("mlp_bias"):
+            raise UnsupportedModelError("mlp_bias=true is not supported")
+        if _uses_sliding_window(arch, config):
+            raise UnsupportedModelError(f"sliding_window={config.get('sliding_window')} attention is not supported")
+        heads = config["num_attention_heads"]
+        rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+        rope_theta = rope.pop("rope_theta", config.get("rope_theta", 10000.0))
+        if "type" in rope:  # transformers 4 wrote ``type`` for old scaling configs
+            rope.setdefault("rope_type", rope.pop("type"))
+        eos = config.get("eos_token_id")
+        return ModelConfig(
+            architecture=arch,
+            hidden_size=config["hidden_size"],
+            intermediate_size=config["intermediate_size"],
+            num_layers=config["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=config.get("num_key_value_heads") or heads,
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            vocab_size=config["vocab_size"],
+            rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope_theta),
+            rope_scaling=rope if rope.get("rope_type", "default") != "default" else None,
+            max_position_embeddings=config.get("max_position_embeddings", 2048),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            attention_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
+            bos_token_id=config.get("bos_token_id"),
+            eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
+        )
+
+    @staticmethod
+    def from_gguf(metadata: dict[str, Any], has_output_weight: bool) -> "ModelConfig":
+        """From GGUF metadata; ``has_output_weight`` says whether the file stores an LM head of its own."""
+        arch = metadata.get("general.architecture")
+        if arch not in GGUF_ARCHITECTURES:
+            raise UnsupportedModelError(
+                f"general.architecture={arch!r} is not supported (supported: {', '.join(GGUF_ARCHITECTURES)})"
+            )
+
+        def get(key: str, default: Any = None) -> Any:
+            value = metadata.get(f"{arch}.{key}", default)
+            if value is None:
+                raise UnsupportedModelError(f"GGUF metadata lacks {arch}.{key}")
+            return value
+
+        hidden = get("embedding_length")
+        heads = get("attention.head_count")
+        if metadata.get(f"{arch}.rope.scaling.type", "none") not in ("none", None):
+            raise UnsupportedModelError(f"{arch}.rope.scaling.type={metadata[f'{arch}.rope.scaling.type']!r} is not supported")
+        eos = [metadata[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in metadata]
+        return ModelConfig(
+            architecture=arch,
+            hidden_size=hidden,
+            intermediate_size=get("feed_forward_length"),
+            num_layers=get("block_count"),
+            num_heads=heads,
+            num_kv_heads=get("attention.head_count_kv", heads),
+            head_dim=get("attention.key_length", hidden // heads),
+            vocab_size=metadata.get(f"{arch}.vocab_size") or len(metadata["tokenizer.ggml.tokens"]),
+            rms_norm_eps=get("attention.layer_norm_rms_epsilon"),
+            rope_theta=float(get("rope.freq_base", 10000.0)),
+            max_position_embeddings=get("context_length"),
+            tie_word_embeddings=not has_output_weight,
+            attention_bias=arch == "qwen2",
+            bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
+            eos_token_ids=tuple(dict.fromkeys(eos)),
+        )
+
+
+def _uses_sliding_window(arch: str, config: dict[str, Any]) -> bool:
+    window = config.get("sliding_window")
+    if arch == "qwen2":
+        return bool(config.get("use_sliding_window")) and window is not None
+    if arch == "mistral":
+        return window is not None and window < config.get("max_position_embeddings", 0)
+    return False

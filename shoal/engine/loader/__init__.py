@@ -1,0 +1,6 @@
+"""Loading checkpoints (Hugging Face safetensors directories, GGUF files) into ``CausalLM``."""
+
+from shoal.engine.loader.errors import WeightsError
+from shoal.engine.loader.load import load_config, load_model
+
+__all__ = ["WeightsError", "load_config", "load_model"]

@@ -1,0 +1,71 @@
+"""Streams a GGUF file's tensors under Hugging Face names, dequantized to float32.
+
+llama.cpp's converter permutes the rows of Llama's Q and K projections (it interleaves the two rotary halves
+of each head for its own RoPE kernel); we undo that so the weights fit Hugging Face's rotate-half RoPE, which is
+the layout the kernels use. Qwen2 files are written unpermuted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import gguf
+import numpy as np
+import torch
+from gguf.quants import dequantize
+
+from shoal.engine.config import ModelConfig
+from shoal.engine.loader.errors import WeightsError
+
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+
+
+def hf_name(gguf_name: str) -> str:
+    """The Hugging Face name of a GGUF tensor; an unknown one is an error naming it."""
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    match = _LAYER_TENSOR.fullmatch(gguf_name)
+    if match and match[2] in _LAYER_NAMES:
+        return f"model.layers.{match[1]}.{_LAYER_NAMES[match[2]]}.{match[3]}"
+    if gguf_name == "rope_freqs.weight":
+        raise WeightsError("GGUF tensor 'rope_freqs.weight' (per-frequency RoPE scaling) is not supported")
+    raise WeightsError(f"unexpected GGUF tensor {gguf_name!r}")
+
+
+def unpermute_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """Inverse of llama.cpp's Q/K permutation: per head, interleaved row pairs back to two halves."""
+    rows = weight.shape[0]
+    rest = weight.shape[1:]
+    return weight.reshape(num_heads, rows // num_heads // 2, 2, *rest).swapaxes(1, 2).reshape(weight.shape)
+
+
+def iter_gguf(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(hf_name, float32 tensor)`` pairs in PyTorch layout (GGUF stores shapes innermost-first)."""
+    for tensor in reader.tensors:
+        name = hf_name(tensor.name)
+        array = dequantize(tensor.data, tensor.tensor_type).reshape([int(d) for d in reversed(tensor.shape)])
+        if config.architecture == "llama":
+            if name.endswith("q_proj.weight"):
+                array = unpermute_rows(array, config.num_heads)
+            elif name.endswith("k_proj.weight"):
+                array = unpermute_rows(array, config.num_kv_heads)
+        if not array.flags.writeable:  # unquantized tensors are views of the read-only memory map
+            array = array.copy()
+        yield name, torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))

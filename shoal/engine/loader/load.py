@@ -1,0 +1,55 @@
+"""``load_model``: a ``ModelSource`` in, a ready ``CausalLM`` in the engine's dtype out (no transformers)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from shoal.engine.config import ModelConfig
+from shoal.engine.loader.errors import WeightsError
+from shoal.engine.loader.gguf_weights import iter_gguf
+from shoal.engine.loader.safetensors_weights import iter_safetensors
+from shoal.engine.loader.state_dict import build_state_dict
+from shoal.engine.model import CausalLM
+from shoal.gguf_metadata import gguf_metadata, open_gguf
+from shoal.kernels import KernelOps
+from shoal.model_registry import ModelSource
+
+
+def load_config(source: ModelSource) -> ModelConfig:
+    """The model's shape alone (cheap for HF; opens the file for GGUF)."""
+    if source.format == "hf":
+        path = source.path / "config.json"
+        try:
+            return ModelConfig.from_hf(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise WeightsError(f"cannot read {str(path)!r}: {exc}") from exc
+    reader = open_gguf(source.path)
+    return ModelConfig.from_gguf(gguf_metadata(reader), has_output_weight=_has_output(reader))
+
+
+def load_model(
+    source: ModelSource, dtype: torch.dtype, ops: KernelOps, device: torch.device | str = "cpu"
+) -> CausalLM:
+    """Builds the module without initialising it (meta device), then adopts the checkpoint's tensors."""
+    if source.format == "hf":
+        config = load_config(source)
+        weights = iter_safetensors(source.path)
+    else:
+        reader = open_gguf(source.path)
+        config = ModelConfig.from_gguf(gguf_metadata(reader), has_output_weight=_has_output(reader))
+        weights = iter_gguf(reader, config)
+    state = build_state_dict(config, weights, dtype)
+    with torch.device("meta"):
+        model = CausalLM(config, ops)
+    try:
+        model.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:  # shape mismatches: the message names the tensor
+        raise WeightsError(f"{str(source.path)!r}: {exc}") from exc
+    model.tie_weights()
+    return model.requires_grad_(False).to(device).eval()
+
+
+def _has_output(reader) -> bool:
+    return any(t.name == "output.weight" for t in reader.tensors)

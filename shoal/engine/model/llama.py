@@ -1,0 +1,146 @@
+"""The Llama family (Llama 2/3, Mistral-style, Qwen2) over a paged KV cache.
+
+A batch is flat: the new tokens of every sequence are packed into one ``[num_tokens]`` dimension and
+``AttentionMetadata`` says which rows belong to which sequence and where their keys live in the cache, so
+prefill, chunked prefill and decode are one code path. Every hot operation (norms, RoPE, SwiGLU, KV writes,
+attention) goes through ``KernelOps``, so the same module runs on the torch path and on Triton kernels.
+Q/K/V and gate/up projections are fused into one matmul each (the loader concatenates the weights); the residual
+add is fused into the following RMSNorm as in vLLM. Only the rows in ``logits_indices`` reach the LM head.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from shoal.engine.config import ModelConfig
+from shoal.engine.model.rotary import cos_sin_cache
+from shoal.kernels import AttentionMetadata, KernelOps
+
+KVCache = tuple[Tensor, Tensor]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+        super().__init__()
+        self.ops = ops
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.scale = self.head_dim**-0.5
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+
+    def forward(
+        self, positions: Tensor, hidden: Tensor, kv_cache: KVCache, meta: AttentionMetadata, cos_sin: Tensor
+    ) -> Tensor:
+        num_tokens = hidden.shape[0]
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.reshape(num_tokens, self.num_heads, self.head_dim)
+        k = k.reshape(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
+        q, k = self.ops.rotary(positions, q, k, cos_sin)
+        k_cache, v_cache = kv_cache
+        self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        out = self.ops.attention(q, k_cache, v_cache, meta, self.scale)
+        return self.o_proj(out.reshape(num_tokens, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+        super().__init__()
+        self.ops = ops
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(hidden)))
+
+
+class RMSNorm(nn.Module):
+    """Holds the weight; the computation is the backend's (optionally fused with the residual add)."""
+
+    def __init__(self, size: int, eps: float, ops: KernelOps) -> None:
+        super().__init__()
+        self.ops = ops
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(size))
+
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Returns ``(norm(x + residual), x + residual)``; without a residual, ``x`` itself is the residual."""
+        if residual is None:
+            return self.ops.rms_norm(x, self.weight, self.eps), x
+        return self.ops.add_rms_norm(x, residual, self.weight, self.eps)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.self_attn = Attention(config, ops)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.mlp = MLP(config, ops)
+
+    def forward(
+        self,
+        positions: Tensor,
+        hidden: Tensor,
+        residual: Tensor | None,
+        kv_cache: KVCache,
+        meta: AttentionMetadata,
+        cos_sin: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden, kv_cache, meta, cos_sin)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
+
+
+class CausalLM(nn.Module):
+    """Token ids in, fp32 logits for the requested rows out; keys and values land in the paged cache."""
+
+    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, ops) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.register_buffer("cos_sin_cache", cos_sin_cache(config), persistent=False)
+
+    def tie_weights(self) -> None:
+        """Shares the embedding matrix with the LM head when the checkpoint says so."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        kv_caches: list[KVCache],
+        meta: AttentionMetadata,
+        logits_indices: Tensor,
+    ) -> Tensor:
+        hidden = self.embed_tokens(input_ids)
+        residual: Tensor | None = None
+        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+            hidden, residual = layer(positions, hidden, residual, kv_cache, meta, self.cos_sin_cache)
+        hidden, _ = self.norm(hidden, residual)
+        return self.lm_head(hidden[logits_indices]).float()
+
+
+def allocate_kv_cache(
+    config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device | str = "cpu"
+) -> list[KVCache]:
+    """One zeroed ``(k_cache, v_cache)`` pair per layer, ``[num_blocks, block_size, num_kv_heads, head_dim]``."""
+    shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
+    return [
+        (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        for _ in range(config.num_layers)
+    ]
+
+
+def kv_cache_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes one block costs across all layers, keys and values: what a KV budget in bytes is divided by."""
+    element_size = torch.empty((), dtype=dtype).element_size()
+    return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * element_size
