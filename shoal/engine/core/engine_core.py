@@ -1,0 +1,237 @@
+"""The engine's step loop: admit requests, schedule a batch, run it, turn tokens into outputs.
+
+Single-threaded by design: the HTTP server drives it from its own step thread, the offline ``LLM`` calls
+``step()`` until nothing is left. Requests are validated completely in ``add_request`` before anything
+changes, so a bad request is refused with an error naming the field and never disturbs its batch mates.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+
+import torch
+
+from shoal.engine.config import ModelConfig
+from shoal.engine.core.block_manager import BlockManager
+from shoal.engine.core.engine_config import EngineConfig
+from shoal.engine.core.errors import InvalidRequestError
+from shoal.engine.core.model_runner import ModelRunner
+from shoal.engine.core.outputs import EngineStats, RequestOutput, SampleLogprobs
+from shoal.engine.core.request import Request, RequestStatus
+from shoal.engine.core.sampler import Sampler
+from shoal.engine.core.sampling_params import SamplingParams
+from shoal.engine.core.scheduler import Scheduler
+from shoal.engine.core.stop_checker import TextState, token_stop
+from shoal.engine.loader import load_model
+from shoal.engine.model import allocate_kv_cache, kv_cache_bytes_per_block
+from shoal.kernels import get_ops
+from shoal.model_registry import ModelSource, resolve_model
+from shoal.protocol.kv_events import KVEvent
+from shoal.tokenizer import IncrementalDetokenizer, Tokenizer
+
+DEFAULT_KV_CACHE_BYTES = 512 * 1024**2
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class _Tracked:
+    """What the engine keeps beside a request: its text so far and its detokenizer."""
+
+    def __init__(self, request: Request, detokenizer: IncrementalDetokenizer) -> None:
+        self.request = request
+        self.detokenizer = detokenizer
+        self.text = TextState(request.params.stop)
+
+
+class EngineCore:
+    """Owns the model, the KV cache, the scheduler and every request in flight."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        source = resolve_model(config.model)
+        self.model_name = source.served_name
+        self.tokenizer = Tokenizer.from_source(source)
+        self.dtype = resolve_dtype(config.dtype, source)
+        model = load_model(source, self.dtype, get_ops(config.attention_backend), config.device)
+        self.model_config: ModelConfig = model.config
+        num_blocks = config.num_kv_blocks or max(
+            (config.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES)
+            // kv_cache_bytes_per_block(self.model_config, config.block_size, self.dtype),
+            1,
+        )
+        self.max_model_len = min(
+            config.max_model_len or self.model_config.max_position_embeddings, num_blocks * config.block_size
+        )
+        self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(self.model_config.eos_token_ids)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_batched_tokens, config.max_num_seqs)
+        self.sampler = Sampler(sorted(self.eos_token_ids), config.seed)
+        kv_caches = allocate_kv_cache(self.model_config, num_blocks, config.block_size, self.dtype, config.device)
+        self.runner = ModelRunner(model, kv_caches, config.block_size, self.sampler, config.device)
+        self._tracked: dict[str, _Tracked] = {}
+        self._aborted: list[Request] = []
+        self._kv_event_seq = 0
+        self._prompt_tokens = 0
+        self._generation_tokens = 0
+        self._finished_by_reason: dict[str, int] = {}
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        arrival_time: float | None = None,
+        priority: int = 0,
+    ) -> None:
+        """Validates and queues a request; raises ``InvalidRequestError`` and changes nothing if it is bad."""
+        if request_id in self._tracked:
+            raise InvalidRequestError("request_id", f"{request_id!r} is already in the engine")
+        params.validate()
+        token_ids = self._prompt_token_ids(prompt)
+        if len(token_ids) >= self.max_model_len:
+            raise InvalidRequestError(
+                "prompt",
+                f"the prompt has {len(token_ids)} tokens but max_model_len is {self.max_model_len} "
+                "(the prompt plus at least one generated token must fit)",
+            )
+        request = Request(
+            request_id,
+            token_ids,
+            params,
+            arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+            priority=priority,
+            max_output_tokens=min(params.max_tokens, self.max_model_len - len(token_ids)),
+        )
+        detokenizer = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens, token_ids)
+        self._tracked[request_id] = _Tracked(request, detokenizer)
+        self.scheduler.add_request(request)
+
+    def abort(self, request_ids: Iterable[str]) -> None:
+        """Frees the requests' blocks now; the next ``step()`` reports them finished with reason "abort"."""
+        for request_id in request_ids:
+            tracked = self._tracked.get(request_id)
+            if tracked is None or tracked.request.is_finished:
+                continue
+            self._finish(tracked.request, RequestStatus.FINISHED_ABORTED)
+            self._aborted.append(tracked.request)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._tracked)
+
+    def step(self) -> list[RequestOutput]:
+        """Runs one batch; returns what every request gained (and the aborts since the last step)."""
+        outputs = [self._output(r, [], None) for r in self._aborted]
+        self._aborted = []
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
+            return outputs
+        now = time.monotonic()
+        for request in batch.scheduled:
+            if request.metrics.first_scheduled_time is None:
+                request.metrics.first_scheduled_time = now
+        tokens, logprobs = self.runner.execute(batch)
+        grew = self.scheduler.update_from_output(batch, tokens)
+        now = time.monotonic()
+        for request in grew:
+            outputs.append(self._on_token(request, logprobs.get(request.request_id), now))
+        return outputs
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            num_running=self.scheduler.num_running,
+            num_waiting=self.scheduler.num_waiting,
+            kv_usage=bm.usage,
+            num_free_blocks=bm.num_free_blocks,
+            num_total_blocks=bm.num_blocks,
+            prefix_queried_tokens=bm.prefix_queried_tokens,
+            prefix_hit_tokens=bm.prefix_hit_tokens,
+            num_preemptions=self.scheduler.num_preemptions,
+            prompt_tokens=self._prompt_tokens,
+            generation_tokens=self._generation_tokens,
+            finished_by_reason=dict(self._finished_by_reason),
+        )
+
+    def kv_snapshot(self) -> list[int]:
+        """Every block hash the prefix cache holds now (the first message of a KV event stream)."""
+        return self.block_manager.cached_hashes()
+
+    def drain_kv_events(self) -> list[KVEvent]:
+        """The stored / removed hash events since the last call, numbered by an engine-wide counter."""
+        events = []
+        for kind, hashes in self.block_manager.drain_events():
+            events.append(KVEvent(type=kind, seq=self._kv_event_seq, hashes=hashes))
+            self._kv_event_seq += 1
+        return events
+
+    def _prompt_token_ids(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            token_ids = self.tokenizer.encode(prompt)
+        else:
+            token_ids = list(prompt)
+            vocab = self.model_config.vocab_size
+            bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
+            if bad is not None:
+                raise InvalidRequestError("prompt", f"token id {bad!r} is outside the vocabulary [0, {vocab})")
+        if not token_ids:
+            raise InvalidRequestError("prompt", "the prompt is empty")
+        return token_ids
+
+    def _on_token(self, request: Request, logprobs: SampleLogprobs | None, now: float) -> RequestOutput:
+        token_id = request.all_token_ids[-1]
+        metrics = request.metrics
+        if metrics.first_token_time is None:
+            metrics.first_token_time = now
+            self._prompt_tokens += request.num_prompt_tokens
+        metrics.last_token_time = now
+        self._generation_tokens += 1
+        tracked = self._tracked[request.request_id]
+        stop = token_stop(request, token_id, self.eos_token_ids)
+        if stop is None or stop[0] == RequestStatus.FINISHED_LENGTH:
+            new_text = tracked.detokenizer.push([token_id])
+            if stop is not None:  # the length limit: release a character still waiting for its last byte
+                new_text += tracked.detokenizer.flush()
+            stop_string = tracked.text.append(new_text, request.num_output_tokens >= request.params.min_tokens)
+            if stop_string is not None:
+                stop = (RequestStatus.FINISHED_STOPPED, stop_string)
+        if stop is not None:
+            request.stop_reason = stop[1]
+            self._finish(request, stop[0])
+        return self._output(request, [token_id], [logprobs] if logprobs is not None else None)
+
+    def _finish(self, request: Request, status: RequestStatus) -> None:
+        self.scheduler.finish_request(request, status)
+        self.sampler.forget(request.request_id)
+        request.metrics.finished_time = time.monotonic()
+        reason = status.finish_reason or "abort"
+        self._finished_by_reason[reason] = self._finished_by_reason.get(reason, 0) + 1
+
+    def _output(self, request: Request, token_ids: list[int], logprobs: list[SampleLogprobs] | None) -> RequestOutput:
+        finished = request.is_finished
+        tracked = self._tracked[request.request_id] if not finished else self._tracked.pop(request.request_id)
+        return RequestOutput(
+            request_id=request.request_id,
+            new_token_ids=token_ids,
+            new_text=tracked.text.take(finished),
+            new_logprobs=logprobs,
+            finished=finished,
+            finish_reason=request.status.finish_reason,
+            stop_reason=request.stop_reason,
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_cached_tokens=request.num_cached_tokens,
+            num_output_tokens=request.num_output_tokens,
+            metrics=request.metrics,
+        )
+
+
+def resolve_dtype(name: str, source: ModelSource) -> torch.dtype:
+    """``auto``: a Hugging Face checkpoint's own float32, else bfloat16 (the fast CPU path; GGUF is quantized)."""
+    if name != "auto":
+        return _DTYPES[name]
+    if source.format == "hf":
+        config = json.loads((source.path / "config.json").read_text())
+        if (config.get("torch_dtype") or config.get("dtype") or "float32") == "float32":
+            return torch.float32
+    return torch.bfloat16

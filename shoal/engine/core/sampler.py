@@ -1,0 +1,151 @@
+"""Turns one step's logits into the next token of each request, vectorized over the batch.
+
+Order of operations (vLLM's): penalties on the raw logits (repetition over prompt and output, presence and
+frequency over the output), min_tokens banning EOS and stop tokens, then either argmax (temperature 0) or
+temperature, top-k, top-p and min-p followed by a draw. The draw is the exponential race
+``argmax(p / q)`` with ``q ~ Exp(1)``: equivalent to sampling from ``p``, and it lets each seeded request
+draw its noise from its own ``torch.Generator``, so its tokens do not depend on who shares the batch.
+Log-probabilities are those of the model's raw distribution (before any of the above), like vLLM's default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from shoal.engine.core.outputs import SampleLogprobs, TokenLogprob
+from shoal.engine.core.request import Request
+
+
+class Sampler:
+    """Holds the per-request generators of seeded requests and the engine's generator for the others."""
+
+    def __init__(self, eos_token_ids: Sequence[int], seed: int = 0) -> None:
+        self.eos_token_ids = list(eos_token_ids)
+        self.generator = torch.Generator().manual_seed(seed)
+        self._generators: dict[str, torch.Generator] = {}
+
+    def forget(self, request_id: str) -> None:
+        """Drops a finished request's generator."""
+        self._generators.pop(request_id, None)
+
+    @torch.inference_mode()
+    def sample(self, logits: torch.Tensor, requests: Sequence[Request]) -> tuple[list[int], list[SampleLogprobs | None]]:
+        """Returns one token per row of ``logits`` (fp32 ``[n, vocab]``) and, where asked, its logprobs."""
+        logits = logits.float()
+        raw = logits
+        params = [r.params for r in requests]
+        penalized = [i for i, p in enumerate(params) if p.has_penalties]
+        banned = [(i, self._banned_tokens(r)) for i, r in enumerate(requests) if r.num_output_tokens < r.params.min_tokens]
+        if penalized or banned:
+            logits = logits.clone()
+        if penalized:
+            apply_penalties(logits, penalized, [requests[i] for i in penalized])
+        for row, tokens in banned:
+            logits[row, tokens] = float("-inf")
+
+        chosen = torch.empty(len(requests), dtype=torch.long)
+        greedy = [i for i, p in enumerate(params) if p.greedy]
+        random = [i for i, p in enumerate(params) if not p.greedy]
+        if greedy:
+            chosen[greedy] = logits[greedy].argmax(dim=-1)
+        if random:
+            chosen[random] = self._draw(logits[random], [requests[i] for i in random])
+
+        token_ids = chosen.tolist()
+        return token_ids, self._logprobs(raw, requests, token_ids)
+
+    def _draw(self, logits: torch.Tensor, requests: Sequence[Request]) -> torch.Tensor:
+        params = [r.params for r in requests]
+        logits = logits / torch.tensor([p.temperature for p in params])[:, None]
+        vocab = logits.shape[-1]
+        top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
+        top_p = [p.top_p for p in params]
+        if any(k < vocab for k in top_k) or any(p < 1.0 for p in top_p):
+            logits = apply_top_k_top_p(logits, torch.tensor(top_k), torch.tensor(top_p))
+        min_p = [p.min_p for p in params]
+        if any(m > 0.0 for m in min_p):
+            logits = apply_min_p(logits, torch.tensor(min_p))
+        probs = torch.softmax(logits, dim=-1)
+        return (probs / self._noise(requests, vocab)).argmax(dim=-1)
+
+    def _noise(self, requests: Sequence[Request], vocab: int) -> torch.Tensor:
+        """Exp(1) noise: a row from each seeded request's own generator, the rest from the engine's."""
+        noise = torch.empty(len(requests), vocab)
+        unseeded = [i for i, r in enumerate(requests) if r.params.seed is None]
+        if unseeded:
+            noise[unseeded] = torch.empty(len(unseeded), vocab).exponential_(generator=self.generator)
+        for i, request in enumerate(requests):
+            if request.params.seed is not None:
+                generator = self._generators.get(request.request_id)
+                if generator is None:
+                    generator = torch.Generator().manual_seed(request.params.seed)
+                    self._generators[request.request_id] = generator
+                noise[i].exponential_(generator=generator)
+        return noise
+
+    def _banned_tokens(self, request: Request) -> list[int]:
+        return list(dict.fromkeys(self.eos_token_ids + request.params.stop_token_ids))
+
+    @staticmethod
+    def _logprobs(raw: torch.Tensor, requests: Sequence[Request], token_ids: list[int]) -> list[SampleLogprobs | None]:
+        wanted = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
+        result: list[SampleLogprobs | None] = [None] * len(requests)
+        if not wanted:
+            return result
+        logprobs = torch.log_softmax(raw[wanted], dim=-1)
+        top_n = max(requests[i].params.logprobs or 0 for i in wanted)
+        top_values, top_ids = logprobs.topk(top_n, dim=-1) if top_n else (logprobs[:, :0], logprobs[:, :0].long())
+        chosen = logprobs.gather(1, torch.tensor([token_ids[i] for i in wanted])[:, None])[:, 0].tolist()
+        top_values, top_ids = top_values.tolist(), top_ids.tolist()
+        for row, i in enumerate(wanted):
+            n = requests[i].params.logprobs or 0
+            top = [TokenLogprob(t, v) for t, v in zip(top_ids[row][:n], top_values[row][:n])]
+            result[i] = SampleLogprobs(token_ids[i], chosen[row], top)
+        return result
+
+
+def apply_penalties(logits: torch.Tensor, rows: list[int], requests: Sequence[Request]) -> None:
+    """In place on ``logits[rows]``: repetition over prompt and output tokens, presence/frequency over output."""
+    vocab = logits.shape[-1]
+    outputs = _counts([r.output_token_ids for r in requests], vocab)
+    seen = outputs > 0
+    repetition = torch.tensor([r.params.repetition_penalty for r in requests])[:, None]
+    if (repetition != 1.0).any():
+        seen_any = seen | (_counts([r.prompt_token_ids for r in requests], vocab) > 0)
+        sub = logits[rows]
+        penalized = torch.where(sub > 0, sub / repetition, sub * repetition)
+        logits[rows] = torch.where(seen_any, penalized, sub)
+    frequency = torch.tensor([r.params.frequency_penalty for r in requests])[:, None]
+    presence = torch.tensor([r.params.presence_penalty for r in requests])[:, None]
+    logits[rows] -= frequency * outputs + presence * seen
+
+
+def _counts(token_lists: Sequence[Sequence[int]], vocab: int) -> torch.Tensor:
+    """``[len(token_lists), vocab]`` occurrence counts, built with one scatter."""
+    width = max((len(t) for t in token_lists), default=0)
+    ids = torch.full((len(token_lists), width), vocab, dtype=torch.long)
+    for row, tokens in enumerate(token_lists):
+        ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    counts = torch.zeros(len(token_lists), vocab + 1)
+    counts.scatter_add_(1, ids, torch.ones_like(ids, dtype=counts.dtype))
+    return counts[:, :vocab]
+
+
+def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Masks to -inf every token outside each row's top ``top_k`` (ties kept) or its nucleus of mass ``top_p``."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    kth = sorted_logits.gather(1, (top_k - 1)[:, None])
+    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    sorted_logits = sorted_logits.masked_fill(mass_before >= top_p[:, None], float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Masks tokens whose probability is below ``min_p`` times the row's most likely token's."""
+    probs = torch.softmax(logits, dim=-1)
+    threshold = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
+    return logits.masked_fill(probs < threshold, float("-inf"))
