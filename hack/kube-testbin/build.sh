@@ -51,8 +51,6 @@ ldflags=(
   -X "helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${helm_k8s_minor}"
   -X "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1"
   -X "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${helm_k8s_minor}"
-  -X "sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION}"
-  -X "sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBE_VERSION}"
 )
 packages=(
   k8s.io/kubernetes/cmd/kube-apiserver
@@ -60,7 +58,6 @@ packages=(
   k8s.io/kubernetes/cmd/kube-scheduler
   go.etcd.io/etcd/server/v3
   helm.sh/helm/v3/cmd/helm
-  sigs.k8s.io/kwok/cmd/kwok
 )
 
 tmp="$root/bin.tmp"
@@ -72,6 +69,11 @@ cd "$here"
 go mod download || fail "downloading modules from ${GOPROXY} failed (is the Go module proxy reachable? set GOPROXY if you use a mirror)."
 go build -mod=readonly -trimpath -ldflags "${ldflags[*]}" -o "$tmp/" "${packages[@]}" || fail "go build failed (see above)."
 mv "$tmp/server" "$tmp/etcd"
+# kwok pins older k8s.io modules than the release above and does not compile against them: build it from its own
+# go.mod (checksums verified through the proxy's checksum database).
+GOFLAGS= GOBIN="$tmp" go install -trimpath \
+  -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBE_VERSION}" \
+  "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" || fail "go install of kwok ${KWOK_VERSION} failed (see above)."
 for b in kube-apiserver kube-controller-manager kube-scheduler etcd helm kwok; do
   [ -x "$tmp/$b" ] || fail "$b was not produced"
 done

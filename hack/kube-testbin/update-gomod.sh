@@ -25,7 +25,6 @@ mapfile -t staging < <(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$ku
   echo "require ("
   echo "	k8s.io/kubernetes ${KUBE_VERSION}"
   echo "	helm.sh/helm/v3 ${HELM_VERSION}"
-  echo "	sigs.k8s.io/kwok ${KWOK_VERSION}"
   echo ")"
   echo
   echo "replace ("
@@ -38,7 +37,6 @@ mapfile -t staging < <(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$ku
   echo "	k8s.io/kubernetes/cmd/kube-scheduler"
   echo "	go.etcd.io/etcd/server/v3"
   echo "	helm.sh/helm/v3/cmd/helm"
-  echo "	sigs.k8s.io/kwok/cmd/kwok"
   echo ")"
 } > go.mod
 rm -f go.sum

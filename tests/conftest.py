@@ -1,0 +1,88 @@
+"""Session fixtures for real infrastructure: a Kubernetes control plane, Prometheus, Alertmanager, Redis.
+
+Missing binaries make these fixtures fail (never skip): `make test` builds and installs them first.
+Component logs are attached to the report of any failing test that used one of these fixtures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from support.kube_testbed import ControlPlane, KubeTestbinMissing, kube_testbin_dir
+from support.services import Prometheus, Service, start_alertmanager, start_prometheus, start_redis
+
+# fixture name -> log source of its running components, for the reports of failing tests that used it
+_LOG_SOURCES: dict[str, Callable[[], str]] = {}
+
+
+def _require(start: Callable[[], object]) -> object:
+    """Turns a missing binary into a plain test failure with the fix, not a traceback or a skip."""
+    try:
+        return start()
+    except KubeTestbinMissing as missing:
+        pytest.fail(str(missing), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver (RBAC, admin cert in system:masters); `.kubeconfig`, `.url`, `.ca_file`, helpers."""
+    bin_dir = _require(kube_testbin_dir)
+    plane = ControlPlane(tmp_path_factory.mktemp("kube"), bin_dir=bin_dir)  # type: ignore[arg-type]
+    _LOG_SOURCES["kube_apiserver"] = plane.component_logs
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()
+        _LOG_SOURCES.pop("kube_apiserver", None)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(kube_apiserver: ControlPlane) -> ControlPlane:
+    """The same plane plus controller-manager, scheduler and kwok with 2 fake nodes of 8 `nvidia.com/gpu` each."""
+    kube_apiserver.start_workloads()
+    return kube_apiserver
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """Prometheus scraping itself every second; `apply_config` swaps in a test's scrape configs and rules."""
+    server = _require(lambda: start_prometheus(tmp_path_factory.mktemp("prometheus")))
+    assert isinstance(server, Prometheus)
+    yield from _owned("prometheus", server)
+
+
+@pytest.fixture(scope="session")
+def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """Alertmanager with clustering off and 1 s group timers; `.url` is its HTTP API."""
+    server = _require(lambda: start_alertmanager(tmp_path_factory.mktemp("alertmanager")))
+    assert isinstance(server, Service)
+    yield from _owned("alertmanager", server)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """redis-server without persistence; `.url` is redis://127.0.0.1:PORT/0."""
+    server = _require(lambda: start_redis(tmp_path_factory.mktemp("redis")))
+    assert isinstance(server, Service)
+    yield from _owned("redis_server", server)
+
+
+def _owned(name: str, server: Service) -> Iterator[Service]:
+    _LOG_SOURCES[name] = server.log_tail
+    try:
+        yield server
+    finally:
+        server.stop()
+        _LOG_SOURCES.pop(name, None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        for name in set(getattr(item, "fixturenames", ())) & _LOG_SOURCES.keys():
+            report.sections.append((f"{name} logs", _LOG_SOURCES[name]()))

@@ -1,0 +1,84 @@
+"""The real Prometheus, Alertmanager and Redis fixtures work end to end (what other suites build on)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from support.kube_testbed import ControlPlane
+from support.services import Prometheus, Service, http_json
+
+
+def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Polls until `check` returns something truthy; fails with the last value."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    pytest.fail(f"condition not met within {timeout}s (last value: {value!r})")
+
+
+def self_scrape(prometheus: Prometheus) -> dict[str, Any]:
+    return {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{prometheus.port}"]}]}
+
+
+def test_redis_server_stores_and_returns_values(redis_server: Service) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.set("shoal:test", "fleet")
+    assert client.get("shoal:test") == b"fleet"
+    assert client.incr("shoal:counter") == 1
+
+
+def test_prometheus_scrapes_itself(prometheus: Prometheus) -> None:
+    prometheus.apply_config({"global": {"scrape_interval": "1s"}, "scrape_configs": [self_scrape(prometheus)]})
+    result = eventually(lambda: prometheus.query('up{job="prometheus"}'))
+    assert result[0]["value"][1] == "1"
+
+
+def test_prometheus_alert_reaches_alertmanager(prometheus: Prometheus, alertmanager: Service) -> None:
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [self_scrape(prometheus)],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager.url.removeprefix("http://")]}]}]},
+    }
+    rules = {"groups": [{"name": "shoal-test", "rules": [
+        {"alert": "ShoalTestAlwaysFiring", "expr": "vector(1)", "labels": {"severity": "page"}},
+    ]}]}
+    prometheus.apply_config(config, rules)
+
+    def received() -> list[dict[str, Any]]:
+        alerts = http_json(alertmanager.url + "/api/v2/alerts")
+        return [a for a in alerts if a["labels"].get("alertname") == "ShoalTestAlwaysFiring"]
+
+    alert = eventually(received, timeout=60)[0]
+    assert alert["labels"]["severity"] == "page"
+    assert alert["status"]["state"] == "active"
+
+
+@pytest.mark.kube
+def test_prometheus_discovers_nodes_from_the_test_apiserver(prometheus: Prometheus, kube_apiserver: ControlPlane) -> None:
+    kube_apiserver.add_gpu_node("sd-node", gpus=4)
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [
+            self_scrape(prometheus),
+            {"job_name": "kubernetes-nodes",
+             "kubernetes_sd_configs": [{"role": "node", "kubeconfig_file": str(kube_apiserver.kubeconfig)}]},
+        ],
+    }
+    prometheus.apply_config(config)
+
+    def discovered() -> list[dict[str, str]]:
+        targets = http_json(prometheus.url + "/api/v1/targets?state=any")["data"]["activeTargets"]
+        return [t["discoveredLabels"] for t in targets
+                if t["discoveredLabels"].get("__meta_kubernetes_node_name") == "sd-node"]
+
+    labels = eventually(discovered)[0]
+    assert labels["__meta_kubernetes_node_label_nvidia_com_gpu_present"] == "true"
