@@ -1,0 +1,46 @@
+"""``shoal generate``: complete one prompt with the offline engine and print the text.
+
+Light at import time (argparse only): ``shoal`` imports every area's ``cli`` to build its parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("generate", help="complete a prompt with the engine, offline")
+    parser.add_argument("prompt", help="the text to complete")
+    parser.add_argument("--model", default="smollm2-135m", help="model alias, Hugging Face directory or .gguf file")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
+    parser.set_defaults(func=_generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from shoal.engine import LLM, SamplingParams
+
+    try:
+        params = SamplingParams(
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+        )
+        llm = LLM(args.model, dtype=args.dtype)
+        if args.chat:
+            (output,) = llm.chat([{"role": "user", "content": args.prompt}], params)
+        else:
+            (output,) = llm.generate(args.prompt, params)
+    except (ValueError, OSError) as exc:
+        print(f"shoal generate: error: {exc}", file=sys.stderr)
+        return 2
+    print(output.text)
+    return 0
