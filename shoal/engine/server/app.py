@@ -1,0 +1,181 @@
+"""The engine's HTTP API: OpenAI-compatible endpoints plus health, readiness, metrics and KV events.
+
+Handlers read the body themselves (capped before parsing, strict UTF-8, then JSON, then the pydantic
+model), so that every bad input becomes an OpenAI-style 4xx naming the problem; FastAPI's 422 and its HTML
+404/405 are rewritten to the same shape, and an unexpected exception becomes a bare 500 whose details go to
+the log only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+
+from shoal.engine.server import chat, completions
+from shoal.engine.server.async_engine import AsyncEngine
+from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
+from shoal.engine.server.sampling import OpenAIRequest
+from shoal.engine.server.serving import ClosingStreamingResponse, respond
+from shoal.protocol.errors import (
+    APIError,
+    from_validation_errors,
+    internal_error,
+    invalid_request,
+    model_not_found,
+    payload_too_large,
+)
+from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    served_model_names: tuple[str, ...]
+    max_body_bytes: int = 1024 * 1024
+
+
+def _error_response(error: APIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
+
+
+async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
+    """The body as a JSON object; 413 past ``limit`` bytes (the excess is read and dropped, not kept)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > 64 * limit:
+        raise payload_too_large(limit)
+    body = bytearray()
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= limit:
+            body += chunk
+    if size > limit:
+        raise payload_too_large(limit)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise invalid_request(f"The request body is not valid UTF-8 (invalid byte at offset {exc.start}).") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise invalid_request(f"Malformed JSON body: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from None
+    if not isinstance(data, dict):
+        raise invalid_request("The request body must be a JSON object.")
+    return data
+
+
+def parse(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_errors(exc.errors()) from None
+
+
+def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
+    """The FastAPI application around a (not yet started) ``AsyncEngine``."""
+    tokenizer = engine.core.tokenizer
+    max_model_len = engine.core.max_model_len
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        engine.start()
+        try:
+            yield
+        finally:
+            engine.stop()
+
+    app = FastAPI(title="shoal engine", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(RequestIdMiddleware)
+
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> JSONResponse:
+        return _error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error_response(from_validation_errors(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return _error_response(APIError(exc.status_code, str(exc.detail), type=kind, headers=exc.headers))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error in request %s", current_request_id(), exc_info=exc)
+        return _error_response(internal_error())
+
+    def check_model(name: str) -> None:
+        if name not in settings.served_model_names:
+            raise model_not_found(name)
+
+    async def serve(request: Request, model: type[OpenAIRequest], endpoint: ModuleType) -> Response:
+        """The path both endpoints share: parse, check the model, tokenize, admit, respond."""
+        req = parse(model, await read_json_object(request, settings.max_body_bytes))
+        check_model(req.model)
+        prepared = await endpoint.prepare(req, current_request_id(), tokenizer, max_model_len)
+        generation = await engine.submit(prepared.request_id, prepared.children)
+        return await respond(request, generation, prepared, endpoint.Formatter(tokenizer, prepared), req.stream)
+
+    @app.post("/v1/completions")
+    async def create_completion(request: Request) -> Response:
+        return await serve(request, CompletionRequest, completions)
+
+    @app.post("/v1/chat/completions")
+    async def create_chat_completion(request: Request) -> Response:
+        return await serve(request, ChatCompletionRequest, chat)
+
+    @app.get("/v1/models")
+    async def list_models() -> JSONResponse:
+        cards = [ModelCard(id=name, max_model_len=max_model_len) for name in settings.served_model_names]
+        return JSONResponse(ModelList(data=cards).model_dump())
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """Alive: the step thread runs (a dead engine should get the pod restarted)."""
+        if engine.dead:
+            return JSONResponse({"status": "dead"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        """Accepting requests: loaded, running, not draining."""
+        if engine.ready:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "draining" if engine.draining else "not_ready"}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/kv/events")
+    async def kv_events() -> Response:
+        follower = await engine.follow_kv_events()
+
+        async def body() -> AsyncIterator[str]:
+            async for event in follower.events():
+                yield f"data: {event.model_dump_json()}\n\n"
+
+        def close() -> None:
+            engine.kv_hub.detach(follower)
+            follower.close()
+
+        return ClosingStreamingResponse(
+            body(), on_close=close, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+
+    return app

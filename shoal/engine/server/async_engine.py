@@ -1,0 +1,288 @@
+"""Runs the single-threaded ``EngineCore`` in a thread of its own, next to the HTTP event loop.
+
+Design. Only the step thread touches the engine. The event loop talks to it through a command queue:
+``add``, ``abort`` and ``follow KV events`` are closures appended to a deque under a condition variable, and
+the step thread runs every pending command before each step, so an abort takes effect at the very next step.
+When there is nothing to run and no command, the thread sleeps on the condition (no busy spin). After each
+step it records metrics, publishes KV events, and hands the step's outputs to the loop with one
+``call_soon_threadsafe``; on the loop they are routed into each HTTP request's bounded ``RequestStream``.
+Neither side ever waits for the other: the loop never blocks on a step, and the step thread never waits
+for a reader.
+
+An HTTP request becomes a ``Generation`` of ``n`` x prompts child requests (ids ``<request id>-<k>``), each
+feeding choice ``k`` of one stream. Admission is bounded: when more children wait for the batch than
+``max_waiting``, or the server drains, ``submit`` refuses with 503 and ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from shoal.engine.core.engine_core import EngineCore
+from shoal.engine.core.errors import InvalidRequestError
+from shoal.engine.core.outputs import EngineStats, RequestOutput
+from shoal.engine.core.sampling_params import SamplingParams
+from shoal.engine.server.kv_event_hub import Follower, KVEventHub
+from shoal.engine.server.metrics import ServerMetrics
+from shoal.engine.server.output_stream import Delta, RequestStream
+from shoal.engine.server.sampling import engine_error
+from shoal.protocol.errors import invalid_request, service_unavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Child:
+    """One engine request behind choice ``index`` of an HTTP request."""
+
+    index: int
+    prompt_token_ids: list[int]
+    params: SamplingParams
+
+
+class Generation:
+    """The engine requests of one HTTP request, read as batches of deltas; ``close`` always runs after."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str, child_ids: list[str], stream: RequestStream) -> None:
+        self._engine = engine
+        self.request_id = request_id
+        self.child_ids = child_ids
+        self.stream = stream
+        self.timed_out = False
+        self.closed = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __aiter__(self) -> AsyncIterator[list[Delta]]:
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[list[Delta]]:
+        while not (self.stream.finished and self.stream.pending() == 0):
+            yield await self.stream.get()
+
+    def expire(self) -> None:
+        """The time limit passed: abort, but keep listening so the client gets finish reason ``abort``."""
+        self.timed_out = True
+        self._engine.abort(self._unfinished_ids())
+
+    def close(self) -> None:
+        """Aborts whatever has not finished (the client left) and forgets the request."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        unfinished = self._unfinished_ids()
+        if unfinished:
+            self._engine.abort(unfinished)
+        self._engine._forget(self.child_ids)
+
+    def _unfinished_ids(self) -> list[str]:
+        return [self.child_ids[i] for i in sorted(self.stream.unfinished_choices())]
+
+
+class AsyncEngine:
+    """The bridge between the HTTP event loop and the engine's step thread."""
+
+    def __init__(
+        self,
+        core: EngineCore,
+        metrics: ServerMetrics,
+        kv_hub: KVEventHub,
+        *,
+        max_waiting: int = 512,
+        stream_capacity: int = 64,
+        request_timeout_s: float | None = None,
+    ) -> None:
+        self.core = core
+        self.metrics = metrics
+        self.kv_hub = kv_hub
+        self.max_waiting = max_waiting
+        self.stream_capacity = stream_capacity
+        self.request_timeout_s = request_timeout_s
+        self.draining = False
+        self.dead = False
+        self._commands: deque[Callable[[], None]] = deque()
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Loop-side state (touched only on the event loop).
+        self._routes: dict[str, tuple[RequestStream, int]] = {}
+        self._num_running = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the step thread; call from the running event loop."""
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="shoal-engine-step", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops the step thread after the commands already queued."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    @property
+    def ready(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self.draining and not self.dead
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._routes)
+
+    async def drain(self, grace_s: float) -> None:
+        """Refuses new requests, lets in-flight ones finish for ``grace_s``, then aborts the rest."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=grace_s)
+        except TimeoutError:
+            log.warning("grace period over: aborting %d requests", len(self._routes))
+            self.abort(list(self._routes))
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout=10.0)
+            except TimeoutError:
+                log.error("requests still in flight after abort: %d", len(self._routes))
+        self.kv_hub.close_all()
+
+    # ---- requests (event loop) -------------------------------------------------------------------------
+
+    async def submit(self, request_id: str, children: list[Child]) -> Generation:
+        """Admits one HTTP request's children, or raises ``APIError`` (503 full/draining, 400 invalid)."""
+        if self.dead:
+            raise service_unavailable("The engine has stopped.", retry_after_s=5)
+        if self.draining:
+            self.metrics.observe_rejected("draining")
+            raise service_unavailable("The server is shutting down.", retry_after_s=1)
+        waiting = len(self._routes) - self._num_running
+        if waiting + len(children) > self.max_waiting:
+            self.metrics.observe_rejected("queue_full")
+            raise service_unavailable(
+                f"Too many requests waiting ({waiting}); try again shortly.", retry_after_s=1
+            )
+        child_ids = [f"{request_id}-{child.index}" for child in children]
+        if any(cid in self._routes for cid in child_ids):
+            raise invalid_request(f"Request id {request_id!r} is already in flight.", param="X-Request-Id")
+        stream = RequestStream(num_choices=len(children), capacity=self.stream_capacity)
+        for cid, child in zip(child_ids, children):
+            self._routes[cid] = (stream, child.index)
+        self._idle.clear()
+        added: Future[None] = Future()
+        arrival = time.monotonic()
+        self._post(lambda: self._add_all(child_ids, children, arrival, added))
+        generation = Generation(self, request_id, child_ids, stream)
+        try:
+            await asyncio.wrap_future(added)
+        except InvalidRequestError as exc:
+            self._forget(child_ids)
+            self.metrics.observe_rejected("invalid")
+            raise engine_error(exc) from None
+        except BaseException:
+            generation.close()
+            raise
+        if self.request_timeout_s is not None:
+            generation._timer = asyncio.get_running_loop().call_later(self.request_timeout_s, generation.expire)
+        return generation
+
+    def abort(self, child_ids: list[str]) -> None:
+        """Asks the engine to abort these requests at its next step (any thread)."""
+        if child_ids:
+            ids = list(child_ids)
+            self._post(lambda: self.core.abort(ids))
+
+    async def follow_kv_events(self) -> Follower:
+        """A follower whose stream starts with a snapshot consistent with the events after it."""
+        assert self._loop is not None
+        follower = Follower(self._loop, self.kv_hub.follower_queue_limit)
+
+        def attach() -> None:
+            self.kv_hub.publish(self.core.drain_kv_events())
+            self.kv_hub.attach(follower, self.core.kv_snapshot())
+
+        self._post(attach)
+        return follower
+
+    def _forget(self, child_ids: list[str]) -> None:
+        for cid in child_ids:
+            self._routes.pop(cid, None)
+        if not self._routes:
+            self._idle.set()
+
+    def _dispatch(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
+        """Routes one step's outputs into their streams (event loop)."""
+        self._num_running = stats.num_running
+        for out in outputs:
+            route = self._routes.get(out.request_id)
+            if route is None:
+                continue  # its client is gone
+            stream, index = route
+            stream.put(Delta.from_output(index, out))
+            if out.finished:
+                self._forget([out.request_id])
+
+    def _fail_all(self, error: BaseException) -> None:
+        streams = {stream for stream, _ in self._routes.values()}
+        self._routes.clear()
+        self._idle.set()
+        for stream in streams:
+            stream.fail(error)
+
+    # ---- the step thread -------------------------------------------------------------------------------
+
+    def _post(self, command: Callable[[], None]) -> None:
+        with self._wake:
+            self._commands.append(command)
+            self._wake.notify()
+
+    def _add_all(self, child_ids: list[str], children: list[Child], arrival: float, done: Future[None]) -> None:
+        """Adds every child or none of them (step thread)."""
+        added: list[str] = []
+        try:
+            for cid, child in zip(child_ids, children):
+                self.core.add_request(cid, child.prompt_token_ids, child.params, arrival_time=arrival)
+                added.append(cid)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, who turns it into a 4xx/5xx
+            if added:
+                self.core.abort(added)
+            done.set_exception(exc)
+            return
+        done.set_result(None)
+
+    def _run(self) -> None:
+        assert self._loop is not None
+        loop = self._loop
+        while True:
+            with self._wake:
+                while not self._commands and not self._stopping and not self.core.has_unfinished():
+                    self._wake.wait()
+                if self._stopping:
+                    return
+                commands = list(self._commands)
+                self._commands.clear()
+            try:
+                for command in commands:
+                    command()
+                outputs = self.core.step() if self.core.has_unfinished() else []
+                self.kv_hub.publish(self.core.drain_kv_events())
+                stats = self.core.stats()
+                self.metrics.observe_step(outputs, stats)
+            except Exception as exc:  # noqa: BLE001 - the engine is broken: fail every request, stay observable
+                log.exception("engine step failed; failing all requests")
+                self.dead = True
+                loop.call_soon_threadsafe(self._fail_all, exc)
+                return
+            loop.call_soon_threadsafe(self._dispatch, outputs, stats)
+
+

@@ -1,0 +1,93 @@
+"""``POST /v1/chat/completions``: a conversation rendered with the model's chat template, ``n`` choices."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pydantic import BaseModel
+
+from shoal.engine.server.async_engine import Child
+from shoal.engine.server.logprobs import chat_logprobs
+from shoal.engine.server.output_stream import Delta
+from shoal.engine.server.sampling import output_limit, sampling_params
+from shoal.engine.server.serving import ChoiceState, Outcome, Prepared
+from shoal.protocol.errors import invalid_request
+from shoal.protocol.openai_api import (
+    ChatChoice,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionStreamResponse,
+    ChatDelta,
+    ChatResponseMessage,
+    ChatStreamChoice,
+    UsageInfo,
+)
+from shoal.tokenizer import ChatTemplateError, Tokenizer
+
+
+def _render_and_encode(tokenizer: Tokenizer, req: ChatCompletionRequest) -> list[int]:
+    """The template already places the special tokens it wants, so encoding adds none."""
+    messages = [
+        {"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in req.messages
+    ]
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=req.add_generation_prompt)
+    except ChatTemplateError as exc:
+        raise invalid_request(f"messages: {exc}", param="messages") from None
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+async def prepare(req: ChatCompletionRequest, request_id: str, tokenizer: Tokenizer, max_model_len: int) -> Prepared:
+    started = time.perf_counter()
+    ids = await asyncio.to_thread(_render_and_encode, tokenizer, req)
+    tokenize_s = time.perf_counter() - started
+    max_tokens = output_limit(req, len(ids), max_model_len, "messages")
+    children = [Child(i, ids, sampling_params(req, max_tokens, i)) for i in range(req.n)]
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    return Prepared(request_id, req.model, children, req.n, tokenize_s, include_usage)
+
+
+class Formatter:
+    def __init__(self, tokenizer: Tokenizer, prepared: Prepared) -> None:
+        self._tokenizer = tokenizer
+        self._id = f"chatcmpl-{prepared.request_id}"
+        self._model = prepared.model
+
+    def _chunk(self, choices: list[ChatStreamChoice]) -> ChatCompletionStreamResponse:
+        return ChatCompletionStreamResponse(id=self._id, model=self._model, choices=choices)
+
+    def opening(self, outcome: Outcome) -> list[BaseModel]:
+        """OpenAI opens each choice with a delta that only names the role."""
+        return [
+            self._chunk([ChatStreamChoice(index=c.index, delta=ChatDelta(role="assistant", content=""))])
+            for c in outcome.choices
+        ]
+
+    def chunk(self, delta: Delta, choice: ChoiceState) -> BaseModel | None:
+        if not delta.text and not delta.finished and not delta.logprobs:
+            return None
+        out = ChatStreamChoice(
+            index=delta.index,
+            delta=ChatDelta(content=delta.text) if delta.text or not delta.finished else ChatDelta(),
+            logprobs=chat_logprobs(self._tokenizer, delta.logprobs) if delta.logprobs else None,
+            finish_reason=delta.finish_reason if delta.finished else None,  # type: ignore[arg-type]
+            stop_reason=delta.stop_reason if delta.finished else None,
+        )
+        return self._chunk([out])
+
+    def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+        return ChatCompletionStreamResponse(id=self._id, model=self._model, choices=[], usage=usage)
+
+    def response(self, outcome: Outcome) -> BaseModel:
+        choices = [
+            ChatChoice(
+                index=c.index,
+                message=ChatResponseMessage(content=c.text),
+                logprobs=chat_logprobs(self._tokenizer, c.logprobs) if c.logprobs else None,
+                finish_reason=c.finish_reason,  # type: ignore[arg-type]
+                stop_reason=c.stop_reason,
+            )
+            for c in outcome.choices
+        ]
+        return ChatCompletionResponse(id=self._id, model=self._model, choices=choices, usage=outcome.usage())

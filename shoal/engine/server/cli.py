@@ -1,0 +1,43 @@
+"""``shoal serve``: the engine behind an OpenAI-compatible HTTP API. Imports nothing heavy until it runs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="Serve a model over an OpenAI-compatible HTTP API.")
+    p.add_argument("--model", required=True, help="model name (e.g. smollm2-135m) or checkpoint path")
+    p.add_argument("--served-model-name", action="append", default=None,
+                   help="name clients use (repeatable); default: the model's own name and --model")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    engine = p.add_argument_group("engine")
+    engine.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    engine.add_argument("--block-size", type=int, default=16)
+    engine.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    engine.add_argument("--max-num-seqs", type=int, default=128)
+    engine.add_argument("--num-kv-blocks", type=int, default=None)
+    engine.add_argument("--kv-cache-bytes", type=int, default=None)
+    engine.add_argument("--max-model-len", type=int, default=None)
+    engine.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
+    engine.add_argument("--attention-backend", default=None, choices=("torch", "triton"))
+    engine.add_argument("--seed", type=int, default=0)
+    server = p.add_argument_group("server")
+    server.add_argument("--max-waiting-requests", type=int, default=512,
+                        help="requests waiting for the batch beyond which new ones get 503")
+    server.add_argument("--request-timeout", type=float, default=600.0,
+                        help="seconds a request may generate before it is aborted")
+    server.add_argument("--max-body-bytes", type=int, default=1024 * 1024)
+    server.add_argument("--stream-buffer", type=int, default=64,
+                        help="pending output chunks per request before they are merged")
+    server.add_argument("--shutdown-grace", type=float, default=30.0,
+                        help="seconds in-flight requests may finish after SIGTERM")
+    server.add_argument("--log-level", default="info")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from shoal.engine.server.runner import run
+
+    return run(args)

@@ -1,0 +1,78 @@
+"""``POST /v1/completions``: prompts (text or token ids, one or a batch) to ``n`` choices each."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pydantic import BaseModel
+
+from shoal.engine.server.async_engine import Child
+from shoal.engine.server.logprobs import completion_logprobs
+from shoal.engine.server.output_stream import Delta
+from shoal.engine.server.sampling import output_limit, sampling_params
+from shoal.engine.server.serving import ChoiceState, Outcome, Prepared
+from shoal.protocol.openai_api import (
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    CompletionStreamResponse,
+    UsageInfo,
+)
+from shoal.tokenizer import Tokenizer
+
+
+async def prepare(req: CompletionRequest, request_id: str, tokenizer: Tokenizer, max_model_len: int) -> Prepared:
+    """Tokenizes every prompt (off the event loop) and builds ``n`` engine requests per prompt."""
+    started = time.perf_counter()
+    prompts = req.prompts()
+    token_ids = [p if isinstance(p, list) else await asyncio.to_thread(tokenizer.encode, p) for p in prompts]
+    tokenize_s = time.perf_counter() - started
+    children = []
+    for p, ids in enumerate(token_ids):
+        field = "prompt" if len(prompts) == 1 else f"prompt[{p}]"
+        max_tokens = output_limit(req, len(ids), max_model_len, field)
+        children += [Child(p * req.n + i, ids, sampling_params(req, max_tokens, i)) for i in range(req.n)]
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    return Prepared(request_id, req.model, children, req.n, tokenize_s, include_usage)
+
+
+class Formatter:
+    def __init__(self, tokenizer: Tokenizer, prepared: Prepared) -> None:
+        self._tokenizer = tokenizer
+        self._id = f"cmpl-{prepared.request_id}"
+        self._model = prepared.model
+
+    def opening(self, outcome: Outcome) -> list[BaseModel]:
+        return []
+
+    def chunk(self, delta: Delta, choice: ChoiceState) -> BaseModel | None:
+        if not delta.text and not delta.finished and not delta.logprobs:
+            return None
+        logprobs = None
+        if delta.logprobs:
+            logprobs = completion_logprobs(self._tokenizer, delta.logprobs, len(choice.text) - len(delta.text))
+        out = CompletionChoice(
+            index=delta.index,
+            text=delta.text,
+            logprobs=logprobs,
+            finish_reason=delta.finish_reason if delta.finished else None,  # type: ignore[arg-type]
+            stop_reason=delta.stop_reason if delta.finished else None,
+        )
+        return CompletionStreamResponse(id=self._id, model=self._model, choices=[out])
+
+    def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+        return CompletionStreamResponse(id=self._id, model=self._model, choices=[], usage=usage)
+
+    def response(self, outcome: Outcome) -> BaseModel:
+        choices = [
+            CompletionChoice(
+                index=c.index,
+                text=c.text,
+                logprobs=completion_logprobs(self._tokenizer, c.logprobs, 0) if c.logprobs else None,
+                finish_reason=c.finish_reason,  # type: ignore[arg-type]
+                stop_reason=c.stop_reason,
+            )
+            for c in outcome.choices
+        ]
+        return CompletionResponse(id=self._id, model=self._model, choices=choices, usage=outcome.usage())

@@ -1,0 +1,132 @@
+"""Prometheus metrics of one engine server, in a registry of its own (docs/metrics.md lists them all).
+
+Two sources feed it. The step thread reports each step's outputs: latencies go into histograms the moment a
+request reaches a milestone (first token, each further token, finish). Engine-wide state (queue depth, KV
+usage, cumulative token and prefix-cache counters) is a snapshot the step thread stores after every step;
+a custom collector turns the latest snapshot into gauges and counters at scrape time, so a scrape never
+touches the single-threaded engine. Every series carries the ``model`` label; the autoscaler reads
+``shoal_engine_requests_waiting`` and the TTFT histogram's P95.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from shoal.engine.core.outputs import EngineStats, RequestOutput
+
+PREFIX = "shoal_engine"
+FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+SLOW_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+TTFT_BUCKETS = FAST_BUCKETS + (5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+
+
+class _StatsCollector(Collector):
+    """Exposes the latest ``EngineStats`` snapshot."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self.stats: EngineStats | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats
+        if stats is None:
+            return
+        gauges = (
+            ("requests_running", "Requests in the running batch.", stats.num_running),
+            ("requests_waiting", "Requests waiting to be scheduled (queue depth).", stats.num_waiting),
+            ("kv_cache_usage_ratio", "Fraction of KV cache blocks in use by requests (0..1).", stats.kv_usage),
+            ("kv_cache_free_blocks", "KV cache blocks not held by any request.", stats.num_free_blocks),
+            ("kv_cache_total_blocks", "KV cache blocks in the pool.", stats.num_total_blocks),
+        )
+        for name, doc, value in gauges:
+            family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
+            family.add_metric([self._model], value)
+            yield family
+        counters = (
+            ("prefix_cache_queries_tokens", "Prompt tokens looked up in the prefix cache.", stats.prefix_queried_tokens),
+            ("prefix_cache_hits_tokens", "Prompt tokens found in the prefix cache.", stats.prefix_hit_tokens),
+            ("preemptions", "Requests preempted (KV blocks reclaimed, recomputed later).", stats.num_preemptions),
+            ("prompt_tokens", "Prompt tokens computed (prefilled).", stats.prompt_tokens),
+            ("generation_tokens", "Tokens generated.", stats.generation_tokens),
+        )
+        for name, doc, value in counters:
+            family = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
+            family.add_metric([self._model], value)
+            yield family
+
+
+class ServerMetrics:
+    """The server's metrics; ``observe_step`` is called from the step thread only."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.registry = CollectorRegistry()
+        self._stats = _StatsCollector(model)
+        self.registry.register(self._stats)
+        reg = self.registry
+
+        def histogram(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
+            return Histogram(f"{PREFIX}_{name}", doc, ["model"], registry=reg, buckets=tuple(buckets)).labels(model)
+
+        self.ttft = histogram("time_to_first_token_seconds", "Arrival to first generated token.", TTFT_BUCKETS)
+        self.itl = histogram("inter_token_latency_seconds", "Time between consecutive tokens of a request.", FAST_BUCKETS)
+        self.e2e = histogram("e2e_request_latency_seconds", "Arrival to finish.", SLOW_BUCKETS)
+        self.queue = histogram("queue_time_seconds", "Arrival to first scheduled.", SLOW_BUCKETS)
+        self.prefill = histogram("prefill_time_seconds", "First scheduled to first token.", TTFT_BUCKETS)
+        self.decode = histogram("decode_time_seconds", "First token to last token.", SLOW_BUCKETS)
+        self._finished = Counter(
+            f"{PREFIX}_requests_finished", "Requests finished, by finish reason.", ["model", "reason"], registry=reg
+        )
+        self._aborted = Counter(
+            f"{PREFIX}_requests_aborted",
+            "Requests aborted before their natural end: client gone, time limit, shutdown.",
+            ["model"],
+            registry=reg,
+        ).labels(model)
+        self._rejected = Counter(
+            f"{PREFIX}_requests_rejected",
+            "Requests refused at admission, by reason (queue_full, draining, invalid).",
+            ["model", "reason"],
+            registry=reg,
+        )
+        self._last_token: dict[str, float] = {}
+
+    def observe_step(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
+        """Records one engine step: latency milestones per request, then the engine snapshot."""
+        for out in outputs:
+            m = out.metrics
+            if out.new_token_ids and m.last_token_time is not None:
+                previous = self._last_token.get(out.request_id)
+                if previous is None:
+                    if m.ttft is not None:
+                        self.ttft.observe(m.ttft)
+                else:
+                    gap = (m.last_token_time - previous) / len(out.new_token_ids)
+                    for _ in out.new_token_ids:
+                        self.itl.observe(gap)
+                self._last_token[out.request_id] = m.last_token_time
+            if out.finished:
+                self._last_token.pop(out.request_id, None)
+                self._observe_finished(out)
+        self._stats.stats = stats
+
+    def _observe_finished(self, out: RequestOutput) -> None:
+        m = out.metrics
+        self._finished.labels(self.model, out.finish_reason or "unknown").inc()
+        if out.finish_reason == "abort":
+            self._aborted.inc()
+        for histogram, value in (
+            (self.e2e, m.e2e_time),
+            (self.queue, m.queue_time),
+            (self.prefill, m.prefill_time),
+            (self.decode, m.decode_time),
+        ):
+            if value is not None:
+                histogram.observe(value)
+
+    def observe_rejected(self, reason: str) -> None:
+        self._rejected.labels(self.model, reason).inc()

@@ -1,0 +1,101 @@
+"""Builds the engine, the app and uvicorn from ``shoal serve``'s options, and drains on SIGTERM.
+
+uvicorn's own SIGTERM handling closes the listening socket and waits for open connections, so clients of a
+terminating pod would see refused connections instead of a clean 503. ``DrainingServer`` takes the first
+SIGTERM/SIGINT itself: ``/ready`` turns false, new requests get 503 + ``Retry-After``, in-flight requests
+get ``--shutdown-grace`` seconds before they are aborted, and only then does uvicorn stop. A second signal
+stops at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import uuid
+from types import FrameType
+
+import uvicorn
+
+from shoal.engine.core.engine_config import EngineConfig
+from shoal.engine.core.engine_core import EngineCore
+from shoal.engine.server.app import ServerSettings, build_app
+from shoal.engine.server.async_engine import AsyncEngine
+from shoal.engine.server.kv_event_hub import KVEventHub
+from shoal.engine.server.metrics import ServerMetrics
+from shoal.engine.server.request_context import RequestIdLogFilter
+
+log = logging.getLogger(__name__)
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, engine: AsyncEngine, grace_s: float) -> None:
+        super().__init__(config)
+        self._engine = engine
+        self._grace_s = grace_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain: asyncio.Future[None] | None = None
+
+    async def serve(self, sockets: list | None = None) -> None:  # type: ignore[override]
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._drain is not None or self._loop is None:
+            super().handle_exit(sig, frame)
+            return
+        log.info("signal %d: draining for up to %.0f s", sig, self._grace_s)
+        self._drain = asyncio.run_coroutine_threadsafe(self._drain_then_exit(), self._loop)  # type: ignore[assignment]
+
+    async def _drain_then_exit(self) -> None:
+        await self._engine.drain(self._grace_s)
+        self.should_exit = True
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdLogFilter())
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        model=args.model,
+        dtype=args.dtype,
+        block_size=args.block_size,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        num_kv_blocks=args.num_kv_blocks,
+        kv_cache_bytes=args.kv_cache_bytes,
+        max_model_len=args.max_model_len,
+        enable_prefix_caching=args.enable_prefix_caching,
+        attention_backend=args.attention_backend,
+        seed=args.seed,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    core = EngineCore(engine_config(args))
+    names = tuple(dict.fromkeys(args.served_model_name or [core.model_name, args.model]))
+    metrics = ServerMetrics(names[0])
+    hub = KVEventHub(core.config.block_size, engine_id=uuid.uuid4().hex)
+    engine = AsyncEngine(
+        core,
+        metrics,
+        hub,
+        max_waiting=args.max_waiting_requests,
+        stream_capacity=args.stream_buffer,
+        request_timeout_s=args.request_timeout,
+    )
+    app = build_app(engine, ServerSettings(served_model_names=names, max_body_bytes=args.max_body_bytes))
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_config=None, access_log=False, timeout_graceful_shutdown=5,
+    )
+    log.info("serving %s as %s on http://%s:%d", args.model, ", ".join(names), args.host, args.port)
+    DrainingServer(config, engine, args.shutdown_grace).run()
+    return 0

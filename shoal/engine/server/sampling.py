@@ -1,0 +1,77 @@
+"""Translates an OpenAI request into the engine's ``SamplingParams``, one per choice.
+
+OpenAI leaves ``max_tokens`` open on chat (use the rest of the context) and defaults it to 16 on
+completions; a limit that cannot fit next to the prompt is the client's error (400 naming ``max_tokens``),
+as in OpenAI and vLLM, rather than a silent truncation. ``n`` choices of a seeded request get seeds
+``seed, seed + 1, ...`` so they differ from each other yet repeat across runs.
+"""
+
+from __future__ import annotations
+
+from shoal.engine.core.errors import InvalidRequestError
+from shoal.engine.core.sampling_params import SamplingParams
+from shoal.protocol.errors import APIError, invalid_request
+from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+
+OpenAIRequest = CompletionRequest | ChatCompletionRequest
+
+
+def requested_logprobs(req: OpenAIRequest) -> int | None:
+    """How many alternatives per token the client wants, or ``None`` for no logprobs at all."""
+    if isinstance(req, ChatCompletionRequest):
+        return (req.top_logprobs or 0) if req.logprobs else None
+    return req.logprobs
+
+
+def output_limit(req: OpenAIRequest, prompt_len: int, max_model_len: int, prompt_field: str) -> int:
+    """The number of tokens to generate at most, or a 400 when the prompt leaves no room for it."""
+    if prompt_len >= max_model_len:
+        raise invalid_request(
+            f"This model's maximum context length is {max_model_len} tokens, but the prompt has {prompt_len} "
+            "tokens (the prompt plus at least one generated token must fit).",
+            param=prompt_field,
+            code="context_length_exceeded",
+        )
+    limit = req.output_limit() if isinstance(req, ChatCompletionRequest) else req.max_tokens
+    room = max_model_len - prompt_len
+    if limit is None:
+        return room
+    if limit > room:
+        field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
+        raise invalid_request(
+            f"This model's maximum context length is {max_model_len} tokens; the prompt has {prompt_len} tokens "
+            f"and {field} is {limit}, so at most {room} tokens can be generated.",
+            param=field,
+            code="context_length_exceeded",
+        )
+    return limit
+
+
+def sampling_params(req: OpenAIRequest, max_tokens: int, choice: int) -> SamplingParams:
+    """The engine parameters of choice number ``choice`` (its seed is offset by it)."""
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    try:
+        return SamplingParams(
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_k=0 if req.top_k is None or req.top_k < 0 else req.top_k,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            min_p=req.min_p or 0.0,
+            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+            seed=None if req.seed is None else req.seed + choice,
+            stop=stop,
+            stop_token_ids=list(req.stop_token_ids or []),
+            max_tokens=max_tokens,
+            min_tokens=req.min_tokens,
+            ignore_eos=req.ignore_eos,
+            logprobs=requested_logprobs(req),
+            skip_special_tokens=req.skip_special_tokens,
+        )
+    except InvalidRequestError as exc:
+        raise engine_error(exc) from None
+
+
+def engine_error(exc: InvalidRequestError) -> APIError:
+    """The engine's refusal as a 400 naming the same field."""
+    return invalid_request(f"{exc.field}: {exc.reason}", param=exc.field)

@@ -1,0 +1,241 @@
+"""Runs one admitted OpenAI request to the end, as one JSON response or as server-sent events.
+
+Both endpoints share this path; an endpoint only supplies a ``Formatter`` (the shape of its chunks and of
+its final response). Whatever way a request ends (finished, time limit, client gone, engine failure),
+``Generation.close`` runs (aborting what is unfinished so its KV blocks are freed at the next step) and one
+structured log line records its stages. A non-streaming request watches for the client's disconnect while
+it waits, so an abandoned request is aborted as promptly as a streaming one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from shoal.engine.core.outputs import RequestMetrics, SampleLogprobs
+from shoal.engine.server.async_engine import Child, Generation
+from shoal.engine.server.output_stream import Delta, StreamFailed
+from shoal.protocol.errors import internal_error
+from shoal.protocol.openai_api import PromptTokensDetails, UsageInfo
+
+request_log = logging.getLogger("shoal.engine.server.requests")
+
+
+@dataclass
+class Prepared:
+    """A validated, tokenized request ready for the engine."""
+
+    request_id: str
+    model: str
+    children: list[Child]
+    n: int
+    tokenize_s: float
+    include_usage: bool = False
+
+
+@dataclass
+class ChoiceState:
+    """Everything one choice produced so far."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[SampleLogprobs] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    metrics: RequestMetrics | None = None
+
+    def update(self, delta: Delta) -> None:
+        self.text += delta.text
+        self.token_ids += delta.token_ids
+        self.logprobs += delta.logprobs or []
+        self.finish_reason = delta.finish_reason
+        self.stop_reason = delta.stop_reason
+        self.num_prompt_tokens = delta.num_prompt_tokens
+        self.num_cached_tokens = delta.num_cached_tokens
+        self.metrics = delta.metrics
+
+
+class Outcome:
+    """The choices of one request and what they add up to."""
+
+    def __init__(self, prepared: Prepared) -> None:
+        self.prepared = prepared
+        self.choices = [ChoiceState(i) for i in range(len(prepared.children))]
+        self.status = "ok"
+
+    def update(self, delta: Delta) -> ChoiceState:
+        choice = self.choices[delta.index]
+        choice.update(delta)
+        return choice
+
+    def usage(self) -> UsageInfo:
+        """Each prompt counts once however many choices it has (as in OpenAI's and vLLM's usage)."""
+        firsts = self.choices[:: self.prepared.n]
+        prompt = sum(c.num_prompt_tokens for c in firsts)
+        completion = sum(len(c.token_ids) for c in self.choices)
+        cached = sum(c.num_cached_tokens for c in firsts)
+        return UsageInfo(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+        )
+
+    def stages(self) -> dict[str, float]:
+        """Stage durations in seconds of the choice that finished last (the one the client waited for)."""
+        stages = {"tokenize": self.prepared.tokenize_s}
+        done = [c.metrics for c in self.choices if c.metrics is not None]
+        if done:
+            last = max(done, key=lambda m: m.finished_time or m.last_token_time or m.arrival_time)
+            for name, value in (
+                ("queue", last.queue_time),
+                ("prefill", last.prefill_time),
+                ("decode", last.decode_time),
+                ("e2e", last.e2e_time),
+            ):
+                if value is not None:
+                    stages[name] = value
+        return stages
+
+    def server_timing(self) -> str:
+        return ", ".join(f"{name};dur={seconds * 1000:.2f}" for name, seconds in self.stages().items())
+
+    def log(self) -> None:
+        """One structured line per finished request."""
+        usage = self.usage()
+        request_log.info(
+            json.dumps(
+                {
+                    "event": "request_finished",
+                    "request_id": self.prepared.request_id,
+                    "status": self.status,
+                    "finish_reasons": [c.finish_reason for c in self.choices],
+                    "prompt_tokens": usage.prompt_tokens,
+                    "cached_tokens": usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0,
+                    "completion_tokens": usage.completion_tokens,
+                    **{f"{k}_ms": round(v * 1000, 2) for k, v in self.stages().items()},
+                }
+            )
+        )
+
+
+class Formatter(Protocol):
+    """How an endpoint shapes its output."""
+
+    def opening(self, outcome: Outcome) -> list[BaseModel]: ...
+
+    def chunk(self, delta: Delta, choice: ChoiceState) -> BaseModel | None: ...
+
+    def usage_chunk(self, usage: UsageInfo) -> BaseModel: ...
+
+    def response(self, outcome: Outcome) -> BaseModel: ...
+
+
+def sse(payload: BaseModel | dict) -> str:
+    body = payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload)
+    return f"data: {body}\n\n"
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A streaming response that runs ``on_close`` however it ends, even if its body never started."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None], **kwargs: object) -> None:
+        super().__init__(content, **kwargs)  # type: ignore[arg-type]
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def finish(generation: Generation, outcome: Outcome) -> None:
+    """Ends a request: aborts what is unfinished, names how it ended, logs it. Idempotent."""
+    if generation.closed:
+        return
+    if generation.timed_out:
+        outcome.status = "timeout"
+    elif outcome.status == "ok" and not generation.stream.finished:
+        outcome.status = "cancelled"
+    generation.close()
+    outcome.log()
+
+
+async def respond(
+    request: Request, generation: Generation, prepared: Prepared, formatter: Formatter, stream: bool
+) -> Response:
+    outcome = Outcome(prepared)
+    if stream:
+        return ClosingStreamingResponse(
+            _events(generation, outcome, formatter),
+            on_close=lambda: finish(generation, outcome),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
+    try:
+        finished = await _collect_unless_disconnected(request, generation, outcome)
+    except StreamFailed:
+        outcome.status = "error"
+        raise internal_error() from None
+    finally:
+        finish(generation, outcome)
+    if not finished:
+        return Response(status_code=499)  # nobody is listening; the status only shows in access logs
+    return JSONResponse(formatter.response(outcome).model_dump(), headers={"Server-Timing": outcome.server_timing()})
+
+
+async def _events(generation: Generation, outcome: Outcome, formatter: Formatter) -> AsyncIterator[str]:
+    for opening in formatter.opening(outcome):
+        yield sse(opening)
+    try:
+        async for batch in generation:
+            for delta in batch:
+                choice = outcome.update(delta)
+                chunk = formatter.chunk(delta, choice)
+                if chunk is not None:
+                    yield sse(chunk)
+    except StreamFailed:
+        outcome.status = "error"
+        yield sse(internal_error().body())
+        return
+    if outcome.prepared.include_usage:
+        yield sse(formatter.usage_chunk(outcome.usage()))
+    yield "data: [DONE]\n\n"
+
+
+async def _collect_unless_disconnected(request: Request, generation: Generation, outcome: Outcome) -> bool:
+    """Reads the whole generation; returns False as soon as the client disconnects instead."""
+
+    async def collect() -> None:
+        async for batch in generation:
+            for delta in batch:
+                outcome.update(delta)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    work = asyncio.ensure_future(collect())
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, watch):
+            task.cancel()
+    if work.done() and not work.cancelled():
+        work.result()  # re-raises StreamFailed
+        return True
+    return False
