@@ -1,0 +1,40 @@
+"""The inner step both attention kernels share: one KV tile through the block table, one online-softmax update.
+
+Each of the tile's ``BLOCK_N`` positions finds its block in the sequence's block-table row, so the tile width
+does not depend on the cache's block size and a tile may straddle blocks. Position ``p`` counts for row ``r``
+when ``p < key_end`` and ``p <= last_pos[r]`` (the causal limit); positions that fail the first test, or whose
+block id is outside the cache, are never loaded. Scores are in the exp2 domain (``qk_scale`` carries log2 e).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attend_kv_tile(
+    q, acc, m_i, l_i,
+    k_cache_ptr, v_cache_ptr, table_ptr, pos, key_end, last_pos, qk_scale, num_blocks, table_width,
+    kv_head, stride_cb, stride_ct, stride_ch, offs_d, d_mask,
+    BLOCK_SIZE: tl.constexpr, UPCAST: tl.constexpr,
+):
+    col = pos // BLOCK_SIZE
+    valid = (pos < key_end) & (col < table_width)
+    block = tl.load(table_ptr + col, mask=valid, other=0)
+    valid = valid & (block >= 0) & (block < num_blocks)
+    kv_off = block.to(tl.int64) * stride_cb + (pos % BLOCK_SIZE) * stride_ct + kv_head * stride_ch
+    kv_mask = valid[:, None] & d_mask[None, :]
+    k = tl.load(k_cache_ptr + kv_off[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_cache_ptr + kv_off[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+    s = tl.where(valid[None, :] & (pos[None, :] <= last_pos[:, None]), s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    return acc, m_new, l_i

@@ -1,0 +1,90 @@
+"""The Triton implementation of ``KernelOps``: validates on the host, then launches one kernel per op.
+
+Attention picks its kernel per batch: a decode-only batch (every sequence has one new token) goes to the
+paged decode kernel, split into KV segments when there are too few sequences to fill the GPU; anything else
+(prefills, chunks, mixes with decodes) goes to the prefill kernel, which handles decode rows too. Under the
+interpreter there is no GPU to fill, so decode runs unsplit there.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from shoal.kernels import validation
+from shoal.kernels.metadata import AttentionMetadata
+from shoal.kernels.triton import (
+    add_rms_norm,
+    choose_num_splits,
+    paged_decode_attention,
+    paged_prefill_attention,
+    rms_norm,
+    rotary_embedding_,
+    silu_and_mul,
+    write_kv_cache,
+)
+from shoal.kernels.triton.launch import check_device
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+class TritonOps:
+    """Triton kernels: compiled on CUDA tensors, interpreted on CPU under ``TRITON_INTERPRET=1``."""
+
+    name = "triton"
+
+    def write_kv(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        validation.check_write_kv(key, value, k_cache, v_cache, slot_mapping)
+        check_device(k_cache)
+        write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
+
+    def attention(
+        self,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        validation.check_attention(query, k_cache, v_cache, meta)
+        check_device(query)
+        if meta.is_decode_only:
+            splits = choose_num_splits(meta.num_seqs, k_cache.shape[2], meta.max_seq_len, _num_sms(query.device))
+            return paged_decode_attention(query, k_cache, v_cache, meta.seq_lens, meta.block_tables, scale, splits)
+        return paged_prefill_attention(
+            query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, meta.max_query_len, scale
+        )
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        validation.check_rms_norm(x, weight)
+        check_device(x)
+        return rms_norm(x, weight, eps)
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        validation.check_rms_norm(x, weight, residual)
+        check_device(x)
+        return add_rms_norm(x, residual, weight, eps)
+
+    def rotary(
+        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        validation.check_rotary(positions, query, key, cos_sin_cache)
+        check_device(query)
+        return rotary_embedding_(positions, query, key, cos_sin_cache)
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        validation.check_silu_and_mul(x)
+        check_device(x)
+        return silu_and_mul(x)

@@ -1,0 +1,106 @@
+"""The torch reference (the engine's CPU path, and the oracle of every kernel test) against naive loops."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from shoal.kernels import AttentionMetadata, TorchOps
+
+
+def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale):
+    """Token by token, head by head, position by position: the definition of paged causal attention."""
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = query.shape[1] // num_kv_heads
+    out = torch.zeros(query.shape, dtype=torch.float64)
+    row = 0
+    for qlen, slen, table in zip(query_lens, seq_lens, tables):
+        for i in range(qlen):
+            pos = slen - qlen + i
+            for h in range(query.shape[1]):
+                kvh = h // group
+                keys = [k_cache[table[p // block_size], p % block_size, kvh].double() for p in range(pos + 1)]
+                values = [v_cache[table[p // block_size], p % block_size, kvh].double() for p in range(pos + 1)]
+                scores = [float(query[row, h].double() @ k) * scale for k in keys]
+                top = max(scores)
+                weights = [math.exp(s - top) for s in scores]
+                total = sum(weights)
+                out[row, h] = sum(w / total * v for w, v in zip(weights, values))
+            row += 1
+    return out
+
+
+@pytest.mark.parametrize(
+    ("query_lens", "seq_lens", "num_heads", "num_kv_heads"),
+    [
+        ([1, 1, 1], [1, 9, 20], 4, 4),  # decode only, partial last blocks
+        ([5, 1, 12], [5, 14, 20], 6, 2),  # prefill, decode and a chunk after cached blocks, GQA 3
+        ([3], [3], 4, 1),  # one short prompt, MQA
+    ],
+)
+def test_reference_attention_equals_naive_loop(query_lens, seq_lens, num_heads, num_kv_heads) -> None:
+    torch.manual_seed(0)
+    block_size, head_dim, num_blocks = 4, 8, 24
+    tables = []
+    free = torch.randperm(num_blocks).tolist()
+    for s in seq_lens:
+        n = (s + block_size - 1) // block_size
+        tables.append([free.pop() for _ in range(n)])
+    meta = AttentionMetadata.build(query_lens, seq_lens, tables, block_size)
+    k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache = torch.randn_like(k_cache)
+    query = torch.randn(sum(query_lens), num_heads, head_dim)
+
+    out = TorchOps().attention(query, k_cache, v_cache, meta, 0.3)
+
+    expected = naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, 0.3)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_reference_write_kv_puts_each_token_in_its_slot() -> None:
+    torch.manual_seed(0)
+    k_cache = torch.zeros(6, 4, 2, 8)
+    v_cache = torch.zeros_like(k_cache)
+    key, value = torch.randn(5, 2, 8), torch.randn(5, 2, 8)
+    slots = torch.tensor([23, 0, 9, 10, 4])
+
+    TorchOps().write_kv(key, value, k_cache, v_cache, slots)
+
+    for t, slot in enumerate(slots.tolist()):
+        assert torch.equal(k_cache[slot // 4, slot % 4], key[t])
+        assert torch.equal(v_cache[slot // 4, slot % 4], value[t])
+    assert int((k_cache.abs().sum(-1) > 0).sum()) == 5 * 2
+
+
+def test_reference_rotary_rotates_each_pair_by_its_angle() -> None:
+    torch.manual_seed(0)
+    head_dim, rotary_dim, base = 8, 6, 100.0
+    inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angles = torch.arange(32, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    cache = torch.cat((angles.cos(), angles.sin()), dim=-1).float()
+    query, key = torch.randn(3, 2, head_dim), torch.randn(3, 1, head_dim)
+    positions = torch.tensor([0, 7, 31])
+
+    rq, rk = TorchOps().rotary(positions, query.clone(), key.clone(), cache)
+
+    half = rotary_dim // 2
+    for x, rx in ((query, rq), (key, rk)):
+        for t, pos in enumerate(positions.tolist()):
+            for i in range(half):
+                pair = complex(x[t, 0, i], x[t, 0, i + half]) * complex(math.cos(angles[pos, i]), math.sin(angles[pos, i]))
+                assert rx[t, 0, i].item() == pytest.approx(pair.real, abs=1e-5)
+                assert rx[t, 0, i + half].item() == pytest.approx(pair.imag, abs=1e-5)
+        assert torch.equal(rx[..., rotary_dim:], x[..., rotary_dim:])
+
+
+def test_reference_rms_norm_matches_hugging_face() -> None:
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    torch.manual_seed(0)
+    hf = LlamaRMSNorm(48, eps=1e-5)
+    hf.weight.data = torch.randn(48).half()
+    x = torch.randn(5, 48).half()
+
+    assert torch.equal(TorchOps().rms_norm(x, hf.weight.data, 1e-5), hf(x))
