@@ -1,0 +1,85 @@
+"""Engine fixtures: tiny random checkpoints (session-scoped, built once) and the bundled SmolLM2 model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny_checkpoints import build_checkpoint
+
+from shoal.model_registry import ModelSource, resolve_model
+
+SMOLLM2 = "smollm2-135m"
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Llama with multi-head attention (as many KV heads as query heads), untied LM head."""
+    return build_checkpoint(tmp_path_factory.mktemp("tiny-llama"), "llama", seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_gqa_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Llama with grouped-query attention (4 query heads share 2 KV heads) and tied embeddings."""
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-gqa-llama"), "llama", seed=2, num_key_value_heads=2, tie_word_embeddings=True
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen2: biases on q/k/v, GQA."""
+    return build_checkpoint(tmp_path_factory.mktemp("tiny-qwen2"), "qwen2", seed=3, num_key_value_heads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama3_scaled_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Llama 3.1-style RoPE scaling, with a short original context so that every frequency band is exercised."""
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32,
+    }
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-llama3"), "llama", seed=4, num_key_value_heads=2, rope_parameters=rope
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_mistral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Mistral-style (no sliding window), GQA."""
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-mistral"), "mistral", seed=5, num_key_value_heads=1, sliding_window=None
+    )
+
+
+@pytest.fixture(scope="session")
+def smollm2_source() -> ModelSource:
+    """The bundled SmolLM2-135M-Instruct GGUF."""
+    return resolve_model(SMOLLM2)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model(smollm2_source: ModelSource):
+    """Our fp32 SmolLM2 on the torch path (about 5 s to dequantize and load)."""
+    import torch
+
+    from shoal.engine.loader import load_model
+    from shoal.kernels import TorchOps
+
+    return load_model(smollm2_source, torch.float32, TorchOps())
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf_model(smollm2_source: ModelSource):
+    """transformers' own GGUF loader on the same file, in fp32: the reference (about 15 s)."""
+    import torch
+    import transformers
+
+    path = smollm2_source.path
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    ).eval()
