@@ -1,0 +1,94 @@
+"""``shoal gateway``: the routing gateway in front of the engine replicas. Imports nothing heavy until run."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, POLICY_NAMES
+
+    p = subparsers.add_parser("gateway", help="Run the OpenAI-compatible routing gateway.",
+                              description="Auth, quotas, streaming and prefix-aware routing over engine replicas.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    where = p.add_argument_group("backends (one source)")
+    where.add_argument("--backend", action="append", default=[], metavar="URL",
+                       help="an engine replica's base URL (repeatable)")
+    where.add_argument("--backends-file", metavar="PATH", help="a file of replica URLs, one a line; re-read on change")
+    where.add_argument("--kube-service", metavar="NAMESPACE/NAME",
+                       help="follow the ready endpoints of this Service's EndpointSlices")
+    where.add_argument("--kube-port-name", default=None, help="the EndpointSlice port to use (default: the only one)")
+    where.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster config)")
+    p.add_argument("--policy", choices=POLICY_NAMES, default="prefix-aware")
+    p.add_argument("--bound-factor", type=float, default=DEFAULT_BOUND_FACTOR,
+                   help="a replica stays eligible while its load is within this factor of the mean")
+    p.add_argument("--load-floor-tokens", type=int, default=DEFAULT_LOAD_FLOOR_TOKENS,
+                   help="the mean load never counts below this many tokens when applying the bound")
+    p.add_argument("--tokenizer", action="append", default=[], metavar="MODEL=SOURCE",
+                   help="tokenizer for a served model name (default: the model name itself)")
+    p.add_argument("--api-keys", metavar="PATH", help="YAML/JSON tenants file; without it, no auth")
+    p.add_argument("--redis-url", help="share quotas through this Redis (default: in memory)")
+    p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    p.add_argument("--max-attempts", type=int, default=3, help="replicas tried per request before the first byte")
+    p.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
+    p.add_argument("--no-kv-events", action="store_true", help="do not follow the engines' /kv/events")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=run)
+
+
+def _tokenizers(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        model, sep, source = pair.partition("=")
+        if not sep or not model or not source:
+            raise SystemExit(f"--tokenizer expects MODEL=SOURCE, got {pair!r}")
+        out[model] = source
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from shoal.gateway.app import create_app
+    from shoal.gateway.auth import ApiKeys
+    from shoal.gateway.discovery import Discovery, from_file, static
+    from shoal.gateway.gateway import Gateway, GatewayConfig
+    from shoal.gateway.quota import MemoryQuota, QuotaStore
+
+    sources = [bool(args.backend), bool(args.backends_file), bool(args.kube_service)]
+    if sum(sources) != 1:
+        raise SystemExit("give exactly one of --backend (repeatable), --backends-file or --kube-service")
+    discovery: Discovery
+    if args.backend:
+        discovery = static(args.backend)
+    elif args.backends_file:
+        discovery = from_file(args.backends_file)
+    else:
+        from shoal.gateway.kube_discovery import endpoint_slices
+
+        namespace, sep, name = args.kube_service.partition("/")
+        if not sep:
+            raise SystemExit("--kube-service expects NAMESPACE/NAME")
+        discovery = endpoint_slices(namespace, name, args.kube_port_name, args.kubeconfig)
+    quota: QuotaStore
+    if args.redis_url:
+        from shoal.gateway.quota_redis import RedisQuota
+
+        quota = RedisQuota(args.redis_url)
+    else:
+        quota = MemoryQuota()
+    config = GatewayConfig(
+        policy=args.policy, bound_factor=args.bound_factor, load_floor_tokens=args.load_floor_tokens,
+        tokenizers=_tokenizers(args.tokenizer), max_body_bytes=args.max_body_bytes, max_attempts=args.max_attempts,
+        health_interval_s=args.health_interval, follow_kv_events=not args.no_kv_events,
+    )
+    api_keys = ApiKeys.from_file(args.api_keys) if args.api_keys else ApiKeys()
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    gateway = Gateway(config, discovery, api_keys, quota)
+    uvicorn.run(create_app(gateway), host=args.host, port=args.port, log_level=args.log_level,
+                access_log=False, loop="uvloop", http="httptools")
+    return 0

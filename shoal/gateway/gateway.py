@@ -1,0 +1,129 @@
+"""One gateway's state and background work: the fleet, its discovery, health checks and KV-event followers.
+
+``Gateway`` is what the HTTP app and the CLI share. ``start()`` opens the pooled upstream session (keep-alive,
+TCP_NODELAY on every socket) and starts three kinds of tasks: discovery publishing the set of replica URLs,
+a health loop that checks every replica each ``health_interval``, and one ``/kv/events`` follower per replica
+(started when the replica appears, cancelled when it goes). Routing decisions are made per request by the
+model's policy over the healthy replicas serving that model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from shoal.gateway import health, kv_follower
+from shoal.gateway.auth import ApiKeys
+from shoal.gateway.discovery import Discovery
+from shoal.gateway.metrics import GatewayMetrics
+from shoal.gateway.prompts import PromptReader
+from shoal.gateway.quota import MemoryQuota, QuotaStore
+from shoal.gateway.replicas import Fleet, Replica
+from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, RoutingPolicy, make_policy
+from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GatewayConfig:
+    policy: str = "prefix-aware"
+    bound_factor: float = DEFAULT_BOUND_FACTOR
+    load_floor_tokens: int = DEFAULT_LOAD_FLOOR_TOKENS
+    block_size: int = DEFAULT_BLOCK_SIZE
+    tokenizers: dict[str, str] = field(default_factory=dict)  # served model name -> tokenizer source
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_attempts: int = 3
+    retry_budget_s: float = 10.0
+    connect_timeout_s: float = 2.0
+    health_interval_s: float = 2.0
+    health_timeout_s: float = 2.0
+    fail_threshold: int = 2
+    unavailable_retry_after_s: int = 2
+    follow_kv_events: bool = True
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, discovery: Discovery, api_keys: ApiKeys | None = None,
+                 quota: QuotaStore | None = None, prompts: PromptReader | None = None) -> None:
+        self.config = config
+        self.discovery = discovery
+        self.api_keys = api_keys or ApiKeys()
+        self.quota = quota or MemoryQuota()
+        self.prompts = prompts or PromptReader(config.tokenizers)
+        self.metrics = GatewayMetrics()
+        self.fleet = Fleet()
+        self.session: aiohttp.ClientSession | None = None
+        self._policies: dict[str, RoutingPolicy] = {}
+        self._followers: dict[str, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def policy(self, model: str) -> RoutingPolicy:
+        """Each model has its own policy instance (a round-robin counter per model, for one)."""
+        if model not in self._policies:
+            self._policies[model] = make_policy(self.config.policy, self.config.bound_factor,
+                                                self.config.load_floor_tokens)
+        return self._policies[model]
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=75, ttl_dns_cache=None)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        self._tasks = [asyncio.create_task(self._discover()), asyncio.create_task(self._health_loop())]
+
+    async def stop(self) -> None:
+        tasks = self._tasks + list(self._followers.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._followers.clear()
+        if self.session is not None:
+            await self.session.close()
+        await self.quota.close()
+
+    async def _discover(self) -> None:
+        await self.discovery(self.publish)
+
+    def publish(self, urls: list[str]) -> None:
+        """Discovery's callback: the complete current set of replica URLs."""
+        added, removed = self.fleet.set_urls(urls)
+        for replica in removed:
+            log.info("replica %s removed by discovery", replica.url)
+            for gauge in (self.metrics.backend_up, self.metrics.kv_synced):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(replica.url)
+            task = self._followers.pop(replica.url, None)
+            if task is not None:
+                task.cancel()
+        for replica in added:
+            log.info("replica %s discovered", replica.url)
+            self._tasks.append(asyncio.create_task(self._check(replica)))
+            if self.config.follow_kv_events:
+                self._followers[replica.url] = asyncio.create_task(self._follow(replica))
+
+    async def _follow(self, replica: Replica) -> None:
+        assert self.session is not None
+        await kv_follower.follow(self.session, replica, self.config.block_size, self._on_sync)
+
+    def _on_sync(self, replica: Replica, synced: bool) -> None:
+        self.metrics.kv_synced.labels(replica.url).set(1 if synced else 0)
+
+    async def _check(self, replica: Replica) -> None:
+        assert self.session is not None
+        await health.check(self.session, self.fleet, replica, self.config.health_timeout_s,
+                           self.config.fail_threshold)
+        self.metrics.backend_up.labels(replica.url).set(1 if replica.healthy else 0)
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            await asyncio.gather(*(self._check(r) for r in list(self.fleet.replicas.values())))
+
+    def eject(self, replica: Replica) -> None:
+        Fleet.eject(replica)
+        self.metrics.backend_up.labels(replica.url).set(0)

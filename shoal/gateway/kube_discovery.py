@@ -1,0 +1,80 @@
+"""Replicas from the EndpointSlices of the engine Service, watched through the Kubernetes API.
+
+Only endpoints whose ``conditions.ready`` is true count (a pod still loading its model or shutting down is
+left out); the URL is ``http://<address>:<port>`` with the slice's port of the given name (or its only port).
+The watch restarts from a fresh list whenever it ends or its resource version expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from shoal.gateway.discovery import Discovery, Publish
+
+log = logging.getLogger(__name__)
+
+SERVICE_LABEL = "kubernetes.io/service-name"
+
+
+def slice_urls(endpoint_slice: Any, port_name: str | None) -> set[str]:
+    """The ready endpoints of one EndpointSlice as URLs."""
+    ports = [p for p in (endpoint_slice.ports or []) if port_name is None or p.name == port_name]
+    if not ports or ports[0].port is None:
+        return set()
+    port = ports[0].port
+    urls: set[str] = set()
+    for endpoint in endpoint_slice.endpoints or []:
+        conditions = endpoint.conditions
+        if conditions is not None and conditions.ready is False:
+            continue
+        for address in endpoint.addresses or []:
+            host = f"[{address}]" if ":" in address else address
+            urls.add(f"http://{host}:{port}")
+    return urls
+
+
+async def _load_config(kubeconfig: str | None) -> client.ApiClient:
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig)
+    else:
+        config.load_incluster_config()
+    return client.ApiClient()
+
+
+def endpoint_slices(namespace: str, service: str, port_name: str | None = None,
+                    kubeconfig: str | None = None, retry_delay: float = 1.0) -> Discovery:
+    """Watches the slices labelled with ``service`` in ``namespace`` and publishes their ready URLs."""
+
+    async def run(publish: Publish) -> None:
+        api_client = await _load_config(kubeconfig)
+        api = client.DiscoveryV1Api(api_client)
+        selector = f"{SERVICE_LABEL}={service}"
+        try:
+            while True:
+                try:
+                    listing = await api.list_namespaced_endpoint_slice(namespace, label_selector=selector)
+                    slices = {s.metadata.name: slice_urls(s, port_name) for s in listing.items}
+                    publish(sorted(set().union(*slices.values())))
+                    stream = watch.Watch().stream(
+                        api.list_namespaced_endpoint_slice, namespace, label_selector=selector,
+                        resource_version=listing.metadata.resource_version, timeout_seconds=300,
+                    )
+                    async for event in stream:
+                        endpoint_slice = event["object"]
+                        if event["type"] == "DELETED":
+                            slices.pop(endpoint_slice.metadata.name, None)
+                        else:
+                            slices[endpoint_slice.metadata.name] = slice_urls(endpoint_slice, port_name)
+                        publish(sorted(set().union(*slices.values())))
+                except (ApiException, asyncio.TimeoutError, OSError) as exc:
+                    log.warning("EndpointSlice watch for %s/%s interrupted: %s", namespace, service, exc)
+                    await asyncio.sleep(retry_delay)
+        finally:
+            await api_client.close()
+
+    return run

@@ -1,0 +1,77 @@
+"""Follows one engine's ``GET /kv/events`` stream into that replica's ``PrefixIndex``.
+
+The stream opens with a snapshot and continues with stored/removed events; on a sequence gap, a disconnect or
+an engine restart the index falls back to the routing history and the follower reconnects for a new snapshot.
+An engine that hashes blocks differently (another scheme or block size than the gateway computes) is not
+followed at all: its hashes would never match and would only look like misses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+from pydantic import ValidationError
+
+from shoal.gateway.prefix_index import EventGap
+from shoal.gateway.replicas import Replica
+from shoal.protocol.block_hash import BLOCK_HASH_SCHEME
+from shoal.protocol.kv_events import KVEvent
+
+log = logging.getLogger(__name__)
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+class IncompatibleHashes(Exception):
+    """The engine names its blocks with a scheme or block size the gateway does not compute."""
+
+
+async def sse_data_lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of a server-sent event stream, however the bytes are chunked."""
+    buffer = bytearray()
+    async for chunk in content.iter_any():
+        buffer += chunk
+        while (end := buffer.find(b"\n")) >= 0:
+            line = bytes(buffer[:end]).rstrip(b"\r")
+            del buffer[: end + 1]
+            if line.startswith(b"data:"):
+                yield line[5:].strip()
+        if len(buffer) > MAX_LINE_BYTES:
+            raise ValueError(f"an event line is longer than {MAX_LINE_BYTES} bytes")
+
+
+def _check(event: KVEvent, block_size: int) -> None:
+    if event.hash_scheme != BLOCK_HASH_SCHEME:
+        raise IncompatibleHashes(f"engine hashes with {event.hash_scheme!r}, the gateway with {BLOCK_HASH_SCHEME!r}")
+    if event.type == "snapshot" and event.block_size not in (None, block_size):
+        raise IncompatibleHashes(f"engine block size {event.block_size}, the gateway hashes {block_size}-token blocks")
+
+
+async def follow(session: aiohttp.ClientSession, replica: Replica, block_size: int,
+                 on_sync: Callable[[Replica, bool], None], retry_delay: float = 0.5) -> None:
+    """Runs until cancelled, keeping ``replica.index`` in step with the engine."""
+    timeout = aiohttp.ClientTimeout(total=None, connect=2.0, sock_read=None)
+    while True:
+        try:
+            async with session.get(replica.url + "/kv/events", timeout=timeout) as response:
+                if response.status != 200:
+                    raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
+                async for data in sse_data_lines(response.content):
+                    event = KVEvent.model_validate_json(data)
+                    _check(event, block_size)
+                    replica.index.apply(event)
+                    if event.type == "snapshot":
+                        on_sync(replica, True)
+        except IncompatibleHashes as exc:
+            log.error("not following %s/kv/events: %s", replica.url, exc)
+            replica.index.desync()
+            on_sync(replica, False)
+            return
+        except (EventGap, ValidationError, ValueError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            log.info("kv events from %s interrupted (%s); resyncing", replica.url, exc)
+        replica.index.desync()
+        on_sync(replica, False)
+        await asyncio.sleep(retry_delay)

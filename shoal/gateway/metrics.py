@@ -1,0 +1,40 @@
+"""The gateway's Prometheus metrics, in a registry of its own (one per gateway, so tests can run several)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("shoal_gateway_requests", "Requests answered, by model, tenant and HTTP status.",
+                                ["model", "tenant", "status"], registry=r)
+        self.in_flight = Gauge("shoal_gateway_backend_in_flight_requests", "Requests in flight per backend.",
+                               ["backend"], registry=r)
+        self.in_flight_tokens = Gauge("shoal_gateway_backend_in_flight_tokens",
+                                      "Tokens (prompt + requested output) in flight per backend.",
+                                      ["backend"], registry=r)
+        self.backend_up = Gauge("shoal_gateway_backend_up", "1 while a backend is healthy and in rotation.",
+                                ["backend"], registry=r)
+        self.kv_synced = Gauge("shoal_gateway_backend_kv_events_synced",
+                               "1 while the backend's /kv/events stream is followed in sync.", ["backend"], registry=r)
+        self.decisions = Counter("shoal_gateway_routing_decisions", "Routing decisions by policy and reason.",
+                                 ["model", "policy", "reason"], registry=r)
+        self.matched_blocks = Counter("shoal_gateway_routing_matched_blocks",
+                                      "Prompt blocks the chosen backend was believed to hold.", ["model"], registry=r)
+        self.quota_rejections = Counter("shoal_gateway_quota_rejections", "Requests refused by a tenant quota.",
+                                        ["tenant", "limit"], registry=r)
+        self.retries = Counter("shoal_gateway_upstream_retries", "Attempts retried on another backend, by cause.",
+                               ["cause"], registry=r)
+        self.duration = Histogram("shoal_gateway_request_duration_seconds", "End-to-end time in the gateway.",
+                                  ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttfb = Histogram("shoal_gateway_time_to_first_byte_seconds",
+                              "From request arrival to the first upstream byte.", ["model"],
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.overhead = Histogram("shoal_gateway_overhead_seconds",
+                                  "Gateway work before the request is sent upstream (auth to connect).",
+                                  buckets=LATENCY_BUCKETS, registry=r)

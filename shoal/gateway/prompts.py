@@ -1,0 +1,108 @@
+"""A request's prompt as the engine will see it: token ids, block hashes and the token cost charged to it.
+
+The gateway must tokenize exactly as the engine does, or its block hashes name nothing the engine holds: a
+completion prompt is ``encode(prompt)`` (special tokens added per the tokenizer's config), a chat is the chat
+template rendered with the generation prompt and then ``encode(text, add_special_tokens=False)``; token-id
+prompts are taken as they are. Tokenizers load lazily per model (``shoal.tokenizer``, torch-free); a model
+whose tokenizer cannot be found is still served, routed without prefix information and charged an estimate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE, hash_blocks
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHAT_MAX_TOKENS = 256
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+BYTES_PER_TOKEN_ESTIMATE = 4
+
+
+class PromptTokenizer(Protocol):
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
+
+
+@dataclass(frozen=True)
+class Prompt:
+    token_ids: list[int] | None
+    cost_tokens: int
+
+    def block_hashes(self, block_size: int = DEFAULT_BLOCK_SIZE) -> list[int]:
+        return hash_blocks(self.token_ids, block_size) if self.token_ids else []
+
+
+def _load_tokenizer(source: str) -> PromptTokenizer:
+    from shoal.model_registry import resolve_model
+    from shoal.tokenizer import Tokenizer
+
+    return Tokenizer.from_source(resolve_model(source))
+
+
+def _first_prompt(prompt: Any) -> str | list[int] | None:
+    """The first prompt of a completion request (a string, a token list, or a batch of either)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) for t in prompt):
+            return list(prompt)
+        return _first_prompt(prompt[0])
+    return None
+
+
+def _max_tokens(body: Mapping[str, Any], chat: bool) -> int:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    if isinstance(value, int) and value > 0:
+        return value
+    return DEFAULT_CHAT_MAX_TOKENS if chat else DEFAULT_COMPLETION_MAX_TOKENS
+
+
+class PromptReader:
+    """Turns request bodies into ``Prompt``s with each model's tokenizer (``sources``: model -> name or path)."""
+
+    def __init__(self, sources: Mapping[str, str] | None = None) -> None:
+        self._sources = dict(sources or {})
+        self._tokenizers: dict[str, PromptTokenizer | None] = {}
+
+    def add(self, model: str, tokenizer: PromptTokenizer) -> None:
+        self._tokenizers[model] = tokenizer
+
+    def tokenizer(self, model: str) -> PromptTokenizer | None:
+        if model not in self._tokenizers:
+            source = self._sources.get(model, model)
+            try:
+                self._tokenizers[model] = _load_tokenizer(source)
+            except Exception as exc:  # noqa: BLE001 - any failure means "route without prefix information"
+                log.warning("no tokenizer for model %r (source %r): %s; routing without prefixes", model, source, exc)
+                self._tokenizers[model] = None
+        return self._tokenizers[model]
+
+    def read(self, model: str, body: Mapping[str, Any], chat: bool) -> Prompt:
+        """The prompt of a (validated) request body; never raises on content the engine will reject."""
+        tokenizer = self.tokenizer(model)
+        max_tokens = _max_tokens(body, chat)
+        if chat:
+            messages = body.get("messages")
+            text = str(messages)
+            if tokenizer is not None:
+                try:
+                    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+                    ids = tokenizer.encode(rendered, add_special_tokens=False)
+                    return Prompt(ids, len(ids) + max_tokens)
+                except Exception:  # noqa: BLE001 - the engine answers a bad chat with a 400; routing needn't
+                    log.debug("chat template failed for model %r; routing without prefixes", model, exc_info=True)
+            return Prompt(None, len(text.encode()) // BYTES_PER_TOKEN_ESTIMATE + max_tokens)
+        prompt = _first_prompt(body.get("prompt"))
+        if isinstance(prompt, list):
+            return Prompt(prompt, len(prompt) + max_tokens)
+        text = prompt or ""
+        if tokenizer is not None:
+            ids = tokenizer.encode(text, add_special_tokens=True)
+            return Prompt(ids, len(ids) + max_tokens)
+        return Prompt(None, len(text.encode()) // BYTES_PER_TOKEN_ESTIMATE + max_tokens)

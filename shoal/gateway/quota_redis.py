@@ -1,0 +1,81 @@
+"""Quotas shared by several gateway replicas through Redis.
+
+One Lua script checks and charges all three limits atomically, so two gateways admitting at the same instant
+cannot both take the last slot. Window counters expire on their own; concurrency is a sorted set of leases
+scored by their expiry, so the slots of a gateway that died mid-request come back after ``lease_ttl``. The rule
+is the same as ``shoal.gateway.quota.decide``; the tests hold both stores to it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from redis.asyncio import Redis
+
+from shoal.gateway.quota import WINDOW_SECONDS, Admission, LimitName, Limits, rejection, window_of
+
+_ADMIT = """
+local now = tonumber(ARGV[1])
+local rpm = tonumber(ARGV[2])
+local tpm = tonumber(ARGV[3])
+local conc = tonumber(ARGV[4])
+local cost = tonumber(ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local concurrent = redis.call('ZCARD', KEYS[3])
+local requests = tonumber(redis.call('GET', KEYS[1]) or '0')
+local tokens = tonumber(redis.call('GET', KEYS[2]) or '0')
+if conc >= 0 and concurrent + 1 > conc then return {0, 'max_concurrent'} end
+if rpm >= 0 and requests + 1 > rpm then return {0, 'requests_per_minute'} end
+if tpm >= 0 and tokens + cost > tpm then return {0, 'tokens_per_minute'} end
+redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+redis.call('INCRBY', KEYS[2], cost)
+redis.call('EXPIRE', KEYS[2], ARGV[7])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[8]), ARGV[6])
+return {1, ''}
+"""
+
+
+def _arg(limit: int | None) -> int:
+    return -1 if limit is None else limit
+
+
+class RedisQuota:
+    """Counters in Redis under ``{prefix}:{tenant}:...``."""
+
+    def __init__(self, url: str, prefix: str = "shoal:quota", lease_ttl: float = 900.0) -> None:
+        self._redis = Redis.from_url(url)
+        self._prefix = prefix
+        self._lease_ttl = lease_ttl
+        self._script = self._redis.register_script(_ADMIT)
+
+    def _concurrency_key(self, tenant: str) -> str:
+        return f"{self._prefix}:{tenant}:leases"
+
+    async def admit(self, tenant: str, limits: Limits, cost_tokens: int) -> Admission:
+        now = time.time()
+        window, _ = window_of(now)
+        lease_id = uuid.uuid4().hex
+        keys = [
+            f"{self._prefix}:{tenant}:{window}:requests",
+            f"{self._prefix}:{tenant}:{window}:tokens",
+            self._concurrency_key(tenant),
+        ]
+        args = [
+            now, _arg(limits.requests_per_minute), _arg(limits.tokens_per_minute), _arg(limits.max_concurrent),
+            cost_tokens, lease_id, int(2 * WINDOW_SECONDS), self._lease_ttl,
+        ]
+        allowed, limit = await self._script(keys=keys, args=args)
+        if allowed:
+            return Admission(True, lease_id=lease_id, tenant=tenant)
+        name: LimitName = limit.decode() if isinstance(limit, bytes) else limit
+        return rejection(name, now)
+
+    async def release(self, admission: Admission) -> None:
+        if admission.allowed:
+            await self._redis.zrem(self._concurrency_key(admission.tenant), admission.lease_id)
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
