@@ -15,6 +15,8 @@ from collections.abc import Sequence
 _AREAS: tuple[str, ...] = (
     "shoal.engine.cli",
     "shoal.gateway.cli",
+    "shoal.engine.server.cli",
+    "shoal.bench.cli",
 )
 
 
