@@ -26,8 +26,9 @@ from shoal.kernels.triton.launch import check_device
 
 
 def _num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors to fill; the interpreter runs one program at a time, so none there."""
     if device.type != "cuda":
-        return 1
+        return 0
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 

@@ -1,0 +1,56 @@
+"""The whole engine on its Triton path (interpreted on CPU) generates exactly the torch path's greedy tokens.
+
+Prompts of different lengths share the batch, with a block size small enough that sequences span several
+blocks and a token budget small enough to chunk the longest prompt, so prefill, chunked prefill, mixed and
+decode-only steps all go through the Triton kernels.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.interpret, pytest.mark.timeout(300)]
+
+ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
+
+
+def _build_checkpoint():
+    """The engine tests' tiny-checkpoint builder (their fixtures live in a conftest this folder cannot see)."""
+    module = sys.modules.get("tiny_checkpoints")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("tiny_checkpoints", ENGINE_TESTS / "tiny_checkpoints.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module.build_checkpoint
+
+
+@pytest.fixture(scope="module")
+def tiny_gqa_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 query heads over 2 KV heads, head_dim 16, 2 layers: the engine tests' GQA Llama."""
+    return _build_checkpoint()(
+        tmp_path_factory.mktemp("tiny-gqa-llama"), "llama", seed=2, num_key_value_heads=2, tie_word_embeddings=True
+    )
+
+
+def _greedy(model_dir: Path, backend: str) -> list[list[int]]:
+    from shoal.engine import LLM, SamplingParams
+
+    llm = LLM(
+        str(model_dir), attention_backend=backend, dtype="float32", block_size=4, max_num_batched_tokens=16,
+        num_kv_blocks=64,
+    )
+    prompts = [[5, 17, 99, 3, 42, 8, 250, 61, 7, 13, 120, 33, 2, 90, 11, 64, 30, 18, 77], [300, 12], [9, 81, 140, 6, 55]]
+    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
+    return [out.token_ids for out in outputs]
+
+
+def test_engine_greedy_tokens_match_between_triton_and_torch_backends(tiny_gqa_llama_dir: Path) -> None:
+    torch_tokens = _greedy(tiny_gqa_llama_dir, "torch")
+    triton_tokens = _greedy(tiny_gqa_llama_dir, "triton")
+
+    assert all(len(tokens) == 6 for tokens in torch_tokens)
+    assert triton_tokens == torch_tokens
