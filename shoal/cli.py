@@ -14,6 +14,7 @@ from collections.abc import Sequence
 # Modules exposing ``register(subparsers)``; each sets ``func`` on the parsers it adds.
 _AREAS: tuple[str, ...] = (
     "shoal.engine.cli",
+    "shoal.operator.cli",
     "shoal.gateway.cli",
     "shoal.engine.server.cli",
     "shoal.bench.cli",

@@ -1,0 +1,160 @@
+"""The engine half of an InferenceDeployment: a Deployment of ``shoal serve`` pods and a headless Service.
+
+The Service is headless because nothing should load-balance engines blindly: the gateway discovers each pod
+through the Service's EndpointSlices and routes by prefix and load. Probes follow the engine server's contract:
+``/ready`` only once the model is loaded (the startup probe waits for it, up to ``engine.startupSeconds``), then
+``/health`` for liveness, so a slow model load is never mistaken for a hung process.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from shoal.operator.builders.placement import spread_across_nodes
+from shoal.operator.naming import ENGINE_PORT, Owner
+from shoal.operator.spec import InferenceDeploymentSpec
+
+GPU_RESOURCE = "nvidia.com/gpu"
+COMPONENT = "engine"
+TERMINATION_GRACE_SECONDS = 60  # the engine drains in-flight requests on SIGTERM
+PRESTOP_SLEEP_SECONDS = 5  # let EndpointSlices drop the pod before it stops accepting
+STARTUP_PERIOD_SECONDS = 10
+
+
+def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
+    """The ``shoal serve`` command line for one engine."""
+    engine = spec.engine
+    args = [
+        "serve",
+        "--model", spec.model.source,
+        "--served-model-name", spec.served_name,
+        "--host", "0.0.0.0",
+        "--port", str(ENGINE_PORT),
+        "--dtype", engine.dtype,
+        "--block-size", str(engine.block_size),
+        "--max-num-seqs", str(engine.max_num_seqs),
+        "--attention-backend", "triton" if engine.resources.gpus else "torch",
+    ]
+    if engine.max_model_len is not None:
+        args += ["--max-model-len", str(engine.max_model_len)]
+    if engine.kv_cache_memory is not None:
+        args += ["--kv-cache-bytes", str(quantity_bytes(engine.kv_cache_memory))]
+    return args + list(engine.extra_args)
+
+
+_SUFFIXES = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity ("8Gi", "512M", "1000") as bytes."""
+    number = quantity.rstrip("kKMGTPEi")
+    return int(float(number) * _SUFFIXES[quantity[len(number):]])
+
+
+def _resources(spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    res = spec.engine.resources
+    amounts: dict[str, str] = {}
+    if res.cpu:
+        amounts["cpu"] = res.cpu
+    if res.memory:
+        amounts["memory"] = res.memory
+    if res.gpus:
+        amounts[GPU_RESOURCE] = str(res.gpus)
+    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+
+
+def _tolerations(spec: InferenceDeploymentSpec) -> list[dict[str, Any]]:
+    tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.engine.tolerations]
+    if spec.engine.resources.gpus and not any(t.get("key") == GPU_RESOURCE for t in tolerations):
+        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    return tolerations
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def engine_container(spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    engine = spec.engine
+    container: dict[str, Any] = {
+        "name": COMPONENT,
+        "image": engine.image,
+        "imagePullPolicy": engine.image_pull_policy,
+        "command": ["shoal"],
+        "args": serve_args(spec),
+        "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "env": [e.model_dump(by_alias=True) for e in engine.env],
+        "resources": _resources(spec),
+        "startupProbe": _probe(
+            "/ready", STARTUP_PERIOD_SECONDS, math.ceil(engine.startup_seconds / STARTUP_PERIOD_SECONDS)
+        ),
+        "livenessProbe": _probe("/health", 10, 3),
+        "readinessProbe": _probe("/ready", 5, 2),
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    if spec.model.volume is not None:
+        container["volumeMounts"].append(
+            {"name": "model", "mountPath": spec.model.volume.mount_path, "readOnly": True}
+        )
+    return container
+
+
+def engine_deployment(owner: Owner, spec: InferenceDeploymentSpec, replicas: int) -> dict[str, Any]:
+    """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here)."""
+    labels = owner.labels(COMPONENT)
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    if spec.model.volume is not None:
+        volumes.append(
+            {"name": "model", "persistentVolumeClaim": {"claimName": spec.model.volume.claim_name, "readOnly": True}}
+        )
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": owner.metadata(owner.engine_name, COMPONENT),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": owner.selector(COMPONENT)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(ENGINE_PORT),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                    "containers": [engine_container(spec)],
+                    "volumes": volumes,
+                    "nodeSelector": dict(spec.engine.node_selector),
+                    "tolerations": _tolerations(spec),
+                    "topologySpreadConstraints": spread_across_nodes(owner.selector(COMPONENT)),
+                },
+            },
+        },
+    }
+
+
+def engine_service(owner: Owner) -> dict[str, Any]:
+    """Headless: its EndpointSlices list each ready engine pod for the gateway."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": owner.metadata(owner.engine_name, COMPONENT),
+        "spec": {
+            "clusterIP": "None",
+            "selector": owner.selector(COMPONENT),
+            "ports": [{"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }

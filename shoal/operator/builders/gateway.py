@@ -1,0 +1,135 @@
+"""The gateway half: a Deployment of ``shoal gateway`` pods, its Service and ConfigMap.
+
+The gateway finds engines by watching the EndpointSlices of the engine Service (read access granted by
+:mod:`.access`), so scaling the engines needs no gateway restart. Its settings live in the ConfigMap as
+environment variables that the container's arguments reference (``$(SHOAL_GATEWAY_POLICY)``), so
+``kubectl get configmap`` shows what the gateway runs with; a hash of them on the pod template rolls the pods
+when a setting changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from shoal.operator.builders.placement import spread_across_nodes
+from shoal.operator.naming import GATEWAY_PORT, Owner
+from shoal.operator.spec import InferenceDeploymentSpec
+
+COMPONENT = "gateway"
+API_KEYS_DIR = "/etc/shoal/api-keys"
+
+# flag -> ConfigMap key, in command-line order
+_FLAGS = {
+    "--kube-service": "SHOAL_GATEWAY_KUBE_SERVICE",
+    "--kube-port-name": "SHOAL_GATEWAY_KUBE_PORT_NAME",
+    "--policy": "SHOAL_GATEWAY_POLICY",
+    "--bound-factor": "SHOAL_GATEWAY_BOUND_FACTOR",
+    "--tokenizer": "SHOAL_GATEWAY_TOKENIZER",
+    "--api-keys": "SHOAL_GATEWAY_API_KEYS",
+    "--redis-url": "SHOAL_GATEWAY_REDIS_URL",
+}
+
+
+def gateway_settings(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, str]:
+    """The ConfigMap's data: one entry per ``shoal gateway`` flag the operator sets."""
+    gateway = spec.gateway
+    settings = {
+        "SHOAL_GATEWAY_KUBE_SERVICE": f"{owner.namespace}/{owner.engine_name}",
+        "SHOAL_GATEWAY_KUBE_PORT_NAME": "http",
+        "SHOAL_GATEWAY_POLICY": gateway.routing_policy,
+        "SHOAL_GATEWAY_BOUND_FACTOR": f"{gateway.bound_factor:g}",
+        "SHOAL_GATEWAY_TOKENIZER": f"{spec.served_name}={spec.model.source}",
+    }
+    if gateway.api_key_secret is not None:
+        settings["SHOAL_GATEWAY_API_KEYS"] = f"{API_KEYS_DIR}/{gateway.api_key_secret.key}"
+    if gateway.redis_url is not None:
+        settings["SHOAL_GATEWAY_REDIS_URL"] = gateway.redis_url
+    return settings
+
+
+def gateway_args(settings: dict[str, str]) -> list[str]:
+    """``shoal gateway`` arguments referencing the ConfigMap's variables (expanded by the kubelet)."""
+    args = ["gateway", "--host", "0.0.0.0", "--port", str(GATEWAY_PORT)]
+    for flag, key in _FLAGS.items():
+        if key in settings:
+            args += [flag, f"$({key})"]
+    return args
+
+
+def gateway_config_map(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": owner.metadata(owner.gateway_name, COMPONENT),
+        "data": gateway_settings(owner, spec),
+    }
+
+
+def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    gateway = spec.gateway
+    settings = gateway_settings(owner, spec)
+    config_hash = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    probe = {"periodSeconds": 5, "timeoutSeconds": 3}
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if gateway.api_key_secret is not None:
+        volumes.append({"name": "api-keys", "secret": {"secretName": gateway.api_key_secret.name}})
+        mounts.append({"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})
+    if spec.model.volume is not None:  # the gateway tokenizes prompts with the model's own tokenizer
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": spec.model.volume.claim_name, "readOnly": True}})
+        mounts.append({"name": "model", "mountPath": spec.model.volume.mount_path, "readOnly": True})
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": owner.metadata(owner.gateway_name, COMPONENT),
+        "spec": {
+            "replicas": gateway.replicas,
+            "selector": {"matchLabels": owner.selector(COMPONENT)},
+            "template": {
+                "metadata": {
+                    "labels": owner.labels(COMPONENT),
+                    "annotations": {
+                        "shoal.dev/config-hash": config_hash,
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(GATEWAY_PORT),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": {
+                    "serviceAccountName": owner.gateway_name,
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [
+                        {
+                            "name": COMPONENT,
+                            "image": gateway.image,
+                            "command": ["shoal"],
+                            "args": gateway_args(settings),
+                            "envFrom": [{"configMapRef": {"name": owner.gateway_name}}],
+                            "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+                            "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, **probe},
+                            "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, **probe},
+                            "volumeMounts": mounts,
+                        }
+                    ],
+                    "volumes": volumes,
+                    "topologySpreadConstraints": spread_across_nodes(owner.selector(COMPONENT)),
+                },
+            },
+        },
+    }
+
+
+def gateway_service(owner: Owner) -> dict[str, Any]:
+    """The fleet's address for clients: ``http://<name>.<namespace>.svc/v1``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": owner.metadata(owner.gateway_service_name, COMPONENT),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": owner.selector(COMPONENT),
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }

@@ -1,0 +1,75 @@
+"""``shoal operator`` (run the operator) and ``shoal crd`` (print or write the generated CRD).
+
+Nothing heavy is imported until a command runs; neither command ever imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    op = subparsers.add_parser("operator", help="Run the Kubernetes operator (in a cluster or with a kubeconfig).")
+    op.add_argument("--kubeconfig", help="Path to a kubeconfig (default: in-cluster ServiceAccount, then $KUBECONFIG).")
+    op.add_argument("-n", "--namespace", action="append", default=[], help="Watch only these namespaces (repeatable).")
+    op.add_argument("--peering", default="shoal", help="kopf peering object shared by HA replicas (default: shoal).")
+    op.add_argument("--standalone", action="store_true", help="No peering: for a single replica, or development.")
+    op.add_argument(
+        "--priority", type=int, default=None,
+        help="Peering priority; the live replica with the highest acts, the others wait (default: random).",
+    )
+    op.add_argument("--resync-seconds", type=float, default=10.0, help="Status refresh interval (default: 10).")
+    op.add_argument("--liveness", default=None, help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
+    op.add_argument("-v", "--verbose", action="store_true")
+    op.set_defaults(func=run_operator)
+
+    crd = subparsers.add_parser("crd", help="Print the InferenceDeployment CRD generated from the typed spec.")
+    crd.add_argument("--write", action="store_true", help="Write it into crds/ and charts/shoal/ under --root.")
+    crd.add_argument("--check", action="store_true", help="Exit 1 when the files under --root are stale.")
+    crd.add_argument("--root", type=Path, default=Path.cwd(), help="Repository root (default: the current directory).")
+    crd.set_defaults(func=run_crd)
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    import logging
+
+    import kopf
+
+    from shoal.operator.handlers import OperatorConfig, build_registry
+
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    registry = build_registry(OperatorConfig(resync_seconds=args.resync_seconds))
+    kopf.run(
+        registry=registry,
+        standalone=args.standalone,
+        peering_name=None if args.standalone else args.peering,
+        priority=args.priority if args.priority is not None else random.randint(1, 1_000_000),
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+def run_crd(args: argparse.Namespace) -> int:
+    from shoal.operator.generated import stale_files, write_generated
+
+    if args.check:
+        stale = stale_files(args.root)
+        for path in stale:
+            print(f"stale: {path} (run `shoal crd --write`)", file=sys.stderr)
+        return 1 if stale else 0
+    if args.write:
+        for path in write_generated(args.root):
+            print(f"wrote {path}")
+        return 0
+    from shoal.operator.crd import render_crd
+
+    sys.stdout.write(render_crd())
+    return 0

@@ -1,0 +1,159 @@
+"""Generates the InferenceDeployment CustomResourceDefinition from the typed models in :mod:`.spec`.
+
+Pydantic emits JSON Schema (2020-12); the apiserver wants a *structural* OpenAPI v3 schema: every node typed,
+no ``$ref``, no ``anyOf`` with ``null``, ``exclusiveMinimum`` as a boolean beside ``minimum``, no
+``additionalProperties: false`` next to ``properties``. :func:`structural` rewrites one into the other; the rest
+of this module adds what the models cannot say (printer columns, subresources, names). ``shoal crd --write``
+(or ``make crds``) writes the result into the repository (:mod:`.generated`); a test fails when it is stale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from shoal.operator.spec import (
+    CATEGORIES,
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+    InferenceDeploymentSpec,
+    InferenceDeploymentStatus,
+)
+
+CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
+_DROPPED_KEYS = {"title", "additionalProperties", "$defs"}
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.source"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
+    {"name": "Queue", "type": "number", "jsonPath": ".status.queueDepth"},
+    {"name": "TTFT-P95", "type": "number", "jsonPath": ".status.ttftP95Seconds"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+SCALE_SUBRESOURCE = {
+    "specReplicasPath": ".spec.replicas.count",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+
+
+def structural(node: Any, defs: dict[str, Any]) -> Any:
+    """Rewrite a pydantic JSON Schema node into a Kubernetes structural schema node."""
+    if isinstance(node, list):
+        return [structural(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = structural(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        extra = {k: structural(v, defs) for k, v in node.items() if k != "$ref"}
+        return {**target, **extra}
+    if "anyOf" in node:
+        branches = [b for b in node["anyOf"] if b.get("type") != "null"]
+        if len(branches) != 1:
+            raise ValueError(f"cannot express anyOf {node['anyOf']!r} structurally")
+        merged = {**branches[0], **{k: v for k, v in node.items() if k != "anyOf"}}
+        if merged.get("default", 0) is None:
+            del merged["default"]
+        return structural(merged, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED_KEYS and not (key == "additionalProperties" and isinstance(value, dict)):
+            continue
+        if key == "properties":
+            out[key] = {name: structural(sub, defs) for name, sub in value.items()}
+        elif key == "exclusiveMinimum":
+            out["minimum"], out["exclusiveMinimum"] = value, True
+        else:
+            out[key] = structural(value, defs)
+    return out
+
+
+def model_schema(model: type, *, with_defaults: bool = True) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    schema = structural(raw, raw.get("$defs", {}))
+    if not with_defaults:
+        schema = _without_defaults(schema)
+    return schema
+
+
+def _without_defaults(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [_without_defaults(v) for v in node]
+    return node
+
+
+def _with_field_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """Give optional sections with defaulted fields (and none required) ``default: {}``: the apiserver then fills in the fields.
+
+    (Pydantic's ``default_factory`` leaves no default in the JSON Schema; ``{}`` keeps one place per default.)
+    """
+    for name, sub in schema.get("properties", {}).items():
+        if sub.get("type") == "object" and "properties" in sub:
+            _with_field_defaults(sub)
+            if name not in schema.get("required", []) and _has_defaults(sub) and not sub.get("required"):
+                sub.setdefault("default", {})
+    return schema
+
+
+def _has_defaults(schema: dict[str, Any]) -> bool:
+    return any("default" in sub for sub in schema.get("properties", {}).values())
+
+
+def build_crd() -> dict[str, Any]:
+    """The full CustomResourceDefinition object."""
+    spec_schema = _with_field_defaults(model_schema(InferenceDeploymentSpec))
+    status_schema = model_schema(InferenceDeploymentStatus, with_defaults=False)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "shoal"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}, "scale": dict(SCALE_SUBRESOURCE)},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A fleet of Shoal inference engines behind a routing gateway.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd() -> str:
+    header = "# Generated from shoal/operator/spec.py by `shoal crd --write`; do not edit by hand.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)

@@ -1,0 +1,73 @@
+"""Why an InferenceDeployment cannot work, from facts the apiserver cannot check: the model alias, and what
+its engine pods report (image pulls, scheduling, crash loops).
+
+Each finding is a (reason, message) pair for the Degraded condition and an Event; the message names the pod
+and quotes the kubelet's or scheduler's own words, so the user reads exactly what is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shoal.model_registry import ALIASES
+
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class Problem:
+    reason: str
+    message: str
+
+
+def looks_like_alias(source: str) -> bool:
+    """A bare name (no path separator, no ``.gguf``, no URI scheme) can only be a bundled alias."""
+    return "/" not in source and "://" not in source and not source.endswith(".gguf")
+
+
+def check_model(source: str) -> Problem | None:
+    if looks_like_alias(source) and source not in ALIASES:
+        known = ", ".join(sorted(ALIASES))
+        return Problem(
+            "ModelNotFound",
+            f"spec.model.source {source!r} is not a known model alias (known: {known}); "
+            "give an alias or a path to a Hugging Face directory or a .gguf file",
+        )
+    return None
+
+
+def diagnose_pod(pod: Mapping[str, Any]) -> Problem | None:
+    name = pod.get("metadata", {}).get("name", "?")
+    status = pod.get("status", {})
+    for cond in status.get("conditions", []):
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            message = cond.get("message", "")
+            reason = "InsufficientGPU" if f"Insufficient {GPU_RESOURCE}" in message else "Unschedulable"
+            return Problem(reason, f"pod {name} cannot be scheduled: {message}")
+    for container in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
+        waiting = container.get("state", {}).get("waiting") or {}
+        why = waiting.get("reason")
+        if why in IMAGE_PULL_REASONS:
+            return Problem(
+                "ImagePullFailed",
+                f"pod {name}: image {container.get('image', '?')!r} cannot be pulled ({why}): "
+                f"{waiting.get('message', '')}".rstrip(": "),
+            )
+        if why == "CrashLoopBackOff":
+            return Problem("CrashLoopBackOff", f"pod {name}: container {container.get('name')} keeps crashing")
+    return None
+
+
+def diagnose(source: str, pods: Iterable[Mapping[str, Any]]) -> Problem | None:
+    """The first problem found: the model first (no pod can fix it), then pods in name order."""
+    problem = check_model(source)
+    if problem is not None:
+        return problem
+    for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("name", "")):
+        problem = diagnose_pod(pod)
+        if problem is not None:
+            return problem
+    return None

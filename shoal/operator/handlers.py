@@ -1,0 +1,100 @@
+"""kopf wiring: thin handlers that gather what kopf knows and hand it to the :class:`.Reconciler`.
+
+Two kopf indices follow the children through watches (the operator's Deployments, and the engine pods), so a
+status refresh reads memory, not the apiserver. Spec changes (create, update, the scale subresource) and operator
+restarts (resume) run a full reconcile; a timer refreshes the status from the indices every ``resync`` seconds
+and re-applies children only when one is missing or at the wrong scale.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from shoal.operator.kube import KubeClient
+from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
+from shoal.operator.reconciler import Children, Reconciler
+from shoal.operator.replicas import Autoscaler
+from shoal.operator.spec import GROUP, PLURAL, VERSION
+
+ANNOTATION_PREFIX = GROUP
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    resync_seconds: float = 10.0
+    autoscaler: Autoscaler | None = None
+
+
+def _first(index: kopf.Index[Any, Any], key: tuple[str, ...]) -> Mapping[str, Any] | None:
+    return next(iter(index.get(key, ())), None)
+
+
+def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
+    """All handlers, registered into a fresh registry (so tests and the CLI run exactly the same operator)."""
+    registry = kopf.OperatorRegistry()
+    state: dict[str, Reconciler] = {}
+    owned = {MANAGED_BY_LABEL: FIELD_MANAGER}
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+        )
+        settings.posting.level = logging.WARNING  # our own Events only, not one per handler run
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        if info is not None and "reconciler" not in state:
+            state["reconciler"] = Reconciler(KubeClient(info), autoscaler=config.autoscaler)
+        return info
+
+    @kopf.on.cleanup(registry=registry)
+    async def close(**_: Any) -> None:
+        if "reconciler" in state:
+            await state.pop("reconciler").client.close()
+
+    @kopf.index("apps", "v1", "deployments", labels=owned, id="shoal_deployments", registry=registry)
+    def shoal_deployments(
+        namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
+    ) -> dict[tuple[str, str, str], dict[str, Any]]:
+        view = {
+            "metadata": {"generation": body["metadata"].get("generation", 0)},
+            "spec": {"replicas": body.get("spec", {}).get("replicas")},
+            "status": dict(body.get("status") or {}),
+        }
+        return {(namespace, labels[OWNER_LABEL], labels[COMPONENT_LABEL]): view}
+
+    @kopf.index("v1", "pods", labels={**owned, COMPONENT_LABEL: "engine"}, id="shoal_engine_pods", registry=registry)
+    def shoal_engine_pods(
+        namespace: str, name: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
+    ) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(namespace, labels[OWNER_LABEL]): {"metadata": {"name": name}, "status": dict(body.get("status") or {})}}
+
+    async def run(body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], *, spec_changed: bool) -> None:
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        deployments, pods = indices["shoal_deployments"], indices["shoal_engine_pods"]
+        found = Children(
+            engine=_first(deployments, (ns, name, "engine")),
+            gateway=_first(deployments, (ns, name, "gateway")),
+            engine_pods=list(pods.get((ns, name), ())),
+        )
+        await state["reconciler"].reconcile(body, patch, found, spec_changed=spec_changed)
+
+    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)
+    async def reconcile(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
+        await run(body, patch, indices, spec_changed=True)
+
+    @kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, registry=registry)
+    async def refresh(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
+        await run(body, patch, indices, spec_changed=False)
+
+    return registry

@@ -1,0 +1,123 @@
+"""A small async Kubernetes client for the few calls kopf does not make for us: server-side apply of the
+children and API discovery.
+
+It reuses kopf's credentials (:class:`kopf.ConnectionInfo`, from the ServiceAccount in a pod or a kubeconfig
+outside), so the operator authenticates one way for both. Server-side apply with the field manager
+``shoal-operator`` makes a reconcile idempotent: applying what is already there is a no-op for the apiserver
+(no new resourceVersion, no watch event), so re-running a reconcile writes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kopf
+
+from shoal.operator.naming import FIELD_MANAGER
+
+# kind -> plural, for the kinds the operator writes (the chart's ClusterRole grants exactly these).
+PLURALS: dict[str, str] = {
+    "Deployment": "deployments",
+    "Service": "services",
+    "ConfigMap": "configmaps",
+    "ServiceAccount": "serviceaccounts",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "PodMonitor": "podmonitors",
+    "PrometheusRule": "prometheusrules",
+}
+
+
+class KubeError(RuntimeError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+def object_path(obj: Mapping[str, Any]) -> str:
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    meta = obj["metadata"]
+    return f"{prefix}/namespaces/{meta['namespace']}/{PLURALS[kind]}/{meta['name']}"
+
+
+def _data(value: str | bytes) -> bytes:
+    """kubeconfig ``*-data`` fields are base64 text."""
+    return base64.b64decode(value) if isinstance(value, str) else value
+
+
+def _ssl_context(info: kopf.ConnectionInfo, workdir: Path) -> ssl.SSLContext | bool:
+    if info.insecure:
+        return False
+    context = ssl.create_default_context()
+    if info.ca_path:
+        context.load_verify_locations(cafile=os.fsdecode(info.ca_path))
+    elif info.ca_data:
+        context.load_verify_locations(cadata=_data(info.ca_data).decode())
+    cert, key = info.certificate_path, info.private_key_path
+    if info.certificate_data:
+        cert = workdir / "client.crt"
+        cert.write_bytes(_data(info.certificate_data))
+    if info.private_key_data:
+        key = workdir / "client.key"
+        key.write_bytes(_data(info.private_key_data))
+    if cert:
+        context.load_cert_chain(os.fsdecode(cert), os.fsdecode(key) if key else None)
+    return context
+
+
+class KubeClient:
+    """Async HTTP to the apiserver with kopf's credentials."""
+
+    def __init__(self, info: kopf.ConnectionInfo) -> None:
+        self._workdir = tempfile.TemporaryDirectory(prefix="shoal-operator-")
+        os.chmod(self._workdir.name, 0o700)
+        self._http = httpx.AsyncClient(
+            base_url=info.server,
+            verify=_ssl_context(info, Path(self._workdir.name)),
+            headers=info.as_http_headers(),
+            timeout=30.0,
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+        self._workdir.cleanup()
+
+    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply ``obj`` as ``shoal-operator``; returns the live object."""
+        response = await self._http.patch(
+            object_path(obj),
+            params={"fieldManager": FIELD_MANAGER, "force": "true"},
+            headers={"Content-Type": "application/apply-patch+yaml"},
+            json=obj,
+        )
+        return self._json(response)
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        """The object at ``path``, or None when it does not exist."""
+        response = await self._http.get(path)
+        if response.status_code == 404:
+            return None
+        return self._json(response)
+
+    async def serves(self, group_version: str, plural: str) -> bool:
+        """Whether the cluster serves ``plural`` in ``group_version`` (e.g. the Prometheus Operator's CRDs)."""
+        listing = await self.get(f"/apis/{group_version}")
+        return listing is not None and any(r.get("name") == plural for r in listing.get("resources", []))
+
+    @staticmethod
+    def _json(response: httpx.Response) -> dict[str, Any]:
+        if response.is_error:
+            try:
+                message = response.json().get("message", response.text)
+            except ValueError:
+                message = response.text
+            raise KubeError(response.status_code, message)
+        return response.json()

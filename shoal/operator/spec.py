@@ -1,0 +1,216 @@
+"""The InferenceDeployment API (``shoal.dev/v1alpha1``) as typed models: the one source of truth.
+
+The CRD's OpenAPI schema is generated from these models (:mod:`shoal.operator.crd`), defaults included, and the
+cross-field rules the apiserver enforces are declared here as CEL ``x-kubernetes-validations`` next to the fields
+they constrain. The operator parses every object it reconciles with the same models, so what the apiserver
+accepted is exactly what the builders see. Field names are camelCase on the wire (Kubernetes convention) and
+snake_case in Python.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, get_args
+
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "shoal.dev"
+VERSION = "v1alpha1"
+KIND = "InferenceDeployment"
+PLURAL = "inferencedeployments"
+SINGULAR = "inferencedeployment"
+SHORT_NAMES = ("infd",)
+CATEGORIES = ("shoal",)
+
+DEFAULT_ENGINE_IMAGE = "ghcr.io/shoal-dev/shoal-engine:0.1.0"
+DEFAULT_GATEWAY_IMAGE = "ghcr.io/shoal-dev/shoal:0.1.0"
+RoutingPolicy = Literal["prefix-aware", "least-load", "round-robin"]
+ROUTING_POLICIES: tuple[str, ...] = get_args(RoutingPolicy)
+MAX_SCALING_HISTORY = 10
+
+Quantity = Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?([EPTGMK]i?|[mkMGTPE])?$")]
+
+
+def _cel(*rules: tuple[str, str]) -> ConfigDict:
+    """Model config carrying CEL rules (rule, message) into the generated schema."""
+    return _Wire.model_config | ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+    )
+
+
+class _Wire(BaseModel):
+    """Base: camelCase on the wire, unknown fields rejected (the apiserver prunes them anyway)."""
+
+    model_config = ConfigDict(
+        alias_generator=AliasGenerator(alias=to_camel), populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ModelVolume(_Wire):
+    """A PersistentVolumeClaim holding model files, mounted read-only into every engine pod."""
+
+    claim_name: str = Field(min_length=1)
+    mount_path: str = Field("/models", pattern=r"^/")
+
+
+class ModelSpec(_Wire):
+    """What to serve: a bundled alias (``smollm2-135m``), a Hugging Face directory, or a GGUF file."""
+
+    source: str = Field(
+        min_length=1, description="Bundled alias, or a path (usually under volume.mountPath) to a HF dir or .gguf."
+    )
+    served_name: str | None = Field(None, min_length=1, description="Name clients use; defaults to the source.")
+    volume: ModelVolume | None = None
+
+
+class EngineResources(_Wire):
+    gpus: int = Field(1, ge=0, le=16, description="nvidia.com/gpu per engine pod; 0 runs on CPU.")
+    cpu: Quantity | None = Field(None, description="CPU request and limit, e.g. '4'.")
+    memory: Quantity | None = Field(None, description="Memory request and limit, e.g. '16Gi'.")
+
+
+class Toleration(_Wire):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class EnvVar(_Wire):
+    name: str = Field(min_length=1)
+    value: str = ""
+
+
+class EngineSpec(_Wire):
+    image: str = Field(DEFAULT_ENGINE_IMAGE, min_length=1)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    resources: EngineResources = Field(default_factory=EngineResources)
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    block_size: Literal[8, 16, 32] = 16
+    max_model_len: int | None = Field(None, ge=16, description="Context length cap; the model's own if unset.")
+    max_num_seqs: int = Field(64, ge=1, le=4096, description="Sequences batched at once per engine.")
+    kv_cache_memory: Quantity | None = Field(None, description="Memory for the paged KV cache, e.g. '8Gi'.")
+    startup_seconds: int = Field(
+        600, ge=30, le=7200, description="How long model loading may take before the pod is restarted."
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Appended to the `shoal serve` command.")
+    env: list[EnvVar] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+
+class ReplicasSpec(_Wire):
+    model_config = _cel(
+        ("self.min <= self.max", "replicas.min must be less than or equal to replicas.max"),
+        (
+            "!has(self.count) || (self.count >= self.min && self.count <= self.max)",
+            "replicas.count must lie between replicas.min and replicas.max",
+        ),
+    )
+
+    min: int = Field(1, ge=0, description="Fewest engine replicas (0 allows scale to zero).")
+    max: int = Field(4, ge=1, description="Most engine replicas.")
+    count: int | None = Field(
+        None, ge=0, description="Engine replicas while autoscaling is off (replicas.min if unset); `kubectl scale` writes it."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ReplicasSpec:
+        if self.min > self.max:
+            raise ValueError("replicas.min must be less than or equal to replicas.max")
+        if self.count is not None and not self.min <= self.count <= self.max:
+            raise ValueError("replicas.count must lie between replicas.min and replicas.max")
+        return self
+
+    @property
+    def fixed(self) -> int:
+        """The replica count that holds while autoscaling is off."""
+        return self.min if self.count is None else self.count
+
+
+class MetricsSpec(_Wire):
+    model_config = _cel(
+        (
+            "self.source != 'prometheus' || has(self.prometheusUrl)",
+            "autoscaling.metrics.prometheusUrl is required when source is prometheus",
+        ),
+    )
+
+    source: Literal["scrape", "prometheus"] = "scrape"
+    prometheus_url: str | None = Field(None, pattern=r"^https?://")
+
+
+class AutoscalingSpec(_Wire):
+    enabled: bool = False
+    queue_depth_per_replica: float = Field(4.0, gt=0, description="Target waiting requests per engine.")
+    ttft_p95_seconds: float = Field(2.0, gt=0, description="Target P95 time to first token.")
+    scale_up_stabilization_seconds: int = Field(0, ge=0, le=3600)
+    scale_down_stabilization_seconds: int = Field(300, ge=0, le=3600)
+    max_step: int = Field(2, ge=1, description="Most replicas added or removed in one decision.")
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+
+
+class SecretKeyRef(_Wire):
+    """A key of a Secret in the InferenceDeployment's namespace."""
+
+    name: str = Field(min_length=1)
+    key: str = Field("api-keys", min_length=1)
+
+
+class GatewaySpec(_Wire):
+    image: str = Field(DEFAULT_GATEWAY_IMAGE, min_length=1)
+    replicas: int = Field(1, ge=0, le=100)
+    routing_policy: RoutingPolicy = "prefix-aware"
+    bound_factor: float = Field(1.25, ge=1.0, le=10.0, description="Bounded-load cap relative to the mean.")
+    api_key_secret: SecretKeyRef | None = Field(
+        None, description="Secret holding the tenants file: API keys and each tenant's quotas. No auth without it."
+    )
+    redis_url: str | None = Field(
+        None, pattern=r"^rediss?://", description="Share tenant quotas across gateway replicas through this Redis."
+    )
+
+
+class InferenceDeploymentSpec(_Wire):
+    """``spec`` of an InferenceDeployment."""
+
+    model: ModelSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    replicas: ReplicasSpec = Field(default_factory=ReplicasSpec)
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
+    gateway: GatewaySpec = Field(default_factory=GatewaySpec)
+
+    @property
+    def served_name(self) -> str:
+        return self.model.served_name or self.model.source
+
+
+class Condition(_Wire):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class ScalingRecord(_Wire):
+    time: str
+    from_replicas: int
+    to_replicas: int
+    reason: str
+
+
+class InferenceDeploymentStatus(_Wire):
+    """``status``: written only by the operator (and, through its hook, the autoscaler)."""
+
+    replicas: int = 0
+    ready_replicas: int = 0
+    desired_replicas: int = 0
+    queue_depth: float | None = None
+    ttft_p95_seconds: float | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+    last_scale_time: str | None = None
+    history: list[ScalingRecord] = Field(default_factory=list, max_length=MAX_SCALING_HISTORY)
+    selector: str | None = None

@@ -1,0 +1,142 @@
+"""Status and conditions computed from the children, and the problems that make a fleet Degraded."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shoal.operator.diagnosis import check_model, diagnose, diagnose_pod
+from shoal.operator.replicas import ScaleDecision
+from shoal.operator.spec import MAX_SCALING_HISTORY, InferenceDeploymentSpec
+from shoal.operator.status import compute_status, status_patch
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+SPEC = InferenceDeploymentSpec.model_validate({"model": {"source": "smollm2-135m"}})
+
+
+def deployment(replicas: int, ready: int, updated: int | None = None, generation: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": generation},
+        "spec": {"replicas": replicas},
+        "status": {"observedGeneration": generation, "replicas": replicas, "readyReplicas": ready,
+                   "updatedReplicas": replicas if updated is None else updated},
+    }
+
+
+def status(previous: dict[str, Any], now: datetime = T0, **kw: Any) -> dict[str, Any]:
+    args: dict[str, Any] = dict(spec=SPEC, generation=1, previous=previous, decision=ScaleDecision(2, "replicas.count is 2"),
+                                engine=deployment(2, 2), gateway=deployment(1, 1), problem=None,
+                                selector="app.kubernetes.io/instance=x,app.kubernetes.io/component=engine", now=now)
+    return compute_status(**(args | kw))
+
+
+def conditions(s: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in s["conditions"]}
+
+
+def test_all_ready() -> None:
+    s = status({})
+    assert conditions(s) == {"Ready": ("True", "Ready"), "Progressing": ("False", "Stable"),
+                             "Degraded": ("False", "AsExpected")}
+    assert (s["replicas"], s["readyReplicas"], s["desiredReplicas"], s["observedGeneration"]) == (2, 2, 2, 1)
+    assert s["selector"].startswith("app.kubernetes.io/instance=x")
+
+
+def test_rolling_out_and_not_ready() -> None:
+    s = status({}, engine=deployment(2, 1, updated=1))
+    assert conditions(s)["Ready"] == ("False", "EnginesNotReady")
+    assert conditions(s)["Progressing"] == ("True", "RollingOut")
+    assert conditions(status({}, engine=None))["Progressing"] == ("True", "Creating")
+    assert conditions(status({}, gateway=deployment(1, 0)))["Ready"] == ("False", "GatewayNotReady")
+
+
+def test_an_unchanged_world_yields_an_identical_status_later() -> None:
+    first = status({})
+    again = status(first, now=T0 + timedelta(minutes=5))
+    assert again == first and status_patch(first, again) == {}
+
+
+def test_transition_time_moves_only_with_the_condition_status() -> None:
+    first = status({}, engine=deployment(2, 1))
+    still = status(first, now=T0 + timedelta(seconds=30), engine=deployment(2, 1))
+    ready = status(still, now=T0 + timedelta(seconds=60))
+    times = lambda s: {c["type"]: c["lastTransitionTime"] for c in s["conditions"]}  # noqa: E731
+    assert times(still) == times(first)
+    assert times(ready)["Ready"] == "2026-01-01T12:01:00Z" and times(ready)["Degraded"] == times(first)["Degraded"]
+    assert set(status_patch(still, ready)) == {"conditions", "readyReplicas"}
+
+
+def test_problem_makes_degraded_with_its_message() -> None:
+    problem = check_model("llama-9000")
+    assert problem is not None
+    s = status({}, problem=problem, engine=None, gateway=None)
+    degraded = next(c for c in s["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "ModelNotFound")
+    assert "'llama-9000' is not a known model alias (known: smollm2-135m)" in degraded["message"]
+    assert conditions(s)["Ready"] == ("False", "ModelNotFound")
+    assert s["history"] == [], "nothing was scaled while the model cannot be found"
+
+
+def test_metrics_and_limits_show_while_autoscaling() -> None:
+    auto = SPEC.model_copy(update={"autoscaling": SPEC.autoscaling.model_copy(update={"enabled": True})})
+    s = status({}, spec=auto, decision=ScaleDecision(4, "queue 9 > 4/replica", 9.0, 1.2, "TooManyReplicas"))
+    assert conditions(s)["ScalingLimited"] == ("True", "TooManyReplicas")
+    assert (s["queueDepth"], s["ttftP95Seconds"]) == (9.0, 1.2)
+    s = status({}, spec=auto, decision=ScaleDecision(1, "MetricsMissing: holding"))
+    assert conditions(s)["ScalingLimited"] == ("True", "MetricsMissing") and "queueDepth" not in s
+    assert "ScalingLimited" not in conditions(status({}))
+
+
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=40))
+def test_history_records_each_change_and_stays_bounded(wishes: list[int]) -> None:
+    current: dict[str, Any] = {}
+    changes = []
+    for step, wish in enumerate(wishes):
+        before = current.get("desiredReplicas")
+        now = T0 + timedelta(seconds=step)
+        current = status(current, now=now, decision=ScaleDecision(wish, f"step {step}"), engine=deployment(wish, wish))
+        if before != wish:
+            changes.append((before or 0, wish, f"step {step}"))
+    history = [(r["fromReplicas"], r["toReplicas"], r["reason"]) for r in current["history"]]
+    assert history == changes[-MAX_SCALING_HISTORY:]
+    assert current["lastScaleTime"] == current["history"][-1]["time"]
+
+
+def pod(name: str, **status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": status}
+
+
+def test_image_pull_failure_is_named_with_the_kubelet_message() -> None:
+    p = pod("chat-engine-1", containerStatuses=[{
+        "name": "engine", "image": "ghcr.io/x/nope:1",
+        "state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "ghcr.io/x/nope:1"'}},
+    }])
+    problem = diagnose_pod(p)
+    assert problem is not None and problem.reason == "ImagePullFailed"
+    assert problem.message == (
+        "pod chat-engine-1: image 'ghcr.io/x/nope:1' cannot be pulled (ImagePullBackOff): "
+        'Back-off pulling image "ghcr.io/x/nope:1"'
+    )
+
+
+def test_unschedulable_gpu_request_is_insufficient_gpu() -> None:
+    scheduler = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available."
+    p = pod("chat-engine-2", phase="Pending", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": scheduler}])
+    problem = diagnose_pod(p)
+    assert problem is not None and problem.reason == "InsufficientGPU"
+    assert problem.message == f"pod chat-engine-2 cannot be scheduled: {scheduler}"
+    other = pod("x", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                  "message": "0/2 nodes are available: 2 node(s) didn't match node selector."}])
+    assert diagnose_pod(other).reason == "Unschedulable"  # type: ignore[union-attr]
+
+
+def test_healthy_pods_and_paths_are_not_problems() -> None:
+    running = pod("ok", phase="Running", containerStatuses=[{"name": "engine", "state": {"running": {}}}])
+    assert diagnose("smollm2-135m", [running]) is None
+    for source in ("/models/llama/model.gguf", "HuggingFaceTB/SmolLM2-135M", "weights.gguf", "s3://bucket/m"):
+        assert check_model(source) is None, source
+    assert diagnose("nope", [running]).reason == "ModelNotFound"  # type: ignore[union-attr]
