@@ -2,8 +2,9 @@
 
 The gateway must tokenize exactly as the engine does, or its block hashes name nothing the engine holds: a
 completion prompt is ``encode(prompt)`` (special tokens added per the tokenizer's config), a chat is the chat
-template rendered with the generation prompt and then ``encode(text, add_special_tokens=False)``; token-id
-prompts are taken as they are. Tokenizers load lazily per model (``shoal.tokenizer``, torch-free); a model
+template rendered over the messages as the engine builds them (``shoal.engine.server.chat``) and then
+``encode(text, add_special_tokens=False)``; token-id prompts are taken as they are. A batch of prompts is
+routed by its first and charged for all. Tokenizers load lazily per model (``shoal.tokenizer``, torch-free); a model
 whose tokenizer cannot be found is still served, routed without prefix information and charged an estimate.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE, hash_blocks
+from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
 
 log = logging.getLogger(__name__)
 
@@ -45,26 +47,13 @@ def _load_tokenizer(source: str) -> PromptTokenizer:
     return Tokenizer.from_source(resolve_model(source))
 
 
-def _first_prompt(prompt: Any) -> str | list[int] | None:
-    """The first prompt of a completion request (a string, a token list, or a batch of either)."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(t, int) for t in prompt):
-            return list(prompt)
-        return _first_prompt(prompt[0])
-    return None
-
-
-def _max_tokens(body: Mapping[str, Any], chat: bool) -> int:
-    value = body.get("max_completion_tokens", body.get("max_tokens"))
-    if isinstance(value, int) and value > 0:
-        return value
-    return DEFAULT_CHAT_MAX_TOKENS if chat else DEFAULT_COMPLETION_MAX_TOKENS
+def _template_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
+    """The messages exactly as the engine hands them to the chat template (text parts joined, name if set)."""
+    return [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in request.messages]
 
 
 class PromptReader:
-    """Turns request bodies into ``Prompt``s with each model's tokenizer (``sources``: model -> name or path)."""
+    """Turns validated requests into ``Prompt``s with each model's tokenizer (``sources``: model -> name or path)."""
 
     def __init__(self, sources: Mapping[str, str] | None = None) -> None:
         self._sources = dict(sources or {})
@@ -83,26 +72,27 @@ class PromptReader:
                 self._tokenizers[model] = None
         return self._tokenizers[model]
 
-    def read(self, model: str, body: Mapping[str, Any], chat: bool) -> Prompt:
-        """The prompt of a (validated) request body; never raises on content the engine will reject."""
-        tokenizer = self.tokenizer(model)
-        max_tokens = _max_tokens(body, chat)
-        if chat:
-            messages = body.get("messages")
-            text = str(messages)
+    def read(self, request: CompletionRequest | ChatCompletionRequest) -> Prompt:
+        """The (first) prompt of a validated request; never raises on content the engine will reject."""
+        tokenizer = self.tokenizer(request.model)
+        if isinstance(request, ChatCompletionRequest):
+            max_tokens = request.output_limit() or DEFAULT_CHAT_MAX_TOKENS
+            messages = _template_messages(request)
             if tokenizer is not None:
                 try:
-                    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-                    ids = tokenizer.encode(rendered, add_special_tokens=False)
+                    text = tokenizer.apply_chat_template(messages, add_generation_prompt=request.add_generation_prompt)
+                    ids = tokenizer.encode(text, add_special_tokens=False)
                     return Prompt(ids, len(ids) + max_tokens)
                 except Exception:  # noqa: BLE001 - the engine answers a bad chat with a 400; routing needn't
-                    log.debug("chat template failed for model %r; routing without prefixes", model, exc_info=True)
-            return Prompt(None, len(text.encode()) // BYTES_PER_TOKEN_ESTIMATE + max_tokens)
-        prompt = _first_prompt(body.get("prompt"))
+                    log.debug("chat template failed for %r; routing without prefixes", request.model, exc_info=True)
+            size = sum(len(m["content"].encode()) for m in messages)
+            return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens)
+        max_tokens = request.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
+        prompts = request.prompts()
+        prompt = prompts[0]
         if isinstance(prompt, list):
-            return Prompt(prompt, len(prompt) + max_tokens)
-        text = prompt or ""
+            return Prompt(prompt, len(prompt) * len(prompts) + max_tokens)
         if tokenizer is not None:
-            ids = tokenizer.encode(text, add_special_tokens=True)
-            return Prompt(ids, len(ids) + max_tokens)
-        return Prompt(None, len(text.encode()) // BYTES_PER_TOKEN_ESTIMATE + max_tokens)
+            ids = tokenizer.encode(prompt)
+            return Prompt(ids, len(ids) * len(prompts) + max_tokens)
+        return Prompt(None, len(prompt.encode()) * len(prompts) // BYTES_PER_TOKEN_ESTIMATE + max_tokens)

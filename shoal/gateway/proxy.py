@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiohttp
 from pydantic import ValidationError
@@ -85,8 +85,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def parse_request(raw: bytes, chat: bool) -> dict[str, Any]:
-    """The body as a dict, validated against the same request models the engine uses."""
+def parse_request(raw: bytes, chat: bool) -> CompletionRequest | ChatCompletionRequest:
+    """The body validated against the same request models the engine uses (it is forwarded as it came)."""
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -94,10 +94,9 @@ def parse_request(raw: bytes, chat: bool) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_json")
     try:
-        (ChatCompletionRequest if chat else CompletionRequest).model_validate(body)
+        return (ChatCompletionRequest if chat else CompletionRequest).model_validate(body)
     except ValidationError as exc:
         raise from_validation_errors(exc.errors()) from None
-    return body
 
 
 async def _until_disconnected(receive: Receive) -> None:
@@ -283,12 +282,12 @@ async def _handle(gateway: Gateway, request: Request, chat: bool, state: Request
     state.timer.mark("auth")
     raw = await read_body(request, config.max_body_bytes)
     body = parse_request(raw, chat)
-    state.model = body["model"]
+    state.model = body.model
     if state.model not in gateway.fleet.known_models() and state.model not in config.tokenizers:
         if all(r.models for r in gateway.fleet.replicas.values()):
             raise model_not_found(state.model)
     state.timer.mark("validate")
-    prompt = gateway.prompts.read(state.model, body, chat)
+    prompt = gateway.prompts.read(body)
     route = RouteRequest(prompt.block_hashes(config.block_size), prompt.cost_tokens)
     state.prompt_tokens = len(prompt.token_ids) if prompt.token_ids is not None else None
     state.timer.mark("tokenize")
@@ -309,7 +308,7 @@ async def _handle(gateway: Gateway, request: Request, chat: bool, state: Request
     headers = {"X-Request-Id": state.request_id, "Server-Timing": state.timer.header(),
                "Content-Type": response.headers.get("Content-Type", "application/json")}
     streaming = "text/event-stream" in headers["Content-Type"]
-    if response.status == 200 and bool(body.get("stream")) != streaming:
+    if response.status == 200 and body.stream != streaming:
         response.close()
         raise _garbage(state, "a response of the wrong content type")
     if streaming:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 
 from shoal.gateway.app import create_app
@@ -82,10 +88,49 @@ class ByteTokenizer:
         return "".join(f"<{m['role']}>{m.get('content') or ''}" for m in messages) + "<assistant>"
 
 
-def make_gateway(urls: list[str], models: tuple[str, ...] = ("tiny",), api_keys: ApiKeys | None = None,
+def make_gateway(urls: list[str], byte_tokenized: tuple[str, ...] = ("tiny",), api_keys: ApiKeys | None = None,
                  quota: QuotaStore | None = None, **config: Any) -> Gateway:
+    """A gateway over ``urls``; models in ``byte_tokenized`` (FakeEngine's) get the ByteTokenizer."""
     settings = {"health_interval_s": 0.2, "fail_threshold": 1, **config}
-    prompts = PromptReader()
-    for model in models:
+    prompts = PromptReader(settings.get("tokenizers"))
+    for model in byte_tokenized:
         prompts.add(model, ByteTokenizer())
     return Gateway(GatewayConfig(**settings), static(urls), api_keys, quota, prompts)
+
+
+class EngineProcess:
+    """A real ``shoal serve`` process on a free port; its log stays in ``log_path`` for failing tests."""
+
+    def __init__(self, model: str, log_path: Path, served_name: str = "tiny", *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "shoal.cli", "serve", "--model", model, "--served-model-name", served_name,
+                 "--port", str(self.port), "--log-level", "warning", *extra],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+
+    def wait_ready(self, timeout: float = 180.0) -> EngineProcess:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"shoal serve exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                return httpx.get(self.url + "/ready", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout, f"{self.url}/ready")
+        return self
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples on the engine's own /metrics."""
+        text = httpx.get(self.url + "/metrics", timeout=5).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + "{") or line.startswith(name + " "))
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)

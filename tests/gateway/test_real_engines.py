@@ -1,0 +1,121 @@
+"""The gateway in front of real ``shoal serve`` engines (tiny random model), driven by the official openai client."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+import pytest
+
+from gateway_harness import GatewayHandle, wait_until
+from shoal.protocol.block_hash import hash_blocks
+from shoal.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.timeout(240)
+
+SYSTEM = ("You are the assistant of the Shoal inference fleet. Answer briefly, precisely and politely. " * 6).strip()
+
+
+@pytest.fixture
+def fleet_gateway(engines, tiny_model_dir, gateways) -> GatewayHandle:
+    handle = gateways([e.url for e in engines[:2]], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)})
+    handle.wait_healthy(2)
+    return handle
+
+
+def client(handle: GatewayHandle) -> openai.OpenAI:
+    return openai.OpenAI(base_url=handle.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_openai_client_completions_chat_streaming_and_errors(fleet_gateway) -> None:
+    api = client(fleet_gateway)
+    assert [m.id for m in api.models.list().data] == ["tiny"]
+    completion = api.completions.create(model="tiny", prompt="The capital of France is", max_tokens=5)
+    assert completion.usage.completion_tokens == 5 and completion.choices[0].finish_reason == "length"
+    chat = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    assert chat.usage.completion_tokens == 4
+    chunks = list(api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                              max_tokens=6, stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].usage.completion_tokens == 6
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content is not None) >= 1
+    with pytest.raises(openai.NotFoundError):
+        api.completions.create(model="gpt-4", prompt="x")
+    with pytest.raises(openai.BadRequestError, match="max_tokens"):  # the engine's own 400 (context), passed on
+        api.completions.create(model="tiny", prompt="x", max_tokens=100_000)
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completion", "chat"])
+def test_gateway_hashes_match_the_engines_blocks_and_route_repeats_to_the_cache(
+        fleet_gateway, tiny_model_dir, chat: bool) -> None:
+    """The hashes the gateway computes are the ones the engine publishes; a repeat lands on the holder."""
+    api = client(fleet_gateway)
+    tokenizer = Tokenizer.from_hf_dir(tiny_model_dir)
+    question = f"{'chat' if chat else 'completion'} {time.monotonic_ns()}"
+
+    def send() -> int:
+        if chat:
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+            out = api.chat.completions.create(model="tiny", messages=messages, max_tokens=2)
+        else:
+            out = api.completions.create(model="tiny", prompt=SYSTEM + question, max_tokens=2)
+        details = out.usage.prompt_tokens_details
+        return details.cached_tokens if details else 0
+
+    if chat:
+        text = tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM},
+                                              {"role": "user", "content": question}])
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    else:
+        ids = tokenizer.encode(SYSTEM + question)
+    hashes = hash_blocks(ids)
+    assert len(hashes) >= 4
+    send()
+    replicas = fleet_gateway.gateway.fleet.replicas.values()
+    wait_until(lambda: any(r.index.synced and all(h in r.index.cached for h in hashes) for r in replicas), 10,
+               "the engine's /kv/events to report the prompt's blocks")
+    holder = next(r for r in replicas if all(h in r.index.cached for h in hashes))
+    cached = send()
+    assert cached >= 16 * (len(hashes) - 1)  # the engine itself reports the reuse
+    metrics = httpx.get(fleet_gateway.url + "/metrics").text
+    assert 'shoal_gateway_routing_decisions_total{model="tiny",policy="prefix-aware",reason="prefix_hit"}' in metrics
+    assert holder.in_flight == 0
+
+
+def test_a_client_disconnect_aborts_the_engine_request_and_frees_its_blocks(fleet_gateway, engines) -> None:
+    before = sum(e.metric("shoal_engine_requests_aborted_total") for e in engines[:2])
+    body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 900, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", fleet_gateway.url + "/v1/completions", json=body, timeout=30) as response:
+        for i, _ in enumerate(response.iter_lines()):
+            if i == 10:
+                break
+    wait_until(lambda: sum(e.metric("shoal_engine_requests_aborted_total") for e in engines[:2]) == before + 1,
+               10, "the engine to count the abort")
+    for engine in engines[:2]:
+        wait_until(lambda: engine.metric("shoal_engine_requests_running") == 0
+                   and engine.metric("shoal_engine_kv_cache_usage_ratio") == 0, 10, "the engine's KV blocks to be freed")
+
+
+def test_an_engine_killed_mid_stream_gives_a_clean_error_and_traffic_moves_on(engines, tiny_model_dir,
+                                                                              gateways) -> None:
+    victim, survivor = engines[2], engines[0]
+    handle = gateways([victim.url, survivor.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)},
+                      policy="round-robin")
+    handle.wait_healthy(2)
+    api = client(handle)
+    replica = handle.gateway.fleet.replicas[victim.url]
+    for _ in range(2):
+        stream = api.completions.create(model="tiny", prompt="Once upon a time", max_tokens=900, stream=True,
+                                        extra_body={"ignore_eos": True})
+        next(iter(stream))
+        if replica.in_flight == 1:
+            break
+        stream.close()
+    assert replica.in_flight == 1
+    victim.kill()
+    with pytest.raises(openai.APIError, match="failed mid-stream"):
+        for _ in stream:
+            pass
+    for _ in range(4):
+        assert api.completions.create(model="tiny", prompt="hello", max_tokens=2).usage.completion_tokens == 2
+    assert not replica.healthy
