@@ -94,7 +94,7 @@ class FakeEngine:
         async def events():  # type: ignore[no-untyped-def]
             first = KVEvent(type="snapshot", seq=0, hashes=list(self.kv_snapshot), block_size=16, engine_id=self.name)
             yield f"data: {first.model_dump_json()}\n\n".encode()
-            sent = 0
+            sent = len(self.kv_events)  # a new follower gets the snapshot, then only later events
             while True:
                 while sent < len(self.kv_events):
                     yield f"data: {self.kv_events[sent].model_dump_json()}\n\n".encode()

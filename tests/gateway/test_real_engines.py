@@ -8,7 +8,8 @@ import httpx
 import openai
 import pytest
 
-from gateway_harness import GatewayHandle, wait_until
+from gateway_harness import EngineProcess, GatewayHandle, wait_until
+from shoal.model_registry import resolve_model
 from shoal.protocol.block_hash import hash_blocks
 from shoal.tokenizer import Tokenizer
 
@@ -45,41 +46,59 @@ def test_openai_client_completions_chat_streaming_and_errors(fleet_gateway) -> N
         api.completions.create(model="tiny", prompt="x", max_tokens=100_000)
 
 
-@pytest.mark.parametrize("chat", [False, True], ids=["completion", "chat"])
-def test_gateway_hashes_match_the_engines_blocks_and_route_repeats_to_the_cache(
-        fleet_gateway, tiny_model_dir, chat: bool) -> None:
+def check_repeat_hits_the_cache(handle: GatewayHandle, tokenizer: Tokenizer, model: str, chat: bool) -> None:
     """The hashes the gateway computes are the ones the engine publishes; a repeat lands on the holder."""
-    api = client(fleet_gateway)
-    tokenizer = Tokenizer.from_hf_dir(tiny_model_dir)
+    api = client(handle)
     question = f"{'chat' if chat else 'completion'} {time.monotonic_ns()}"
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
 
     def send() -> int:
         if chat:
-            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-            out = api.chat.completions.create(model="tiny", messages=messages, max_tokens=2)
+            out = api.chat.completions.create(model=model, messages=messages, max_tokens=2)
         else:
-            out = api.completions.create(model="tiny", prompt=SYSTEM + question, max_tokens=2)
+            out = api.completions.create(model=model, prompt=SYSTEM + question, max_tokens=2)
         details = out.usage.prompt_tokens_details
         return details.cached_tokens if details else 0
 
     if chat:
-        text = tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM},
-                                              {"role": "user", "content": question}])
-        ids = tokenizer.encode(text, add_special_tokens=False)
+        ids = tokenizer.encode(tokenizer.apply_chat_template(messages), add_special_tokens=False)
     else:
         ids = tokenizer.encode(SYSTEM + question)
     hashes = hash_blocks(ids)
     assert len(hashes) >= 4
     send()
-    replicas = fleet_gateway.gateway.fleet.replicas.values()
+    replicas = handle.gateway.fleet.replicas.values()
     wait_until(lambda: any(r.index.synced and all(h in r.index.cached for h in hashes) for r in replicas), 10,
                "the engine's /kv/events to report the prompt's blocks")
-    holder = next(r for r in replicas if all(h in r.index.cached for h in hashes))
     cached = send()
     assert cached >= 16 * (len(hashes) - 1)  # the engine itself reports the reuse
-    metrics = httpx.get(fleet_gateway.url + "/metrics").text
-    assert 'shoal_gateway_routing_decisions_total{model="tiny",policy="prefix-aware",reason="prefix_hit"}' in metrics
-    assert holder.in_flight == 0
+    metrics = httpx.get(handle.url + "/metrics").text
+    assert f'shoal_gateway_routing_decisions_total{{model="{model}",policy="prefix-aware",reason="prefix_hit"}}' \
+        in metrics
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completion", "chat"])
+def test_gateway_hashes_match_the_engines_blocks_and_route_repeats_to_the_cache(
+        fleet_gateway, tiny_model_dir, chat: bool) -> None:
+    check_repeat_hits_the_cache(fleet_gateway, Tokenizer.from_hf_dir(tiny_model_dir), "tiny", chat)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_smollm2_end_to_end_through_the_gateway(gateways, tmp_path) -> None:
+    """The bundled SmolLM2 (GGUF): its tokenizer and chat template agree with the engine's block by block."""
+    engine = EngineProcess("smollm2-135m", tmp_path / "smollm2.log", "smollm2-135m").wait_ready(300)
+    try:
+        handle = gateways([engine.url], byte_tokenized=())
+        handle.wait_healthy(1)
+        reply = client(handle).chat.completions.create(
+            model="smollm2-135m", messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=12, temperature=0)
+        assert "Paris" in reply.choices[0].message.content
+        tokenizer = Tokenizer.from_source(resolve_model("smollm2-135m"))
+        check_repeat_hits_the_cache(handle, tokenizer, "smollm2-135m", chat=True)
+    finally:
+        engine.kill()
 
 
 def test_a_client_disconnect_aborts_the_engine_request_and_frees_its_blocks(fleet_gateway, engines) -> None:

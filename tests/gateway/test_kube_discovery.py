@@ -1,0 +1,69 @@
+"""Discovery from the engine Service's EndpointSlices, watched on a real kube-apiserver.
+
+Slices are written by hand (no controller runs here); the addresses are never contacted, only published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from shoal.gateway.kube_discovery import SERVICE_LABEL, endpoint_slices
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
+
+
+def endpoint_slice(name: str, service: str, endpoints: dict[str, bool], port: int = 8000) -> client.V1EndpointSlice:
+    return client.V1EndpointSlice(
+        metadata=client.V1ObjectMeta(name=name, labels={SERVICE_LABEL: service}),
+        address_type="IPv4",
+        ports=[client.DiscoveryV1EndpointPort(name="http", port=port, protocol="TCP")],
+        endpoints=[client.V1Endpoint(addresses=[ip], conditions=client.V1EndpointConditions(ready=ready))
+                   for ip, ready in endpoints.items()],
+    )
+
+
+async def test_ready_endpoints_of_the_service_are_published_as_they_change(kube_apiserver) -> None:
+    await config.load_kube_config(config_file=str(kube_apiserver.kubeconfig))
+    api_client = client.ApiClient()
+    api = client.DiscoveryV1Api(api_client)
+    published: list[list[str]] = []
+    changed = asyncio.Event()
+
+    def publish(urls: list[str]) -> None:
+        published.append(urls)
+        changed.set()
+
+    async def next_set(expected: list[str]) -> None:
+        while not published or published[-1] != expected:
+            changed.clear()
+            await asyncio.wait_for(changed.wait(), 20)
+
+    namespace = "default"
+    await api.create_namespaced_endpoint_slice(
+        namespace, endpoint_slice("engines-a", "engines", {"10.1.0.1": True, "10.1.0.2": False}))
+    await api.create_namespaced_endpoint_slice(namespace, endpoint_slice("other-a", "other", {"10.9.0.1": True}))
+    task = asyncio.create_task(endpoint_slices(namespace, "engines", "http",
+                                               str(kube_apiserver.kubeconfig))(publish))
+    try:
+        await next_set(["http://10.1.0.1:8000"])
+        await api.create_namespaced_endpoint_slice(
+            namespace, endpoint_slice("engines-b", "engines", {"10.1.0.3": True}, port=9000))
+        await next_set(["http://10.1.0.1:8000", "http://10.1.0.3:9000"])
+        await api.replace_namespaced_endpoint_slice(
+            "engines-a", namespace, endpoint_slice("engines-a", "engines", {"10.1.0.1": False, "10.1.0.2": True}))
+        await next_set(["http://10.1.0.2:8000", "http://10.1.0.3:9000"])
+        await api.delete_namespaced_endpoint_slice("engines-b", namespace)
+        await next_set(["http://10.1.0.2:8000"])
+        assert all("10.9.0.1" not in url for urls in published for url in urls)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        for name in ("engines-a", "other-a"):
+            with contextlib.suppress(client.ApiException):
+                await api.delete_namespaced_endpoint_slice(name, namespace)
+        await api_client.close()
