@@ -2,7 +2,10 @@
 
 Attention gathers each sequence's blocks through its block table into a padded ``[num_seqs, max_seq_len]``
 view and runs one batched, masked softmax in fp32. Padding costs some wasted work on ragged batches, but it
-keeps the whole step to a handful of large tensor operations, which is what a CPU needs.
+keeps the whole step to a handful of large tensor operations, which is what a CPU needs. Two measures keep the
+waste small: a mixed batch attends its decodes and its longer chunks as two groups (padding 31 decodes to a
+256-token chunk would do 256 times their work), and the query heads sharing a KV head are folded into the
+matrix rows, so gathered keys and values are never copied once per query head.
 """
 
 from __future__ import annotations
@@ -37,34 +40,27 @@ class TorchOps:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        num_tokens, num_heads, head_dim = query.shape
-        block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-        num_seqs, max_q, max_s = meta.num_seqs, meta.max_query_len, meta.max_seq_len
-        blocks = meta.block_tables[:, : (max_s + block_size - 1) // block_size].long()
-        keys = k_cache[blocks].reshape(num_seqs, -1, num_kv_heads, head_dim)[:, :max_s]
-        values = v_cache[blocks].reshape(num_seqs, -1, num_kv_heads, head_dim)[:, :max_s]
-
         starts = meta.query_start_loc[:-1].long()
         query_lens = meta.query_start_loc[1:].long() - starts
-        row = torch.arange(max_q, device=query.device)
-        valid_q = row[None, :] < query_lens[:, None]  # [S, max_q]
-        index = torch.where(valid_q, starts[:, None] + row[None, :], torch.zeros_like(row)[None, :])
-        q = query[index]  # [S, max_q, H, D]
-
-        seq_lens = meta.seq_lens.long()
-        q_pos = seq_lens[:, None] - query_lens[:, None] + row[None, :]  # [S, max_q]
-        k_pos = torch.arange(max_s, device=query.device)
-        mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :] < seq_lens[:, None, None])
-
-        group = num_heads // num_kv_heads
-        q = q.view(num_seqs, max_q, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4).float()
-        k = keys.permute(0, 2, 1, 3).float()[:, :, None]  # [S, KVH, 1, max_s, D]
-        v = values.permute(0, 2, 1, 3).float()[:, :, None]
-        scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # [S, KVH, G, max_q, max_s]
-        scores = scores.masked_fill(~mask[:, None, None], float("-inf"))
-        out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [S, KVH, G, max_q, D]
-        out = out.permute(0, 3, 1, 2, 4).reshape(num_seqs, max_q, num_heads, head_dim)
-        return out[valid_q].to(query.dtype).view(num_tokens, num_heads, head_dim)
+        out = torch.empty_like(query)
+        groups = [(meta.max_query_len, meta.max_seq_len, None)]
+        if meta.max_query_len > 1:
+            decode = query_lens == 1
+            if bool(decode.any()):
+                # decodes padded to the longest chunk would multiply the work: attend them on their own
+                rest = ~decode
+                groups = [
+                    (1, int(meta.seq_lens[decode].max()), decode),
+                    (meta.max_query_len, int(meta.seq_lens[rest].max()), rest),
+                ]
+        for max_q, max_s, select in groups:
+            pick = (lambda t: t) if select is None else (lambda t: t[select])
+            rows, values = _padded_attention(
+                query, k_cache, v_cache, pick(starts), pick(query_lens), pick(meta.seq_lens.long()),
+                pick(meta.block_tables), max_q, max_s, scale,
+            )
+            out[rows] = values
+        return out
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         xf = x.float()
@@ -86,6 +82,51 @@ class TorchOps:
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return torch.nn.functional.silu(gate) * up
+
+
+def _padded_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    starts: torch.Tensor,
+    query_lens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    max_q: int,
+    max_s: int,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of some sequences, padded to ``[num_seqs, max_q]`` queries and ``max_s`` keys.
+
+    Returns the query rows it computed and their outputs. The group's query heads fold into the matrix rows
+    (``[S, KVH, G * max_q, D]``), so keys and values are used as gathered, never copied once per query head.
+    """
+    num_heads, head_dim = query.shape[1:]
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    num_seqs, group = seq_lens.shape[0], num_heads // num_kv_heads
+    blocks = block_tables[:, : (max_s + block_size - 1) // block_size].long()
+    keys = k_cache[blocks].view(num_seqs, -1, num_kv_heads, head_dim)[:, :max_s]
+    values = v_cache[blocks].view(num_seqs, -1, num_kv_heads, head_dim)[:, :max_s]
+
+    row = torch.arange(max_q, device=query.device)
+    valid_q = row[None, :] < query_lens[:, None]  # [S, max_q]
+    index = torch.where(valid_q, starts[:, None] + row[None, :], starts[:, None])
+    q = query[index].float() * scale  # [S, max_q, H, D]
+    q = q.view(num_seqs, max_q, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
+    q = q.reshape(num_seqs, num_kv_heads, group * max_q, head_dim)
+
+    q_pos = seq_lens[:, None] - query_lens[:, None] + row[None, :]  # [S, max_q]
+    k_pos = torch.arange(max_s, device=query.device)
+    visible = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :] < seq_lens[:, None, None])
+
+    k = keys.permute(0, 2, 3, 1).float()  # [S, KVH, D, max_s]
+    v = values.permute(0, 2, 1, 3).float()  # [S, KVH, max_s, D]
+    scores = torch.matmul(q, k).view(num_seqs, num_kv_heads, group, max_q, max_s)
+    scores.masked_fill_(~visible[:, None, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).view(num_seqs, num_kv_heads, group * max_q, max_s)
+    out = torch.matmul(probs, v).view(num_seqs, num_kv_heads, group, max_q, head_dim)
+    out = out.permute(0, 3, 1, 2, 4).reshape(num_seqs, max_q, num_heads, head_dim)
+    return index[valid_q], out[valid_q].to(query.dtype)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

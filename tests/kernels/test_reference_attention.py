@@ -38,6 +38,7 @@ def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale
         ([1, 1, 1], [1, 9, 20], 4, 4),  # decode only, partial last blocks
         ([5, 1, 12], [5, 14, 20], 6, 2),  # prefill, decode and a chunk after cached blocks, GQA 3
         ([3], [3], 4, 1),  # one short prompt, MQA
+        ([1, 6, 1, 3], [9, 6, 20, 11], 8, 2),  # decodes between chunks, GQA 4: attended as two groups
     ],
 )
 def test_reference_attention_equals_naive_loop(query_lens, seq_lens, num_heads, num_kv_heads) -> None:
