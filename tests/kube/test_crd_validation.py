@@ -40,6 +40,7 @@ CRD: dict[str, Any] = {
                 {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
                 {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
                 {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
             ],
             "schema": {"openAPIV3Schema": {
                 "type": "object",
@@ -114,10 +115,12 @@ def test_valid_object_is_served_with_printer_columns(crd: ControlPlane) -> None:
     assert table[1].split()[:3] == ["good", "tiny-llm", "1"]
 
 
-def test_unknown_fields_are_pruned(crd: ControlPlane) -> None:
+def test_unknown_fields_are_rejected_strictly_and_pruned_otherwise(crd: ControlPlane) -> None:
     obj = widget("pruned", replicas=1, max_replicas=1)
     obj["spec"]["notInSchema"] = True
-    assert crd.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=False).returncode == 0
+    strict = crd.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=False)
+    assert strict.returncode != 0 and 'unknown field "spec.notInSchema"' in strict.stderr
+    crd.kubectl("apply", "--validate=ignore", "-f", "-", input=yaml.safe_dump(obj))
     stored = yaml.safe_load(crd.kubectl("get", PLURAL, "pruned", "-o", "yaml").stdout)
     assert "notInSchema" not in stored["spec"]
 

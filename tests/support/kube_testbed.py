@@ -368,12 +368,12 @@ class ControlPlane:
         etcd = self._spawn("etcd", [
             str(self.bin_dir / "etcd"),
             f"--data-dir={self.workdir / 'etcd'}",
-            "--name=default",
+            "--name=shoal-test",
             f"--listen-client-urls={client_url}",
             f"--advertise-client-urls={client_url}",
             f"--listen-peer-urls={peer_url}",
             f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=default={peer_url}",
+            f"--initial-cluster=shoal-test={peer_url}",
             "--listen-metrics-urls=",
             "--unsafe-no-fsync=true",
             "--log-level=warn",
@@ -407,7 +407,7 @@ class ControlPlane:
             self.kubeconfig, "shoal-admin",
             {"client-certificate-data": _b64(admin_cert), "client-key-data": _b64(admin_key)},
         )
-        disabled = [] if self.service_account_admission else ["ServiceAccount"]
+        admission = [] if self.service_account_admission else ["--disable-admission-plugins=ServiceAccount"]
         apiserver = self._spawn("kube-apiserver", [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers={self.etcd_url}",
@@ -424,7 +424,7 @@ class ControlPlane:
             f"--service-account-issuer={self.url}",
             f"--service-account-key-file={paths['sa.pub']}",
             f"--service-account-signing-key-file={paths['sa.key']}",
-            f"--disable-admission-plugins={','.join(disabled)}",
+            *admission,
             "--endpoint-reconciler-type=none",  # Endpoints may not hold a loopback address
             "--profiling=false",
             "--v=1",
