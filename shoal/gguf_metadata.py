@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -9,11 +10,21 @@ import gguf
 
 
 def open_gguf(path: Path) -> gguf.GGUFReader:
-    """Memory-maps the file; an unreadable or non-GGUF file is an error naming the path."""
+    """Memory-maps the file; an unreadable or non-GGUF file is an error naming the path.
+
+    Parsing the header takes seconds (a 49k-entry vocabulary), and an engine opens the file twice (tokenizer and
+    weights), so readers are cached per file version.
+    """
     try:
-        return gguf.GGUFReader(path)
+        stat = Path(path).stat()
+        return _cached_reader(str(path), stat.st_mtime_ns, stat.st_size)
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read GGUF file {str(path)!r}: {exc}") from exc
+
+
+@lru_cache(maxsize=4)
+def _cached_reader(path: str, _mtime_ns: int, _size: int) -> gguf.GGUFReader:
+    return gguf.GGUFReader(path)
 
 
 def gguf_metadata(reader: gguf.GGUFReader) -> dict[str, Any]:

@@ -74,4 +74,6 @@ def _locate_bundled(alias: str, bundled: BundledModel) -> Path:
             path = Path(str(entry.locate()))
             if path.is_file():
                 return path
-    raise ModelNotFoundError(f"model {alias!r}: {bundled.filename} is missing from the installed {bundled.distribution!r}")
+    raise ModelNotFoundError(
+        f"model {alias!r}: {bundled.filename} is missing from the installed {bundled.distribution!r}"
+    )

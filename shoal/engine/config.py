@@ -109,8 +109,9 @@ class ModelConfig:
 
         hidden = get("embedding_length")
         heads = get("attention.head_count")
-        if metadata.get(f"{arch}.rope.scaling.type", "none") not in ("none", None):
-            raise UnsupportedModelError(f"{arch}.rope.scaling.type={metadata[f'{arch}.rope.scaling.type']!r} is not supported")
+        scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
+        if scaling != "none":
+            raise UnsupportedModelError(f"{arch}.rope.scaling.type={scaling!r} is not supported")
         eos = [metadata[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in metadata]
         return ModelConfig(
             architecture=arch,

@@ -69,7 +69,11 @@ def build_gguf_tokenizer(metadata: dict[str, Any]) -> HFTokenizer:
         ]
     )
     tokenizer.add_tokens(
-        [AddedToken(token, special=False, normalized=False) for token, kind in zip(tokens, types) if kind == _USER_DEFINED]
+        [
+            AddedToken(token, special=False, normalized=False)
+            for token, kind in zip(tokens, types)
+            if kind == _USER_DEFINED
+        ]
     )
 
     bos_id = metadata.get("tokenizer.ggml.bos_token_id")

@@ -22,6 +22,7 @@ from shoal.tokenizer.chat_template import ChatTemplateError, render_chat
 from shoal.tokenizer.gguf_vocab import build_gguf_tokenizer
 
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
+_GGUF_SPECIAL_KEYS = ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")
 _GGUF_EOS_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
 
 
@@ -69,7 +70,7 @@ class Tokenizer:
         tokens: list[str] = metadata.get("tokenizer.ggml.tokens") or []
         ids = {
             name: metadata.get(f"tokenizer.ggml.{key}")
-            for name, key in zip(_SPECIAL_NAMES, ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"))
+            for name, key in zip(_SPECIAL_NAMES, _GGUF_SPECIAL_KEYS)
         }
         return Tokenizer(
             backend=build_gguf_tokenizer(metadata),

@@ -63,6 +63,14 @@ def smollm2_source() -> ModelSource:
 
 
 @pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_source: ModelSource):
+    """Our tokenizer rebuilt from the GGUF metadata."""
+    from shoal.tokenizer import Tokenizer
+
+    return Tokenizer.from_source(smollm2_source)
+
+
+@pytest.fixture(scope="session")
 def smollm2_model(smollm2_source: ModelSource):
     """Our fp32 SmolLM2 on the torch path (about 5 s to dequantize and load)."""
     import torch

@@ -25,7 +25,9 @@ BLOCK_SIZE = 4
 SCHEDULE = [[5, 0, 0], [4, 13, 6], [1, 1, 3], [1, 1, 1], [1, 1, 1]]
 
 
-def paged_logits(model: CausalLM, sequences: list[list[int]], schedule: list[list[int]], seed: int) -> list[torch.Tensor]:
+def paged_logits(
+    model: CausalLM, sequences: list[list[int]], schedule: list[list[int]], seed: int
+) -> list[torch.Tensor]:
     """Runs the schedule; returns, per sequence, the fp32 logits of every position it was fed."""
     rng = random.Random(seed)
     blocks_needed = [-(-len(seq) // BLOCK_SIZE) for seq in sequences]
@@ -35,8 +37,8 @@ def paged_logits(model: CausalLM, sequences: list[list[int]], schedule: list[lis
     for count in blocks_needed:
         tables.append(pool[:count])
         pool = pool[count:]
-    kv = allocate_kv_cache(model.config, num_blocks=max(max(t) for t in tables) + 1, block_size=BLOCK_SIZE,
-                           dtype=torch.float32)
+    num_blocks = max(max(t) for t in tables) + 1
+    kv = allocate_kv_cache(model.config, num_blocks=num_blocks, block_size=BLOCK_SIZE, dtype=torch.float32)
     done = [0] * len(sequences)
     outputs: list[list[torch.Tensor]] = [[] for _ in sequences]
     for step in schedule:
@@ -64,7 +66,9 @@ def reference_logits(hf_model: transformers.PreTrainedModel, sequence: list[int]
         return hf_model(torch.tensor([sequence])).logits[0].float()
 
 
-def assert_parity(model: CausalLM, hf_model: transformers.PreTrainedModel, vocab: int, atol: float, seed: int = 0) -> None:
+def assert_parity(
+    model: CausalLM, hf_model: transformers.PreTrainedModel, vocab: int, atol: float, seed: int = 0
+) -> None:
     gen = torch.Generator().manual_seed(seed)
     lengths = [sum(step[s] for step in SCHEDULE) for s in range(len(SCHEDULE[0]))]
     sequences = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths]
@@ -76,7 +80,8 @@ def assert_parity(model: CausalLM, hf_model: transformers.PreTrainedModel, vocab
 
 
 @pytest.mark.parametrize(
-    "checkpoint", ["tiny_llama_dir", "tiny_gqa_llama_dir", "tiny_qwen2_dir", "tiny_llama3_scaled_dir", "tiny_mistral_dir"]
+    "checkpoint",
+    ["tiny_llama_dir", "tiny_gqa_llama_dir", "tiny_qwen2_dir", "tiny_llama3_scaled_dir", "tiny_mistral_dir"],
 )
 def test_tiny_checkpoint_logits_match_transformers(checkpoint: str, request: pytest.FixtureRequest) -> None:
     directory: Path = request.getfixturevalue(checkpoint)
@@ -86,5 +91,7 @@ def test_tiny_checkpoint_logits_match_transformers(checkpoint: str, request: pyt
 
 
 @pytest.mark.slow
-def test_smollm2_logits_match_transformers(smollm2_model: CausalLM, smollm2_hf_model: transformers.PreTrainedModel) -> None:
+def test_smollm2_logits_match_transformers(
+    smollm2_model: CausalLM, smollm2_hf_model: transformers.PreTrainedModel
+) -> None:
     assert_parity(smollm2_model, smollm2_hf_model, smollm2_model.config.vocab_size, atol=2e-3)

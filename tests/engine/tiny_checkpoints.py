@@ -106,3 +106,74 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
     model.save_pretrained(directory)
     save_tokenizer(tokenizer, directory)
     return directory
+
+
+_GGUF_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def llama_cpp_permute(weight: Any, num_heads: int) -> Any:
+    """llama.cpp's converter (``LlamaModel.permute``): each head's two rotary halves interleaved row by row."""
+    rows = weight.shape[0]
+    return weight.reshape(num_heads, 2, rows // num_heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def write_llama_gguf(hf_dir: Path, path: Path, architecture: str = "llama") -> Path:
+    """Converts a tiny Llama checkpoint to an unquantized GGUF the way llama.cpp's converter lays it out."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    config = json.loads((hf_dir / "config.json").read_text())
+    tokenizer = json.loads((hf_dir / "tokenizer.json").read_text())
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    writer = gguf.GGUFWriter(path, architecture)
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(config["rope_parameters"]["rope_theta"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_vocab_size(config["vocab_size"])
+
+    vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
+    specials = {t["content"] for t in tokenizer["added_tokens"] if t["special"]}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt2")
+    writer.add_token_list([token for token, _ in vocab])
+    writer.add_token_types([3 if token in specials else 1 for token, _ in vocab])
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tokenizer["model"]["merges"]])
+    writer.add_bos_token_id(config["bos_token_id"])
+    writer.add_eos_token_id(config["eos_token_id"])
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+    for name, array in load_file(hf_dir / "model.safetensors").items():
+        if name == "model.embed_tokens.weight":
+            writer.add_tensor("token_embd.weight", array)
+        elif name == "model.norm.weight":
+            writer.add_tensor("output_norm.weight", array)
+        elif name == "lm_head.weight":
+            writer.add_tensor("output.weight", array)
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            if rest == "self_attn.q_proj.weight":
+                array = llama_cpp_permute(array, heads)
+            elif rest == "self_attn.k_proj.weight":
+                array = llama_cpp_permute(array, kv_heads)
+            writer.add_tensor(f"blk.{layer}.{_GGUF_LAYER_NAMES[rest]}", array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

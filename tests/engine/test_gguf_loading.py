@@ -1,0 +1,45 @@
+"""A GGUF file loads into the same model and tokenizer as the Hugging Face checkpoint it was converted from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_checkpoints import write_llama_gguf
+
+from shoal.engine.loader import load_model
+from shoal.engine.model import allocate_kv_cache
+from shoal.kernels import AttentionMetadata, TorchOps
+from shoal.model_registry import resolve_model
+from shoal.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tiny_gqa_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_llama_gguf(tiny_gqa_llama_dir, tmp_path_factory.mktemp("gguf") / "tiny-gqa.gguf")
+
+
+def prefill_logits(source_path: Path) -> torch.Tensor:
+    model = load_model(resolve_model(str(source_path)), torch.float32, TorchOps())
+    ids = torch.arange(3, 40)
+    kv = allocate_kv_cache(model.config, num_blocks=3, block_size=16, dtype=torch.float32)
+    meta = AttentionMetadata.build([len(ids)], [len(ids)], [[2, 0, 1]], block_size=16)
+    with torch.inference_mode():
+        return model(ids, torch.arange(len(ids)), kv, meta, torch.arange(len(ids)))
+
+
+def test_gguf_weights_equal_the_original_checkpoint(tiny_gguf: Path, tiny_gqa_llama_dir: Path) -> None:
+    """Q/K un-permuted with the right head counts (GQA), tied LM head (the file has no output.weight)."""
+    torch.testing.assert_close(prefill_logits(tiny_gguf), prefill_logits(tiny_gqa_llama_dir), atol=0, rtol=0)
+
+
+def test_gguf_tokenizer_equals_the_original_tokenizer(tiny_gguf: Path, tiny_gqa_llama_dir: Path) -> None:
+    from_gguf, from_dir = Tokenizer.from_gguf(tiny_gguf), Tokenizer.from_hf_dir(tiny_gqa_llama_dir)
+    text = "<|im_start|>The capital of France is Paris 🐟 東京\n  x"
+    for special in (True, False):
+        assert from_gguf.encode(text, add_special_tokens=special) == from_dir.encode(text, add_special_tokens=special)
+    assert from_gguf.encode("hi")[0] == from_gguf.bos_token_id  # tokenizer.ggml.add_bos_token
+    assert from_gguf.eos_token_ids == from_dir.eos_token_ids
+    messages = [{"role": "user", "content": "hello"}]
+    assert from_gguf.apply_chat_template(messages) == from_dir.apply_chat_template(messages)

@@ -1,0 +1,193 @@
+"""Bad model input fails early with an error naming the alias, path, field or tensor at fault."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import gguf
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from shoal.engine.config import ModelConfig, UnsupportedModelError
+from shoal.engine.loader import WeightsError, load_model
+from shoal.kernels import TorchOps
+from shoal.model_registry import ModelNotFoundError, resolve_model
+from shoal.tokenizer import Tokenizer, TokenizerFilesError, UnsupportedTokenizerError
+
+
+def copy_checkpoint(source: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(source, tmp_path / "ckpt"))
+
+
+def load(directory: Path):
+    return load_model(resolve_model(str(directory)), torch.float32, TorchOps())
+
+
+def test_unknown_alias_names_it_and_lists_the_known_ones() -> None:
+    with pytest.raises(ModelNotFoundError, match=r"'llama-9000'.*smollm2-135m"):
+        resolve_model("llama-9000")
+
+
+def test_missing_path_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "model.gguf"
+    with pytest.raises(ModelNotFoundError, match=str(missing)):
+        resolve_model(str(missing))
+
+
+def test_directory_without_config_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match=rf"{tmp_path}.*config\.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
+    weights = tmp_path / "model.bin"
+    weights.write_bytes(b"\0" * 16)
+    with pytest.raises(ModelNotFoundError, match="not a .gguf"):
+        resolve_model(str(weights))
+
+
+def test_resolved_sources() -> None:
+    source = resolve_model("smollm2-135m")
+    assert (source.format, source.served_name) == ("gguf", "smollm2-135m")
+    assert source.path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert source.path.stat().st_size == 98_362_432
+
+
+def test_hf_directory_resolves(tiny_llama_dir: Path) -> None:
+    source = resolve_model(str(tiny_llama_dir))
+    assert (source.format, source.path) == ("hf", tiny_llama_dir.resolve())
+
+
+def test_unsupported_architecture_is_named(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    directory = copy_checkpoint(tiny_llama_dir, tmp_path)
+    config = json.loads((directory / "config.json").read_text())
+    config["architectures"] = ["GPTNeoXForCausalLM"]
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedModelError, match="GPTNeoXForCausalLM"):
+        load(directory)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"architectures": ["MistralForCausalLM"], "sliding_window": 64}, "sliding_window"),
+        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope_type"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"num_key_value_heads": 3}, "num_key_value_heads"),
+    ],
+)
+def test_unsupported_settings_are_named(overrides: dict, field: str, tiny_llama_dir: Path) -> None:
+    config = json.loads((tiny_llama_dir / "config.json").read_text()) | overrides
+    with pytest.raises(UnsupportedModelError, match=field):
+        ModelConfig.from_hf(config)
+
+
+def test_transformers_4_rope_spelling_is_understood() -> None:
+    config = ModelConfig.from_hf(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "vocab_size": 100,
+            "rope_theta": 500000.0,
+            "rope_scaling": {"type": "linear", "factor": 2.0},
+            "eos_token_id": [7, 9],
+        }
+    )
+    assert (config.rope_theta, config.rope_scaling, config.num_kv_heads, config.head_dim) == (
+        500000.0, {"rope_type": "linear", "factor": 2.0}, 4, 16
+    )
+    assert config.eos_token_ids == (7, 9)
+
+
+def test_missing_weights_are_named(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    directory = copy_checkpoint(tiny_llama_dir, tmp_path)
+    (directory / "model.safetensors").unlink()
+    with pytest.raises(WeightsError, match=rf"no \*\.safetensors weights in '{directory}'"):
+        load(directory)
+
+
+def test_missing_shard_is_named(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    directory = copy_checkpoint(tiny_llama_dir, tmp_path)
+    index = {"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(WeightsError, match="model-00002-of-00002.safetensors"):
+        load(directory)
+
+
+def test_sharded_checkpoint_loads_like_a_single_file(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    directory = copy_checkpoint(tiny_llama_dir, tmp_path)
+    tensors = load_file(directory / "model.safetensors")
+    (directory / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for shard, shard_names in shards.items():
+        save_file({n: tensors[n] for n in shard_names}, directory / shard)
+    weight_map = {n: shard for shard, shard_names in shards.items() for n in shard_names}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    sharded, single = load(directory), load(tiny_llama_dir)
+    for (name, a), (_, b) in zip(sharded.state_dict().items(), single.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda t: t.update({"model.layers.0.mlp.expert.weight": torch.zeros(2)}), "model.layers.0.mlp.expert.weight"),
+        (lambda t: t.pop("model.norm.weight"), "norm.weight"),
+        (lambda t: t.pop("model.layers.1.self_attn.k_proj.weight"), "layers.1.self_attn.qkv_proj.weight"),
+        (lambda t: t.update({"model.norm.weight": torch.ones(7)}), "norm.weight"),
+    ],
+    ids=["unknown", "missing", "missing-part-of-fused", "wrong-shape"],
+)
+def test_unexpected_or_missing_tensors_are_named(edit, named: str, tiny_llama_dir: Path, tmp_path: Path) -> None:
+    directory = copy_checkpoint(tiny_llama_dir, tmp_path)
+    tensors = load_file(directory / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, directory / "model.safetensors")
+    with pytest.raises(WeightsError, match=named):
+        load(directory)
+
+
+def test_gguf_of_another_architecture_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "falcon.gguf"
+    writer = gguf.GGUFWriter(path, "falcon")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedModelError, match="general.architecture='falcon'"):
+        load(path)
+
+
+def test_gguf_with_a_sentencepiece_vocabulary_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "spm.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(["<unk>", "a"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedTokenizerError, match="tokenizer.ggml.model='llama'"):
+        Tokenizer.from_gguf(path)
+
+
+def test_directory_without_tokenizer_json_is_named(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    directory = copy_checkpoint(tiny_llama_dir, tmp_path)
+    (directory / "tokenizer.json").unlink()
+    with pytest.raises(TokenizerFilesError, match=rf"no tokenizer.json in '{directory}'"):
+        Tokenizer.from_source(resolve_model(str(directory)))
+
+
+def test_corrupt_gguf_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(b"GGUF" + b"\xff" * 64)
+    with pytest.raises(ValueError, match="broken.gguf"):
+        load(path)

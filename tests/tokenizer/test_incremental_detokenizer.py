@@ -1,0 +1,77 @@
+"""Streaming detokenization: the pieces add up to the full decode and never contain a broken character."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoal.tokenizer import IncrementalDetokenizer, Tokenizer
+
+# Multi-byte characters that byte-level BPE cuts mid-sequence: emoji (incl. ZWJ sequences), CJK, accents.
+COMMON_MULTIBYTE = st.sampled_from(list("aé€漢字東京🐟🌊🚀👩‍👧 \n"))
+MULTIBYTE = st.text(COMMON_MULTIBYTE | st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40)
+# SmolLM's vocabulary lacks a few byte tokens (those of rare 4-byte characters), so not every text survives it.
+SMOLLM_ENCODABLE = st.text(COMMON_MULTIBYTE, min_size=1, max_size=40)
+
+
+def stream(tokenizer: Tokenizer, ids: list[int], sizes: list[int], skip: bool, prompt: list[int] = ()) -> list[str]:
+    """Pushes ``ids`` in groups of ``sizes`` (cycled); returns every piece emitted, the flushed rest last."""
+    detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=skip, prompt_token_ids=prompt)
+    pieces, start, i = [], 0, 0
+    while start < len(ids):
+        size = sizes[i % len(sizes)]
+        pieces.append(detok.push(ids[start : start + size]))
+        start, i = start + size, i + 1
+    pieces.append(detok.flush())
+    return pieces
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 383), max_size=50),
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=5),
+    skip=st.booleans(),
+)
+def test_pieces_of_any_id_sequence_add_up_to_the_full_decode(
+    ids: list[int], sizes: list[int], skip: bool, tiny_tokenizer: Tokenizer
+) -> None:
+    """Random ids include special tokens and lone bytes that never form valid UTF-8."""
+    assert "".join(stream(tiny_tokenizer, ids, sizes, skip)) == tiny_tokenizer.decode(ids, skip_special_tokens=skip)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=MULTIBYTE, sizes=st.lists(st.integers(1, 3), min_size=1, max_size=4))
+def test_streamed_text_never_contains_a_broken_character(
+    text: str, sizes: list[int], tiny_tokenizer: Tokenizer
+) -> None:
+    ids = tiny_tokenizer.encode(text, add_special_tokens=False)
+    pieces = stream(tiny_tokenizer, ids, sizes, skip=True)
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in piece for piece in pieces)
+
+
+def test_a_character_split_over_tokens_comes_out_whole(tiny_tokenizer: Tokenizer) -> None:
+    ids = tiny_tokenizer.encode("🐟", add_special_tokens=False)
+    assert len(ids) > 1  # the 4-byte emoji is spelled in several byte tokens
+    detok = IncrementalDetokenizer(tiny_tokenizer)
+    assert [detok.push([i]) for i in ids] == [""] * (len(ids) - 1) + ["🐟"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(prompt=MULTIBYTE, completion=MULTIBYTE)
+def test_prompt_context_is_not_repeated(prompt: str, completion: str, tiny_tokenizer: Tokenizer) -> None:
+    prompt_ids = tiny_tokenizer.encode(prompt, add_special_tokens=False)
+    ids = tiny_tokenizer.encode(prompt + completion, add_special_tokens=False)[len(prompt_ids) :]
+    expected = tiny_tokenizer.decode(prompt_ids + ids)[len(tiny_tokenizer.decode(prompt_ids)) :]
+    assert "".join(stream(tiny_tokenizer, ids, [1], skip=True, prompt=prompt_ids)) == expected
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(text=SMOLLM_ENCODABLE, sizes=st.lists(st.integers(1, 3), min_size=1, max_size=4))
+def test_smollm2_streaming_equals_full_decode(text: str, sizes: list[int], smollm2_tokenizer: Tokenizer) -> None:
+    ids = smollm2_tokenizer.encode(text)
+    pieces = stream(smollm2_tokenizer, ids, sizes, skip=True)
+    assert "".join(pieces) == smollm2_tokenizer.decode(ids) == text
+    assert not any("\ufffd" in piece for piece in pieces)
