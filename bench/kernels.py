@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not args.smoke and not torch.cuda.is_available():
-        print("bench/kernels.py: no CUDA GPU here, nothing to measure (Triton kernels need one; --smoke checks the script)")
+        print("bench/kernels.py: no CUDA GPU here, nothing to measure (the Triton kernels need one; --smoke checks "
+              "the script itself)")
         return 0
     device = "cpu" if args.smoke else "cuda"
     dtype = getattr(torch, "float32" if args.smoke else args.dtype)

@@ -43,7 +43,11 @@ def _greedy(model_dir: Path, backend: str) -> list[list[int]]:
         str(model_dir), attention_backend=backend, dtype="float32", block_size=4, max_num_batched_tokens=16,
         num_kv_blocks=64,
     )
-    prompts = [[5, 17, 99, 3, 42, 8, 250, 61, 7, 13, 120, 33, 2, 90, 11, 64, 30, 18, 77], [300, 12], [9, 81, 140, 6, 55]]
+    prompts = [
+        [5, 17, 99, 3, 42, 8, 250, 61, 7, 13, 120, 33, 2, 90, 11, 64, 30, 18, 77],  # chunked: over 16 tokens
+        [300, 12],
+        [9, 81, 140, 6, 55],
+    ]
     outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
     return [out.token_ids for out in outputs]
 

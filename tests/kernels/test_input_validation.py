@@ -95,3 +95,22 @@ def test_elementwise_ops_reject_bad_input(triton_ops):
 def test_tensors_on_a_device_the_kernels_cannot_reach_are_refused(triton_ops):
     with pytest.raises(ValueError, match="need (cpu|cuda) tensors, got one on meta"):
         triton_ops.rms_norm(torch.zeros(2, 64, device="meta"), torch.ones(64, device="meta"), 1e-6)
+
+
+def test_out_of_range_contents_are_masked_inside_the_kernels(triton_ops, paged_batch):
+    """Block ids, slots and positions are not checked on the host (that would stall a GPU): the kernels mask them."""
+    b = paged_batch([1, 3], [20, 20], 4, 2, 64, torch.float32, num_blocks=8)
+    tables = b.meta.block_tables.clone()
+    tables[0, 1] = 1000  # positions 16..19 of sequence 0 live in a block past the cache
+    tables[1, 0] = -3
+    out = triton_ops.attention(b.query, b.k_cache, b.v_cache, _swap(b.meta, block_tables=tables), b.scale)
+    assert torch.isfinite(out).all()
+
+    key = torch.randn(2, 2, 64)
+    k_cache, v_cache = b.k_cache.clone(), b.v_cache.clone()
+    triton_ops.write_kv(key, key, k_cache, v_cache, torch.tensor([8 * 16, 10**6]))
+    assert torch.equal(k_cache, b.k_cache) and torch.equal(v_cache, b.v_cache)
+
+    q, k = torch.randn(2, 4, 64), torch.randn(2, 2, 64)
+    rq, rk = triton_ops.rotary(torch.tensor([16, -1]), q.clone(), k.clone(), torch.randn(16, 64))
+    assert torch.equal(rq, q) and torch.equal(rk, k)

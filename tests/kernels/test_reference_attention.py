@@ -90,7 +90,8 @@ def test_reference_rotary_rotates_each_pair_by_its_angle() -> None:
     for x, rx in ((query, rq), (key, rk)):
         for t, pos in enumerate(positions.tolist()):
             for i in range(half):
-                pair = complex(x[t, 0, i], x[t, 0, i + half]) * complex(math.cos(angles[pos, i]), math.sin(angles[pos, i]))
+                angle = float(angles[pos, i])
+                pair = complex(x[t, 0, i], x[t, 0, i + half]) * complex(math.cos(angle), math.sin(angle))
                 assert rx[t, 0, i].item() == pytest.approx(pair.real, abs=1e-5)
                 assert rx[t, 0, i + half].item() == pytest.approx(pair.imag, abs=1e-5)
         assert torch.equal(rx[..., rotary_dim:], x[..., rotary_dim:])

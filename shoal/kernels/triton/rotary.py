@@ -4,7 +4,8 @@ Grid ``(num_tokens,)``: one program per token loads that position's cosines and 
 query head and key head with them, so the cache row is read once per token rather than once per head. Only
 the first ``rotary_dim`` features rotate (partial rotary); the rest are left untouched. Llama-3 frequency
 scaling is already baked into the cache the model builds, so the kernel never sees it. Math runs in fp32 and
-is rounded once on store. A position outside the cache rotates by angle zero (its row is left as it was) instead of reading past it.
+is rounded once on store. A position outside the cache rotates by angle zero (its row is left as it was)
+instead of reading past it.
 """
 
 from __future__ import annotations
