@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from shoal.kernels.triton.launch import pow2, upcast_dots
+from shoal.kernels.triton.launch import fp32_dots, pow2, upcast_dots
 from shoal.kernels.triton.paged_kv import attend_kv_tile
 
 LOG2E = 1.4426950408889634
@@ -35,6 +35,7 @@ def _decode_kernel(
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, UPCAST: tl.constexpr,
+    FP32_DOTS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -68,7 +69,7 @@ def _decode_kernel(
         acc, m_i, l_i = attend_kv_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table_ptr, tile * BLOCK_N + offs_n, seq_len, last_pos,
             qk_scale, num_blocks, table_width, kv_head, stride_cb, stride_ct, stride_ch, offs_d, d_mask,
-            BLOCK_SIZE, UPCAST,
+            BLOCK_SIZE, UPCAST, FP32_DOTS,
         )
 
     out_mask = g_mask[:, None] & d_mask[None, :]
@@ -152,6 +153,7 @@ def paged_decode_attention(
         GROUP=group, BLOCK_G=pow2(group, 16), HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_SIZE=block_size, BLOCK_N=BLOCK_N, NUM_SPLITS=num_splits,
         UPCAST=upcast_dots(query.dtype),
+        FP32_DOTS=fp32_dots(query.dtype),
     )
     if num_splits > 1:
         _merge_kernel[(num_seqs, num_heads)](

@@ -25,6 +25,11 @@ def upcast_dots(dtype: torch.dtype) -> bool:
     return INTERPRETED and dtype == torch.bfloat16
 
 
+def fp32_dots(dtype: torch.dtype) -> bool:
+    """Whether ``tl.dot`` sees fp32 operands, which then ask for IEEE fp32 products instead of TF32."""
+    return dtype == torch.float32 or upcast_dots(dtype)
+
+
 def check_device(*tensors: torch.Tensor) -> None:
     """Compiled kernels need CUDA tensors; the interpreter needs CPU ones."""
     want = "cpu" if INTERPRETED else "cuda"

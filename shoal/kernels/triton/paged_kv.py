@@ -17,7 +17,7 @@ def attend_kv_tile(
     q, acc, m_i, l_i,
     k_cache_ptr, v_cache_ptr, table_ptr, pos, key_end, last_pos, qk_scale, num_blocks, table_width,
     kv_head, stride_cb, stride_ct, stride_ch, offs_d, d_mask,
-    BLOCK_SIZE: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, UPCAST: tl.constexpr, FP32_DOTS: tl.constexpr,
 ):
     col = pos // BLOCK_SIZE
     valid = (pos < key_end) & (col < table_width)
@@ -30,11 +30,17 @@ def attend_kv_tile(
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
-    s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+    if FP32_DOTS:  # fp32 operands: full fp32 products, not the TF32 a GPU would use by default
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+    else:
+        s = tl.dot(q, tl.trans(k)) * qk_scale
     s = tl.where(valid[None, :] & (pos[None, :] <= last_pos[:, None]), s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    if FP32_DOTS:
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l_i

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from shoal.kernels.triton.launch import pow2, upcast_dots
+from shoal.kernels.triton.launch import fp32_dots, pow2, upcast_dots
 from shoal.kernels.triton.paged_kv import attend_kv_tile
 
 LOG2E = 1.4426950408889634
@@ -34,6 +34,7 @@ def _prefill_kernel(
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_Q: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
+    FP32_DOTS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     q_block = tl.program_id(1)
@@ -68,7 +69,7 @@ def _prefill_kernel(
         acc, m_i, l_i = attend_kv_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table_ptr, start + offs_n, key_end, q_pos,
             qk_scale, num_blocks, table_width, kv_head, stride_cb, stride_ct, stride_ch, offs_d, d_mask,
-            BLOCK_SIZE, UPCAST,
+            BLOCK_SIZE, UPCAST, FP32_DOTS,
         )
 
     out = acc / l_i[:, None]
@@ -109,5 +110,6 @@ def paged_prefill_attention(
         block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_D=pow2(head_dim, 16),
         BLOCK_SIZE=block_size, BLOCK_N=BLOCK_N, UPCAST=upcast_dots(query.dtype),
+        FP32_DOTS=fp32_dots(query.dtype),
     )
     return out
