@@ -72,6 +72,7 @@ class Gateway:
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=75, ttl_dns_cache=None)
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        self.prompts.preload()
         self._tasks = [asyncio.create_task(self._discover()), asyncio.create_task(self._health_loop())]
 
     async def stop(self) -> None:

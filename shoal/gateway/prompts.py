@@ -5,13 +5,15 @@ completion prompt is ``encode(prompt)`` (special tokens added per the tokenizer'
 template rendered over the messages as the engine builds them (``shoal.engine.server.chat``) and then
 ``encode(text, add_special_tokens=False)``; token-id prompts are taken as they are. A batch of prompts is
 routed by its first and charged for all. Tokenizers load lazily per model (``shoal.tokenizer``, torch-free); a model
-whose tokenizer cannot be found is still served, routed without prefix information and charged an estimate.
+whose tokenizer cannot be found (or is still loading) is still served, routed without prefix information and
+charged an estimate.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,24 +55,44 @@ def _template_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
 
 
 class PromptReader:
-    """Turns validated requests into ``Prompt``s with each model's tokenizer (``sources``: model -> name or path)."""
+    """Turns validated requests into ``Prompt``s with each model's tokenizer (``sources``: model -> name or path).
+
+    Loading a tokenizer can take seconds (a GGUF's vocabulary), so it happens on a worker thread, started by
+    ``preload`` or by the first request for the model; until it is ready, requests for that model are routed
+    without prefix information instead of waiting.
+    """
 
     def __init__(self, sources: Mapping[str, str] | None = None) -> None:
         self._sources = dict(sources or {})
         self._tokenizers: dict[str, PromptTokenizer | None] = {}
+        self._loading: dict[str, Future[PromptTokenizer | None]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer-load")
 
     def add(self, model: str, tokenizer: PromptTokenizer) -> None:
         self._tokenizers[model] = tokenizer
 
+    def load(self, model: str) -> PromptTokenizer | None:
+        """Loads (blocking) and keeps the model's tokenizer; ``None`` if it cannot be found."""
+        source = self._sources.get(model, model)
+        try:
+            tokenizer: PromptTokenizer | None = _load_tokenizer(source)
+        except Exception as exc:  # noqa: BLE001 - any failure means "route without prefix information"
+            log.warning("no tokenizer for model %r (source %r): %s; routing without prefixes", model, source, exc)
+            tokenizer = None
+        self._tokenizers[model] = tokenizer
+        return tokenizer
+
+    def preload(self, models: Iterable[str] | None = None) -> None:
+        for model in self._sources if models is None else models:
+            if model not in self._tokenizers and model not in self._loading:
+                self._loading[model] = self._pool.submit(self.load, model)
+
     def tokenizer(self, model: str) -> PromptTokenizer | None:
-        if model not in self._tokenizers:
-            source = self._sources.get(model, model)
-            try:
-                self._tokenizers[model] = _load_tokenizer(source)
-            except Exception as exc:  # noqa: BLE001 - any failure means "route without prefix information"
-                log.warning("no tokenizer for model %r (source %r): %s; routing without prefixes", model, source, exc)
-                self._tokenizers[model] = None
-        return self._tokenizers[model]
+        """The model's tokenizer if loaded; otherwise starts loading it and answers ``None`` for now."""
+        if model in self._tokenizers:
+            return self._tokenizers[model]
+        self.preload([model])
+        return None
 
     def read(self, request: CompletionRequest | ChatCompletionRequest) -> Prompt:
         """The (first) prompt of a validated request; never raises on content the engine will reject."""

@@ -22,6 +22,7 @@ SYSTEM = ("You are the assistant of the Shoal inference fleet. Answer briefly, p
 def fleet_gateway(engines, tiny_model_dir, gateways) -> GatewayHandle:
     handle = gateways([e.url for e in engines[:2]], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)})
     handle.wait_healthy(2)
+    wait_until(lambda: handle.gateway.prompts.tokenizer("tiny") is not None, 30, "the tokenizer")
     return handle
 
 
@@ -89,8 +90,9 @@ def test_smollm2_end_to_end_through_the_gateway(gateways, tmp_path) -> None:
     """The bundled SmolLM2 (GGUF): its tokenizer and chat template agree with the engine's block by block."""
     engine = EngineProcess("smollm2-135m", tmp_path / "smollm2.log", "smollm2-135m").wait_ready(300)
     try:
-        handle = gateways([engine.url], byte_tokenized=())
+        handle = gateways([engine.url], byte_tokenized=(), tokenizers={"smollm2-135m": "smollm2-135m"})
         handle.wait_healthy(1)
+        wait_until(lambda: handle.gateway.prompts.tokenizer("smollm2-135m") is not None, 120, "the GGUF tokenizer")
         reply = client(handle).chat.completions.create(
             model="smollm2-135m", messages=[{"role": "user", "content": "What is the capital of France?"}],
             max_tokens=12, temperature=0)
