@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -63,6 +63,7 @@ class ServerMetrics:
     """The server's metrics; ``observe_step`` is called from the step thread only."""
 
     def __init__(self, model: str) -> None:
+        disable_created_metrics()  # ``_created`` series only add noise to every scrape
         self.model = model
         self.registry = CollectorRegistry()
         self._stats = _StatsCollector(model)

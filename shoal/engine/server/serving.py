@@ -170,6 +170,8 @@ def finish(generation: Generation, outcome: Outcome) -> None:
         outcome.status = "timeout"
     elif outcome.status == "ok" and not generation.stream.finished:
         outcome.status = "cancelled"
+    elif outcome.status == "ok" and any(c.finish_reason == "abort" for c in outcome.choices):
+        outcome.status = "aborted"  # by the server: shutdown grace period over
     generation.close()
     outcome.log()
 

@@ -1,0 +1,53 @@
+"""Server fixtures: real ``shoal serve`` processes with a tiny random model, shared for the session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from serve_harness import ServeProcess, build_tiny_model
+
+from shoal.model_registry import resolve_model
+from shoal.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("server-tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir: Path) -> Tokenizer:
+    return Tokenizer.from_source(resolve_model(str(tiny_model_dir)))
+
+
+def _start(tmp_path_factory: pytest.TempPathFactory, model: Path | str, *args: str) -> Iterator[ServeProcess]:
+    server = ServeProcess(model, tmp_path_factory.mktemp("serve-log") / "serve.log", *args)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[ServeProcess]:
+    """The shared server: 512 KV blocks of 16 tokens, up to 64 sequences in a batch."""
+    yield from _start(tmp_path_factory, tiny_model_dir, "--num-kv-blocks", "512", "--max-num-seqs", "64")
+
+
+@pytest.fixture(scope="session")
+def constrained_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[ServeProcess]:
+    """One sequence at a time, two may wait, and each may generate for 0.3 s: admission and time limits."""
+    yield from _start(
+        tmp_path_factory, tiny_model_dir,
+        "--max-num-seqs", "1", "--max-waiting-requests", "2", "--request-timeout", "0.3",
+    )
+
+
+@pytest.fixture
+def client(server: ServeProcess) -> openai.OpenAI:
+    """The official client, unchanged, pointed at the shared server."""
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)

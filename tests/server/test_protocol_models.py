@@ -1,0 +1,49 @@
+"""The torch-free wire models the gateway shares: prompt shapes and errors that name the field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from shoal.protocol.errors import APIError, from_validation_errors
+from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+
+
+@pytest.mark.parametrize(
+    ("prompt", "prompts"),
+    [("hi", ["hi"]), ([1, 2], [[1, 2]]), (["a", "b"], ["a", "b"]), ([[1], [2, 3]], [[1], [2, 3]])],
+)
+def test_every_prompt_shape_becomes_a_batch(prompt: object, prompts: list[object]) -> None:
+    assert CompletionRequest.model_validate({"model": "m", "prompt": prompt}).prompts() == prompts
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m", "prompt": 5}, "prompt"),
+        ({"model": "m", "prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ({"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ({"model": "m", "messages": [{"role": "user"}], "stream": False, "stream_options": {}}, "stream_options"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokenz": 3}, "max_tokenz"),
+    ],
+)
+def test_validation_errors_name_the_field(body: dict, param: str) -> None:
+    model = ChatCompletionRequest if "messages" in body else CompletionRequest
+    with pytest.raises(ValidationError) as exc:
+        model.model_validate(body)
+    error = from_validation_errors(exc.value.errors())
+    assert (error.status_code, error.param) == (400, param)
+    assert error.message.startswith(param) or param in error.message
+
+
+def test_error_body_has_openai_shape() -> None:
+    body = APIError(503, "busy", type="service_unavailable_error", headers={"Retry-After": "1"}).body()
+    assert body == {"error": {"message": "busy", "type": "service_unavailable_error", "param": None, "code": None}}
+
+
+def test_protocol_imports_no_torch() -> None:
+    code = "import sys, shoal.protocol.openai_api, shoal.protocol.errors; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
