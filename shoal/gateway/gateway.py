@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -60,7 +62,7 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self._policies: dict[str, RoutingPolicy] = {}
         self._followers: dict[str, asyncio.Task[None]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def policy(self, model: str) -> RoutingPolicy:
         """Each model has its own policy instance (a round-robin counter per model, for one)."""
@@ -73,10 +75,16 @@ class Gateway:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=75, ttl_dns_cache=None)
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         self.prompts.preload()
-        self._tasks = [asyncio.create_task(self._discover()), asyncio.create_task(self._health_loop())]
+        self._spawn(self._discover())
+        self._spawn(self._health_loop())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
-        tasks = self._tasks + list(self._followers.values())
+        tasks = [*self._tasks, *self._followers.values()]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -103,7 +111,7 @@ class Gateway:
                 task.cancel()
         for replica in added:
             log.info("replica %s discovered", replica.url)
-            self._tasks.append(asyncio.create_task(self._check(replica)))
+            self._spawn(self._check(replica))
             if self.config.follow_kv_events:
                 self._followers[replica.url] = asyncio.create_task(self._follow(replica))
 

@@ -51,9 +51,10 @@ def _check(event: KVEvent, block_size: int) -> None:
 
 
 async def follow(session: aiohttp.ClientSession, replica: Replica, block_size: int,
-                 on_sync: Callable[[Replica, bool], None], retry_delay: float = 0.5) -> None:
-    """Runs until cancelled, keeping ``replica.index`` in step with the engine."""
+                 on_sync: Callable[[Replica, bool], None], retry_delay: float = 0.5, max_delay: float = 10.0) -> None:
+    """Runs until cancelled, keeping ``replica.index`` in step with the engine; backs off while it fails."""
     timeout = aiohttp.ClientTimeout(total=None, connect=2.0, sock_read=None)
+    delay = retry_delay
     while True:
         try:
             async with session.get(replica.url + "/kv/events", timeout=timeout) as response:
@@ -65,6 +66,7 @@ async def follow(session: aiohttp.ClientSession, replica: Replica, block_size: i
                     replica.index.apply(event)
                     if event.type == "snapshot":
                         on_sync(replica, True)
+                        delay = retry_delay
         except IncompatibleHashes as exc:
             log.error("not following %s/kv/events: %s", replica.url, exc)
             replica.index.desync()
@@ -74,4 +76,5 @@ async def follow(session: aiohttp.ClientSession, replica: Replica, block_size: i
             log.info("kv events from %s interrupted (%s); resyncing", replica.url, exc)
         replica.index.desync()
         on_sync(replica, False)
-        await asyncio.sleep(retry_delay)
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, max_delay)

@@ -283,9 +283,11 @@ async def _handle(gateway: Gateway, request: Request, chat: bool, state: Request
     raw = await read_body(request, config.max_body_bytes)
     body = parse_request(raw, chat)
     state.model = body.model
-    if state.model not in gateway.fleet.known_models() and state.model not in config.tokenizers:
-        if all(r.models for r in gateway.fleet.replicas.values()):
-            raise model_not_found(state.model)
+    replicas = gateway.fleet.replicas.values()
+    every_replica_listed = bool(replicas) and all(r.models for r in replicas)
+    if every_replica_listed and state.model not in gateway.fleet.known_models() \
+            and state.model not in config.tokenizers:
+        raise model_not_found(state.model)  # else a replica yet unheard of may serve it: 503 until it is
     state.timer.mark("validate")
     prompt = gateway.prompts.read(body)
     route = RouteRequest(prompt.block_hashes(config.block_size), prompt.cost_tokens)
