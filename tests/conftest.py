@@ -6,9 +6,14 @@ Component logs are attached to the report of any failing test that used one of t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+
+# `support` must import the same way under any pytest import mode (prepend, importlib) and package layout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support.kube_testbed import ControlPlane, KubeTestbinMissing, kube_testbin_dir
 from support.services import Prometheus, Service, start_alertmanager, start_prometheus, start_redis

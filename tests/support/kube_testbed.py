@@ -246,6 +246,8 @@ class ControlPlane:
         self.url = f"https://127.0.0.1:{self.port}"
         self.ca_file = self._write_pki("ca.crt", self.ca.cert_pem)
         self.kubeconfig = self.workdir / "kubeconfig"
+        self.admin_cert_file = self.pki_dir / "admin.crt"  # system:masters client cert, e.g. for a scraper
+        self.admin_key_file = self.pki_dir / "admin.key"
         self.workloads = False
 
     # ---- files -------------------------------------------------------------------------------------------
@@ -334,7 +336,7 @@ class ControlPlane:
     def get(self, path: str) -> bytes:
         """GET a raw apiserver path as admin (readiness checks and /version)."""
         context = ssl.create_default_context(cafile=str(self.ca_file))
-        context.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
+        context.load_cert_chain(str(self.admin_cert_file), str(self.admin_key_file))
         with urllib.request.urlopen(self.url + path, context=context, timeout=5) as response:
             return bytes(response.read())
 
