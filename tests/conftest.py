@@ -27,7 +27,8 @@ def _require(start: Callable[[], object]) -> object:
     try:
         return start()
     except KubeTestbinMissing as missing:
-        pytest.fail(str(missing), pytrace=False)
+        message = str(missing)
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(scope="session")
