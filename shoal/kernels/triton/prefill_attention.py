@@ -27,6 +27,11 @@ BLOCK_M = 64
 BLOCK_N = 64
 
 
+def num_warps(block_d: int) -> int:
+    """8 warps for 128-wide heads: 4 would spill the 64 x 128 tiles out of registers (234 vs 255+ on sm_90)."""
+    return 8 if block_d >= 128 else 4
+
+
 @triton.jit
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_loc_ptr, out_ptr,
@@ -110,6 +115,6 @@ def paged_prefill_attention(
         block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_D=pow2(head_dim, 16),
         BLOCK_SIZE=block_size, BLOCK_N=BLOCK_N, UPCAST=upcast_dots(query.dtype),
-        FP32_DOTS=fp32_dots(query.dtype),
+        FP32_DOTS=fp32_dots(query.dtype), num_warps=num_warps(pow2(head_dim, 16)),
     )
     return out

@@ -1,10 +1,11 @@
 """RMSNorm, optionally with the residual add fused in front of it.
 
-Grid ``(num_rows,)``: one program owns a whole row (the hidden size fits one tile), so the mean of squares is
-a single in-register reduction in fp32 and the row is read once. The fused variant adds the residual in the
-input dtype (as the unfused model would), writes that sum for the next layer and normalises it, saving one
-full read and write of the hidden state per norm. The normalised row is rounded to the input dtype before the
-weight multiplies it, as Hugging Face's ``LlamaRMSNorm`` does.
+Grid ``(num_rows,)``: one program owns a whole row (the hidden size fits one tile, with more warps for wider
+rows so each thread keeps a few dozen values), so the mean of squares is a single in-register reduction in fp32
+and the row is read once. The fused variant adds the residual in the input dtype (as the unfused model would),
+writes that sum for the next layer and normalises it, saving one full read and write of the hidden state per
+norm. The normalised row is rounded to the input dtype before the weight multiplies it, as Hugging Face's
+``LlamaRMSNorm`` does.
 """
 
 from __future__ import annotations
@@ -45,11 +46,12 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
     else:
         res = residual.reshape(-1, hidden)
         total = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    block = pow2(hidden)
     if rows.shape[0]:
         _rms_norm_kernel[(rows.shape[0],)](
             rows, res, weight, out, total, eps, hidden,
             rows.stride(0), res.stride(0), out.stride(0), total.stride(0),
-            HAS_RESIDUAL=residual is not None, BLOCK=pow2(hidden),
+            HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=min(16, max(4, block // 512)),
         )
     return out.view(x.shape), total.view(x.shape)
 

@@ -1,0 +1,91 @@
+"""Compiles every Triton kernel for an NVIDIA GPU target, down to a cubin, on a machine without a GPU.
+
+The interpreter proves what the kernels compute, not that they compile: `tl.dot` shape limits, constexpr
+branches and early returns are only checked by the real compiler. Triton's compiler needs no driver when it
+is handed a target, and its wheel ships ptxas, so this runs anywhere. It must run without
+``TRITON_INTERPRET`` (the kernels are then plain ``JITFunction``s): ``test_gpu_compile.py`` starts it as a
+subprocess. Prints one line per kernel variant, with whether the cubin uses tensor-core instructions.
+
+    python tests/kernels/gpu_compile.py [--dtype bf16] [capability ...]     (default: all dtypes, sm_90 and sm_80)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from shoal.kernels.triton.activation import _silu_and_mul_kernel
+from shoal.kernels.triton.decode_attention import BLOCK_N as DECODE_BLOCK_N
+from shoal.kernels.triton.decode_attention import NUM_WARPS as DECODE_WARPS
+from shoal.kernels.triton.decode_attention import _decode_kernel, _merge_kernel
+from shoal.kernels.triton.kv_cache import _write_kv_kernel
+from shoal.kernels.triton.prefill_attention import BLOCK_N as PREFILL_BLOCK_N
+from shoal.kernels.triton.prefill_attention import _prefill_kernel, num_warps
+from shoal.kernels.triton.rms_norm import _rms_norm_kernel
+from shoal.kernels.triton.rotary import _rotary_kernel
+
+TRITON_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+FLOAT_ARGS = {"qk_scale", "eps"}
+
+
+def compile_kernel(
+    fn, capability: int, dtype: str, constexprs: dict, pointers: dict[str, str] | None = None, warps: int = 4
+):
+    """Pointer args default to ``dtype`` elements, other args to i32 (fp32 for scales); ``pointers`` overrides."""
+    pointers = pointers or {}
+    signature = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = "*" + pointers.get(name, dtype)
+        else:
+            signature[name] = "fp32" if name in FLOAT_ARGS else "i32"
+    source = ASTSource(fn, signature, constexprs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
+
+
+def variants(dtype: str):
+    """(label, kernel, constexprs, pointer overrides, warps) for each kernel, as its launcher sets it up."""
+    fp32 = dtype == "fp32"
+    index = {"block_tables_ptr": "i32", "seq_lens_ptr": "i32", "query_start_loc_ptr": "i32"}
+    partials = {"part_acc_ptr": "fp32", "part_max_ptr": "fp32", "part_sum_ptr": "fp32"}
+    yield "decode (GQA 4, split 4)", _decode_kernel, dict(
+        GROUP=4, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, BLOCK_SIZE=16, BLOCK_N=DECODE_BLOCK_N, NUM_SPLITS=4,
+        UPCAST=False, FP32_DOTS=fp32), {**index, **partials}, DECODE_WARPS
+    yield "decode (GQA 3, head_dim 64, unsplit)", _decode_kernel, dict(
+        GROUP=3, BLOCK_G=16, HEAD_DIM=64, BLOCK_D=64, BLOCK_SIZE=16, BLOCK_N=DECODE_BLOCK_N, NUM_SPLITS=1,
+        UPCAST=False, FP32_DOTS=fp32), {**index, **partials}, DECODE_WARPS
+    yield "merge (4 splits)", _merge_kernel, dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=4, BLOCK_SPLITS=4), partials, 4
+    yield "prefill (GQA 4)", _prefill_kernel, dict(
+        GROUP=4, BLOCK_G=4, BLOCK_Q=16, HEAD_DIM=128, BLOCK_D=128, BLOCK_SIZE=16, BLOCK_N=PREFILL_BLOCK_N,
+        UPCAST=False, FP32_DOTS=fp32), index, num_warps(128)
+    yield "write_kv", _write_kv_kernel, dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_H=8, BLOCK_D=128), {
+        "slot_mapping_ptr": "i64"}, 4
+    yield "add_rms_norm", _rms_norm_kernel, dict(HAS_RESIDUAL=True, BLOCK=4096), {}, 4
+    yield "rotary", _rotary_kernel, dict(HALF=64, BLOCK_HALF=64, BLOCK_H=32, BLOCK_KVH=8), {
+        "positions_ptr": "i64", "cache_ptr": "fp32"}, 4
+    yield "silu_and_mul", _silu_and_mul_kernel, dict(BLOCK=1024), {}, 4
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("capabilities", nargs="*", type=int, default=[90, 80])
+    parser.add_argument("--dtype", action="append", choices=list(TRITON_DTYPES.values()))
+    args = parser.parse_args(argv)
+    for capability in args.capabilities:
+        for dtype in args.dtype or TRITON_DTYPES.values():
+            for label, fn, constexprs, pointers, warps in variants(dtype):
+                kernel = compile_kernel(fn, capability, dtype, constexprs, pointers, warps)
+                ptx = kernel.asm["ptx"]
+                mma = "wgmma" if "wgmma" in ptx else "mma" if "mma.sync" in ptx else "no mma"
+                print(f"sm_{capability} {dtype} {label}: cubin {len(kernel.asm['cubin'])} bytes, {mma}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
