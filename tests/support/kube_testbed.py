@@ -18,7 +18,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -551,7 +550,3 @@ class ControlPlane:
         for component in reversed(self.components):
             component.stop()
 
-
-def new_workdir(prefix: str = "shoal-kube-") -> Path:
-    """A fresh directory for a control plane's pki, etcd data, kubeconfigs and logs."""
-    return Path(tempfile.mkdtemp(prefix=prefix))

@@ -14,6 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 
@@ -90,8 +91,6 @@ class Prometheus(Service):
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         """An instant query's result vector."""
-        from urllib.parse import quote
-
         answer = http_json(f"{self.url}/api/v1/query?query={quote(promql)}")
         return list(answer["data"]["result"])
 
