@@ -2,7 +2,8 @@
 
 Prompts of different lengths share the batch, with a block size small enough that sequences span several
 blocks and a token budget small enough to chunk the longest prompt, so prefill, chunked prefill, mixed and
-decode-only steps all go through the Triton kernels.
+decode-only steps all go through the Triton kernels; a later prompt sharing the first one's beginning then
+prefills after a prefix-cache hit.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def tiny_gqa_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def _greedy(model_dir: Path, backend: str) -> list[list[int]]:
+def _greedy(model_dir: Path, backend: str) -> tuple[list[list[int]], int]:
+    """Greedy tokens of every prompt, and how many prompt tokens the last one found in the prefix cache."""
     from shoal.engine import LLM, SamplingParams
 
     llm = LLM(
@@ -48,13 +50,16 @@ def _greedy(model_dir: Path, backend: str) -> list[list[int]]:
         [300, 12],
         [9, 81, 140, 6, 55],
     ]
-    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
-    return [out.token_ids for out in outputs]
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    outputs = llm.generate(prompts, params)
+    outputs += llm.generate([prompts[0][:13] + [7, 250, 3]], params)
+    return [out.token_ids for out in outputs], outputs[-1].num_cached_tokens
 
 
 def test_engine_greedy_tokens_match_between_triton_and_torch_backends(tiny_gqa_llama_dir: Path) -> None:
-    torch_tokens = _greedy(tiny_gqa_llama_dir, "torch")
-    triton_tokens = _greedy(tiny_gqa_llama_dir, "triton")
+    torch_tokens, torch_cached = _greedy(tiny_gqa_llama_dir, "torch")
+    triton_tokens, triton_cached = _greedy(tiny_gqa_llama_dir, "triton")
 
     assert all(len(tokens) == 6 for tokens in torch_tokens)
     assert triton_tokens == torch_tokens
+    assert triton_cached == torch_cached == 12  # three full 4-token blocks of the first prompt
