@@ -51,3 +51,14 @@ def constrained_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir:
 def client(server: ServeProcess) -> openai.OpenAI:
     """The official client, unchanged, pointed at the shared server."""
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """The bundled SmolLM2-135M-Instruct (GGUF), as a pod would serve it."""
+    server = ServeProcess("smollm2-135m", tmp_path_factory.mktemp("serve-smollm2") / "serve.log", name="smollm2-135m")
+    try:
+        server.wait_ready(timeout_s=300)
+        yield server
+    finally:
+        server.stop()
