@@ -1,5 +1,7 @@
 """Kernel benchmark: decode attention's achieved HBM bandwidth and prefill attention's TFLOP/s on a GPU.
 
+Before timing anything it checks each kernel's output against the torch reference on the same batch (the
+"max err" column) and exits 1 if one is off, so a GPU run is also the compiled kernels' correctness check.
 Every figure comes with a baseline measured in the same run: decode bandwidth against a device-to-device copy
 of the same number of bytes (the practical ceiling) and the device's nominal peak where known, and against the
 torch reference on the same batch; prefill throughput against PyTorch SDPA (flash attention over dense,
@@ -33,6 +35,8 @@ class Shapes:
     block_size: int = 16
 
 
+# max |triton - reference| allowed per dtype for outputs of magnitude ~1
+TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
 FULL = Shapes(decode=[(1, 8192), (8, 4096), (64, 2048), (256, 1024)], prefill=[(1, 4096), (4, 2048), (16, 512)])
 SMOKE = Shapes(decode=[(2, 80)], prefill=[(2, 40)], num_heads=4, num_kv_heads=2, head_dim=64)
 
@@ -79,16 +83,26 @@ def paged_batch(shapes: Shapes, query_lens: list[int], seq_lens: list[int], dtyp
     return query, k_cache, v_cache, meta
 
 
+def max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale) -> float:
+    ours = triton_ops.attention(query, k_cache, v_cache, meta, scale)
+    expected = torch_ops.attention(query, k_cache, v_cache, meta, scale)
+    return float((ours.float() - expected.float()).abs().max())
+
+
 def bench_decode(shapes: Shapes, dtype, device: str, repeats: int, peak: float | None) -> list[str]:
     import torch
 
     from shoal.kernels import TorchOps, get_ops
 
     triton_ops, torch_ops = get_ops("triton"), TorchOps()
-    rows = ["| seqs x context | Triton µs | GB/s | vs copy | vs peak | torch ref µs | speed-up |", "|---" * 7 + "|"]
+    rows = [
+        "| seqs x context | max err | Triton µs | GB/s | vs copy | vs peak | torch ref µs | speed-up |",
+        "|---" * 8 + "|",
+    ]
     for num_seqs, context in shapes.decode:
         query, k_cache, v_cache, meta = paged_batch(shapes, [1] * num_seqs, [context] * num_seqs, dtype, device)
         scale = shapes.head_dim**-0.5
+        err = max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale)
         ours = timed(lambda: triton_ops.attention(query, k_cache, v_cache, meta, scale), device, repeats)
         ref = timed(lambda: torch_ops.attention(query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
         moved = 2 * k_cache.numel() * k_cache.element_size() + 2 * query.numel() * query.element_size()
@@ -97,7 +111,7 @@ def bench_decode(shapes: Shapes, dtype, device: str, repeats: int, peak: float |
         gbps = moved / ours / 1e9
         vs_peak = f"{gbps / peak:.0%}" if peak else "n/a"
         rows.append(
-            f"| {num_seqs} x {context} | {ours * 1e6:.1f} | {gbps:.0f} | {copy / ours:.0%} | {vs_peak} | "
+            f"| {num_seqs} x {context} | {err:.1e} | {ours * 1e6:.1f} | {gbps:.0f} | {copy / ours:.0%} | {vs_peak} | "
             f"{ref * 1e6:.1f} | {ref / ours:.1f}x |"
         )
     return rows
@@ -110,13 +124,17 @@ def bench_prefill(shapes: Shapes, dtype, device: str, repeats: int) -> list[str]
     from shoal.kernels import TorchOps, get_ops
 
     triton_ops, torch_ops = get_ops("triton"), TorchOps()
-    rows = ["| seqs x prompt | Triton TFLOP/s | SDPA TFLOP/s | vs SDPA | torch ref TFLOP/s |", "|---" * 5 + "|"]
+    rows = [
+        "| seqs x prompt | max err | Triton TFLOP/s | SDPA TFLOP/s | vs SDPA | torch ref TFLOP/s |",
+        "|---" * 6 + "|",
+    ]
     h, d = shapes.num_heads, shapes.head_dim
     for num_seqs, length in shapes.prefill:
         query, k_cache, v_cache, meta = paged_batch(shapes, [length] * num_seqs, [length] * num_seqs, dtype, device)
         scale = d**-0.5
         # causal: query i sees i + 1 keys; QK^T and PV are 2 flops per multiply-add each
         flops = 4 * num_seqs * h * d * length * (length + 1) / 2
+        err = max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale)
         ours = timed(lambda: triton_ops.attention(query, k_cache, v_cache, meta, scale), device, repeats)
         ref = timed(lambda: torch_ops.attention(query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
         q = query.view(num_seqs, length, h, d).transpose(1, 2)
@@ -124,7 +142,7 @@ def bench_prefill(shapes: Shapes, dtype, device: str, repeats: int) -> list[str]
         v = torch.randn_like(k)
         sdpa = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), device, repeats)
         rows.append(
-            f"| {num_seqs} x {length} | {flops / ours / 1e12:.1f} | {flops / sdpa / 1e12:.1f} | "
+            f"| {num_seqs} x {length} | {err:.1e} | {flops / ours / 1e12:.1f} | {flops / sdpa / 1e12:.1f} | "
             f"{sdpa / ours:.0%} | {flops / ref / 1e12:.2f} |"
         )
     return rows
@@ -154,9 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {name}; dtype {dtype}; heads {shapes.num_heads}/{shapes.num_kv_heads}, head_dim "
           f"{shapes.head_dim}, block_size {shapes.block_size}; nominal HBM peak {peak or 'unknown'} GB/s\n")
     print("Decode attention (paged, split-KV as TritonOps chooses):")
-    print("\n".join(bench_decode(shapes, dtype, device, repeats, peak)))
+    decode = bench_decode(shapes, dtype, device, repeats, peak)
+    print("\n".join(decode))
     print("\nPrefill attention (paged, causal, whole prompts):")
-    print("\n".join(bench_prefill(shapes, dtype, device, repeats)))
+    prefill = bench_prefill(shapes, dtype, device, repeats)
+    print("\n".join(prefill))
+    tolerance = TOLERANCE[str(dtype).removeprefix("torch.")]
+    wrong = [row for row in decode[2:] + prefill[2:] if float(row.split("|")[2]) > tolerance]
+    if wrong:
+        print(f"\nFAILED: Triton differs from the torch reference by more than {tolerance} in:\n" + "\n".join(wrong))
+        return 1
     return 0
 
 

@@ -32,6 +32,12 @@ def get_ops(name: str | None = None) -> KernelOps:
         raise ValueError(f"attention_backend must be one of {', '.join(BACKENDS)}, got {name!r}")
     if name == "torch":
         return TorchOps()
+    from shoal.kernels.triton.launch import INTERPRETED
     from shoal.kernels.triton_ops import TritonOps
 
+    if not (INTERPRETED or torch.cuda.is_available()):
+        raise ValueError(
+            "attention_backend 'triton' needs a CUDA GPU, or TRITON_INTERPRET=1 (set before the first use) to run "
+            "its kernels on Triton's CPU interpreter"
+        )
     return TritonOps()

@@ -23,4 +23,4 @@ def test_kernel_benchmark_prints_both_tables_in_smoke_mode(capsys: pytest.Captur
 
     out = capsys.readouterr().out
     assert "| 2 x 80 |" in out and "| 2 x 40 |" in out
-    assert "GB/s" in out and "TFLOP/s" in out
+    assert "GB/s" in out and "TFLOP/s" in out and "max err" in out and "FAILED" not in out

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -114,3 +118,13 @@ def test_out_of_range_contents_are_masked_inside_the_kernels(triton_ops, paged_b
     q, k = torch.randn(2, 4, 64), torch.randn(2, 2, 64)
     rq, rk = triton_ops.rotary(torch.tensor([16, -1]), q.clone(), k.clone(), torch.randn(16, 64))
     assert torch.equal(rq, q) and torch.equal(rk, k)
+
+
+def test_triton_backend_without_gpu_or_interpreter_is_refused_when_chosen():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU, even on a machine that has one
+    code = "from shoal.kernels import get_ops; get_ops('triton')"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+    assert result.returncode != 0
+    assert "ValueError: attention_backend 'triton' needs a CUDA GPU, or TRITON_INTERPRET=1" in result.stderr
