@@ -90,5 +90,5 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     gateway = Gateway(config, discovery, api_keys, quota)
     uvicorn.run(create_app(gateway), host=args.host, port=args.port, log_level=args.log_level,
-                access_log=False, loop="uvloop", http="httptools")
+                access_log=False, proxy_headers=False, loop="uvloop", http="httptools")
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -42,6 +43,10 @@ access_log = logging.getLogger("shoal.gateway.access")
 T = TypeVar("T")
 
 _UPSTREAM_BROKE = (aiohttp.ClientError, asyncio.TimeoutError)
+
+
+_ID_PREFIX = uuid.uuid4().hex[:12]  # request ids: unique per gateway process, then a counter (no syscall each)
+_ids = itertools.count(1)
 
 
 class ClientGone(Exception):
@@ -261,7 +266,7 @@ def _looks_like_json(body: bytes) -> bool:
 async def handle(gateway: Gateway, request: Request, chat: bool) -> Response | StreamPassthrough:
     """``POST /v1/completions`` and ``POST /v1/chat/completions``."""
     endpoint = "/v1/chat/completions" if chat else "/v1/completions"
-    state = RequestState(request.headers.get("x-request-id") or uuid.uuid4().hex, endpoint)
+    state = RequestState(request.headers.get("x-request-id") or f"{_ID_PREFIX}-{next(_ids)}", endpoint)
     try:
         return await _handle(gateway, request, chat, state)
     except APIError as error:
@@ -353,6 +358,8 @@ async def _finish(gateway: Gateway, state: RequestState, status: int, outcome: s
     metrics = gateway.metrics
     metrics.requests.labels(state.model, state.tenant, str(status)).inc()
     metrics.duration.labels(state.model).observe(state.timer.elapsed())
+    if not access_log.isEnabledFor(logging.INFO):
+        return
     decision = state.decision
     access_log.info(json.dumps({
         "request_id": state.request_id, "endpoint": state.endpoint, "tenant": state.tenant, "model": state.model,

@@ -104,13 +104,18 @@ class RoundRobin:
 
 
 class LeastLoad:
-    """The replica with the fewest in-flight tokens."""
+    """The replica with the fewest in-flight tokens; ties taken in turn, as a plain load balancer would."""
 
     name = "least-load"
 
+    def __init__(self) -> None:
+        self._counter = 0
+
     def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
-        key = request.block_hashes[0] if request.block_hashes else 0
-        chosen = _least_loaded(replicas, key)
+        lightest = min(r.load_tokens for r in replicas)
+        tied = sorted((r for r in replicas if r.load_tokens == lightest), key=lambda r: r.replica_id)
+        chosen = tied[self._counter % len(tied)]
+        self._counter += 1
         return Decision(chosen.replica_id, "least_load", matched_blocks(chosen.cached, request.block_hashes))
 
 

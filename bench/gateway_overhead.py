@@ -1,0 +1,127 @@
+"""Overhead benchmark: what ``shoal gateway`` adds to each request, against going direct, in the same run.
+
+Two FakeBackends (``bench/gateway_fake_backend.py``: answer instantly, generate nothing) stand in for engines,
+so every extra microsecond is the router's. A closed loop of ``--concurrency`` streams sends short streaming
+completions and reads each to its end, first straight to the backends (alternating), then through the gateway
+(prefix-aware policy with SmolLM2's real tokenizer, so tokenizing and hashing are in the path), then through
+each Rust router named with ``--rust-router NAME=PYTHON`` (a Python that has ``sglang-router`` or
+``vllm-router`` from PyPI, e.g. a scratch venv; their default cache-aware policy), then direct again.
+Reported: requests per second and latency p50/p99, and each router's added latency (its percentile minus
+direct's best).
+
+    .venv/bin/python bench/gateway_overhead.py --requests 3000 --concurrency 32 \
+        --rust-router sglang-router=/tmp/routers-venv/bin/python --rust-router vllm-router=/tmp/routers-venv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import uvloop
+
+from gateway_fleet import Process, free_port, start_gateway
+
+HERE = Path(__file__).resolve().parent
+BODY = json.dumps({"model": "fake", "prompt": "Explain backpressure in simple terms, please.", "max_tokens": 8,
+                   "stream": True}).encode()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+async def load(urls: list[str], requests: int, concurrency: int, warmup: int) -> dict[str, float]:
+    """Closed loop: ``concurrency`` workers, each sending the next request as soon as its last one ended."""
+    targets = itertools.cycle(urls)
+    latencies: list[float] = []
+    counter = itertools.count()
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def one() -> float:
+            started = time.perf_counter()
+            async with session.post(next(targets) + "/v1/completions", data=BODY,
+                                    headers={"Content-Type": "application/json"}) as response:
+                assert response.status == 200, await response.text()
+                await response.read()
+            return time.perf_counter() - started
+
+        for _ in range(warmup):
+            await one()
+
+        async def worker() -> None:
+            while next(counter) < requests:
+                latencies.append(await one())
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {"rps": len(latencies) / elapsed, "p50_ms": percentile(latencies, 50) * 1000,
+            "p99_ms": percentile(latencies, 99) * 1000}
+
+
+def measure(name: str, urls: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    result = {"target": name, **uvloop.run(load(urls, args.requests, args.concurrency, args.warmup))}
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so the finally blocks stop every child
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--tokenizer", default="smollm2-135m", help="tokenizer the gateway uses for model `fake`")
+    parser.add_argument("--rust-router", action="append", default=[], metavar="NAME=PYTHON",
+                        help="sglang-router or vllm-router, run by a Python that has it installed")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gateway-overhead-") as tmp:
+        logs = Path(tmp)
+        backends = [Process([sys.executable, str(HERE / "gateway_fake_backend.py")], logs / f"backend-{i}.log")
+                    for i in range(2)]
+        processes = list(backends)
+        try:
+            for backend in backends:
+                backend.wait_ready()
+            urls = [b.url for b in backends]
+            rows.append(measure("direct", urls, args))
+            gateway = start_gateway(urls, logs, "--tokenizer", f"fake={args.tokenizer}", "--no-kv-events")
+            processes.append(gateway)
+            rows.append(measure("shoal gateway", [gateway.url], args))
+            for spec in args.rust_router:
+                name, _, python = spec.partition("=")
+                module = {"sglang-router": "sglang_router.launch_router", "vllm-router": "vllm_router.launch_router"}
+                router = Process([python, "-m", module[name], "--host", "127.0.0.1", "--worker-urls", *urls,
+                                  "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())],
+                                 logs / f"{name}.log")
+                processes.append(router)
+                router.wait_ready("/health", timeout=60)
+                rows.append(measure(name, [router.url], args))
+            rows.append(measure("direct (again)", urls, args))
+        finally:
+            for process in processes:
+                process.stop()
+    direct = {k: min(r[k] for r in rows if r["target"].startswith("direct")) for k in ("p50_ms", "p99_ms")}
+    print(f"\n{'target':<16}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}{'added p99':>11}")
+    for r in rows:
+        print(f"{r['target']:<16}{r['rps']:>9.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
+              f"{r['p50_ms'] - direct['p50_ms']:>11.2f}{r['p99_ms'] - direct['p99_ms']:>11.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
