@@ -14,7 +14,7 @@ from pathlib import Path
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     op = subparsers.add_parser("operator", help="Run the Kubernetes operator (in a cluster or with a kubeconfig).")
-    op.add_argument("--kubeconfig", help="Path to a kubeconfig (default: in-cluster ServiceAccount, then $KUBECONFIG).")
+    op.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster ServiceAccount, then $KUBECONFIG).")
     op.add_argument("-n", "--namespace", action="append", default=[], help="Watch only these namespaces (repeatable).")
     op.add_argument("--peering", default="shoal", help="kopf peering object shared by HA replicas (default: shoal).")
     op.add_argument("--standalone", action="store_true", help="No peering: for a single replica, or development.")
@@ -23,6 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Peering priority; the live replica with the highest acts, the others wait (default: random).",
     )
     op.add_argument("--resync-seconds", type=float, default=10.0, help="Status refresh interval (default: 10).")
+    op.add_argument(
+        "--discovery-seconds", type=float, default=60.0,
+        help="How often to look for the Prometheus Operator's CRDs (default: 60).",
+    )
     op.add_argument("--liveness", default=None, help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
     op.add_argument("-v", "--verbose", action="store_true")
     op.set_defaults(func=run_operator)
@@ -30,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     crd = subparsers.add_parser("crd", help="Print the InferenceDeployment CRD generated from the typed spec.")
     crd.add_argument("--write", action="store_true", help="Write it into crds/ and charts/shoal/ under --root.")
     crd.add_argument("--check", action="store_true", help="Exit 1 when the files under --root are stale.")
-    crd.add_argument("--root", type=Path, default=Path.cwd(), help="Repository root (default: the current directory).")
+    crd.add_argument("--root", type=Path, default=Path.cwd(), help="Repository root (default: current directory).")
     crd.set_defaults(func=run_crd)
 
 
@@ -43,8 +47,13 @@ def run_operator(args: argparse.Namespace) -> int:
 
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    registry = build_registry(OperatorConfig(resync_seconds=args.resync_seconds))
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not args.verbose:  # one line per HTTP request or per timer tick would drown what matters
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("kopf.objects").addFilter(lambda record: not record.getMessage().startswith("Timer "))
+    registry = build_registry(OperatorConfig(resync_seconds=args.resync_seconds, discovery_seconds=args.discovery_seconds))
     kopf.run(
         registry=registry,
         standalone=args.standalone,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 import yaml
 
 from shoal.operator.spec import (
@@ -91,26 +93,26 @@ def _without_defaults(node: Any) -> Any:
     return node
 
 
-def _with_field_defaults(schema: dict[str, Any]) -> dict[str, Any]:
-    """Give optional sections with defaulted fields (and none required) ``default: {}``: the apiserver then fills in the fields.
+def _with_section_defaults(schema: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """Give each optional section (a nested model with a default) its default object, recursively.
 
-    (Pydantic's ``default_factory`` leaves no default in the JSON Schema; ``{}`` keeps one place per default.)
+    Pydantic's ``default_factory`` leaves no default in the JSON Schema. The default must be the whole
+    section, not ``{}``: the apiserver checks each default against the section's CEL rules.
     """
-    for name, sub in schema.get("properties", {}).items():
-        if sub.get("type") == "object" and "properties" in sub:
-            _with_field_defaults(sub)
-            if name not in schema.get("required", []) and _has_defaults(sub) and not sub.get("required"):
-                sub.setdefault("default", {})
+    for name, info in model.model_fields.items():
+        sub_model = info.annotation
+        if not (isinstance(sub_model, type) and issubclass(sub_model, BaseModel)):
+            continue
+        sub_schema = schema["properties"][info.alias or name]
+        _with_section_defaults(sub_schema, sub_model)
+        if info.default_factory is not None:
+            sub_schema["default"] = info.default_factory().model_dump(by_alias=True, exclude_none=True)
     return schema
-
-
-def _has_defaults(schema: dict[str, Any]) -> bool:
-    return any("default" in sub for sub in schema.get("properties", {}).values())
 
 
 def build_crd() -> dict[str, Any]:
     """The full CustomResourceDefinition object."""
-    spec_schema = _with_field_defaults(model_schema(InferenceDeploymentSpec))
+    spec_schema = _with_section_defaults(model_schema(InferenceDeploymentSpec), InferenceDeploymentSpec)
     status_schema = model_schema(InferenceDeploymentStatus, with_defaults=False)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

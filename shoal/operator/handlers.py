@@ -27,6 +27,7 @@ ANNOTATION_PREFIX = GROUP
 @dataclass(frozen=True)
 class OperatorConfig:
     resync_seconds: float = 10.0
+    discovery_seconds: float = 60.0
     autoscaler: Autoscaler | None = None
 
 
@@ -40,7 +41,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     state: dict[str, Reconciler] = {}
     owned = {MANAGED_BY_LABEL: FIELD_MANAGER}
 
-    @kopf.on.startup(registry=registry)
+    @kopf.on.startup(id="configure", registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -48,14 +49,16 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         )
         settings.posting.level = logging.WARNING  # our own Events only, not one per handler run
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
         if info is not None and "reconciler" not in state:
-            state["reconciler"] = Reconciler(KubeClient(info), autoscaler=config.autoscaler)
+            state["reconciler"] = Reconciler(
+                KubeClient(info), autoscaler=config.autoscaler, discovery_seconds=config.discovery_seconds
+            )
         return info
 
-    @kopf.on.cleanup(registry=registry)
+    @kopf.on.cleanup(id="close", registry=registry)
     async def close(**_: Any) -> None:
         if "reconciler" in state:
             await state.pop("reconciler").client.close()
@@ -87,14 +90,22 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         )
         await state["reconciler"].reconcile(body, patch, found, spec_changed=spec_changed)
 
-    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
-    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)
+    @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
+    @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
+    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
     async def reconcile(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
         await run(body, patch, indices, spec_changed=True)
 
-    @kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, registry=registry)
+    @kopf.timer(
+        GROUP, VERSION, PLURAL, interval=config.resync_seconds, initial_delay=config.resync_seconds, id="refresh",
+        registry=registry,
+    )
     async def refresh(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
         await run(body, patch, indices, spec_changed=False)
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, id="forget", registry=registry)
+    def forget(type: str, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED" and "reconciler" in state:
+            state["reconciler"].forget(body["metadata"]["uid"])
 
     return registry

@@ -29,7 +29,7 @@ from shoal.operator.replicas import Autoscaler, ScaleDecision, decide_replicas
 from shoal.operator.spec import InferenceDeploymentSpec
 from shoal.operator.status import compute_status, status_patch
 
-DISCOVERY_TTL_SECONDS = 60.0
+FRESH_DISCOVERY_SECONDS = 5.0  # a burst of creations shares one lookup
 Lookup = Callable[[tuple[str, ...]], Iterable[Mapping[str, Any]]]
 
 
@@ -51,12 +51,16 @@ class Reconciler:
     client: KubeClient
     autoscaler: Autoscaler | None = None
     clock: Callable[[], datetime] = utcnow
+    discovery_seconds: float = 60.0
     _monitoring: tuple[float, bool] = field(default=(float("-inf"), False))
+    # uid -> whether the Prometheus Operator was there when its children were last applied
+    _applied_monitoring: dict[str, bool] = field(default_factory=dict)
 
-    async def prometheus_operator(self) -> bool:
-        """Whether the Prometheus Operator's CRDs are served (re-checked at most once a minute)."""
+    async def prometheus_operator(self, *, fresh: bool) -> bool:
+        """Whether the Prometheus Operator's CRDs are served: looked up for every spec change (``fresh``: at
+        most 5 s old), otherwise every ``discovery_seconds``, so installing it later is noticed."""
         checked_at, present = self._monitoring
-        if time.monotonic() - checked_at > DISCOVERY_TTL_SECONDS:
+        if time.monotonic() - checked_at > (FRESH_DISCOVERY_SECONDS if fresh else self.discovery_seconds):
             present = await self.client.serves(f"{MONITORING_GROUP}/v1", "podmonitors") and await self.client.serves(
                 f"{MONITORING_GROUP}/v1", "prometheusrules"
             )
@@ -75,8 +79,11 @@ class Reconciler:
             return
         decision = decide_replicas(owner.name, spec, previous.get("desiredReplicas"), now, self.autoscaler)
         problem = check_model(spec.model.source)
-        if problem is None and (spec_changed or _drifted(children, decision)):
-            problem = await self._apply(owner, spec, decision)
+        monitoring = await self.prometheus_operator(fresh=spec_changed)
+        reconciled_before = previous.get("observedGeneration") == meta.get("generation")
+        drifted = _drifted(children, decision) or self._applied_monitoring.get(owner.uid) != monitoring
+        if problem is None and (spec_changed or (reconciled_before and drifted)):
+            problem = await self._apply(owner, spec, decision, monitoring)
         problem = problem or diagnose(spec.model.source, children.engine_pods)
         new = compute_status(
             spec=spec,
@@ -92,13 +99,19 @@ class Reconciler:
         _announce(body, previous, new)
         patch.status.update(status_patch(previous, new))
 
-    async def _apply(self, owner: Owner, spec: InferenceDeploymentSpec, decision: ScaleDecision) -> Problem | None:
-        monitoring = await self.prometheus_operator()
+    def forget(self, uid: str) -> None:
+        """The InferenceDeployment is gone."""
+        self._applied_monitoring.pop(uid, None)
+
+    async def _apply(
+        self, owner: Owner, spec: InferenceDeploymentSpec, decision: ScaleDecision, monitoring: bool
+    ) -> Problem | None:
         for child in build_children(owner, spec, decision.replicas, prometheus_operator=monitoring):
             try:
                 await self.client.apply(child)
             except KubeError as error:
                 return Problem("ApplyFailed", f"{child['kind']} {child['metadata']['name']}: {error}")
+        self._applied_monitoring[owner.uid] = monitoring
         return None
 
     def _report(self, body: kopf.Body, patch: kopf.Patch, previous: Mapping[str, Any], problem: Problem) -> None:
@@ -110,7 +123,8 @@ class Reconciler:
 
 
 def _drifted(children: Children, decision: ScaleDecision) -> bool:
-    """A child is missing, or the engines are not at the decided scale: re-apply."""
+    """A child is missing, or the engines are not at the decided scale: re-apply. (Acted on only for objects
+    a change handler has reconciled, so a status refresh never races the first apply.)"""
     if children.engine is None or children.gateway is None:
         return True
     return children.engine.get("spec", {}).get("replicas") != decision.replicas

@@ -1,0 +1,51 @@
+"""Fixtures for the operator against the real control plane: the Helm chart installed, and the operator run
+as a real ``shoal operator`` process with the chart's ServiceAccount token (so the chart's RBAC is what is
+tested). The pure tests in this folder use none of these."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from operator_harness import CHART, RELEASE, RELEASE_NAMESPACE, SERVICE_ACCOUNT, OperatorProcess
+from support.kube_testbed import ControlPlane
+
+
+@pytest.fixture(scope="session")
+def installed_chart(kube_apiserver: ControlPlane) -> ControlPlane:
+    """``helm install`` of charts/shoal into the test cluster (CRDs, RBAC, peering object, operator Deployment)."""
+    kube_apiserver.helm("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+                        "--wait=false")
+    kube_apiserver.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                           "crd/inferencedeployments.shoal.dev", "crd/clusterkopfpeerings.kopf.dev")
+    return kube_apiserver
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(installed_chart: ControlPlane) -> Path:
+    """A kubeconfig holding a token of the chart's ServiceAccount: the operator gets exactly the chart's RBAC."""
+    return installed_chart.kubeconfig_for_service_account(RELEASE_NAMESPACE, SERVICE_ACCOUNT, create=False).kubeconfig
+
+
+@pytest.fixture(scope="session")
+def operator(installed_chart: ControlPlane, kube_cluster: ControlPlane, operator_kubeconfig: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(installed_chart, operator_kubeconfig,
+                              tmp_path_factory.mktemp("operator") / "operator.log", "--priority", "100")
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def namespace(installed_chart: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = "op-" + request.node.name.replace("_", "-").lower()[:40].strip("-")
+    installed_chart.kubectl("create", "namespace", name)
+    yield name
+    installed_chart.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
