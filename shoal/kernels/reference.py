@@ -40,9 +40,11 @@ class TorchOps:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
+        out = torch.empty_like(query)
+        if meta.num_seqs == 0:
+            return out
         starts = meta.query_start_loc[:-1].long()
         query_lens = meta.query_start_loc[1:].long() - starts
-        out = torch.empty_like(query)
         groups = [(meta.max_query_len, meta.max_seq_len, None)]
         if meta.max_query_len > 1:
             decode = query_lens == 1

@@ -100,3 +100,11 @@ def test_choose_num_splits_fills_the_gpu_only_for_long_contexts():
     assert choose_num_splits(num_seqs=2, num_kv_heads=8, max_seq_len=1024, num_sms=132) == 4
     assert choose_num_splits(num_seqs=1, num_kv_heads=8, max_seq_len=200, num_sms=132) == 1
     assert choose_num_splits(num_seqs=256, num_kv_heads=8, max_seq_len=8192, num_sms=132) == 1
+
+
+def test_empty_batch_gives_empty_output(triton_ops, torch_ops):
+    meta = AttentionMetadata.build([], [], [], 16)
+    query, k_cache = torch.zeros(0, 4, 64), torch.zeros(4, 16, 2, 64)
+
+    for ops in (triton_ops, torch_ops):
+        assert ops.attention(query, k_cache, k_cache.clone(), meta, 0.1).shape == (0, 4, 64)
