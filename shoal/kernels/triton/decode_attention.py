@@ -19,9 +19,8 @@ import triton
 import triton.language as tl
 
 from shoal.kernels.triton.launch import fp32_dots, pow2, upcast_dots
-from shoal.kernels.triton.paged_kv import attend_kv_tile
+from shoal.kernels.triton.paged_kv import LOG2E, attend_kv_tile
 
-LOG2E = 1.4426950408889634
 BLOCK_N = 32  # with 4 warps and head_dim 128: 168 registers, no spills on sm_90 (64 spills)
 NUM_WARPS = 4
 MIN_TOKENS_PER_SPLIT = 256

@@ -11,6 +11,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+LOG2E = 1.4426950408889634  # launchers multiply the softmax scale by it: exp(x) == exp2(x * log2 e)
+
 
 @triton.jit
 def attend_kv_tile(

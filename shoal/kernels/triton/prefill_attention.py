@@ -20,9 +20,8 @@ import triton
 import triton.language as tl
 
 from shoal.kernels.triton.launch import fp32_dots, pow2, upcast_dots
-from shoal.kernels.triton.paged_kv import attend_kv_tile
+from shoal.kernels.triton.paged_kv import LOG2E, attend_kv_tile
 
-LOG2E = 1.4426950408889634
 BLOCK_M = 64
 BLOCK_N = 64
 
