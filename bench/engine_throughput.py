@@ -1,0 +1,129 @@
+"""Offline throughput of Shoal's engine on SmolLM2-135M against Hugging Face transformers, same run.
+
+64 requests of 128-token prompts, 128 output tokens each (ignore_eos, greedy). Baselines: transformers
+``generate`` in static batches of 16, and one request at a time (a subset, reported as tokens/s). Also the
+achieved FLOP/s of the engine against a matmul peak measured here, in the same dtype and thread count.
+
+    .venv/bin/python bench/engine_throughput.py [--threads 2] [--dtype bfloat16] [--one-at-a-time 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import time
+
+import torch
+
+
+def matmul_peak(dtype: torch.dtype, size: int = 1024, reps: int = 20) -> float:
+    """FLOP/s of a square matmul in the benchmark's dtype: the ceiling this machine offers the model."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * size**3 * reps / (time.perf_counter() - start)
+
+
+def model_flops(cfg, prompt_len: int, output_len: int, num_requests: int) -> float:
+    """Matmul + attention FLOPs the engine performs for the workload (LM head only where it samples)."""
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    per_layer = cfg.hidden_size * (q + 2 * kv) + q * cfg.hidden_size + 3 * cfg.hidden_size * cfg.intermediate_size
+    total_tokens = prompt_len + output_len - 1  # the last sampled token is never fed back
+    linear = 2 * cfg.num_layers * per_layer * total_tokens
+    # attention: QK^T and PV, each 2 * heads * head_dim FLOPs per (query, key) pair, causal
+    pairs = total_tokens * (total_tokens + 1) / 2
+    attention = 4 * cfg.num_layers * q * pairs
+    lm_head = 2 * cfg.hidden_size * cfg.vocab_size * output_len
+    return num_requests * (linear + attention + lm_head)
+
+
+def run_shoal(prompts: list[list[int]], output_len: int, dtype: str, max_num_batched_tokens: int) -> tuple[float, object]:
+    from shoal.engine import LLM, SamplingParams
+
+    llm = LLM("smollm2-135m", dtype=dtype, max_num_seqs=len(prompts), max_num_batched_tokens=max_num_batched_tokens)
+    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
+    llm.generate(prompts[:2], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))  # warm-up
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    elapsed = time.perf_counter() - start
+    assert all(len(o.token_ids) == output_len for o in outputs)
+    return elapsed, llm.engine
+
+
+def load_hf(dtype: torch.dtype):
+    import transformers
+
+    from shoal.model_registry import resolve_model
+
+    path = resolve_model("smollm2-135m").path
+    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    return model.to(dtype).eval()
+
+
+def run_hf(model, prompts: list[list[int]], output_len: int, batch_size: int) -> float:
+    """Seconds for transformers ``generate`` over ``prompts`` in static batches (equal lengths: no padding)."""
+    kwargs = dict(max_new_tokens=output_len, min_new_tokens=output_len, do_sample=False, pad_token_id=0)
+    with torch.inference_mode():
+        model.generate(torch.tensor(prompts[:1]), max_new_tokens=4, do_sample=False, pad_token_id=0)  # warm-up
+        start = time.perf_counter()
+        for i in range(0, len(prompts), batch_size):
+            batch = torch.tensor(prompts[i : i + batch_size])
+            out = model.generate(batch, attention_mask=torch.ones_like(batch), **kwargs)
+            assert out.shape[1] == batch.shape[1] + output_len
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--static-batch", type=int, default=16)
+    parser.add_argument("--one-at-a-time", type=int, default=4, help="requests timed one at a time (a subset)")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+
+    rng = random.Random(0)
+    prompts = [[rng.randrange(100, 49000) for _ in range(args.prompt_len)] for _ in range(args.requests)]
+    generated = args.requests * args.output_len
+
+    peak = matmul_peak(dtype)
+    shoal_s, engine = run_shoal(prompts, args.output_len, args.dtype, args.max_num_batched_tokens)
+    flops = model_flops(engine.model_config, args.prompt_len, args.output_len, args.requests)
+    del engine
+    hf = load_hf(dtype)
+    static_s = run_hf(hf, prompts, args.output_len, args.static_batch)
+    single_s = run_hf(hf, prompts[: args.one_at_a_time], args.output_len, 1)
+
+    shoal_tps = generated / shoal_s
+    static_tps = generated / static_s
+    single_tps = args.one_at_a_time * args.output_len / single_s
+    report = {
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, torch {torch.__version__}, {args.threads} threads",
+        "load_average": os.getloadavg(),
+        "dtype": args.dtype,
+        "workload": f"{args.requests} requests x {args.prompt_len} prompt + {args.output_len} output tokens",
+        "shoal_tok_s": round(shoal_tps, 1),
+        "hf_static_batch_tok_s": round(static_tps, 1),
+        "hf_one_at_a_time_tok_s": round(single_tps, 1),
+        "speedup_vs_static_batch": round(shoal_tps / static_tps, 2),
+        "speedup_vs_one_at_a_time": round(shoal_tps / single_tps, 2),
+        "shoal_gflop_s": round(flops / shoal_s / 1e9, 1),
+        "matmul_peak_gflop_s": round(peak / 1e9, 1),
+        "fraction_of_peak": round(flops / shoal_s / peak, 3),
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
