@@ -4,7 +4,8 @@ The interpreter proves what the kernels compute, not that they compile: `tl.dot`
 branches and early returns are only checked by the real compiler. Triton's compiler needs no driver when it
 is handed a target, and its wheel ships ptxas, so this runs anywhere. It must run without
 ``TRITON_INTERPRET`` (the kernels are then plain ``JITFunction``s): ``test_gpu_compile.py`` starts it as a
-subprocess. Prints one line per kernel variant, with whether the cubin uses tensor-core instructions.
+subprocess. Prints one line per kernel variant: whether the cubin uses tensor-core instructions, and the
+registers and spilled bytes ptxas reports for it.
 
     python tests/kernels/gpu_compile.py [--dtype bf16] [capability ...]     (default: all dtypes, sm_90 and sm_80)
 """
@@ -12,10 +13,14 @@ subprocess. Prints one line per kernel variant, with whether the cubin uses tens
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
 import sys
+import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource
 
 from shoal.kernels.triton.activation import _silu_and_mul_kernel
@@ -47,6 +52,21 @@ def compile_kernel(
             signature[name] = "fp32" if name in FLOAT_ARGS else "i32"
     source = ASTSource(fn, signature, constexprs)
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
+
+
+def register_usage(ptx: str, capability: int) -> tuple[int, int]:
+    """(registers per thread, bytes spilled) as ``ptxas -v`` reports them for the kernel's PTX."""
+    arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as source:
+        source.write(ptx)
+        source.flush()
+        report = subprocess.run(
+            [get_ptxas(capability).path, "-v", "--gpu-name", arch, source.name, "-o", "/dev/null"],
+            capture_output=True, text=True, check=True,
+        ).stderr
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
+    return registers, spilled
 
 
 def variants(dtype: str):
@@ -83,7 +103,11 @@ def main(argv: list[str]) -> int:
                 kernel = compile_kernel(fn, capability, dtype, constexprs, pointers, warps)
                 ptx = kernel.asm["ptx"]
                 mma = "wgmma" if "wgmma" in ptx else "mma" if "mma.sync" in ptx else "no mma"
-                print(f"sm_{capability} {dtype} {label}: cubin {len(kernel.asm['cubin'])} bytes, {mma}")
+                registers, spilled = register_usage(ptx, capability)
+                print(
+                    f"sm_{capability} {dtype} {label}: cubin {len(kernel.asm['cubin'])} bytes, {mma}, "
+                    f"{registers} registers, {spilled} bytes spilled"
+                )
     return 0
 
 
