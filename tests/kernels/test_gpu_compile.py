@@ -18,6 +18,7 @@ import pytest
 SCRIPT = Path(__file__).with_name("gpu_compile.py")
 
 
+@pytest.mark.slow  # a real compile of eight kernels: ~20 s
 @pytest.mark.timeout(600)
 def test_kernels_compile_for_hopper_with_tensor_core_attention_and_no_spills() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
