@@ -52,3 +52,11 @@ def test_slos_need_every_bound_met() -> None:
     assert meets_slos(r, {"ttft": 200, "tpot": 200})
     assert not meets_slos(r, {"ttft": 50})
     assert not meets_slos(RequestResult(success=False), {})
+
+
+def test_load_generator_imports_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, shoal.bench, shoal.bench.cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

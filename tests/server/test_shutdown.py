@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -13,36 +12,60 @@ from serve_harness import ServeProcess, metric, wait_for
 pytestmark = pytest.mark.timeout(180)
 
 
-def test_sigterm_drains_then_exits(tmp_path: Path, tiny_model_dir: Path) -> None:
-    server = ServeProcess(tiny_model_dir, tmp_path / "serve.log", "--max-num-seqs", "1", "--shutdown-grace", "1")
+@pytest.mark.parametrize(
+    ("grace", "max_tokens", "expected"),
+    [("30", 200, "length"), ("0", 240, "abort")],
+    ids=["in-flight-requests-finish-within-grace", "grace-over-aborts-the-rest"],
+)
+def test_sigterm_drains_then_exits(tmp_path: Path, tiny_model_dir: Path, grace: str, max_tokens: int, expected: str) -> None:
+    server = ServeProcess(tiny_model_dir, tmp_path / "serve.log", "--max-num-seqs", "2", "--shutdown-grace", grace)
     try:
         server.wait_ready()
         results: dict[int, httpx.Response] = {}
 
-        def send(i: int, max_tokens: int) -> None:
+        def send(i: int) -> None:
             body = {"model": server.model_name, "prompt": f"drain {i}", "max_tokens": max_tokens, "ignore_eos": True}
             results[i] = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
 
-        # one short request runs first; four long ones queue behind it (one sequence at a time), far more
-        # work than the 1 s grace period allows
-        threads = [threading.Thread(target=send, args=(0, 4))]
-        threads += [threading.Thread(target=send, args=(i, 240)) for i in range(1, 5)]
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]  # two run, two wait
         for t in threads:
             t.start()
-            time.sleep(0.05)
         in_engine = lambda: metric(server.url, "shoal_engine_requests_running") + metric(server.url, "shoal_engine_requests_waiting")  # noqa: E731
-        assert wait_for(lambda: in_engine() >= 4)  # the short one may be done already
+        assert wait_for(lambda: in_engine() == 4)
         server.terminate()
-        time.sleep(0.2)
-        assert httpx.get(f"{server.url}/ready").status_code == 503, server.log()
-        refused = httpx.post(f"{server.url}/v1/completions", json={"model": server.model_name, "prompt": "late"})
-        assert refused.status_code == 503 and refused.headers["retry-after"]
+        if grace != "0":
+            assert wait_for(lambda: httpx.get(f"{server.url}/ready").status_code == 503)
+            refused = httpx.post(f"{server.url}/v1/completions", json={"model": server.model_name, "prompt": "late"})
+            assert refused.status_code == 503 and refused.headers["retry-after"]
         for t in threads:
             t.join(timeout=60)
         assert server.process.wait(timeout=30) == 0
+        assert sorted(results) == [0, 1, 2, 3]
         assert all(r.status_code == 200 for r in results.values())
-        reasons = [results[i].json()["choices"][0]["finish_reason"] for i in range(5)]
-        assert reasons[0] == "length"
-        assert "abort" in reasons[1:]
+        assert [r.json()["choices"][0]["finish_reason"] for r in results.values()] == [expected] * 4
+    finally:
+        server.stop()
+
+
+def test_unknown_model_fails_fast(tmp_path: Path) -> None:
+    server = ServeProcess(tmp_path / "missing", tmp_path / "serve.log")
+    try:
+        assert server.process.wait(timeout=60) == 2
+        assert "missing" in server.log()
+    finally:
+        server.stop()
+
+
+def test_model_that_fails_to_load_stops_the_server(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The port opens first (alive while loading); a load failure then ends the process with status 1."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (broken / name).write_bytes((tiny_model_dir / name).read_bytes())
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    server = ServeProcess(broken, tmp_path / "serve.log")
+    try:
+        assert server.process.wait(timeout=120) == 1
+        assert "the model failed to load" in server.log()
     finally:
         server.stop()

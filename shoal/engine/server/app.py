@@ -87,8 +87,6 @@ def parse(model: type[M], data: dict[str, Any]) -> M:
 
 def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
     """The FastAPI application around a (not yet started) ``AsyncEngine``."""
-    tokenizer = engine.core.tokenizer
-    max_model_len = engine.core.max_model_len
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -127,9 +125,10 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
         """The path both endpoints share: parse, check the model, tokenize, admit, respond."""
         req = parse(model, await read_json_object(request, settings.max_body_bytes))
         check_model(req.model)
-        prepared = await endpoint.prepare(req, current_request_id(), tokenizer, max_model_len)
+        core = engine.loaded_core()
+        prepared = await endpoint.prepare(req, current_request_id(), core.tokenizer, core.max_model_len)
         generation = await engine.submit(prepared.request_id, prepared.children)
-        return await respond(request, generation, prepared, endpoint.Formatter(tokenizer, prepared), req.stream)
+        return await respond(request, generation, prepared, endpoint.Formatter(core.tokenizer, prepared), req.stream)
 
     @app.post("/v1/completions")
     async def create_completion(request: Request) -> Response:
@@ -141,12 +140,13 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
 
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:
+        max_model_len = engine.core.max_model_len if engine.core is not None else None
         cards = [ModelCard(id=name, max_model_len=max_model_len) for name in settings.served_model_names]
         return JSONResponse(ModelList(data=cards).model_dump())
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        """Alive: the step thread runs (a dead engine should get the pod restarted)."""
+        """Alive, loading included; 503 once the engine is dead (the pod should be restarted)."""
         if engine.dead:
             return JSONResponse({"status": "dead"}, status_code=503)
         return JSONResponse({"status": "ok"})
@@ -156,7 +156,8 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
         """Accepting requests: loaded, running, not draining."""
         if engine.ready:
             return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "draining" if engine.draining else "not_ready"}, status_code=503)
+        status = "dead" if engine.dead else "draining" if engine.draining else "loading"
+        return JSONResponse({"status": status}, status_code=503)
 
     @app.get("/metrics")
     async def metrics() -> Response:

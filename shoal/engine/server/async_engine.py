@@ -9,6 +9,11 @@ step it records metrics, publishes KV events, and hands the step's outputs to th
 Neither side ever waits for the other: the loop never blocks on a step, and the step thread never waits
 for a reader.
 
+The model loads in the step thread too, after the HTTP server is up: ``/health`` answers while it loads,
+``/ready`` only once it has loaded, and requests meanwhile get 503 + ``Retry-After`` (a pod that loads a
+big model stays alive without a startup probe). If loading or a step fails, the engine is dead: every
+request fails, ``/health`` turns 503 and ``on_dead`` tells the process to exit.
+
 An HTTP request becomes a ``Generation`` of ``n`` x prompts child requests (ids ``<request id>-<k>``), each
 feeding choice ``k`` of one stream. Admission is bounded: when more children wait for the batch than
 ``max_waiting``, or the server drains, ``submit`` refuses with 503 and ``Retry-After``.
@@ -92,7 +97,7 @@ class AsyncEngine:
 
     def __init__(
         self,
-        core: EngineCore,
+        load: Callable[[], EngineCore],
         metrics: ServerMetrics,
         kv_hub: KVEventHub,
         *,
@@ -100,7 +105,9 @@ class AsyncEngine:
         stream_capacity: int = 64,
         request_timeout_s: float | None = None,
     ) -> None:
-        self.core = core
+        self._load = load
+        self.core: EngineCore | None = None
+        self.on_dead: Callable[[], None] | None = None
         self.metrics = metrics
         self.kv_hub = kv_hub
         self.max_waiting = max_waiting
@@ -137,7 +144,16 @@ class AsyncEngine:
 
     @property
     def ready(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and not self.draining and not self.dead
+        alive = self._thread is not None and self._thread.is_alive()
+        return alive and self.core is not None and not self.draining and not self.dead
+
+    def loaded_core(self) -> EngineCore:
+        """The engine, or 503 while it still loads (or is dead)."""
+        if self.dead:
+            raise service_unavailable("The engine has stopped.", retry_after_s=5)
+        if self.core is None:
+            raise service_unavailable("The model is still loading.", retry_after_s=5)
+        return self.core
 
     @property
     def num_in_flight(self) -> int:
@@ -161,8 +177,7 @@ class AsyncEngine:
 
     async def submit(self, request_id: str, children: list[Child]) -> Generation:
         """Admits one HTTP request's children, or raises ``APIError`` (503 full/draining, 400 invalid)."""
-        if self.dead:
-            raise service_unavailable("The engine has stopped.", retry_after_s=5)
+        core = self.loaded_core()
         if self.draining:
             self.metrics.observe_rejected("draining")
             raise service_unavailable("The server is shutting down.", retry_after_s=1)
@@ -181,7 +196,7 @@ class AsyncEngine:
         self._idle.clear()
         added: Future[None] = Future()
         arrival = time.monotonic()
-        self._post(lambda: self._add_all(child_ids, children, arrival, added))
+        self._post(lambda: self._add_all(core, child_ids, children, arrival, added))
         generation = Generation(self, request_id, child_ids, stream)
         try:
             await asyncio.wrap_future(added)
@@ -200,16 +215,18 @@ class AsyncEngine:
         """Asks the engine to abort these requests at its next step (any thread)."""
         if child_ids:
             ids = list(child_ids)
-            self._post(lambda: self.core.abort(ids))
+            self._post(lambda: self._core().abort(ids))
 
     async def follow_kv_events(self) -> Follower:
         """A follower whose stream starts with a snapshot consistent with the events after it."""
         assert self._loop is not None
         follower = Follower(self._loop, self.kv_hub.follower_queue_limit)
 
+        core = self.loaded_core()
+
         def attach() -> None:
-            self.kv_hub.publish(self.core.drain_kv_events())
-            self.kv_hub.attach(follower, self.core.kv_snapshot())
+            self.kv_hub.publish(core.drain_kv_events())
+            self.kv_hub.attach(follower, core.kv_snapshot())
 
         self._post(attach)
         return follower
@@ -246,26 +263,49 @@ class AsyncEngine:
             self._commands.append(command)
             self._wake.notify()
 
-    def _add_all(self, child_ids: list[str], children: list[Child], arrival: float, done: Future[None]) -> None:
+    def _core(self) -> EngineCore:
+        assert self.core is not None, "commands are only posted once the engine has loaded"
+        return self.core
+
+    @staticmethod
+    def _add_all(
+        core: EngineCore, child_ids: list[str], children: list[Child], arrival: float, done: Future[None]
+    ) -> None:
         """Adds every child or none of them (step thread)."""
         added: list[str] = []
         try:
             for cid, child in zip(child_ids, children):
-                self.core.add_request(cid, child.prompt_token_ids, child.params, arrival_time=arrival)
+                core.add_request(cid, child.prompt_token_ids, child.params, arrival_time=arrival)
                 added.append(cid)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, who turns it into a 4xx/5xx
             if added:
-                self.core.abort(added)
+                core.abort(added)
             done.set_exception(exc)
             return
         done.set_result(None)
 
+    def _die(self, error: BaseException) -> None:
+        """Marks the engine dead and fails every request (step thread)."""
+        self.dead = True
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._fail_all, error)
+        if self.on_dead is not None:
+            self._loop.call_soon_threadsafe(self.on_dead)
+
     def _run(self) -> None:
         assert self._loop is not None
         loop = self._loop
+        try:
+            core = self._load()
+        except Exception as exc:  # noqa: BLE001 - reported in the log; the process exits via on_dead
+            log.exception("the model failed to load")
+            self._die(exc)
+            return
+        self.core = core
+        log.info("model loaded: %s (max_model_len %d)", core.model_name, core.max_model_len)
         while True:
             with self._wake:
-                while not self._commands and not self._stopping and not self.core.has_unfinished():
+                while not self._commands and not self._stopping and not core.has_unfinished():
                     self._wake.wait()
                 if self._stopping:
                     return
@@ -274,15 +314,12 @@ class AsyncEngine:
             try:
                 for command in commands:
                     command()
-                outputs = self.core.step() if self.core.has_unfinished() else []
-                self.kv_hub.publish(self.core.drain_kv_events())
-                stats = self.core.stats()
+                outputs = core.step() if core.has_unfinished() else []
+                self.kv_hub.publish(core.drain_kv_events())
+                stats = core.stats()
                 self.metrics.observe_step(outputs, stats)
             except Exception as exc:  # noqa: BLE001 - the engine is broken: fail every request, stay observable
                 log.exception("engine step failed; failing all requests")
-                self.dead = True
-                loop.call_soon_threadsafe(self._fail_all, exc)
+                self._die(exc)
                 return
             loop.call_soon_threadsafe(self._dispatch, outputs, stats)
-
-

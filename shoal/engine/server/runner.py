@@ -24,6 +24,7 @@ from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.kv_event_hub import KVEventHub
 from shoal.engine.server.metrics import ServerMetrics
 from shoal.engine.server.request_context import RequestIdLogFilter
+from shoal.model_registry import ModelNotFoundError, resolve_model
 
 log = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
@@ -36,6 +37,12 @@ class DrainingServer(uvicorn.Server):
         self._grace_s = grace_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain: asyncio.Future[None] | None = None
+        self.exit_code = 0
+
+    def stop_after_engine_death(self) -> None:
+        """The engine cannot serve any more: exit non-zero so the pod (or the user) sees it."""
+        self.exit_code = 1
+        self.should_exit = True
 
     async def serve(self, sockets: list | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
@@ -79,13 +86,19 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serves until SIGTERM; the model loads in the background once the port is open."""
     configure_logging(args.log_level)
-    core = EngineCore(engine_config(args))
-    names = tuple(dict.fromkeys(args.served_model_name or [core.model_name, args.model]))
+    config = engine_config(args)
+    try:
+        source = resolve_model(args.model)  # a wrong name fails now, not after the server is up
+    except ModelNotFoundError as exc:
+        log.error("%s", exc)
+        return 2
+    names = tuple(dict.fromkeys(args.served_model_name or [source.served_name, args.model]))
     metrics = ServerMetrics(names[0])
-    hub = KVEventHub(core.config.block_size, engine_id=uuid.uuid4().hex)
+    hub = KVEventHub(config.block_size, engine_id=uuid.uuid4().hex)
     engine = AsyncEngine(
-        core,
+        lambda: EngineCore(config),
         metrics,
         hub,
         max_waiting=args.max_waiting_requests,
@@ -93,9 +106,11 @@ def run(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout,
     )
     app = build_app(engine, ServerSettings(served_model_names=names, max_body_bytes=args.max_body_bytes))
-    config = uvicorn.Config(
+    server_config = uvicorn.Config(
         app, host=args.host, port=args.port, log_config=None, access_log=False, timeout_graceful_shutdown=5,
     )
+    server = DrainingServer(server_config, engine, args.shutdown_grace)
+    engine.on_dead = server.stop_after_engine_death
     log.info("serving %s as %s on http://%s:%d", args.model, ", ".join(names), args.host, args.port)
-    DrainingServer(config, engine, args.shutdown_grace).run()
-    return 0
+    server.run()
+    return server.exit_code
