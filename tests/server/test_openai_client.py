@@ -118,3 +118,11 @@ def test_request_id_is_echoed_and_stages_are_timed(server: ServeProcess) -> None
     assert {"tokenize", "queue", "prefill", "decode", "e2e"} <= stages
     assert "trace-abc-123" in server.log()
     assert httpx.get(f"{server.url}/v1/models").headers["x-request-id"]  # made up when not given
+
+
+def test_batched_prompts_each_get_n_choices(client: openai.OpenAI, tiny_tokenizer: Tokenizer) -> None:
+    prompts = ["The fox", "A river runs"]
+    out = client.completions.create(model=M, prompt=prompts, n=2, max_tokens=3, extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in out.choices) == [0, 1, 2, 3]
+    assert out.usage.prompt_tokens == sum(len(tiny_tokenizer.encode(p)) for p in prompts)
+    assert out.usage.completion_tokens == 4 * 3
