@@ -65,3 +65,21 @@ def test_reader_wakes_when_a_delta_arrives_from_another_thread() -> None:
         return [t for d in await asyncio.wait_for(stream.get(), 5) for t in d.token_ids]
 
     assert asyncio.run(run()) == [0]
+
+
+def test_a_failed_engine_surfaces_to_the_reader_after_what_it_already_sent() -> None:
+    from shoal.engine.server.output_stream import StreamFailed
+
+    async def run() -> None:
+        stream = RequestStream(num_choices=1)
+        stream.put(delta(0, 0, False))
+        stream.fail(RuntimeError("step failed"))
+        assert [d.token_ids for d in await stream.get()] == [[0]]
+        assert not stream.finished
+        try:
+            await stream.get()
+        except StreamFailed:
+            return
+        raise AssertionError("the failure was swallowed")
+
+    asyncio.run(run())

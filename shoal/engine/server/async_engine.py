@@ -71,6 +71,10 @@ class Generation:
         while not (self.stream.finished and self.stream.pending() == 0):
             yield await self.stream.get()
 
+    def limit_time(self, seconds: float) -> None:
+        """Aborts the generation if it is still running after ``seconds``."""
+        self._timer = asyncio.get_running_loop().call_later(seconds, self.expire)
+
     def expire(self) -> None:
         """The time limit passed: abort, but keep listening so the client gets finish reason ``abort``."""
         self.timed_out = True
@@ -155,10 +159,6 @@ class AsyncEngine:
             raise service_unavailable("The model is still loading.", retry_after_s=5)
         return self.core
 
-    @property
-    def num_in_flight(self) -> int:
-        return len(self._routes)
-
     async def drain(self, grace_s: float) -> None:
         """Refuses new requests, lets in-flight ones finish for ``grace_s``, then aborts the rest."""
         self.draining = True
@@ -208,7 +208,7 @@ class AsyncEngine:
             generation.close()
             raise
         if self.request_timeout_s is not None:
-            generation._timer = asyncio.get_running_loop().call_later(self.request_timeout_s, generation.expire)
+            generation.limit_time(self.request_timeout_s)
         return generation
 
     def abort(self, child_ids: list[str]) -> None:

@@ -97,8 +97,8 @@ class RequestStream:
         self._ready.set()
 
     def fail(self, error: BaseException) -> None:
+        """The engine died: the reader's next ``get`` raises once the pending deltas are taken."""
         self._error = error
-        self._unfinished.clear()
         self._ready.set()
 
     def pending(self) -> int:
