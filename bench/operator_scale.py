@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -28,7 +29,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.kube_testbed import ControlPlane, free_port, new_workdir  # noqa: E402
+from support.kube_testbed import ControlPlane, free_port  # noqa: E402
 
 
 def proc_memory_mib(pid: int) -> dict[str, float]:
@@ -94,7 +95,7 @@ class Operator:
 
 
 def run(count: int, baseline: int) -> dict[str, Any]:
-    plane = ControlPlane(new_workdir("shoal-bench-operator-"))
+    plane = ControlPlane(Path(tempfile.mkdtemp(prefix="shoal-bench-operator-")))
     plane.start()
     operator: Operator | None = None
     try:

@@ -1,9 +1,9 @@
 """kopf wiring: thin handlers that gather what kopf knows and hand it to the :class:`.Reconciler`.
 
 Two kopf indices follow the children through watches (the operator's Deployments, and the engine pods), so a
-status refresh reads memory, not the apiserver. Spec changes (create, update, the scale subresource) and operator
-restarts (resume) run a full reconcile; a timer refreshes the status from the indices every ``resync`` seconds
-and re-applies children only when one is missing or at the wrong scale.
+status refresh reads memory, not the apiserver. Spec changes (create, update, the scale subresource) apply every
+child; operator restarts (resume) and a timer every ``resync`` seconds refresh the status from the indices and
+re-apply only what drifted.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any
 
 import kopf
 
+from shoal.operator.builders import DIGEST_ANNOTATION
 from shoal.operator.kube import KubeClient
 from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
-from shoal.operator.reconciler import Children, Reconciler
+from shoal.operator.reconciler import Children, Reconciler, Trigger
 from shoal.operator.replicas import Autoscaler
 from shoal.operator.spec import GROUP, PLURAL, VERSION
 
@@ -68,7 +69,10 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
     ) -> dict[tuple[str, str, str], dict[str, Any]]:
         view = {
-            "metadata": {"generation": body["metadata"].get("generation", 0)},
+            "metadata": {
+                "generation": body["metadata"].get("generation", 0),
+                "annotations": {DIGEST_ANNOTATION: body["metadata"].get("annotations", {}).get(DIGEST_ANNOTATION)},
+            },
             "spec": {"replicas": body.get("spec", {}).get("replicas")},
             "status": dict(body.get("status") or {}),
         }
@@ -80,7 +84,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     ) -> dict[tuple[str, str], dict[str, Any]]:
         return {(namespace, labels[OWNER_LABEL]): {"metadata": {"name": name}, "status": dict(body.get("status") or {})}}
 
-    async def run(body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], *, spec_changed: bool) -> None:
+    async def run(body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], trigger: Trigger) -> None:
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         deployments, pods = indices["shoal_deployments"], indices["shoal_engine_pods"]
         found = Children(
@@ -88,24 +92,22 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             gateway=_first(deployments, (ns, name, "gateway")),
             engine_pods=list(pods.get((ns, name), ())),
         )
-        await state["reconciler"].reconcile(body, patch, found, spec_changed=spec_changed)
+        await state["reconciler"].reconcile(body, patch, found, trigger=trigger)
 
-    @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
     async def reconcile(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
-        await run(body, patch, indices, spec_changed=True)
+        await run(body, patch, indices, "change")
+
+    @kopf.on.resume(GROUP, VERSION, PLURAL, id="resume", registry=registry)
+    async def resume(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
+        await run(body, patch, indices, "resume")
 
     @kopf.timer(
         GROUP, VERSION, PLURAL, interval=config.resync_seconds, initial_delay=config.resync_seconds, id="refresh",
         registry=registry,
     )
     async def refresh(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
-        await run(body, patch, indices, spec_changed=False)
-
-    @kopf.on.event(GROUP, VERSION, PLURAL, id="forget", registry=registry)
-    def forget(type: str, body: kopf.Body, **_: Any) -> None:
-        if type == "DELETED" and "reconciler" in state:
-            state["reconciler"].forget(body["metadata"]["uid"])
+        await run(body, patch, indices, "refresh")
 
     return registry

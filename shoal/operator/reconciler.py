@@ -3,24 +3,26 @@
 It is the only place where the pure parts meet I/O. Every pass runs the same steps: parse the spec (the models
 the CRD was generated from), decide the engine count (:mod:`.replicas`: the spec, or the autoscaler's hook),
 check what cannot work (:mod:`.diagnosis`), server-side apply the children (:mod:`.builders`) and compute the
-status from what the watches saw of the children (:mod:`.status`). Children are re-applied on every spec
-change and whenever one is missing or at the wrong scale; applying an unchanged object is a no-op for the
-apiserver, and the status is patched only where it differs, so a pass over an unchanged world writes nothing.
+status from what the watches saw of the children (:mod:`.status`). Children are applied on every spec change;
+after an operator restart and on each status refresh they are applied only when the engine Deployment (seen
+through the watch) is missing, at the wrong scale, or carries a digest of other children than the ones wanted
+now. Applying an unchanged object would be a no-op for the apiserver anyway; skipping it saves the requests.
+The status is patched only where it differs, so a pass over an unchanged world writes nothing.
 A problem becomes a Degraded condition and one Event when it first appears; it never raises into a crash loop.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import kopf
 from pydantic import ValidationError
 
-from shoal.operator.builders import build_children
+from shoal.operator.builders import applied_digest, build_children
 from shoal.operator.builders.monitoring import MONITORING_GROUP
 from shoal.operator.diagnosis import Problem, check_model, diagnose
 from shoal.operator.kube import KubeClient, KubeError
@@ -30,7 +32,8 @@ from shoal.operator.spec import InferenceDeploymentSpec
 from shoal.operator.status import compute_status, status_patch
 
 FRESH_DISCOVERY_SECONDS = 5.0  # a burst of creations shares one lookup
-Lookup = Callable[[tuple[str, ...]], Iterable[Mapping[str, Any]]]
+# "change": create/update (apply everything); "resume": operator start; "refresh": the periodic status timer.
+Trigger = Literal["change", "resume", "refresh"]
 
 
 def utcnow() -> datetime:
@@ -53,8 +56,6 @@ class Reconciler:
     clock: Callable[[], datetime] = utcnow
     discovery_seconds: float = 60.0
     _monitoring: tuple[float, bool] = field(default=(float("-inf"), False))
-    # uid -> whether the Prometheus Operator was there when its children were last applied
-    _applied_monitoring: dict[str, bool] = field(default_factory=dict)
 
     async def prometheus_operator(self, *, fresh: bool) -> bool:
         """Whether the Prometheus Operator's CRDs are served: looked up for every spec change (``fresh``: at
@@ -67,7 +68,7 @@ class Reconciler:
             self._monitoring = (time.monotonic(), present)
         return present
 
-    async def reconcile(self, body: kopf.Body, patch: kopf.Patch, children: Children, *, spec_changed: bool) -> None:
+    async def reconcile(self, body: kopf.Body, patch: kopf.Patch, children: Children, *, trigger: Trigger) -> None:
         meta = body["metadata"]
         owner = Owner(meta["name"], meta["namespace"], meta["uid"])
         previous: Mapping[str, Any] = body.get("status") or {}
@@ -77,13 +78,15 @@ class Reconciler:
         except ValidationError as error:
             self._report(body, patch, previous, Problem("InvalidSpec", _first_error(error)))
             return
+        if trigger == "refresh" and previous.get("observedGeneration") != meta.get("generation"):
+            return  # a change handler has this generation in hand; a refresh must not race it
         decision = decide_replicas(owner.name, spec, previous.get("desiredReplicas"), now, self.autoscaler)
         problem = check_model(spec.model.source)
-        monitoring = await self.prometheus_operator(fresh=spec_changed)
-        reconciled_before = previous.get("observedGeneration") == meta.get("generation")
-        drifted = _drifted(children, decision) or self._applied_monitoring.get(owner.uid) != monitoring
-        if problem is None and (spec_changed or (reconciled_before and drifted)):
-            problem = await self._apply(owner, spec, decision, monitoring)
+        if problem is None:
+            monitoring = await self.prometheus_operator(fresh=trigger == "change")
+            wanted = build_children(owner, spec, decision.replicas, prometheus_operator=monitoring)
+            if trigger == "change" or _drifted(children, wanted, decision):
+                problem = await self._apply(wanted)
         problem = problem or diagnose(spec.model.source, children.engine_pods)
         new = compute_status(
             spec=spec,
@@ -99,19 +102,12 @@ class Reconciler:
         _announce(body, previous, new)
         patch.status.update(status_patch(previous, new))
 
-    def forget(self, uid: str) -> None:
-        """The InferenceDeployment is gone."""
-        self._applied_monitoring.pop(uid, None)
-
-    async def _apply(
-        self, owner: Owner, spec: InferenceDeploymentSpec, decision: ScaleDecision, monitoring: bool
-    ) -> Problem | None:
-        for child in build_children(owner, spec, decision.replicas, prometheus_operator=monitoring):
+    async def _apply(self, wanted: list[dict[str, Any]]) -> Problem | None:
+        for child in wanted:
             try:
                 await self.client.apply(child)
             except KubeError as error:
                 return Problem("ApplyFailed", f"{child['kind']} {child['metadata']['name']}: {error}")
-        self._applied_monitoring[owner.uid] = monitoring
         return None
 
     def _report(self, body: kopf.Body, patch: kopf.Patch, previous: Mapping[str, Any], problem: Problem) -> None:
@@ -122,12 +118,15 @@ class Reconciler:
         patch.status.update(status_patch(previous, new))
 
 
-def _drifted(children: Children, decision: ScaleDecision) -> bool:
-    """A child is missing, or the engines are not at the decided scale: re-apply. (Acted on only for objects
-    a change handler has reconciled, so a status refresh never races the first apply.)"""
+def _drifted(children: Children, wanted: list[dict[str, Any]], decision: ScaleDecision) -> bool:
+    """A Deployment is missing, the engines are not at the decided scale, or what was last applied differs from
+    what is wanted now (a new operator version, the Prometheus Operator arriving): re-apply."""
     if children.engine is None or children.gateway is None:
         return True
-    return children.engine.get("spec", {}).get("replicas") != decision.replicas
+    engine = next(c for c in wanted if c["kind"] == "Deployment")
+    return applied_digest(children.engine) != applied_digest(engine) or (
+        children.engine.get("spec", {}).get("replicas") != decision.replicas
+    )
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:

@@ -4,10 +4,13 @@ tested). The pure tests in this folder use none of these."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `operator_harness` under any pytest import mode
 
 from operator_harness import CHART, RELEASE, RELEASE_NAMESPACE, SERVICE_ACCOUNT, OperatorProcess
 from support.kube_testbed import ControlPlane

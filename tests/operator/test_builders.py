@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shoal.operator.builders import build_children
+from shoal.operator.builders import applied_digest, build_children
 from shoal.operator.builders.engine import GPU_RESOURCE, serve_args
 from shoal.operator.builders.gateway import gateway_settings
 from shoal.operator.naming import Owner
@@ -205,3 +205,13 @@ def test_prometheus_rule_alerts_on_this_fleet_with_its_targets() -> None:
 @pytest.mark.parametrize("replicas", [0, 1, 7])
 def test_engine_replicas_are_what_the_caller_decided(replicas: int) -> None:
     assert children(spec(), replicas=replicas)[("Deployment", "chat-engine")]["spec"]["replicas"] == replicas
+
+
+def test_the_children_digest_tracks_what_is_applied_but_not_the_scale() -> None:
+    def digest(s: InferenceDeploymentSpec, replicas: int = 2, monitoring: bool = False) -> str | None:
+        return applied_digest(children(s, replicas, monitoring)[("Deployment", "chat-engine")])
+
+    assert digest(spec()) is not None and digest(spec()) == digest(spec(), replicas=5)
+    assert digest(spec()) != digest(spec(), monitoring=True)
+    assert digest(spec()) != digest(spec(gateway={"replicas": 2}))
+    assert digest(spec()) != digest(spec(engine={"image": "example.com/engine:2"}))

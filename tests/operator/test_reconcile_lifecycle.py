@@ -75,8 +75,12 @@ def test_kubectl_scale_owns_the_count_while_autoscaling_is_off(
     installed_chart.kubectl("scale", "infd", "scaled", "-n", namespace, "--replicas=3")
     eventually(lambda: get(installed_chart, namespace, "deployment", "scaled-engine")["spec"]["replicas"] == 3, 30,
                "engine Deployment scaled to 3")
-    infd = wait_ready(installed_chart, namespace, "scaled")
-    assert (infd["status"]["replicas"], infd["status"]["readyReplicas"], infd["status"]["desiredReplicas"]) == (3, 3, 3)
+    def scaled() -> dict | None:
+        infd = get(installed_chart, namespace, "infd", "scaled")
+        counts = tuple(infd["status"].get(k) for k in ("replicas", "readyReplicas", "desiredReplicas"))
+        return infd if counts == (3, 3, 3) and condition(infd, "Ready")["status"] == "True" else None
+
+    infd = eventually(scaled, 60, "3 of 3 engines ready")
     last = infd["status"]["history"][-1]
     assert (last["fromReplicas"], last["toReplicas"], last["reason"]) == (1, 3, "replicas.count is 3")
     scale = installed_chart.kubectl("get", "--raw",

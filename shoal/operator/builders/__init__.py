@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from shoal.operator.builders.access import role, role_binding, service_account
@@ -11,23 +14,38 @@ from shoal.operator.builders.monitoring import pod_monitor, prometheus_rule
 from shoal.operator.naming import Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 
-__all__ = ["build_children", "serve_args"]
+__all__ = ["DIGEST_ANNOTATION", "applied_digest", "build_children", "serve_args"]
+
+DIGEST_ANNOTATION = "shoal.dev/children-digest"
 
 
 def build_children(
     owner: Owner, spec: InferenceDeploymentSpec, replicas: int, *, prometheus_operator: bool
 ) -> list[dict[str, Any]]:
-    """Every child object, in apply order (identity and config before the pods that use them)."""
+    """Every child object, in apply order (identity and config before the pods that use them).
+
+    The engine Deployment carries a digest of all of them (its replica count aside: that is the scale decision,
+    compared on its own), so a later pass knows from the watch alone whether anything needs applying.
+    """
+    engine = engine_deployment(owner, spec, 0)
     children = [
         service_account(owner),
         role(owner),
         role_binding(owner),
         engine_service(owner),
-        engine_deployment(owner, spec, replicas),
+        engine,
         gateway_config_map(owner, spec),
         gateway_deployment(owner, spec),
         gateway_service(owner),
     ]
     if prometheus_operator:
         children += [pod_monitor(owner), prometheus_rule(owner, spec)]
+    digest = hashlib.sha256(json.dumps(children, sort_keys=True).encode()).hexdigest()[:16]
+    engine["spec"]["replicas"] = replicas
+    engine["metadata"]["annotations"] = {DIGEST_ANNOTATION: digest}
     return children
+
+
+def applied_digest(deployment: Mapping[str, Any]) -> str | None:
+    """The digest the engine Deployment was last applied with."""
+    return (deployment.get("metadata", {}).get("annotations") or {}).get(DIGEST_ANNOTATION)
