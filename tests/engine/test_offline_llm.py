@@ -46,3 +46,19 @@ def test_a_bad_prompt_fails_the_call_and_leaves_the_engine_clean(llm: LLM) -> No
     assert_all_free(llm.engine.block_manager)
     (ok,) = llm.generate("fine", SamplingParams(max_tokens=2, ignore_eos=True))
     assert len(ok.token_ids) == 2
+
+
+def test_kv_events_replay_to_the_snapshot(llm: LLM) -> None:
+    engine = llm.engine
+    engine.drain_kv_events()
+    before = set(engine.kv_snapshot())
+    hits_before = engine.stats().prefix_hit_tokens
+    shared = list(range(20, 60))
+    llm.generate([shared + [5], shared + [6]], SamplingParams(max_tokens=3, ignore_eos=True))
+    events = engine.drain_kv_events()
+    assert [e.seq for e in events] == list(range(events[0].seq, events[0].seq + len(events)))
+    held = set(before)
+    for event in events:
+        (held.update if event.type == "stored" else held.difference_update)(event.hashes)
+    assert held == set(engine.kv_snapshot()) and held - before
+    assert engine.stats().prefix_hit_tokens - hits_before == len(shared)  # the second reuses the first's blocks
