@@ -9,7 +9,7 @@ each Rust router named with ``--rust-router NAME=PYTHON`` (a Python that has ``s
 Reported: requests per second and latency p50/p99, and each router's added latency (its percentile minus
 direct's best).
 
-    .venv/bin/python bench/gateway_overhead.py --requests 3000 --concurrency 32 \
+    .venv/bin/python bench/gateway_overhead.py --requests 3000 --concurrency 1 32 \
         --rust-router sglang-router=/tmp/routers-venv/bin/python --rust-router vllm-router=/tmp/routers-venv/bin/python
 """
 
@@ -70,17 +70,23 @@ async def load(urls: list[str], requests: int, concurrency: int, warmup: int) ->
             "p99_ms": percentile(latencies, 99) * 1000}
 
 
-def measure(name: str, urls: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    result = {"target": name, **uvloop.run(load(urls, args.requests, args.concurrency, args.warmup))}
-    print(json.dumps(result), flush=True)
-    return result
+def measure(name: str, urls: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One row per concurrency level; a single stream shows the path's cost, 32 streams its throughput."""
+    rows = []
+    for concurrency in args.concurrency:
+        requests = args.requests if concurrency > 1 else args.requests // 3
+        row = {"target": name, "concurrency": concurrency,
+               **uvloop.run(load(urls, requests, concurrency, args.warmup))}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so the finally blocks stop every child
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--tokenizer", default="smollm2-135m", help="tokenizer the gateway uses for model `fake`")
     parser.add_argument("--rust-router", action="append", default=[], metavar="NAME=PYTHON",
@@ -97,10 +103,10 @@ def main() -> None:
             for backend in backends:
                 backend.wait_ready()
             urls = [b.url for b in backends]
-            rows.append(measure("direct", urls, args))
+            rows.extend(measure("direct", urls, args))
             gateway = start_gateway(urls, logs, "--tokenizer", f"fake={args.tokenizer}", "--no-kv-events")
             processes.append(gateway)
-            rows.append(measure("shoal gateway", [gateway.url], args))
+            rows.extend(measure("shoal gateway", [gateway.url], args))
             for spec in args.rust_router:
                 name, _, python = spec.partition("=")
                 module = {"sglang-router": "sglang_router.launch_router", "vllm-router": "vllm_router.launch_router"}
@@ -109,15 +115,16 @@ def main() -> None:
                                  logs / f"{name}.log")
                 processes.append(router)
                 router.wait_ready("/health", timeout=60)
-                rows.append(measure(name, [router.url], args))
-            rows.append(measure("direct (again)", urls, args))
+                rows.extend(measure(name, [router.url], args))
+            rows.extend(measure("direct (again)", urls, args))
         finally:
             for process in processes:
                 process.stop()
-    direct = {k: min(r[k] for r in rows if r["target"].startswith("direct")) for k in ("p50_ms", "p99_ms")}
-    print(f"\n{'target':<16}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}{'added p99':>11}")
-    for r in rows:
-        print(f"{r['target']:<16}{r['rps']:>9.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
+    print(f"\n{'target':<16}{'streams':>8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}{'added p99':>11}")
+    for r in sorted(rows, key=lambda r: r["concurrency"]):
+        same = [d for d in rows if d["target"].startswith("direct") and d["concurrency"] == r["concurrency"]]
+        direct = {k: min(d[k] for d in same) for k in ("p50_ms", "p99_ms")}
+        print(f"{r['target']:<16}{r['concurrency']:>8}{r['rps']:>9.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
               f"{r['p50_ms'] - direct['p50_ms']:>11.2f}{r['p99_ms'] - direct['p99_ms']:>11.2f}")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=2))

@@ -11,6 +11,7 @@ charged an estimate.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -80,6 +81,7 @@ class PromptReader:
             log.warning("no tokenizer for model %r (source %r): %s; routing without prefixes", model, source, exc)
             tokenizer = None
         self._tokenizers[model] = tokenizer
+        gc.freeze()  # a tokenizer's tables live forever: keep full collections from walking them (tail latency)
         return tokenizer
 
     def preload(self, models: Iterable[str] | None = None) -> None:
