@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+RESYNC_SECONDS = 5.0
 sys.path.insert(0, str(REPO / "tests"))
 
 from support.kube_testbed import ControlPlane, free_port  # noqa: E402
@@ -69,11 +70,24 @@ def wait_all(plane: ControlPlane, namespace: str, count: int, timeout: float = 6
     raise TimeoutError(f"not all {count} reconciled within {timeout}s")
 
 
+def settled(plane: ControlPlane, namespace: str, timeout: float = 180) -> dict[str, str]:
+    """resourceVersions once two snapshots a few status refreshes apart agree (the world is steady)."""
+    _, previous = evaluated(plane, namespace)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(2.5 * RESYNC_SECONDS)
+        _, current = evaluated(plane, namespace)
+        if current == previous:
+            return current
+        previous = current
+    raise TimeoutError(f"{namespace} still changing after {timeout}s")
+
+
 class Operator:
     def __init__(self, plane: ControlPlane, kubeconfig: Path, log: Path) -> None:
         self.port = free_port()
         argv = [sys.executable, "-m", "shoal.operator", "operator", "--kubeconfig", str(kubeconfig),
-                "--resync-seconds", "10", "--liveness", f"http://127.0.0.1:{self.port}/healthz"]
+                "--resync-seconds", str(RESYNC_SECONDS), "--liveness", f"http://127.0.0.1:{self.port}/healthz"]
         self.log = log
         with log.open("ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=plane.env(kubeconfig),
@@ -118,7 +132,7 @@ def run(count: int, baseline: int) -> dict[str, Any]:
             results[f"{label}_per_object_ms"] = round(1000 * total / n, 1)
         memory = proc_memory_mib(operator.process.pid)
         results["loaded_rss_mib"], results["peak_rss_mib"] = memory["VmRSS"], memory["VmHWM"]
-        _, before = evaluated(plane, "bench-full")
+        before = settled(plane, "bench-full")
         operator.stop()
         start = time.monotonic()
         operator = Operator(plane, kubeconfig, plane.workdir / "operator-restart.log")
@@ -126,7 +140,7 @@ def run(count: int, baseline: int) -> dict[str, Any]:
         while log.read_text().count(" is processed: ") < count + baseline and time.monotonic() - start < 600:
             time.sleep(0.25)
         results["restart_resumed_s"] = round(time.monotonic() - start, 2)
-        time.sleep(3)
+        time.sleep(2.5 * RESYNC_SECONDS)  # and a couple of status refreshes
         _, after = evaluated(plane, "bench-full")
         results["restart_objects_written"] = sum(before[name] != after.get(name) for name in before)
         return results

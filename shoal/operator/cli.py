@@ -53,7 +53,8 @@ def run_operator(args: argparse.Namespace) -> int:
     if not args.verbose:  # one line per HTTP request or per timer tick would drown what matters
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("kopf.objects").addFilter(lambda record: not record.getMessage().startswith("Timer "))
-    registry = build_registry(OperatorConfig(resync_seconds=args.resync_seconds, discovery_seconds=args.discovery_seconds))
+    config = OperatorConfig(resync_seconds=args.resync_seconds, discovery_seconds=args.discovery_seconds)
+    registry = build_registry(config)
     kopf.run(
         registry=registry,
         standalone=args.standalone,

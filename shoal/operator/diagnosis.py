@@ -43,7 +43,7 @@ def diagnose_pod(pod: Mapping[str, Any]) -> Problem | None:
     name = pod.get("metadata", {}).get("name", "?")
     status = pod.get("status", {})
     for cond in status.get("conditions", []):
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == ("PodScheduled", "False", "Unschedulable"):
             message = cond.get("message", "")
             reason = "InsufficientGPU" if f"Insufficient {GPU_RESOURCE}" in message else "Unschedulable"
             return Problem(reason, f"pod {name} cannot be scheduled: {message}")

@@ -82,7 +82,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     def shoal_engine_pods(
         namespace: str, name: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
     ) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(namespace, labels[OWNER_LABEL]): {"metadata": {"name": name}, "status": dict(body.get("status") or {})}}
+        view = {"metadata": {"name": name}, "status": dict(body.get("status") or {})}
+        return {(namespace, labels[OWNER_LABEL]): view}
 
     async def run(body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], trigger: Trigger) -> None:
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]

@@ -112,7 +112,9 @@ class ReplicasSpec(_Wire):
     min: int = Field(1, ge=0, description="Fewest engine replicas (0 allows scale to zero).")
     max: int = Field(4, ge=1, description="Most engine replicas.")
     count: int | None = Field(
-        None, ge=0, description="Engine replicas while autoscaling is off (replicas.min if unset); `kubectl scale` writes it."
+        None,
+        ge=0,
+        description="Engine replicas while autoscaling is off (replicas.min if unset); `kubectl scale` writes it.",
     )
 
     @model_validator(mode="after")

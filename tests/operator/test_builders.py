@@ -9,7 +9,6 @@ import pytest
 
 from shoal.operator.builders import applied_digest, build_children
 from shoal.operator.builders.engine import GPU_RESOURCE, serve_args
-from shoal.operator.builders.gateway import gateway_settings
 from shoal.operator.naming import Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 

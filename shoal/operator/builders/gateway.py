@@ -78,7 +78,8 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
         volumes.append({"name": "api-keys", "secret": {"secretName": gateway.api_key_secret.name}})
         mounts.append({"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})
     if spec.model.volume is not None:  # the gateway tokenizes prompts with the model's own tokenizer
-        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": spec.model.volume.claim_name, "readOnly": True}})
+        claim = {"claimName": spec.model.volume.claim_name, "readOnly": True}
+        volumes.append({"name": "model", "persistentVolumeClaim": claim})
         mounts.append({"name": "model", "mountPath": spec.model.volume.mount_path, "readOnly": True})
     return {
         "apiVersion": "apps/v1",
