@@ -86,6 +86,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         return {(namespace, labels[OWNER_LABEL]): view}
 
     async def run(body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], trigger: Trigger) -> None:
+        reconciler = state.get("reconciler")
+        if reconciler is None:  # the operator is stopping: its client is closed
+            return
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         deployments, pods = indices["shoal_deployments"], indices["shoal_engine_pods"]
         found = Children(
@@ -93,7 +96,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             gateway=_first(deployments, (ns, name, "gateway")),
             engine_pods=list(pods.get((ns, name), ())),
         )
-        await state["reconciler"].reconcile(body, patch, found, trigger=trigger)
+        await reconciler.reconcile(body, patch, found, trigger=trigger)
 
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
