@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from shoal.operator.crd import PRINTER_COLUMNS, SCALE_SUBRESOURCE, build_crd
+from shoal.operator.crd import CRD_FILENAME, PRINTER_COLUMNS, SCALE_SUBRESOURCE, build_crd
 from shoal.operator.generated import generated_files, stale_files
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -107,3 +109,16 @@ def test_printer_columns_and_scale_subresource_point_at_real_fields() -> None:
 def test_rendered_yaml_round_trips() -> None:
     path = REPO / "crds" / "shoal.dev_inferencedeployments.yaml"
     assert yaml.safe_load(path.read_text()) == build_crd()
+
+
+def test_crd_command_prints_and_checks(tmp_path: Path) -> None:
+    """`shoal crd` (here through `python -m shoal.operator`, the same parser) prints the committed YAML, and
+    `--check` fails on a stale tree until `--write` fixes it."""
+    command = [sys.executable, "-m", "shoal.operator", "crd"]
+    printed = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert printed.returncode == 0 and printed.stdout == (REPO / "crds" / CRD_FILENAME).read_text()
+    stale = subprocess.run([*command, "--check", "--root", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert stale.returncode == 1 and "stale:" in stale.stderr
+    subprocess.run([*command, "--write", "--root", str(tmp_path)], check=True, capture_output=True, timeout=60)
+    fixed = subprocess.run([*command, "--check", "--root", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert fixed.returncode == 0, fixed.stderr
