@@ -3,17 +3,23 @@
 One Lua script checks and charges all three limits atomically, so two gateways admitting at the same instant
 cannot both take the last slot. Window counters expire on their own; concurrency is a sorted set of leases
 scored by their expiry, so the slots of a gateway that died mid-request come back after ``lease_ttl``. The rule
-is the same as ``shoal.gateway.quota.decide``; the tests hold both stores to it.
+is the same as ``shoal.gateway.quota.decide``; the tests hold both stores to it. If Redis cannot be reached the
+gateway fails open (admits, logs a warning): an outage of the quota store must not become an outage of the
+fleet.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from shoal.gateway.quota import WINDOW_SECONDS, Admission, LimitName, Limits, rejection, window_of
+
+log = logging.getLogger(__name__)
 
 _ADMIT = """
 local now = tonumber(ARGV[1])
@@ -66,15 +72,22 @@ class RedisQuota:
             now, _arg(limits.requests_per_minute), _arg(limits.tokens_per_minute), _arg(limits.max_concurrent),
             cost_tokens, lease_id, int(2 * WINDOW_SECONDS), self._lease_ttl,
         ]
-        allowed, limit = await self._script(keys=keys, args=args)
+        try:
+            allowed, limit = await self._script(keys=keys, args=args)
+        except RedisError as exc:
+            log.warning("quota store unreachable, admitting %s unmetered: %s", tenant, exc)
+            return Admission(True, tenant=tenant)
         if allowed:
             return Admission(True, lease_id=lease_id, tenant=tenant)
         name: LimitName = limit.decode() if isinstance(limit, bytes) else limit
         return rejection(name, now)
 
     async def release(self, admission: Admission) -> None:
-        if admission.allowed:
-            await self._redis.zrem(self._concurrency_key(admission.tenant), admission.lease_id)
+        if admission.allowed and admission.lease_id:
+            try:
+                await self._redis.zrem(self._concurrency_key(admission.tenant), admission.lease_id)
+            except RedisError as exc:
+                log.warning("quota store unreachable, lease %s expires on its own: %s", admission.lease_id, exc)
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway_harness import free_port
 from shoal.gateway.auth import ApiKeys
 from shoal.gateway.quota import Limits, MemoryQuota, QuotaStore, Usage, decide, window_of
 from shoal.gateway.quota_redis import RedisQuota
@@ -83,6 +84,16 @@ async def test_redis_admits_exactly_the_limit_under_concurrent_gateways(redis_se
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_an_unreachable_redis_admits_rather_than_failing_requests() -> None:
+    store = RedisQuota(f"redis://127.0.0.1:{free_port()}/0", prefix="test:down")
+    try:
+        admission = await store.admit("acme", Limits(requests_per_minute=0), 10)
+        assert admission.allowed
+        await store.release(admission)
+    finally:
+        await store.close()
 
 
 def test_two_gateways_share_one_tenant_quota_through_redis(fake_engines, gateways, redis_server) -> None:
