@@ -1,6 +1,5 @@
-"""The engine's HTTP server: OpenAI-compatible API, step thread, metrics and KV events."""
+"""The engine's HTTP server (``shoal serve``): OpenAI-compatible API, step thread, metrics and KV events.
 
-from shoal.engine.server.app import ServerSettings, build_app
-from shoal.engine.server.async_engine import AsyncEngine, Child, Generation
-
-__all__ = ["AsyncEngine", "Child", "Generation", "ServerSettings", "build_app"]
+Nothing is imported here: the ``shoal`` command builds its parser from ``shoal.engine.server.cli`` and must not
+pay for torch (or need it) when it runs ``shoal gateway`` or ``shoal operator``.
+"""
