@@ -275,6 +275,9 @@ async def handle(gateway: Gateway, request: Request, chat: bool) -> Response | S
     except (ClientGone, ClientDisconnect):
         await _finish(gateway, state, 499, "client_disconnected")
         return Response(status_code=499)
+    except Exception:
+        await _finish(gateway, state, 500, "internal_error")  # still give back the replica and the quota
+        raise
 
 
 async def _handle(gateway: Gateway, request: Request, chat: bool, state: RequestState) -> Response | StreamPassthrough:
