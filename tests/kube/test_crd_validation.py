@@ -53,7 +53,9 @@ CRD: dict[str, Any] = {
                             "replicas": {"type": "integer", "minimum": 0},
                             "maxReplicas": {"type": "integer", "minimum": 1},
                         },
-                        "x-kubernetes-validations": [{"rule": "self.replicas <= self.maxReplicas", "message": CEL_MESSAGE}],
+                        "x-kubernetes-validations": [
+                            {"rule": "self.replicas <= self.maxReplicas", "message": CEL_MESSAGE},
+                        ],
                     },
                     "status": {"type": "object", "properties": {"readyReplicas": {"type": "integer"}}},
                 },
@@ -147,7 +149,8 @@ def test_stale_resource_version_conflicts(crd: ControlPlane) -> None:
     api = client.CustomObjectsApi(crd.api_client())
     created = api.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, widget("raced", 1, 2))
     stale = dict(created, spec=dict(created["spec"], replicas=2))
-    api.replace_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "raced", dict(created, spec=dict(created["spec"], model="other")))
+    newer = dict(created, spec=dict(created["spec"], model="other"))
+    api.replace_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "raced", newer)
     with pytest.raises(ApiException) as conflict:
         api.replace_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "raced", stale)
     assert conflict.value.status == 409
@@ -158,12 +161,14 @@ def test_rbac_for_users_and_service_accounts(kube_apiserver: ControlPlane) -> No
     alice = kube_apiserver.user_kubeconfig("alice", groups=["shoal:testers"])
     robot = kube_apiserver.kubeconfig_for_service_account("rbac-test", "robot")
     for creds in (alice, robot):
-        denied = kube_apiserver.kubectl("get", "configmaps", "-n", "rbac-test", kubeconfig=creds.kubeconfig, check=False)
+        denied = kube_apiserver.kubectl("get", "configmaps", "-n", "rbac-test", kubeconfig=creds.kubeconfig,
+                                        check=False)
         assert denied.returncode != 0 and "forbidden" in denied.stderr, creds.user
         assert creds.user in denied.stderr
 
     kube_apiserver.kubectl("create", "role", "cm-reader", "-n", "rbac-test", "--verb=get,list", "--resource=configmaps")
-    kube_apiserver.kubectl("create", "rolebinding", "testers", "-n", "rbac-test", "--role=cm-reader", "--group=shoal:testers")
+    kube_apiserver.kubectl("create", "rolebinding", "testers", "-n", "rbac-test", "--role=cm-reader",
+                           "--group=shoal:testers")
     kube_apiserver.kubectl("create", "rolebinding", "robot", "-n", "rbac-test", "--role=cm-reader",
                            "--serviceaccount=rbac-test:robot")
     for creds in (alice, robot):

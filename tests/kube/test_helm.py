@@ -54,7 +54,8 @@ def test_helm_release_lifecycle_and_chart_rbac(kube_apiserver: ControlPlane, tmp
     assert "demo" in kube_apiserver.helm("list", "-n", "helm-test", "-q").stdout.split()
 
     reader = kube_apiserver.kubeconfig_for_service_account("helm-test", "demo-reader", create=False)
-    allowed = kube_apiserver.kubectl("get", "configmap", "demo-settings", "-n", "helm-test", kubeconfig=reader.kubeconfig)
+    allowed = kube_apiserver.kubectl("get", "configmap", "demo-settings", "-n", "helm-test",
+                                     kubeconfig=reader.kubeconfig)
     assert "demo-settings" in allowed.stdout
     denied = kube_apiserver.kubectl("delete", "configmap", "demo-settings", "-n", "helm-test",
                                     kubeconfig=reader.kubeconfig, check=False)

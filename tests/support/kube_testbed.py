@@ -261,7 +261,10 @@ class ControlPlane:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "shoal-test", "cluster": {"server": self.url, "certificate-authority-data": _b64(self.ca.cert_pem)}}],
+            "clusters": [{
+                "name": "shoal-test",
+                "cluster": {"server": self.url, "certificate-authority-data": _b64(self.ca.cert_pem)},
+            }],
             "users": [{"name": user, "user": auth}],
             "contexts": [{"name": "shoal-test", "context": {"cluster": "shoal-test", "user": user}}],
             "current-context": "shoal-test",
@@ -281,7 +284,8 @@ class ControlPlane:
     def kubeconfig_for_service_account(self, namespace: str, name: str, *, create: bool = True) -> Credentials:
         """A kubeconfig with a TokenRequest token for a ServiceAccount (created if missing), to test a chart's RBAC."""
         if create:
-            manifest = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}}
+            metadata = {"name": name, "namespace": namespace}
+            manifest = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata}
             self.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
         token = self.kubectl("create", "token", name, "-n", namespace, "--duration=24h").stdout.strip()
         user = f"system:serviceaccount:{namespace}:{name}"
@@ -309,7 +313,8 @@ class ControlPlane:
         """Runs the built helm against this plane, with helm's caches kept inside the workdir."""
         helm_home = self.workdir / "helm"
         extra = {f"HELM_{kind}_HOME": str(helm_home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")}
-        return self._run([str(self.bin_dir / "helm"), *args], input=input, check=check, kubeconfig=kubeconfig, extra_env=extra)
+        argv = [str(self.bin_dir / "helm"), *args]
+        return self._run(argv, input=input, check=check, kubeconfig=kubeconfig, extra_env=extra)
 
     def _run(
         self,
@@ -494,7 +499,8 @@ class ControlPlane:
     def _write_kwok_config(self) -> Path:
         """An explicit (empty) kwok config, so a person's ~/.kwok/kwok.yaml never leaks into the tests."""
         path = self.workdir / "kwok.yaml"
-        path.write_text(yaml.safe_dump({"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": {}}))
+        config = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": {}}
+        path.write_text(yaml.safe_dump(config))
         return path
 
     @staticmethod

@@ -66,7 +66,8 @@ def up(directory: Path, minimal: bool) -> int:
         return 1
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "state.json").unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "support.kube_up", "serve", "--dir", str(directory)] + (["--minimal"] if minimal else [])
+    argv = [sys.executable, "-m", "support.kube_up", "serve", "--dir", str(directory)]
+    argv += ["--minimal"] if minimal else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])))
     with (directory / "supervisor.log").open("wb") as log:
         supervisor = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
