@@ -404,9 +404,12 @@ class ControlPlane:
         sa_pub = sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
+        # the aggregation layer's front proxy: without it, every controller logs a missing requestheader CA
+        front_proxy_cert, front_proxy_key = self.ca.issue("front-proxy-client")
         files = {
             "ca.key": self.ca.key_pem, "apiserver.crt": serving_cert, "apiserver.key": serving_key,
             "admin.crt": admin_cert, "admin.key": admin_key, "sa.key": _pem_key(sa_key), "sa.pub": sa_pub,
+            "front-proxy.crt": front_proxy_cert, "front-proxy.key": front_proxy_key,
         }
         paths = {name: self._write_pki(name, data) for name, data in files.items()}
         self._write_kubeconfig(
@@ -432,6 +435,13 @@ class ControlPlane:
             f"--service-account-signing-key-file={paths['sa.key']}",
             *admission,
             "--endpoint-reconciler-type=none",  # Endpoints may not hold a loopback address
+            f"--requestheader-client-ca-file={self.ca_file}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={paths['front-proxy.crt']}",
+            f"--proxy-client-key-file={paths['front-proxy.key']}",
             "--profiling=false",
             "--v=1",
         ])
