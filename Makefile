@@ -31,7 +31,7 @@ lint: install
 test: install system-deps kube-testbin lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: install lint
+test-fast: install system-deps lint
 	$(PY) -m pytest -m "not slow and not kube and not interpret" $(PYTEST_ARGS)
 
 clean:
