@@ -31,13 +31,17 @@ class Sampler:
         self._generators.pop(request_id, None)
 
     @torch.inference_mode()
-    def sample(self, logits: torch.Tensor, requests: Sequence[Request]) -> tuple[list[int], list[SampleLogprobs | None]]:
+    def sample(
+        self, logits: torch.Tensor, requests: Sequence[Request]
+    ) -> tuple[list[int], list[SampleLogprobs | None]]:
         """Returns one token per row of ``logits`` (fp32 ``[n, vocab]``) and, where asked, its logprobs."""
         logits = logits.float()
         raw = logits
         params = [r.params for r in requests]
         penalized = [i for i, p in enumerate(params) if p.has_penalties]
-        banned = [(i, self._banned_tokens(r)) for i, r in enumerate(requests) if r.num_output_tokens < r.params.min_tokens]
+        banned = [
+            (i, self._banned_tokens(r)) for i, r in enumerate(requests) if r.num_output_tokens < r.params.min_tokens
+        ]
         if penalized or banned:
             logits = logits.clone()
         if penalized:

@@ -54,21 +54,23 @@ class SamplingParams:
         _check(0.0 < self.top_p <= 1.0, "top_p", f"must be in (0, 1], got {self.top_p}")
         _check(0.0 <= self.min_p <= 1.0, "min_p", f"must be in [0, 1], got {self.min_p}")
         _check(self.repetition_penalty > 0.0, "repetition_penalty", f"must be > 0, got {self.repetition_penalty}")
-        _check(-2.0 <= self.presence_penalty <= 2.0, "presence_penalty", f"must be in [-2, 2], got {self.presence_penalty}")
-        _check(
-            -2.0 <= self.frequency_penalty <= 2.0,
-            "frequency_penalty",
-            f"must be in [-2, 2], got {self.frequency_penalty}",
-        )
-        _check(isinstance(self.max_tokens, int) and self.max_tokens >= 1, "max_tokens", f"must be >= 1, got {self.max_tokens}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(-2.0 <= value <= 2.0, name, f"must be in [-2, 2], got {value}")
+        ok = isinstance(self.max_tokens, int) and self.max_tokens >= 1
+        _check(ok, "max_tokens", f"must be >= 1, got {self.max_tokens}")
         _check(
             isinstance(self.min_tokens, int) and 0 <= self.min_tokens <= self.max_tokens,
             "min_tokens",
             f"must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}",
         )
-        _check(self.logprobs is None or 0 <= self.logprobs <= 20, "logprobs", f"must be in [0, 20], got {self.logprobs}")
+        _check(
+            self.logprobs is None or 0 <= self.logprobs <= 20, "logprobs", f"must be in [0, 20], got {self.logprobs}"
+        )
         _check(all(isinstance(s, str) and s for s in self.stop), "stop", "must be non-empty strings")
-        _check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "must be token ids >= 0")
+        _check(
+            all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "must be token ids >= 0"
+        )
 
 
 def _check(ok: bool, field_name: str, message: str) -> None:

@@ -43,7 +43,9 @@ class TextState:
         return out
 
 
-def token_stop(request: Request, token_id: int, eos_token_ids: frozenset[int]) -> tuple[RequestStatus, int | None] | None:
+def token_stop(
+    request: Request, token_id: int, eos_token_ids: frozenset[int]
+) -> tuple[RequestStatus, int | None] | None:
     """The finish status (and the stop token, if one) a just-sampled token causes, before any text check."""
     params = request.params
     if request.num_output_tokens >= params.min_tokens:
