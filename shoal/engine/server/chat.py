@@ -44,8 +44,7 @@ async def prepare(req: ChatCompletionRequest, request_id: str, tokenizer: Tokeni
     tokenize_s = time.perf_counter() - started
     max_tokens = output_limit(req, len(ids), max_model_len, "messages")
     children = [Child(i, ids, sampling_params(req, max_tokens, i)) for i in range(req.n)]
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return Prepared(request_id, req.model, children, req.n, tokenize_s, include_usage)
+    return Prepared.of(req, request_id, children, tokenize_s)
 
 
 class Formatter:

@@ -33,8 +33,7 @@ async def prepare(req: CompletionRequest, request_id: str, tokenizer: Tokenizer,
         field = "prompt" if len(prompts) == 1 else f"prompt[{p}]"
         max_tokens = output_limit(req, len(ids), max_model_len, field)
         children += [Child(p * req.n + i, ids, sampling_params(req, max_tokens, i)) for i in range(req.n)]
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return Prepared(request_id, req.model, children, req.n, tokenize_s, include_usage)
+    return Prepared.of(req, request_id, children, tokenize_s)
 
 
 class Formatter:

@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from shoal.engine.core.outputs import RequestMetrics, SampleLogprobs
 from shoal.engine.server.async_engine import Child, Generation
 from shoal.engine.server.output_stream import Delta, StreamFailed
+from shoal.engine.server.sampling import OpenAIRequest
 from shoal.protocol.errors import internal_error
 from shoal.protocol.openai_api import PromptTokensDetails, UsageInfo
 
@@ -40,6 +41,11 @@ class Prepared:
     n: int
     tokenize_s: float
     include_usage: bool = False
+
+    @classmethod
+    def of(cls, req: OpenAIRequest, request_id: str, children: list[Child], tokenize_s: float) -> Prepared:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return cls(request_id, req.model, children, req.n, tokenize_s, include_usage)
 
 
 @dataclass
