@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import signal
 import sys
 import tempfile
@@ -52,15 +51,9 @@ def engine_counters(engines: list[Process]) -> list[dict[str, float]]:
 
 
 def run_load(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    """``shoal bench serve``'s shared-prefix dataset and Poisson load, with the groups in shuffled order.
-
-    The dataset cycles through its groups in order (request i uses prefix i % groups); with 16 groups and 4
-    replicas, round-robin would then send every group to the same replica by coincidence. Real traffic
-    interleaves groups at random, so the order is shuffled (same seed for every scenario).
-    """
+    """``shoal bench serve``'s shared-prefix dataset (groups interleaved at random) under Poisson load."""
     requests = shared_prefix_dataset(args.requests, args.groups, args.prefix_len, args.suffix_len,
                                      args.output_len, args.seed)
-    random.Random(args.seed).shuffle(requests)
     config = BenchConfig(url, SERVED, request_rate=args.rate, seed=args.seed, progress=False)
     results, duration = asyncio.run(run_benchmark(config, requests))
     return summarize(results, duration)

@@ -52,10 +52,16 @@ def random_dataset(
 def shared_prefix_dataset(
     num_requests: int, num_groups: int, prefix_len: int, suffix_len: int, output_len: int, seed: int = 0
 ) -> list[BenchRequest]:
-    """``num_groups`` long prefixes; request ``i`` uses prefix ``i % num_groups`` plus its own suffix."""
+    """``num_groups`` long prefixes, each request one of them plus its own suffix, groups interleaved at random.
+
+    Groups come in a seeded random order, as real traffic interleaves them: cycling through them in turn would
+    let round-robin keep every group on one replica by coincidence whenever replicas divide groups.
+    """
     rng = random.Random(seed)
     prefixes = [f"System prompt {g}: " + _words(rng, prefix_len) for g in range(num_groups)]
+    groups = [i % num_groups for i in range(num_requests)]
+    rng.shuffle(groups)
     return [
-        BenchRequest(f"{prefixes[i % num_groups]}\nQuestion {i}: {_words(rng, suffix_len)}", output_len, i % num_groups)
-        for i in range(num_requests)
+        BenchRequest(f"{prefixes[g]}\nQuestion {i}: {_words(rng, suffix_len)}", output_len, g)
+        for i, g in enumerate(groups)
     ]

@@ -60,3 +60,12 @@ def test_load_generator_imports_no_torch() -> None:
 
     code = "import sys, shoal.bench, shoal.bench.cli; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_shared_prefix_groups_are_interleaved_not_cycled() -> None:
+    """Cycling groups in turn would hand round-robin perfect affinity whenever replicas divide groups."""
+    requests = shared_prefix_dataset(64, num_groups=4, prefix_len=5, suffix_len=2, output_len=1, seed=1)
+    order = [r.group for r in requests]
+    assert sorted(order) == sorted(i % 4 for i in range(64))
+    assert order != [i % 4 for i in range(64)]
+    assert order == [r.group for r in shared_prefix_dataset(64, 4, 5, 2, 1, seed=1)]
