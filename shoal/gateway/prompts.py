@@ -2,7 +2,7 @@
 
 The gateway must tokenize exactly as the engine does, or its block hashes name nothing the engine holds: a
 completion prompt is ``encode(prompt)`` (special tokens added per the tokenizer's config), a chat is the chat
-template rendered over the messages as the engine builds them (``shoal.engine.server.chat``) and then
+template rendered over ``ChatMessage.for_template()`` of each message (what the engine renders) and then
 ``encode(text, add_special_tokens=False)``; token-id prompts are taken as they are. A batch of prompts is
 routed by its first and charged for all. Tokenizers load lazily per model (``shoal.tokenizer``, torch-free); a model
 whose tokenizer cannot be found (or is still loading) is still served, routed without prefix information and
@@ -48,11 +48,6 @@ def _load_tokenizer(source: str) -> PromptTokenizer:
     from shoal.tokenizer import Tokenizer
 
     return Tokenizer.from_source(resolve_model(source))
-
-
-def _template_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
-    """The messages exactly as the engine hands them to the chat template (text parts joined, name if set)."""
-    return [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in request.messages]
 
 
 class PromptReader:
@@ -101,7 +96,7 @@ class PromptReader:
         tokenizer = self.tokenizer(request.model)
         if isinstance(request, ChatCompletionRequest):
             max_tokens = request.output_limit() or DEFAULT_CHAT_MAX_TOKENS
-            messages = _template_messages(request)
+            messages = [m.for_template() for m in request.messages]
             if tokenizer is not None:
                 try:
                     text = tokenizer.apply_chat_template(messages, add_generation_prompt=request.add_generation_prompt)

@@ -124,6 +124,10 @@ class ChatMessage(_Request):
             return self.content
         return "".join(part.text for part in self.content)
 
+    def for_template(self) -> dict[str, str]:
+        """The message as chat templates receive it; the gateway renders exactly this to hash the prompt."""
+        return {"role": self.role, "content": self.text(), **({"name": self.name} if self.name else {})}
+
 
 class ChatCompletionRequest(_SamplingFields):
     """``POST /v1/chat/completions``."""

@@ -28,9 +28,7 @@ from shoal.tokenizer import ChatTemplateError, Tokenizer
 
 def _render_and_encode(tokenizer: Tokenizer, req: ChatCompletionRequest) -> list[int]:
     """The template already places the special tokens it wants, so encoding adds none."""
-    messages = [
-        {"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in req.messages
-    ]
+    messages = [m.for_template() for m in req.messages]
     try:
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=req.add_generation_prompt)
     except ChatTemplateError as exc:
