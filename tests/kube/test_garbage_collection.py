@@ -3,28 +3,16 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
 
 from support.kube_testbed import ControlPlane
+from support.polling import eventually
 
 pytestmark = pytest.mark.kube
 NAMESPACE = "gc-test"
-
-
-def eventually(check: Callable[[], Any], timeout: float = 90.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    pytest.fail(f"{what or 'condition'} not met within {timeout}s (last value: {value!r})")
 
 
 def pods(plane: ControlPlane, selector: str) -> list[dict[str, Any]]:

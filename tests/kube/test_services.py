@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,18 +9,7 @@ import redis
 
 from support.kube_testbed import ControlPlane
 from support.services import Prometheus, Service, http_json
-
-
-def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Polls until `check` returns something truthy; fails with the last value."""
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    pytest.fail(f"condition not met within {timeout}s (last value: {value!r})")
+from support.polling import eventually
 
 
 def self_scrape(prometheus: Prometheus) -> dict[str, Any]:

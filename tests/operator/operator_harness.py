@@ -6,16 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from support.kube_testbed import ControlPlane, free_port
+from support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "shoal"
@@ -69,17 +67,6 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(5)
-
-
-def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    pytest.fail(f"{what or 'condition'} not met within {timeout}s (last value: {value!r})")
 
 
 def example(name: str, **spec: Any) -> dict[str, Any]:
