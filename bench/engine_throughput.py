@@ -8,7 +8,7 @@ Every phase is timed twice: wall clock, and CPU time of this process (``time.pro
 shared with other jobs the wall clock mostly measures the neighbours; with one thread, CPU time is the work
 done, so the CPU-time ratios are the ones to compare there.
 
-    .venv/bin/python bench/engine_throughput.py [--threads 2] [--dtype bfloat16] [--one-at-a-time 4]
+    .venv/bin/python bench/engine_throughput.py [--threads 1] [--dtype bfloat16] [--one-at-a-time 4]
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def run_hf(model, prompts: list[list[int]], output_len: int, batch_size: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (2 oversubscribes a shared 2-core box)")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--prompt-len", type=int, default=128)
