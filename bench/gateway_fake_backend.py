@@ -1,8 +1,10 @@
 """FakeBackend: the fastest engine stand-in we can write, for measuring what a router itself costs.
 
 A bare asyncio HTTP/1.1 server (keep-alive, uvloop): ``/ready`` and ``/health`` answer ok, ``/v1/models``
-lists ``--model``, and both completion endpoints answer at once, as a JSON body or as ``--chunks`` SSE events.
-It generates nothing: the point is that all the time a request spends beyond going direct is the router's.
+lists ``--model``, and both completion endpoints answer as a JSON body or as ``--chunks`` SSE events: at once,
+or one event every ``--chunk-interval-ms`` like an engine's decode steps (so concurrent streams last as long as
+real ones and a router is measured at the load they really bring). It generates nothing: the point is that all
+the time a request spends beyond going direct is the router's.
 
     .venv/bin/python bench/gateway_fake_backend.py --port 9001
 """
@@ -22,17 +24,17 @@ def _response(status: str, content_type: str, body: bytes) -> bytes:
 
 
 class FakeBackend(asyncio.Protocol):
-    def __init__(self, model: str, chunks: int) -> None:
+    def __init__(self, model: str, chunks: int, interval_s: float = 0.0) -> None:
         self.buffer = bytearray()
+        self.interval_s = interval_s
         self.models = _response("200 OK", "application/json",
                                 json.dumps({"object": "list", "data": [{"id": model, "object": "model"}]}).encode())
         self.ok = _response("200 OK", "text/plain", b"ok")
         choice = {"index": 0, "text": " tok", "finish_reason": None}
         event = b"data: " + json.dumps({"id": "cmpl-fake", "object": "text_completion", "model": model,
                                          "choices": [choice]}).encode() + b"\n\n"
-        stream = event * chunks + b"data: [DONE]\n\n"
-        self.stream = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                       + f"{len(stream):x}\r\n".encode() + stream + b"\r\n0\r\n\r\n")
+        self.stream_head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        self.events = [_chunk(event)] * chunks + [_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
         self.json = _response("200 OK", "application/json", json.dumps({
             "id": "cmpl-fake", "object": "text_completion", "model": model,
             "choices": [{"index": 0, "text": " tok" * chunks, "finish_reason": "length"}],
@@ -55,19 +57,38 @@ class FakeBackend(asyncio.Protocol):
             body = bytes(self.buffer[end + 4: end + 4 + length])
             del self.buffer[: end + 4 + length]
             path = head.split(" ", 2)[1]
-            self.transport.write(self._answer(path, body))  # type: ignore[attr-defined]
+            if path.startswith("/v1/") and (b'"stream": true' in body or b'"stream":true' in body):
+                self._stream()
+            else:
+                self.transport.write(self._answer(path))  # type: ignore[attr-defined]
 
-    def _answer(self, path: str, body: bytes) -> bytes:
+    def _answer(self, path: str) -> bytes:
         if path == "/v1/models":
             return self.models
-        if path.startswith("/v1/"):
-            return self.stream if b'"stream": true' in body or b'"stream":true' in body else self.json
-        return self.ok
+        return self.json if path.startswith("/v1/") else self.ok
+
+    def _stream(self) -> None:
+        if self.interval_s <= 0:
+            self.transport.write(self.stream_head + b"".join(self.events))  # type: ignore[attr-defined]
+            return
+        self.transport.write(self.stream_head)  # type: ignore[attr-defined]
+        loop = asyncio.get_running_loop()
+        for i, event in enumerate(self.events):
+            loop.call_later(self.interval_s * (i + 1), self._send, event)
+
+    def _send(self, data: bytes) -> None:
+        if not self.transport.is_closing():  # type: ignore[attr-defined]
+            self.transport.write(data)  # type: ignore[attr-defined]
 
 
-async def serve(port: int, model: str, chunks: int) -> None:
+def _chunk(data: bytes) -> bytes:
+    """One HTTP/1.1 chunk of the chunked transfer encoding."""
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+async def serve(port: int, model: str, chunks: int, interval_s: float) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: FakeBackend(model, chunks), "127.0.0.1", port, backlog=1024)
+    server = await loop.create_server(lambda: FakeBackend(model, chunks, interval_s), "127.0.0.1", port, backlog=1024)
     async with server:
         await server.serve_forever()
 
@@ -77,8 +98,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", default="fake")
     parser.add_argument("--chunks", type=int, default=8)
+    parser.add_argument("--chunk-interval-ms", type=float, default=0.0, help="pace SSE events like decode steps")
     args = parser.parse_args()
-    uvloop.run(serve(args.port, args.model, args.chunks))
+    uvloop.run(serve(args.port, args.model, args.chunks, args.chunk_interval_ms / 1000))
 
 
 if __name__ == "__main__":

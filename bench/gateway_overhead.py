@@ -1,15 +1,17 @@
 """Overhead benchmark: what ``shoal gateway`` adds to each request, against going direct, in the same run.
 
-Two FakeBackends (``bench/gateway_fake_backend.py``: answer instantly, generate nothing) stand in for engines,
-so every extra microsecond is the router's. A closed loop of ``--concurrency`` streams sends short streaming
-completions and reads each to its end, first straight to the backends (alternating), then through the gateway
+Two FakeBackends (``bench/gateway_fake_backend.py``: generate nothing) stand in for engines, so every extra
+microsecond is the router's. By default they answer at once, so a closed loop of streams measures the router at
+saturation; ``--chunk-interval-ms`` paces their events like decode steps, so N streams bring the load N real
+LLM streams bring, and "added" is what a client of such a fleet pays. A closed loop of ``--concurrency``
+streams sends short streaming completions and reads each to its end, first straight to the backends (alternating), then through the gateway
 (prefix-aware policy with SmolLM2's real tokenizer, so tokenizing and hashing are in the path), then through
 each Rust router named with ``--rust-router NAME=PYTHON`` (a Python that has ``sglang-router`` or
 ``vllm-router`` from PyPI, e.g. a scratch venv; their default cache-aware policy), then direct again.
 Reported: requests per second and latency p50/p99, and each router's added latency (its percentile minus
 direct's best).
 
-    .venv/bin/python bench/gateway_overhead.py --requests 3000 --concurrency 1 32 \
+    .venv/bin/python bench/gateway_overhead.py --requests 3000 --concurrency 1 32 [--chunk-interval-ms 20] \
         --rust-router sglang-router=/tmp/routers-venv/bin/python --rust-router vllm-router=/tmp/routers-venv/bin/python
 """
 
@@ -88,6 +90,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--chunk-interval-ms", type=float, default=0.0,
+                        help="backends send one SSE event per interval (0: the whole stream at once)")
     parser.add_argument("--tokenizer", default="smollm2-135m", help="tokenizer the gateway uses for model `fake`")
     parser.add_argument("--rust-router", action="append", default=[], metavar="NAME=PYTHON",
                         help="sglang-router or vllm-router, run by a Python that has it installed")
@@ -96,8 +100,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="gateway-overhead-") as tmp:
         logs = Path(tmp)
-        backends = [Process([sys.executable, str(HERE / "gateway_fake_backend.py")], logs / f"backend-{i}.log")
-                    for i in range(2)]
+        backend = [sys.executable, str(HERE / "gateway_fake_backend.py"), "--chunk-interval-ms",
+                   str(args.chunk_interval_ms)]
+        backends = [Process(backend, logs / f"backend-{i}.log") for i in range(2)]
         processes = list(backends)
         try:
             for backend in backends:
