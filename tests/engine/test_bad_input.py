@@ -108,3 +108,10 @@ def test_missing_file_names_the_path(tmp_path: Path) -> None:
     incomplete.mkdir()
     with pytest.raises(ModelNotFoundError, match="config.json"):
         EngineCore(EngineConfig(model=str(incomplete)))
+
+
+def test_engine_options_the_kernels_cannot_serve_name_the_option(tiny_llama_dir: Path) -> None:
+    with pytest.raises(ValueError, match="block_size must be a power of two.*12"):
+        EngineConfig(model=str(tiny_llama_dir), block_size=12)
+    with pytest.raises(ValueError, match="max_model_len 100000 exceeds the model's context length"):
+        EngineCore(EngineConfig(model=str(tiny_llama_dir), dtype="float32", num_kv_blocks=8, max_model_len=100000))

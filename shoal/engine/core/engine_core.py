@@ -60,9 +60,13 @@ class EngineCore:
             // kv_cache_bytes_per_block(self.model_config, config.block_size, self.dtype),
             1,
         )
-        self.max_model_len = min(
-            config.max_model_len or self.model_config.max_position_embeddings, num_blocks * config.block_size
-        )
+        context = self.model_config.max_position_embeddings
+        if config.max_model_len is not None and config.max_model_len > context:
+            raise ValueError(
+                f"max_model_len {config.max_model_len} exceeds the model's context length "
+                f"(max_position_embeddings = {context})"
+            )
+        self.max_model_len = min(config.max_model_len or context, num_blocks * config.block_size)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(self.model_config.eos_token_ids)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_batched_tokens, config.max_num_seqs)
