@@ -27,10 +27,7 @@ def _prompts(vocab_size: int, seed: int) -> list[list[int]]:
     return prompts
 
 
-def _hf_greedy(model_dir: Path, prompts: list[list[int]], max_tokens: int, **load: object) -> list[list[int]]:
-    import transformers
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **load)
+def _hf_greedy(model: torch.nn.Module, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
     outputs = []
     with torch.inference_mode():
         for prompt in prompts:
@@ -40,6 +37,12 @@ def _hf_greedy(model_dir: Path, prompts: list[list[int]], max_tokens: int, **loa
             )
             outputs.append(ids[0, len(prompt) :].tolist())
     return outputs
+
+
+def _hf_model(model_dir: Path) -> torch.nn.Module:
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 
 
 def run_staggered(engine: EngineCore, prompts: list[list[int]], params: SamplingParams, per_step: int = 2) -> dict[str, list[int]]:
@@ -70,7 +73,7 @@ def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemptio
     prompts = _prompts(engine.model_config.vocab_size, seed=len(checkpoint))
     got = run_staggered(engine, prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS))
 
-    expected = _hf_greedy(model_dir, prompts, MAX_TOKENS)
+    expected = _hf_greedy(_hf_model(model_dir), prompts, MAX_TOKENS)
     for i, want in enumerate(expected):
         assert got[str(i)] == want, f"prompt {i} (length {len(prompts[i])})"
     stats = engine.stats()
@@ -82,7 +85,7 @@ def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemptio
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_smollm2_matches_transformers_on_the_bundled_gguf(smollm2_source) -> None:
+def test_smollm2_matches_transformers_on_the_bundled_gguf(smollm2_hf_model: torch.nn.Module) -> None:
     engine = EngineCore(
         EngineConfig(model="smollm2-135m", dtype="float32", max_num_batched_tokens=24, num_kv_blocks=5, seed=0)
     )
@@ -96,8 +99,7 @@ def test_smollm2_matches_transformers_on_the_bundled_gguf(smollm2_source) -> Non
     prompts = [engine.tokenizer.encode(t) for t in texts]
     got = run_staggered(engine, prompts, SamplingParams(temperature=0.0, max_tokens=10), per_step=2)
 
-    path = smollm2_source.path
-    expected = _hf_greedy(path.parent, prompts, 10, gguf_file=path.name)
+    expected = _hf_greedy(smollm2_hf_model, prompts, 10)
     for i, want in enumerate(expected):
         assert got[str(i)] == want, texts[i]
     assert engine.stats().prefix_hit_tokens > 0
