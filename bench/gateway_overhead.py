@@ -31,7 +31,9 @@ from typing import Any
 import aiohttp
 import uvloop
 
-from gateway_fleet import Process, free_port, start_gateway
+from shoal.local import LocalProcess, free_port
+
+from gateway_fleet import start_gateway
 
 HERE = Path(__file__).resolve().parent
 BODY = json.dumps({"model": "fake", "prompt": "Explain backpressure in simple terms, please.", "max_tokens": 8,
@@ -102,7 +104,7 @@ def main() -> None:
         logs = Path(tmp)
         backend = [sys.executable, str(HERE / "gateway_fake_backend.py"), "--chunk-interval-ms",
                    str(args.chunk_interval_ms)]
-        backends = [Process(backend, logs / f"backend-{i}.log") for i in range(2)]
+        backends = [LocalProcess(backend, logs / f"backend-{i}.log") for i in range(2)]
         processes = list(backends)
         try:
             for backend in backends:
@@ -115,7 +117,7 @@ def main() -> None:
             for spec in args.rust_router:
                 name, _, python = spec.partition("=")
                 module = {"sglang-router": "sglang_router.launch_router", "vllm-router": "vllm_router.launch_router"}
-                router = Process([python, "-m", module[name], "--host", "127.0.0.1", "--worker-urls", *urls,
+                router = LocalProcess([python, "-m", module[name], "--host", "127.0.0.1", "--worker-urls", *urls,
                                   "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())],
                                  logs / f"{name}.log")
                 processes.append(router)

@@ -22,7 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gateway_fleet import Process, metric, start_engines, start_gateway
+from shoal.local import LocalProcess
+
+from gateway_fleet import metric, start_engines, start_gateway
 
 from shoal.bench.datasets import shared_prefix_dataset
 from shoal.bench.report import summarize
@@ -44,7 +46,7 @@ def build_model(directory: Path) -> Path:
                             max_position_embeddings=4096)
 
 
-def engine_counters(engines: list[Process]) -> list[dict[str, float]]:
+def engine_counters(engines: list[LocalProcess]) -> list[dict[str, float]]:
     names = ("prefix_cache_hits_tokens_total", "prefix_cache_queries_tokens_total", "prompt_tokens_total",
              "requests_finished_total")
     return [{n: metric(e.url, f"shoal_engine_{n}") for n in names} for e in engines]

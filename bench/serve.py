@@ -13,35 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
+from shoal.local import LocalProcess, shoal_command
 
 LEVELS = ((1, 4), (16, 32), (64, 64))  # (concurrency, requests)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_ready(url: str, server: subprocess.Popen, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"shoal serve exited with {server.returncode}")
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit("shoal serve did not become ready")
 
 
 def offline_throughput(model: str, input_len: int, output_len: int, requests: int, max_num_seqs: int) -> float:
@@ -67,21 +45,16 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/shoal-bench-serve"))
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with (args.out_dir / "serve.log").open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "shoal.cli", "serve", "--model", args.model, "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
+    server = LocalProcess(shoal_command("serve", "--model", args.model), args.out_dir / "serve.log")
+    url = server.url
     try:
-        wait_ready(url, server)
+        server.wait_ready(timeout=600)
         rows = []
         for concurrency, requests in LEVELS:
             out = args.out_dir / f"c{concurrency}.json"
             subprocess.run(
                 [
-                    sys.executable, "-m", "shoal.cli", "bench", "serve", "--url", url, "--model", args.model,
+                    *shoal_command("bench", "serve"), "--url", url, "--model", args.model,
                     "--dataset", "random", "--num-requests", str(requests), "--concurrency", str(concurrency),
                     "--input-len", str(args.input_len), "--output-len", str(args.output_len), "--warmup", "2",
                     "--no-progress", "--json", str(out),
@@ -91,7 +64,7 @@ def main() -> None:
             rows.append((concurrency, requests, json.loads(out.read_text())["summary"]))
     finally:
         server.terminate()
-        server.wait(timeout=60)
+        server.process.wait(timeout=60)
     offline = {
         concurrency: offline_throughput(args.model, args.input_len, args.output_len, requests, concurrency)
         for concurrency, requests, _ in (rows[0], rows[-1])

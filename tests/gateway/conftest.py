@@ -35,7 +35,7 @@ def engines(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         yield [engine.wait_ready() for engine in started]
     finally:
         for engine in started:
-            engine.kill()
+            engine.stop()
 
 
 @pytest.fixture

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,12 +16,7 @@ from shoal.gateway.discovery import static
 from shoal.gateway.gateway import Gateway, GatewayConfig
 from shoal.gateway.prompts import PromptReader
 from shoal.gateway.quota import QuotaStore
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from shoal.local import LocalProcess, free_port, shoal_command
 
 
 class ServerThread:
@@ -98,39 +88,15 @@ def make_gateway(urls: list[str], byte_tokenized: tuple[str, ...] = ("tiny",), a
     return Gateway(GatewayConfig(**settings), static(urls), api_keys, quota, prompts)
 
 
-class EngineProcess:
+class EngineProcess(LocalProcess):
     """A real ``shoal serve`` process on a free port; its log stays in ``log_path`` for failing tests."""
 
     def __init__(self, model: str, log_path: Path, served_name: str = "tiny", *extra: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        with log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "shoal.cli", "serve", "--model", model, "--served-model-name", served_name,
-                 "--port", str(self.port), "--log-level", "warning", *extra],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-
-    def wait_ready(self, timeout: float = 180.0) -> EngineProcess:
-        def ready() -> bool:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"shoal serve exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                return httpx.get(self.url + "/ready", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, timeout, f"{self.url}/ready")
-        return self
+        argv = shoal_command("serve", "--model", model, "--served-model-name", served_name, "--log-level", "warning")
+        super().__init__([*argv, *extra], log_path)
 
     def metric(self, name: str) -> float:
         """The sum of a metric's samples on the engine's own /metrics."""
         text = httpx.get(self.url + "/metrics", timeout=5).text
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith(name + "{") or line.startswith(name + " "))
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway_harness import free_port, wait_until
+from gateway_harness import wait_until
+from shoal.local import free_port
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway_harness import free_port
 from shoal.gateway.auth import ApiKeys
 from shoal.gateway.quota import Limits, MemoryQuota, QuotaStore, Usage, decide, window_of
 from shoal.gateway.quota_redis import RedisQuota
+from shoal.local import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

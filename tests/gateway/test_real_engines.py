@@ -88,7 +88,7 @@ def test_gateway_hashes_match_the_engines_blocks_and_route_repeats_to_the_cache(
 @pytest.mark.timeout(400)
 def test_smollm2_end_to_end_through_the_gateway(gateways, tmp_path) -> None:
     """The bundled SmolLM2 (GGUF): its tokenizer and chat template agree with the engine's block by block."""
-    engine = EngineProcess("smollm2-135m", tmp_path / "smollm2.log", "smollm2-135m").wait_ready(300)
+    engine = EngineProcess("smollm2-135m", tmp_path / "smollm2.log", "smollm2-135m").wait_ready(timeout=300)
     try:
         handle = gateways([engine.url], byte_tokenized=(), tokenizers={"smollm2-135m": "smollm2-135m"})
         handle.wait_healthy(1)
@@ -100,7 +100,7 @@ def test_smollm2_end_to_end_through_the_gateway(gateways, tmp_path) -> None:
         tokenizer = Tokenizer.from_source(resolve_model("smollm2-135m"))
         check_repeat_hits_the_cache(handle, tokenizer, "smollm2-135m", chat=True)
     finally:
-        engine.kill()
+        engine.stop()
 
 
 def test_a_client_disconnect_aborts_the_engine_request_and_frees_its_blocks(fleet_gateway, engines) -> None:
@@ -133,7 +133,7 @@ def test_an_engine_killed_mid_stream_gives_a_clean_error_and_traffic_moves_on(en
             break
         stream.close()
     assert replica.in_flight == 1
-    victim.kill()
+    victim.stop()
     with pytest.raises(openai.APIError, match="failed mid-stream"):
         for _ in stream:
             pass

@@ -58,7 +58,7 @@ def smollm2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServePr
     """The bundled SmolLM2-135M-Instruct (GGUF), as a pod would serve it."""
     server = ServeProcess("smollm2-135m", tmp_path_factory.mktemp("serve-smollm2") / "serve.log", name="smollm2-135m")
     try:
-        server.wait_ready(timeout_s=300)
+        server.wait_ready(timeout=300)
         yield server
     finally:
         server.stop()

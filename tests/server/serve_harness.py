@@ -6,15 +6,13 @@ area exercises the same kind of model.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+
+from shoal.local import LocalProcess, shoal_command
 
 ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
 if str(ENGINE_TESTS) not in sys.path:
@@ -30,53 +28,13 @@ def build_tiny_model(directory: Path) -> Path:
     return build_checkpoint(directory, "llama", seed=1)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ServeProcess:
-    """One ``shoal serve`` subprocess; its output goes to ``log_path`` for post-mortems."""
+class ServeProcess(LocalProcess):
+    """One ``shoal serve`` subprocess serving ``name``; its output goes to ``log_path`` for post-mortems."""
 
     def __init__(self, model: Path | str, log_path: Path, *extra_args: str, name: str = TINY_MODEL_NAME) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.model_name = name
-        self.log_path = log_path
-        cmd = [
-            sys.executable, "-m", "shoal.cli", "serve", "--model", str(model), "--served-model-name", name,
-            "--host", "127.0.0.1", "--port", str(self.port), *extra_args,
-        ]
-        self._log = open(log_path, "wb")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-
-    def wait_ready(self, timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"shoal serve exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/ready", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"shoal serve not ready after {timeout_s} s:\n{self.log()}")
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")[-5000:]
-
-    def terminate(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-        self._log.close()
+        argv = shoal_command("serve", "--model", str(model), "--served-model-name", name, "--host", "127.0.0.1")
+        super().__init__([*argv, *extra_args], log_path)
 
 
 def metric_values(url: str, name: str) -> dict[str, float]:

@@ -1,0 +1,73 @@
+"""One Shoal server (engine or gateway) as a child process on a free loopback port.
+
+The child runs in a session of its own, so ``stop`` takes down everything it started; its output goes to a log
+file that outlives it, for post-mortems. Readiness is an HTTP path answering 200, checked together with the
+process being alive, so a server that dies while loading fails at once with its log instead of timing out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def shoal_command(*args: str) -> list[str]:
+    """The ``shoal`` command line run by this interpreter (works without the venv's scripts on PATH)."""
+    return [sys.executable, "-m", "shoal.cli", *args]
+
+
+class LocalProcess:
+    """A server started as ``argv --port PORT``; ``url`` reaches it once ``wait_ready`` returns."""
+
+    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [*argv, "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            )
+
+    def wait_ready(self, path: str = "/ready", timeout: float = 300.0) -> LocalProcess:
+        """Returns once ``path`` answers 200; raises with the log if the process exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.log_path.name}: exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.url + path, timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.url}{path} not ready after {timeout} s:\n{self.log()}")
+
+    def log(self, chars: int = 5000) -> str:
+        """The end of the process's output."""
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def terminate(self) -> None:
+        """Asks for a graceful shutdown (SIGTERM), as Kubernetes does."""
+        self.process.send_signal(signal.SIGTERM)
+
+    def stop(self) -> None:
+        """Kills the process and everything it started."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
