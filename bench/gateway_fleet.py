@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
 
 from shoal.local import LocalProcess, shoal_command
 
@@ -25,10 +24,3 @@ def start_gateway(backends: Sequence[str], log_dir: Path, *extra: str) -> LocalP
     gateway = LocalProcess(argv, log_dir / "gateway.log")
     gateway.wait_ready()
     return gateway
-
-
-def metric(url: str, name: str) -> float:
-    """The sum of a metric's samples on a /metrics page."""
-    text = httpx.get(url + "/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))

@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from shoal.local import LocalProcess
+from shoal.local import LocalProcess, metric
 
-from gateway_fleet import metric, start_engines, start_gateway
+from gateway_fleet import start_engines, start_gateway
 
 from shoal.bench.datasets import shared_prefix_dataset
 from shoal.bench.report import summarize

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from serve_harness import ServeProcess, metric
+from serve_harness import ServeProcess
+from shoal.local import metric
 
 pytestmark = pytest.mark.timeout(180)
 

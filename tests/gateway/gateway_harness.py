@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import uvicorn
 
 from shoal.gateway.app import create_app
@@ -94,9 +93,3 @@ class EngineProcess(LocalProcess):
     def __init__(self, model: str, log_path: Path, served_name: str = "tiny", *extra: str) -> None:
         argv = shoal_command("serve", "--model", model, "--served-model-name", served_name, "--log-level", "warning")
         super().__init__([*argv, *extra], log_path)
-
-    def metric(self, name: str) -> float:
-        """The sum of a metric's samples on the engine's own /metrics."""
-        text = httpx.get(self.url + "/metrics", timeout=5).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name + "{") or line.startswith(name + " "))

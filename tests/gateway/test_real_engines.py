@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from gateway_harness import EngineProcess, GatewayHandle, wait_until
+from shoal.local import metric
 from shoal.model_registry import resolve_model
 from shoal.protocol.block_hash import hash_blocks
 from shoal.tokenizer import Tokenizer
@@ -104,17 +105,17 @@ def test_smollm2_end_to_end_through_the_gateway(gateways, tmp_path) -> None:
 
 
 def test_a_client_disconnect_aborts_the_engine_request_and_frees_its_blocks(fleet_gateway, engines) -> None:
-    before = sum(e.metric("shoal_engine_requests_aborted_total") for e in engines[:2])
+    before = sum(metric(e.url, "shoal_engine_requests_aborted_total") for e in engines[:2])
     body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 900, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", fleet_gateway.url + "/v1/completions", json=body, timeout=30) as response:
         for i, _ in enumerate(response.iter_lines()):
             if i == 10:
                 break
-    wait_until(lambda: sum(e.metric("shoal_engine_requests_aborted_total") for e in engines[:2]) == before + 1,
+    wait_until(lambda: sum(metric(e.url, "shoal_engine_requests_aborted_total") for e in engines[:2]) == before + 1,
                10, "the engine to count the abort")
     for engine in engines[:2]:
-        wait_until(lambda: engine.metric("shoal_engine_requests_running") == 0
-                   and engine.metric("shoal_engine_kv_cache_usage_ratio") == 0, 10, "the engine's KV blocks to be freed")
+        wait_until(lambda: metric(engine.url, "shoal_engine_requests_running") == 0
+                   and metric(engine.url, "shoal_engine_kv_cache_usage_ratio") == 0, 10, "the engine's KV blocks to be freed")
 
 
 def test_an_engine_killed_mid_stream_gives_a_clean_error_and_traffic_moves_on(engines, tiny_model_dir,

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 
 from shoal.local import LocalProcess, shoal_command
 
@@ -35,21 +34,6 @@ class ServeProcess(LocalProcess):
         self.model_name = name
         argv = shoal_command("serve", "--model", str(model), "--served-model-name", name, "--host", "127.0.0.1")
         super().__init__([*argv, *extra_args], log_path)
-
-
-def metric_values(url: str, name: str) -> dict[str, float]:
-    """Samples of one metric from ``/metrics``: the label text (``{...}``) -> value."""
-    values = {}
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            key, _, value = line.rpartition(" ")
-            values[key[len(name):]] = float(value)
-    return values
-
-
-def metric(url: str, name: str) -> float:
-    """The sum of a metric's samples (most have one: ``model="..."``)."""
-    return sum(metric_values(url, name).values())
 
 
 def wait_for(condition, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:  # type: ignore[no-untyped-def]

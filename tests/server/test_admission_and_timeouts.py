@@ -6,7 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from serve_harness import ServeProcess, metric, metric_values, wait_for
+from serve_harness import ServeProcess, wait_for
+from shoal.local import metric, metric_values
 
 pytestmark = pytest.mark.timeout(120)
 

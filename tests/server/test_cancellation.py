@@ -6,7 +6,8 @@ import random
 
 import httpx
 import pytest
-from serve_harness import TINY_MODEL_NAME, ServeProcess, metric, wait_for
+from serve_harness import TINY_MODEL_NAME, ServeProcess, wait_for
+from shoal.local import metric
 
 pytestmark = pytest.mark.timeout(180)
 M = TINY_MODEL_NAME

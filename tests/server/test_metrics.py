@@ -7,7 +7,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_harness import ServeProcess, metric, metric_values
+from serve_harness import ServeProcess
+from shoal.local import metric, metric_values
 
 pytestmark = pytest.mark.timeout(120)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"

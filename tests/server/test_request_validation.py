@@ -6,7 +6,8 @@ import json
 
 import httpx
 import pytest
-from serve_harness import TINY_MODEL_NAME, ServeProcess, metric
+from serve_harness import TINY_MODEL_NAME, ServeProcess
+from shoal.local import metric
 
 pytestmark = pytest.mark.timeout(120)
 M = TINY_MODEL_NAME

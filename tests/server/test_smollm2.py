@@ -6,7 +6,8 @@ import asyncio
 
 import openai
 import pytest
-from serve_harness import ServeProcess, metric
+from serve_harness import ServeProcess
+from shoal.local import metric
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
