@@ -4,6 +4,7 @@ tested). The pure tests in this folder use none of these."""
 
 from __future__ import annotations
 
+import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,7 +47,8 @@ def operator(installed_chart: ControlPlane, kube_cluster: ControlPlane, operator
 
 @pytest.fixture
 def namespace(installed_chart: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = "op-" + request.node.name.replace("_", "-").lower()[:40].strip("-")
+    # a fresh suffix per attempt: a rerun must not meet its first attempt's namespace, still terminating
+    name = "op-" + request.node.name.replace("_", "-").lower()[:40].strip("-") + "-" + secrets.token_hex(2)
     installed_chart.kubectl("create", "namespace", name)
     yield name
     installed_chart.kubectl("delete", "namespace", name, "--wait=false", check=False)
