@@ -1,9 +1,13 @@
-"""The gateway's HTTP surface (Starlette on uvicorn): the OpenAI endpoints, health, readiness and metrics."""
+"""The gateway's HTTP surface on uvicorn: the OpenAI endpoints, health, readiness and metrics.
+
+The two generation endpoints are the hot path: ``POST`` to them goes straight to ``proxy.serve``, past
+Starlette's middleware and router; every other request (including a wrong method on those paths, answered 405)
+goes through Starlette.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -11,28 +15,27 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shoal.gateway import proxy
 from shoal.gateway.gateway import Gateway
-from shoal.protocol.errors import APIError, internal_error
-
-log = logging.getLogger(__name__)
+from shoal.protocol.errors import APIError
 
 
-def create_app(gateway: Gateway) -> Starlette:
-    async def completions(request: Request) -> Response:
-        return await _guarded(request, chat=False)
+class _Generation:
+    """``/v1/completions`` or ``/v1/chat/completions`` as an ASGI endpoint."""
 
-    async def chat_completions(request: Request) -> Response:
-        return await _guarded(request, chat=True)
+    def __init__(self, gateway: Gateway, chat: bool) -> None:
+        self.gateway = gateway
+        self.chat = chat
 
-    async def _guarded(request: Request, chat: bool) -> Response:
-        try:
-            return await proxy.handle(gateway, request, chat)  # type: ignore[return-value]
-        except Exception:
-            log.exception("unexpected error in the gateway")
-            error = internal_error()
-            return JSONResponse(error.body(), status_code=error.status_code)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await proxy.serve(self.gateway, scope, receive, send, self.chat)
+
+
+def create_app(gateway: Gateway) -> ASGIApp:
+    generation = {"/v1/completions": _Generation(gateway, chat=False),
+                  "/v1/chat/completions": _Generation(gateway, chat=True)}
 
     async def models(request: Request) -> Response:
         if gateway.api_keys.tenant_for(request.headers.get("authorization")) is None:
@@ -45,10 +48,11 @@ def create_app(gateway: Gateway) -> Starlette:
         return PlainTextResponse("ok")
 
     async def ready(_: Request) -> Response:
-        serving = gateway.fleet.models()
-        if not serving:
-            return JSONResponse({"ready": False, "models": []}, status_code=503)
-        return JSONResponse({"ready": True, "models": sorted(serving)})
+        """Ready once some replica serves and the configured tokenizers are loaded (else routing is blind)."""
+        serving, loading = sorted(gateway.fleet.models()), gateway.prompts.loading()
+        ready = bool(serving) and not loading
+        return JSONResponse({"ready": ready, "models": serving, "tokenizers_loading": loading},
+                            status_code=200 if ready else 503)
 
     async def metrics(_: Request) -> Response:
         for replica in gateway.fleet.replicas.values():
@@ -65,11 +69,20 @@ def create_app(gateway: Gateway) -> Starlette:
             await gateway.stop()
 
     routes = [
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in generation.items()),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    starlette = Starlette(routes=routes, lifespan=lifespan)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = generation.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await starlette(scope, receive, send)
+
+    return app

@@ -1,7 +1,8 @@
 """One gateway's state and background work: the fleet, its discovery, health checks and KV-event followers.
 
-``Gateway`` is what the HTTP app and the CLI share. ``start()`` opens the pooled upstream session (keep-alive,
-TCP_NODELAY on every socket) and starts three kinds of tasks: discovery publishing the set of replica URLs,
+``Gateway`` is what the HTTP app and the CLI share. ``start()`` opens the request path's pool of keep-alive
+upstream connections (``upstream``), an aiohttp session for the health checks and KV-event streams, and starts
+three kinds of tasks: discovery publishing the set of replica URLs,
 a health loop that checks every replica each ``health_interval``, and one ``/kv/events`` follower per replica
 (started when the replica appears, cancelled when it goes). Routing decisions are made per request by the
 model's policy over the healthy replicas serving that model.
@@ -25,6 +26,7 @@ from shoal.gateway.metrics import GatewayMetrics
 from shoal.gateway.prompts import PromptReader
 from shoal.gateway.quota import MemoryQuota, QuotaStore
 from shoal.gateway.replicas import Fleet, Replica
+from shoal.gateway.upstream import UpstreamPool
 from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, RoutingPolicy, make_policy
 from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
 
@@ -60,6 +62,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.fleet = Fleet()
         self.session: aiohttp.ClientSession | None = None
+        self.upstreams: UpstreamPool | None = None
         self._policies: dict[str, RoutingPolicy] = {}
         self._followers: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -74,6 +77,7 @@ class Gateway:
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=75, ttl_dns_cache=None)
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        self.upstreams = UpstreamPool(self.config.connect_timeout_s)
         self.prompts.preload()
         self._spawn(self._discover())
         self._spawn(self._health_loop())
@@ -93,6 +97,8 @@ class Gateway:
         self._followers.clear()
         if self.session is not None:
             await self.session.close()
+        if self.upstreams is not None:
+            self.upstreams.close()
         await self.quota.close()
 
     async def _discover(self) -> None:

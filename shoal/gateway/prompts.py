@@ -84,6 +84,10 @@ class PromptReader:
             if model not in self._tokenizers and model not in self._loading:
                 self._loading[model] = self._pool.submit(self.load, model)
 
+    def loading(self) -> list[str]:
+        """Models whose tokenizer is being loaded right now."""
+        return sorted(model for model, future in self._loading.items() if not future.done())
+
     def tokenizer(self, model: str) -> PromptTokenizer | None:
         """The model's tokenizer if loaded; otherwise starts loading it and answers ``None`` for now."""
         if model in self._tokenizers:
