@@ -16,7 +16,7 @@ from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from shoal.gguf_metadata import gguf_metadata, open_gguf
+from shoal.gguf_metadata import read_gguf_metadata
 from shoal.model_registry import ModelSource
 from shoal.tokenizer.chat_template import ChatTemplateError, render_chat
 from shoal.tokenizer.gguf_vocab import build_gguf_tokenizer
@@ -66,7 +66,7 @@ class Tokenizer:
 
     @staticmethod
     def from_gguf(path: Path) -> "Tokenizer":
-        metadata = gguf_metadata(open_gguf(path))
+        metadata = read_gguf_metadata(path)
         tokens: list[str] = metadata.get("tokenizer.ggml.tokens") or []
         ids = {
             name: metadata.get(f"tokenizer.ggml.{key}")

@@ -12,7 +12,7 @@ from shoal.engine.loader.gguf_weights import iter_gguf
 from shoal.engine.loader.safetensors_weights import iter_safetensors
 from shoal.engine.loader.state_dict import build_state_dict
 from shoal.engine.model import CausalLM
-from shoal.gguf_metadata import gguf_metadata, open_gguf
+from shoal.gguf_metadata import open_gguf, read_gguf_metadata
 from shoal.kernels import KernelOps
 from shoal.model_registry import ModelSource
 
@@ -26,7 +26,7 @@ def load_config(source: ModelSource) -> ModelConfig:
         except (OSError, json.JSONDecodeError) as exc:
             raise WeightsError(f"cannot read {str(path)!r}: {exc}") from exc
     reader = open_gguf(source.path)
-    return ModelConfig.from_gguf(gguf_metadata(reader), has_output_weight=_has_output(reader))
+    return ModelConfig.from_gguf(read_gguf_metadata(source.path), has_output_weight=_has_output(reader))
 
 
 def load_model(
@@ -38,7 +38,7 @@ def load_model(
         weights = iter_safetensors(source.path)
     else:
         reader = open_gguf(source.path)
-        config = ModelConfig.from_gguf(gguf_metadata(reader), has_output_weight=_has_output(reader))
+        config = ModelConfig.from_gguf(read_gguf_metadata(source.path), has_output_weight=_has_output(reader))
         weights = iter_gguf(reader, config)
     state = build_state_dict(config, weights, dtype)
     with torch.device("meta"):
