@@ -8,8 +8,9 @@ streams sends short streaming completions and reads each to its end, first strai
 (prefix-aware policy with SmolLM2's real tokenizer, so tokenizing and hashing are in the path), then through
 each Rust router named with ``--rust-router NAME=PYTHON`` (a Python that has ``sglang-router`` or
 ``vllm-router`` from PyPI, e.g. a scratch venv; their default cache-aware policy), then direct again.
-Reported: requests per second and latency p50/p99, and each router's added latency (its percentile minus
-direct's best).
+Reported: requests per second and latency p50/p99, each router's added latency (its percentile minus
+direct's best), and the CPU time each router process used per request (from ``/proc``: warm-up included; the
+figure least disturbed by other work on a shared machine).
 
     .venv/bin/python bench/gateway_overhead.py --requests 3000 --concurrency 1 32 [--chunk-interval-ms 20] \
         --rust-router sglang-router=/tmp/routers-venv/bin/python --rust-router vllm-router=/tmp/routers-venv/bin/python
@@ -74,13 +75,17 @@ async def load(urls: list[str], requests: int, concurrency: int, warmup: int) ->
             "p99_ms": percentile(latencies, 99) * 1000}
 
 
-def measure(name: str, urls: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+def measure(name: str, urls: list[str], args: argparse.Namespace,
+            router: LocalProcess | None = None) -> list[dict[str, Any]]:
     """One row per concurrency level; a single stream shows the path's cost, 32 streams its throughput."""
     rows = []
     for concurrency in args.concurrency:
         requests = args.requests if concurrency > 1 else args.requests // 3
-        row = {"target": name, "concurrency": concurrency,
-               **uvloop.run(load(urls, requests, concurrency, args.warmup))}
+        cpu_before = router.cpu_seconds() if router else 0.0
+        row: dict[str, Any] = {"target": name, "concurrency": concurrency,
+                               **uvloop.run(load(urls, requests, concurrency, args.warmup))}
+        if router is not None:
+            row["cpu_us_per_request"] = (router.cpu_seconds() - cpu_before) / (requests + args.warmup) * 1e6
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
@@ -113,7 +118,7 @@ def main() -> None:
             rows.extend(measure("direct", urls, args))
             gateway = start_gateway(urls, logs, "--tokenizer", f"fake={args.tokenizer}", "--no-kv-events")
             processes.append(gateway)
-            rows.extend(measure("shoal gateway", [gateway.url], args))
+            rows.extend(measure("shoal gateway", [gateway.url], args, gateway))
             for spec in args.rust_router:
                 name, _, python = spec.partition("=")
                 module = {"sglang-router": "sglang_router.launch_router", "vllm-router": "vllm_router.launch_router"}
@@ -122,17 +127,19 @@ def main() -> None:
                                  logs / f"{name}.log")
                 processes.append(router)
                 router.wait_ready("/health", timeout=60)
-                rows.extend(measure(name, [router.url], args))
+                rows.extend(measure(name, [router.url], args, router))
             rows.extend(measure("direct (again)", urls, args))
         finally:
             for process in processes:
                 process.stop()
-    print(f"\n{'target':<16}{'streams':>8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}{'added p99':>11}")
+    print(f"\n{'target':<16}{'streams':>8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}{'added p99':>11}"
+          f"{'CPU us/req':>12}")
     for r in sorted(rows, key=lambda r: r["concurrency"]):
         same = [d for d in rows if d["target"].startswith("direct") and d["concurrency"] == r["concurrency"]]
         direct = {k: min(d[k] for d in same) for k in ("p50_ms", "p99_ms")}
         print(f"{r['target']:<16}{r['concurrency']:>8}{r['rps']:>9.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
-              f"{r['p50_ms'] - direct['p50_ms']:>11.2f}{r['p99_ms'] - direct['p99_ms']:>11.2f}")
+              f"{r['p50_ms'] - direct['p50_ms']:>11.2f}{r['p99_ms'] - direct['p99_ms']:>11.2f}"
+              f"{r.get('cpu_us_per_request', float('nan')):>12.0f}")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=2))
 

@@ -58,6 +58,11 @@ class LocalProcess:
             time.sleep(0.2)
         raise TimeoutError(f"{self.url}{path} not ready after {timeout} s:\n{self.log()}")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the process has used so far, from ``/proc``: what a benchmark charges it."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def log(self, chars: int = 5000) -> str:
         """The end of the process's output."""
         return self.log_path.read_text(errors="replace")[-chars:]
