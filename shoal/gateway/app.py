@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -19,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shoal.gateway import proxy
 from shoal.gateway.gateway import Gateway
-from shoal.protocol.errors import APIError
+from shoal.protocol.errors import APIError, from_http_status
 
 
 class _Generation:
@@ -75,7 +76,12 @@ def create_app(gateway: Gateway) -> ASGIApp:
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    starlette = Starlette(routes=routes, lifespan=lifespan)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        error = from_http_status(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", exc.headers)
+        return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
+
+    starlette = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":

@@ -93,6 +93,12 @@ def internal_error() -> APIError:
 _TYPE_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
 
 
+def from_http_status(status_code: int, detail: str, headers: Mapping[str, str] | None = None) -> APIError:
+    """A framework's own refusal (no such route, wrong method) in OpenAI's shape."""
+    kind = "not_found_error" if status_code == 404 else "invalid_request_error"
+    return APIError(status_code, detail, type=kind, headers=headers)
+
+
 def _is_union_member(part: str) -> bool:
     """Pydantic puts the tried member of a union (``str``, ``list[int]``, ``TextContentPart``) in ``loc``."""
     return part in _TYPE_NAMES or "[" in part or "-" in part or part[:1].isupper()

@@ -134,3 +134,16 @@ def test_garbage_from_a_backend_is_a_502_and_the_gateway_keeps_serving(gateway) 
     assert serves(handle.url)
     metrics = httpx.get(handle.url + "/metrics").text
     assert 'shoal_gateway_requests_total{model="tiny",status="502",tenant="acme"} 1.0' in metrics
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/v1/completions", 405), ("PUT", "/v1/chat/completions", 405), ("POST", "/v1/embeddings", 404),
+])
+def test_unknown_routes_and_methods_get_an_openai_error_body(gateway, method: str, path: str, status: int) -> None:
+    handle, _ = gateway
+    response = httpx.request(method, handle.url + path, headers={"Authorization": "Bearer sk-acme"})
+    assert response.status_code == status
+    assert path in error_of(response)["message"]
+    if status == 405:
+        assert response.headers["allow"] == "POST"
+    assert serves(handle.url)

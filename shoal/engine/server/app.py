@@ -30,6 +30,7 @@ from shoal.engine.server.sampling import OpenAIRequest
 from shoal.engine.server.serving import ClosingStreamingResponse, respond
 from shoal.protocol.errors import (
     APIError,
+    from_http_status,
     from_validation_errors,
     internal_error,
     invalid_request,
@@ -109,8 +110,7 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return _error_response(APIError(exc.status_code, str(exc.detail), type=kind, headers=exc.headers))
+        return _error_response(from_http_status(exc.status_code, str(exc.detail), exc.headers))
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
