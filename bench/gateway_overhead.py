@@ -4,13 +4,14 @@ Two FakeBackends (``bench/gateway_fake_backend.py``: generate nothing) stand in 
 microsecond is the router's. By default they answer at once, so a closed loop of streams measures the router at
 saturation; ``--chunk-interval-ms`` paces their events like decode steps, so N streams bring the load N real
 LLM streams bring, and "added" is what a client of such a fleet pays. A closed loop of ``--concurrency``
-streams sends short streaming completions and reads each to its end, first straight to the backends (alternating), then through the gateway
-(prefix-aware policy with SmolLM2's real tokenizer, so tokenizing and hashing are in the path), then through
-each Rust router named with ``--rust-router NAME=PYTHON`` (a Python that has ``sglang-router`` or
-``vllm-router`` from PyPI, e.g. a scratch venv; their default cache-aware policy), then direct again.
-Reported: requests per second and latency p50/p99, each router's added latency (its percentile minus
-direct's best), and the CPU time each router process used per request (from ``/proc``: warm-up included; the
-figure least disturbed by other work on a shared machine).
+streams sends short streaming completions and reads each to its end: straight to the backends (alternating),
+through the gateway (prefix-aware policy with SmolLM2's real tokenizer, so tokenizing and hashing are in the
+path), and through each Rust router named with ``--rust-router NAME=PYTHON`` (a Python that has
+``sglang-router`` or ``vllm-router`` from PyPI, e.g. a scratch venv; their default policies). The targets take
+turns for ``--rounds`` rounds, so drift on a shared machine falls on all of them alike. Reported, as medians
+over rounds: requests per second, latency p50/p99, each router's added latency (its median percentile minus
+direct's), and the CPU time each router process used per request (from ``/proc``, warm-up included: the
+figure least disturbed by other work on the machine).
 
     .venv/bin/python bench/gateway_overhead.py --requests 3000 --concurrency 1 32 [--chunk-interval-ms 20] \
         --rust-router sglang-router=/tmp/routers-venv/bin/python --rust-router vllm-router=/tmp/routers-venv/bin/python
@@ -23,6 +24,7 @@ import asyncio
 import itertools
 import json
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -102,9 +104,10 @@ def main() -> None:
     parser.add_argument("--tokenizer", default="smollm2-135m", help="tokenizer the gateway uses for model `fake`")
     parser.add_argument("--rust-router", action="append", default=[], metavar="NAME=PYTHON",
                         help="sglang-router or vllm-router, run by a Python that has it installed")
+    parser.add_argument("--rounds", type=int, default=3, help="times every target is measured, alternating")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gateway-overhead-") as tmp:
         logs = Path(tmp)
         backend = [sys.executable, str(HERE / "gateway_fake_backend.py"), "--chunk-interval-ms",
@@ -115,33 +118,50 @@ def main() -> None:
             for backend in backends:
                 backend.wait_ready()
             urls = [b.url for b in backends]
-            rows.extend(measure("direct", urls, args))
             gateway = start_gateway(urls, logs, "--tokenizer", f"fake={args.tokenizer}", "--no-kv-events")
             processes.append(gateway)
-            rows.extend(measure("shoal gateway", [gateway.url], args, gateway))
+            targets: list[tuple[str, list[str], LocalProcess | None]] = [
+                ("direct", urls, None), ("shoal gateway", [gateway.url], gateway)]
             for spec in args.rust_router:
                 name, _, python = spec.partition("=")
-                module = {"sglang-router": "sglang_router.launch_router", "vllm-router": "vllm_router.launch_router"}
-                router = LocalProcess([python, "-m", module[name], "--host", "127.0.0.1", "--worker-urls", *urls,
-                                  "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())],
-                                 logs / f"{name}.log")
+                router = start_rust_router(name, python, urls, logs)
                 processes.append(router)
-                router.wait_ready("/health", timeout=60)
-                rows.extend(measure(name, [router.url], args, router))
-            rows.extend(measure("direct (again)", urls, args))
+                targets.append((name, [router.url], router))
+            for round_ in range(args.rounds):  # alternating targets, so drift on a shared machine hits them alike
+                for name, target_urls, process in targets:
+                    rows.extend({**row, "round": round_} for row in measure(name, target_urls, args, process))
         finally:
             for process in processes:
                 process.stop()
-    print(f"\n{'target':<16}{'streams':>8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}{'added p99':>11}"
-          f"{'CPU us/req':>12}")
-    for r in sorted(rows, key=lambda r: r["concurrency"]):
-        same = [d for d in rows if d["target"].startswith("direct") and d["concurrency"] == r["concurrency"]]
-        direct = {k: min(d[k] for d in same) for k in ("p50_ms", "p99_ms")}
-        print(f"{r['target']:<16}{r['concurrency']:>8}{r['rps']:>9.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
-              f"{r['p50_ms'] - direct['p50_ms']:>11.2f}{r['p99_ms'] - direct['p99_ms']:>11.2f}"
-              f"{r.get('cpu_us_per_request', float('nan')):>12.0f}")
+    print_summary(rows)
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=2))
+
+
+def start_rust_router(name: str, python: str, urls: list[str], logs: Path) -> LocalProcess:
+    module = {"sglang-router": "sglang_router.launch_router", "vllm-router": "vllm_router.launch_router"}[name]
+    router = LocalProcess([python, "-m", module, "--host", "127.0.0.1", "--worker-urls", *urls,
+                           "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())],
+                          logs / f"{name}.log")
+    router.wait_ready("/health", timeout=60)
+    return router
+
+
+def print_summary(rows: list[dict[str, Any]]) -> None:
+    """Each figure is the median over rounds; "added" is the router's median minus direct's."""
+    keys = ("rps", "p50_ms", "p99_ms", "cpu_us_per_request")
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["target"], row["concurrency"]), []).append(row)
+    median = {group: {k: statistics.median(r[k] for r in members) if k in members[0] else float("nan")
+                      for k in keys} for group, members in groups.items()}
+    print(f"\n{'target':<16}{'streams':>8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}{'added p99':>11}"
+          f"{'CPU us/req':>12}")
+    for (target, concurrency), m in sorted(median.items(), key=lambda item: item[0][1]):
+        direct = median[("direct", concurrency)]
+        print(f"{target:<16}{concurrency:>8}{m['rps']:>9.0f}{m['p50_ms']:>9.2f}{m['p99_ms']:>9.2f}"
+              f"{m['p50_ms'] - direct['p50_ms']:>11.2f}{m['p99_ms'] - direct['p99_ms']:>11.2f}"
+              f"{m['cpu_us_per_request']:>12.0f}")
 
 
 if __name__ == "__main__":
