@@ -76,7 +76,6 @@ class RequestState:
     release_quota: Callable[[], Awaitable[None]] | None = None
     upstream: UpstreamResponse | None = None
     response_started: bool = False
-    responded: bool = False
     client_gone: bool = False
     finished: bool = False
 
@@ -108,8 +107,9 @@ async def serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, ch
     except ClientGone:
         await _finish(gateway, state, 499, "client_disconnected")
     except asyncio.CancelledError:
-        if not state.client_gone:
-            raise  # the server is shutting down
+        if not state.client_gone:  # the server is shutting down: give everything back, then stop
+            await _finish(gateway, state, 503, "cancelled")
+            raise
         task.uncancel()
         await _finish(gateway, state, 499, "client_disconnected")
     except Exception:
@@ -126,7 +126,7 @@ async def _watch_disconnect(receive: Receive, state: RequestState, task: asyncio
     """After the body, the only message left is the disconnect (also sent once the response is complete)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-    if not state.responded:
+    if not state.finished:  # from _finish on, the request has nothing left to cancel
         state.client_gone = True
         task.cancel()
 
@@ -218,7 +218,6 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
         raise _garbage(state, "a body that is not JSON")
     upstream.release()
     state.upstream = None
-    state.responded = True
     await _finish(gateway, state, upstream.status, "ok")
     await send({"type": "http.response.start", "status": upstream.status,
                 "headers": response_headers + [(b"content-length", str(len(payload)).encode())]})
@@ -246,7 +245,6 @@ async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: lis
     else:
         upstream.close()
     state.upstream = None
-    state.responded = True
     await _finish(gateway, state, upstream.status, outcome)
     await send({"type": "http.response.body", "body": chunk, "more_body": False})
 
@@ -335,7 +333,6 @@ async def _send_error(send: Send, error: APIError, state: RequestState) -> None:
     headers += [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
                 (b"x-request-id", state.request_id.encode("latin-1")),
                 (b"server-timing", state.timer.header().encode("latin-1"))]
-    state.responded = True
     await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
