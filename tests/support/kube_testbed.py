@@ -37,6 +37,7 @@ BUILD_SCRIPT = REPO_ROOT / "hack" / "kube-testbin" / "build.sh"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "helm", "kwok")
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+NODE_LEASE_SECONDS = 40  # a kubelet's default; kwok renews the lease every quarter of it
 
 
 class KubeTestbinMissing(RuntimeError):
@@ -507,9 +508,15 @@ class ControlPlane:
         wait_for(self._nodes_ready, what="kwok to mark the GPU nodes Ready", timeout=60, component=kwok)
 
     def _write_kwok_config(self) -> Path:
-        """An explicit (empty) kwok config, so a person's ~/.kwok/kwok.yaml never leaks into the tests."""
+        """An explicit kwok config, so a person's ~/.kwok/kwok.yaml never leaks into the tests.
+
+        Node leases must be on. Without them kwok v0.7 heartbeats node status only every 10 minutes, so every
+        ~55 s (the controller-manager's 50 s grace period plus its 5 s monitor period) the node lifecycle
+        controller declares both nodes unreachable and marks every pod on them NotReady, and kwok never readies
+        a pod twice: a Deployment that was not yet seen available stays unavailable for good."""
         path = self.workdir / "kwok.yaml"
-        config = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": {}}
+        config = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+                  "options": {"nodeLeaseDurationSeconds": NODE_LEASE_SECONDS}}
         path.write_text(yaml.safe_dump(config))
         return path
 
