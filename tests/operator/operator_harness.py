@@ -100,10 +100,16 @@ def children_of(plane: ControlPlane, namespace: str, name: str) -> dict[str, dic
 
 
 def wait_ready(plane: ControlPlane, namespace: str, name: str, timeout: float = 90.0) -> dict[str, Any]:
-    """The InferenceDeployment once Ready is True and nothing is progressing."""
+    """The InferenceDeployment once Ready is True and nothing is progressing. A failure shows its last status
+    and its Deployments and pods: enough to tell an operator bug from a cluster whose pods never got ready."""
     def settled() -> dict[str, Any] | None:
         infd = get(plane, namespace, "infd", name)
         done = condition(infd, "Ready").get("status") == "True" and condition(infd, "Progressing").get("status") == "False"
         return infd if done else None
 
-    return eventually(settled, timeout, f"{namespace}/{name} Ready and not Progressing")
+    def detail() -> str:
+        status = (get(plane, namespace, "infd", name) or {}).get("status")
+        children = plane.kubectl("get", "-n", namespace, "deployments,pods", "-o", "wide", check=False).stdout
+        return f"status: {status!r}\n{children}"
+
+    return eventually(settled, timeout, f"{namespace}/{name} Ready and not Progressing", detail=detail)

@@ -9,8 +9,12 @@ from typing import Any
 import pytest
 
 
-def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "", interval: float = 0.3) -> Any:
-    """Polls until ``check`` returns something truthy and returns it; fails the test with the last value."""
+def eventually(
+    check: Callable[[], Any], timeout: float = 60.0, what: str = "", interval: float = 0.3,
+    detail: Callable[[], str] | None = None,
+) -> Any:
+    """Polls until ``check`` returns something truthy and returns it; fails the test with the last value and,
+    when given, ``detail()`` (what the world looked like then, for a check that only answers yes or no)."""
     deadline = time.monotonic() + timeout
     value = None
     while time.monotonic() < deadline:
@@ -18,4 +22,5 @@ def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "", 
         if value:
             return value
         time.sleep(interval)
-    pytest.fail(f"{what or 'condition'} not met within {timeout}s (last value: {value!r})")
+    pytest.fail(f"{what or 'condition'} not met within {timeout}s (last value: {value!r})"
+                + (f"\n{detail()}" if detail else ""))
