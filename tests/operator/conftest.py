@@ -4,7 +4,6 @@ tested). The pure tests in this folder use none of these."""
 
 from __future__ import annotations
 
-import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,8 +46,7 @@ def operator(installed_chart: ControlPlane, kube_cluster: ControlPlane, operator
 
 @pytest.fixture
 def namespace(installed_chart: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    # a fresh suffix per attempt: a rerun must not meet its first attempt's namespace, still terminating
-    name = "op-" + request.node.name.replace("_", "-").lower()[:40].strip("-") + "-" + secrets.token_hex(2)
+    name = "op-" + request.node.name.replace("_", "-").lower()[:40].strip("-")
     installed_chart.kubectl("create", "namespace", name)
     yield name
     installed_chart.kubectl("delete", "namespace", name, "--wait=false", check=False)
