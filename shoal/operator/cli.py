@@ -6,6 +6,7 @@ Nothing heavy is imported until a command runs; neither command ever imports tor
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import random
 import sys
@@ -39,8 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_operator(args: argparse.Namespace) -> int:
-    import logging
-
     import kopf
 
     from shoal.operator.handlers import OperatorConfig, build_registry
@@ -52,7 +51,7 @@ def run_operator(args: argparse.Namespace) -> int:
     )
     if not args.verbose:  # one line per HTTP request or per timer tick would drown what matters
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        logging.getLogger("kopf.objects").addFilter(lambda record: not record.getMessage().startswith("Timer "))
+        logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)
     config = OperatorConfig(resync_seconds=args.resync_seconds, discovery_seconds=args.discovery_seconds)
     registry = build_registry(config)
     kopf.run(
@@ -65,6 +64,12 @@ def run_operator(args: argparse.Namespace) -> int:
         liveness_endpoint=args.liveness,
     )
     return 0
+
+
+def quiet_timer_successes(record: logging.LogRecord) -> bool:
+    """Drops kopf's line per status-refresh tick, never a timer's warning or error: a refresh that keeps failing
+    must show in the log."""
+    return record.levelno >= logging.WARNING or not record.getMessage().startswith("Timer ")
 
 
 def run_crd(args: argparse.Namespace) -> int:
