@@ -8,7 +8,10 @@ streams sends short streaming completions and reads each to its end: straight to
 through the gateway (prefix-aware policy with SmolLM2's real tokenizer, so tokenizing and hashing are in the
 path), and through each Rust router named with ``--rust-router NAME=PYTHON`` (a Python that has
 ``sglang-router`` or ``vllm-router`` from PyPI, e.g. a scratch venv; their default policies). The targets take
-turns for ``--rounds`` rounds, so drift on a shared machine falls on all of them alike. Reported, as medians
+turns for ``--rounds`` rounds, so drift on a shared machine falls on all of them alike. A byte-copying TCP
+relay (``bench/tcp_relay.py``) is measured too: what one more process hop costs here, whatever it does. Paced
+streams start spread over one stream's length, as independent clients would (``--synchronized``: all at
+once, so each round of requests arrives as one burst). Reported, as medians
 over rounds: requests per second, latency p50/p99, each router's added latency (its median percentile minus
 direct's), and the CPU time each router process used per request (from ``/proc``, warm-up included: the
 figure least disturbed by other work on the machine).
@@ -39,6 +42,7 @@ from shoal.local import LocalProcess, free_port
 from gateway_fleet import start_gateway
 
 HERE = Path(__file__).resolve().parent
+CHUNKS = 8  # SSE events per stream, then [DONE]
 BODY = json.dumps({"model": "fake", "prompt": "Explain backpressure in simple terms, please.", "max_tokens": 8,
                    "stream": True}).encode()
 
@@ -48,8 +52,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-async def load(urls: list[str], requests: int, concurrency: int, warmup: int) -> dict[str, float]:
-    """Closed loop: ``concurrency`` workers, each sending the next request as soon as its last one ended."""
+async def load(urls: list[str], requests: int, concurrency: int, warmup: int,
+               stagger_s: float = 0.0) -> dict[str, float]:
+    """Closed loop: ``concurrency`` workers, each sending the next request as soon as its last one ended.
+
+    Worker ``i`` starts ``i / concurrency * stagger_s`` late: with streams of one length, workers that start
+    together stay in step forever, and every round of requests reaches the router as one burst.
+    """
     targets = itertools.cycle(urls)
     latencies: list[float] = []
     counter = itertools.count()
@@ -66,12 +75,13 @@ async def load(urls: list[str], requests: int, concurrency: int, warmup: int) ->
         for _ in range(warmup):
             await one()
 
-        async def worker() -> None:
+        async def worker(delay_s: float) -> None:
+            await asyncio.sleep(delay_s)
             while next(counter) < requests:
                 latencies.append(await one())
 
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(i / concurrency * stagger_s) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
     return {"rps": len(latencies) / elapsed, "p50_ms": percentile(latencies, 50) * 1000,
             "p99_ms": percentile(latencies, 99) * 1000}
@@ -84,8 +94,9 @@ def measure(name: str, urls: list[str], args: argparse.Namespace,
     for concurrency in args.concurrency:
         requests = args.requests if concurrency > 1 else args.requests // 3
         cpu_before = router.cpu_seconds() if router else 0.0
+        stagger_s = 0.0 if args.synchronized else (CHUNKS + 1) * args.chunk_interval_ms / 1000
         row: dict[str, Any] = {"target": name, "concurrency": concurrency,
-                               **uvloop.run(load(urls, requests, concurrency, args.warmup))}
+                               **uvloop.run(load(urls, requests, concurrency, args.warmup, stagger_s))}
         if router is not None:
             row["cpu_us_per_request"] = (router.cpu_seconds() - cpu_before) / (requests + args.warmup) * 1e6
         print(json.dumps(row), flush=True)
@@ -104,24 +115,30 @@ def main() -> None:
     parser.add_argument("--tokenizer", default="smollm2-135m", help="tokenizer the gateway uses for model `fake`")
     parser.add_argument("--rust-router", action="append", default=[], metavar="NAME=PYTHON",
                         help="sglang-router or vllm-router, run by a Python that has it installed")
+    parser.add_argument("--synchronized", action="store_true",
+                        help="start every stream at once (paced streams then arrive in bursts of --concurrency)")
     parser.add_argument("--rounds", type=int, default=3, help="times every target is measured, alternating")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gateway-overhead-") as tmp:
         logs = Path(tmp)
-        backend = [sys.executable, str(HERE / "gateway_fake_backend.py"), "--chunk-interval-ms",
-                   str(args.chunk_interval_ms)]
+        backend = [sys.executable, str(HERE / "gateway_fake_backend.py"), "--chunks", str(CHUNKS),
+                   "--chunk-interval-ms", str(args.chunk_interval_ms)]
         backends = [LocalProcess(backend, logs / f"backend-{i}.log") for i in range(2)]
         processes = list(backends)
         try:
             for backend in backends:
                 backend.wait_ready()
             urls = [b.url for b in backends]
+            relay = LocalProcess([sys.executable, str(HERE / "tcp_relay.py"),
+                                  *(a for url in urls for a in ("--backend", url))], logs / "relay.log")
+            processes.append(relay)
+            relay.wait_ready()
             gateway = start_gateway(urls, logs, "--tokenizer", f"fake={args.tokenizer}", "--no-kv-events")
             processes.append(gateway)
             targets: list[tuple[str, list[str], LocalProcess | None]] = [
-                ("direct", urls, None), ("shoal gateway", [gateway.url], gateway)]
+                ("direct", urls, None), ("tcp relay", [relay.url], relay), ("shoal gateway", [gateway.url], gateway)]
             for spec in args.rust_router:
                 name, _, python = spec.partition("=")
                 router = start_rust_router(name, python, urls, logs)
