@@ -37,6 +37,7 @@ from typing import Any
 import aiohttp
 import uvloop
 
+from shoal.bench.report import percentile
 from shoal.local import LocalProcess, free_port
 
 from gateway_fleet import start_gateway
@@ -45,11 +46,6 @@ HERE = Path(__file__).resolve().parent
 CHUNKS = 8  # SSE events per stream, then [DONE]
 BODY = json.dumps({"model": "fake", "prompt": "Explain backpressure in simple terms, please.", "max_tokens": 8,
                    "stream": True}).encode()
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 async def load(urls: list[str], requests: int, concurrency: int, warmup: int,

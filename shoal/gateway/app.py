@@ -76,6 +76,7 @@ def create_app(gateway: Gateway) -> ASGIApp:
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
+
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         error = from_http_status(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", exc.headers)

@@ -26,8 +26,8 @@ from shoal.gateway.metrics import GatewayMetrics
 from shoal.gateway.prompts import PromptReader
 from shoal.gateway.quota import MemoryQuota, QuotaStore
 from shoal.gateway.replicas import Fleet, Replica
-from shoal.gateway.upstream import UpstreamPool
 from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, RoutingPolicy, make_policy
+from shoal.gateway.upstream import UpstreamPool
 from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
 
 log = logging.getLogger(__name__)

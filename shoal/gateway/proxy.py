@@ -242,9 +242,7 @@ async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: lis
         chunk = _sse_error("The backend serving this request failed mid-stream.")
     if outcome == "ok":
         upstream.release()
-    else:
-        upstream.close()
-    state.upstream = None
+        state.upstream = None  # back in the pool; _finish closes a broken one
     await _finish(gateway, state, upstream.status, outcome)
     await send({"type": "http.response.body", "body": chunk, "more_body": False})
 

@@ -66,7 +66,7 @@ class UpstreamResponse:
             if self._complete:
                 return b""
             await self._wait()
-        data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
+        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
         self._chunks.clear()
         if self._buffered >= HIGH_WATER_BYTES:
             self._connection.resume_reading()
@@ -98,8 +98,6 @@ class UpstreamResponse:
             await self._waiter
         finally:
             self._waiter = None
-        if self._error is not None and not self._chunks:
-            raise self._error
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -173,9 +171,6 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self.response.feed(data)
-
-    def eof_received(self) -> bool:
-        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

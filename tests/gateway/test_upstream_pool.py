@@ -4,7 +4,7 @@ backpressure and failures."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -13,12 +13,13 @@ from shoal.local import free_port
 
 pytestmark = pytest.mark.timeout(30)
 
+Script = Callable[[asyncio.StreamWriter], Awaitable[bool]]  # answers one request; False closes the connection
 
 
 class RawServer:
     """Answers each request on a connection with ``script``; counts connections and requests."""
 
-    def __init__(self, script) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, script: Script) -> None:
         self.script = script
         self.connections = 0
         self.requests: list[bytes] = []
@@ -40,30 +41,26 @@ class RawServer:
 
 
 @pytest.fixture
-async def serve() -> AsyncIterator[Callable[..., RawServer]]:
+async def serve() -> AsyncIterator[Callable[[Script], Awaitable[tuple[RawServer, str]]]]:
     servers: list[asyncio.Server] = []
-    urls: dict[int, str] = {}
 
-    async def start(script) -> tuple[RawServer, str]:  # type: ignore[no-untyped-def]
+    async def start(script: Script) -> tuple[RawServer, str]:
         raw = RawServer(script)
         port = free_port()
         servers.append(await asyncio.start_server(raw.handle, "127.0.0.1", port))
-        urls[id(raw)] = f"http://127.0.0.1:{port}"
-        return raw, urls[id(raw)]
+        return raw, f"http://127.0.0.1:{port}"
 
     yield start
     for server in servers:
         server.close()
 
 
-def ok(body: bytes = b'{"ok": true}', extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
-        len(body), extra, body)
+OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{"ok": true}'
 
 
 async def test_connections_are_kept_alive_and_reused(serve) -> None:
     async def answer(writer: asyncio.StreamWriter) -> bool:
-        writer.write(ok())
+        writer.write(OK)
         return True
 
     raw, url = await serve(answer)
@@ -82,7 +79,7 @@ async def test_connections_are_kept_alive_and_reused(serve) -> None:
 async def test_a_connection_the_server_closed_while_idle_is_replaced_transparently(serve) -> None:
     """Keep-alive promised, then closed after each answer (as an engine's idle timeout does)."""
     async def answer_then_close(writer: asyncio.StreamWriter) -> bool:
-        writer.write(ok())
+        writer.write(OK)
         await writer.drain()
         return False
 
@@ -99,7 +96,7 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced_transparent
 
 async def test_a_connection_idle_too_long_is_not_reused(serve) -> None:
     async def answer(writer: asyncio.StreamWriter) -> bool:
-        writer.write(ok())
+        writer.write(OK)
         return True
 
     raw, url = await serve(answer)
