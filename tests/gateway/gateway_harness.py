@@ -16,6 +16,7 @@ from shoal.gateway.gateway import Gateway, GatewayConfig
 from shoal.gateway.prompts import PromptReader
 from shoal.gateway.quota import QuotaStore
 from shoal.local import LocalProcess, free_port, shoal_command
+from support.polling import eventually
 
 
 class ServerThread:
@@ -43,14 +44,6 @@ class ServerThread:
         self.thread.join(timeout=10)
 
 
-def wait_until(check: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 class GatewayHandle:
     """A running gateway: its URL, and the ``Gateway`` object behind it for white-box checks."""
 
@@ -60,7 +53,7 @@ class GatewayHandle:
         self.url = self.server.url
 
     def wait_healthy(self, count: int, timeout: float = 10.0) -> None:
-        wait_until(lambda: sum(r.healthy for r in self.gateway.fleet.replicas.values()) == count, timeout,
+        eventually(lambda: sum(r.healthy for r in self.gateway.fleet.replicas.values()) == count, timeout,
                    f"{count} healthy replicas")
 
     def stop(self) -> None:

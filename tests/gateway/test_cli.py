@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway_harness import wait_until
 from shoal.local import free_port
+from support.polling import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,7 +35,7 @@ def test_shoal_gateway_serves_through_its_flags(fake_engines, tmp_path: Path) ->
             except httpx.HTTPError:
                 return False
 
-        wait_until(ready, 60, "shoal gateway /ready")
+        eventually(ready, 60, "shoal gateway /ready")
         response = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": "hello", "max_tokens": 2},
                               headers={"Authorization": "Bearer sk-cli"})
         assert response.status_code == 200 and response.json()["engine"] == engine.name

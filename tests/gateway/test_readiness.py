@@ -6,9 +6,10 @@ import threading
 
 import httpx
 import pytest
-from gateway_harness import ByteTokenizer, wait_until
+from gateway_harness import ByteTokenizer
 
 from shoal.gateway import prompts
+from support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,5 +41,5 @@ def test_not_ready_while_a_configured_tokenizer_loads(fake_engines, gateways, mo
     assert response.json()["tokenizers_loading"] == ["big"]
     assert httpx.post(handle.url + "/v1/completions", json={"model": "big", "prompt": "x"}).status_code == 200
     release.set()
-    wait_until(lambda: httpx.get(handle.url + "/ready").status_code == 200, 10, "ready once the tokenizer loaded")
+    eventually(lambda: httpx.get(handle.url + "/ready").status_code == 200, 10, "ready once the tokenizer loaded")
     assert handle.gateway.prompts.tokenizer("big") is not None

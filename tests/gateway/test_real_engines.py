@@ -8,11 +8,12 @@ import httpx
 import openai
 import pytest
 
-from gateway_harness import EngineProcess, GatewayHandle, wait_until
+from gateway_harness import EngineProcess, GatewayHandle
 from shoal.local import metric
 from shoal.model_registry import resolve_model
 from shoal.protocol.block_hash import hash_blocks
 from shoal.tokenizer import Tokenizer
+from support.polling import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -23,7 +24,7 @@ SYSTEM = ("You are the assistant of the Shoal inference fleet. Answer briefly, p
 def fleet_gateway(engines, tiny_model_dir, gateways) -> GatewayHandle:
     handle = gateways([e.url for e in engines[:2]], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)})
     handle.wait_healthy(2)
-    wait_until(lambda: handle.gateway.prompts.tokenizer("tiny") is not None, 30, "the tokenizer")
+    eventually(lambda: handle.gateway.prompts.tokenizer("tiny") is not None, 30, "the tokenizer")
     return handle
 
 
@@ -70,7 +71,7 @@ def check_repeat_hits_the_cache(handle: GatewayHandle, tokenizer: Tokenizer, mod
     assert len(hashes) >= 4
     send()
     replicas = handle.gateway.fleet.replicas.values()
-    wait_until(lambda: any(r.index.synced and all(h in r.index.cached for h in hashes) for r in replicas), 10,
+    eventually(lambda: any(r.index.synced and all(h in r.index.cached for h in hashes) for r in replicas), 10,
                "the engine's /kv/events to report the prompt's blocks")
     cached = send()
     assert cached >= 16 * (len(hashes) - 1)  # the engine itself reports the reuse
@@ -93,7 +94,7 @@ def test_smollm2_end_to_end_through_the_gateway(gateways, tmp_path) -> None:
     try:
         handle = gateways([engine.url], byte_tokenized=(), tokenizers={"smollm2-135m": "smollm2-135m"})
         handle.wait_healthy(1)
-        wait_until(lambda: handle.gateway.prompts.tokenizer("smollm2-135m") is not None, 120, "the GGUF tokenizer")
+        eventually(lambda: handle.gateway.prompts.tokenizer("smollm2-135m") is not None, 120, "the GGUF tokenizer")
         reply = client(handle).chat.completions.create(
             model="smollm2-135m", messages=[{"role": "user", "content": "What is the capital of France?"}],
             max_tokens=12, temperature=0)
@@ -111,10 +112,10 @@ def test_a_client_disconnect_aborts_the_engine_request_and_frees_its_blocks(flee
         for i, _ in enumerate(response.iter_lines()):
             if i == 10:
                 break
-    wait_until(lambda: sum(metric(e.url, "shoal_engine_requests_aborted_total") for e in engines[:2]) == before + 1,
+    eventually(lambda: sum(metric(e.url, "shoal_engine_requests_aborted_total") for e in engines[:2]) == before + 1,
                10, "the engine to count the abort")
     for engine in engines[:2]:
-        wait_until(lambda: metric(engine.url, "shoal_engine_requests_running") == 0
+        eventually(lambda: metric(engine.url, "shoal_engine_requests_running") == 0
                    and metric(engine.url, "shoal_engine_kv_cache_usage_ratio") == 0, 10, "the engine's KV blocks to be freed")
 
 

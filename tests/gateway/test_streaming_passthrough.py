@@ -9,8 +9,9 @@ import time
 
 import httpx
 import pytest
+from support.polling import eventually
 
-from gateway_harness import wait_until
+
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,9 +61,9 @@ def test_a_client_that_leaves_mid_stream_closes_the_upstream(fake_engines, gatew
         for line in response.iter_lines():
             if line.startswith("data: {"):
                 break
-    wait_until(lambda: engine.disconnects == 1, 5, "the engine to see the disconnect")
+    eventually(lambda: engine.disconnects == 1, 5, "the engine to see the disconnect")
     replica = handle.gateway.fleet.replicas[server.url]
-    wait_until(lambda: replica.in_flight == 0 and replica.load_tokens == 0, 5, "the lease to be released")
+    eventually(lambda: replica.in_flight == 0 and replica.load_tokens == 0, 5, "the lease to be released")
     assert engine.completed == 0
 
 
@@ -75,9 +76,9 @@ def test_a_client_that_leaves_before_the_first_byte_closes_the_upstream(fake_eng
     with socket.create_connection(("127.0.0.1", handle.server.port)) as client:
         client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        wait_until(lambda: len(engine.requests) == 1, 10, "the request to reach the engine")
-    wait_until(lambda: engine.disconnects == 1, 10, "the engine to see the disconnect")
-    wait_until(lambda: 'status="499"' in httpx.get(handle.url + "/metrics").text, 10, "the 499 to be counted")
+        eventually(lambda: len(engine.requests) == 1, 10, "the request to reach the engine")
+    eventually(lambda: engine.disconnects == 1, 10, "the engine to see the disconnect")
+    eventually(lambda: 'status="499"' in httpx.get(handle.url + "/metrics").text, 10, "the 499 to be counted")
 
 
 def test_refused_connections_are_retried_on_another_replica_and_the_dead_one_ejected(fake_engines, gateways) -> None:
