@@ -38,11 +38,11 @@ from shoal.protocol.errors import (
     APIError,
     from_validation_errors,
     internal_error,
-    invalid_request,
     model_not_found,
     payload_too_large,
     service_unavailable,
 )
+from shoal.protocol.json_body import parse_json_object
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
 
 log = logging.getLogger(__name__)
@@ -149,12 +149,7 @@ async def read_body(receive: Receive, declared: bytes | None, limit: int) -> byt
 
 def parse_request(raw: bytes, chat: bool) -> CompletionRequest | ChatCompletionRequest:
     """The body validated against the same request models the engine uses (it is forwarded as it came)."""
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise invalid_request(f"Malformed JSON body: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise invalid_request("The request body must be a JSON object.", code="invalid_json")
+    body = parse_json_object(raw)
     try:
         return (ChatCompletionRequest if chat else CompletionRequest).model_validate(body)
     except ValidationError as exc:
@@ -315,7 +310,7 @@ def _sse_error(message: str) -> bytes:
 def _looks_like_json(body: bytes) -> bool:
     try:
         json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return False
     return True
 

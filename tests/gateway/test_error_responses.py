@@ -58,6 +58,7 @@ def test_unknown_model_is_404_naming_it(gateway) -> None:
     (b'{"model": "tiny", "prompt": "x", "max_tokens": "many"}', "max_tokens"),
     (b'{"model": "tiny", "prompt": "x", "max_token": 3}', "max_token"),
     (b'{"model": "tiny", "prompt": "\xff\xfe"}', "Malformed JSON"),
+    (b'{"model": "tiny", "prompt": "x", "user": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", "nested too deeply"),
 ])
 def test_malformed_bodies_are_400_naming_the_problem(gateway, body: bytes, param_or_message: str) -> None:
     handle, engine = gateway

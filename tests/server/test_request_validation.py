@@ -18,6 +18,8 @@ CASES = [
     ("completions", b'{"model": "tiny-llama", "prompt": ', 400, None, "Malformed JSON"),
     ("completions", b"\xff\xfe{\"model\": 1}", 400, None, "UTF-8"),
     ("completions", b"[1, 2]", 400, None, "JSON object"),
+    ("completions", b'{"model": "tiny-llama", "prompt": "x", "user": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", 400,
+     None, "nested too deeply"),
     ("completions", {"model": M, "prompt": "x", "max_tokens": "many"}, 400, "max_tokens", "integer"),
     ("completions", {"model": M, "prompt": "x", "temperature": 3.5}, 400, "temperature", "less than or equal"),
     ("completions", {"model": M, "prompt": "x", "max_tokens": 4, "frobnicate": True}, 400, "frobnicate", "Unrecognized"),

@@ -1,6 +1,6 @@
 """The engine's HTTP API: OpenAI-compatible endpoints plus health, readiness, metrics and KV events.
 
-Handlers read the body themselves (capped before parsing, strict UTF-8, then JSON, then the pydantic
+Handlers read the body themselves (capped before parsing, then ``parse_json_object``, then the pydantic
 model), so that every bad input becomes an OpenAI-style 4xx naming the problem; FastAPI's 422 and its HTML
 404/405 are rewritten to the same shape, and an unexpected exception becomes a bare 500 whose details go to
 the log only.
@@ -8,7 +8,6 @@ the log only.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,10 +32,10 @@ from shoal.protocol.errors import (
     from_http_status,
     from_validation_errors,
     internal_error,
-    invalid_request,
     model_not_found,
     payload_too_large,
 )
+from shoal.protocol.json_body import parse_json_object
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 
 log = logging.getLogger(__name__)
@@ -66,17 +65,7 @@ async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
             body += chunk
     if size > limit:
         raise payload_too_large(limit)
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise invalid_request(f"The request body is not valid UTF-8 (invalid byte at offset {exc.start}).") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise invalid_request(f"Malformed JSON body: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from None
-    if not isinstance(data, dict):
-        raise invalid_request("The request body must be a JSON object.")
-    return data
+    return parse_json_object(bytes(body))
 
 
 def parse(model: type[M], data: dict[str, Any]) -> M:
