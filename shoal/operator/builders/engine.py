@@ -9,6 +9,7 @@ through the Service's EndpointSlices and routes by prefix and load. Probes follo
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 from shoal.operator.builders.placement import spread_across_nodes
@@ -43,14 +44,15 @@ def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
     return args + list(engine.extra_args)
 
 
-_SUFFIXES = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_SUFFIXES = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+             "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 
 def quantity_bytes(quantity: str) -> int:
-    """A Kubernetes memory quantity ("8Gi", "512M", "1000") as bytes."""
-    number = quantity.rstrip("kKMGTPEi")
-    return int(float(number) * _SUFFIXES[quantity[len(number):]])
+    """A Kubernetes memory quantity ("8Gi", "512M", "1000", even "500m") as whole bytes, rounded up as the
+    kubelet rounds memory; exact (a ``Fraction``), so "1.1Gi" is not off by a float's last bit."""
+    number = quantity.rstrip("kKMGTPEim")
+    return math.ceil(Fraction(number) * _SUFFIXES[quantity[len(number):]])
 
 
 def _resources(spec: InferenceDeploymentSpec) -> dict[str, Any]:
