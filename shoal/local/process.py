@@ -3,10 +3,13 @@
 The child runs in a session of its own, so ``stop`` takes down everything it started; its output goes to a log
 file that outlives it, for post-mortems. Readiness is an HTTP path answering 200, checked together with the
 process being alive, so a server that dies while loading fails at once with its log instead of timing out.
+``die_with_parent`` asks the kernel to SIGKILL the child when its parent dies (``PR_SET_PDEATHSIG``), so a
+``shoal up`` killed with SIGKILL leaves no orphan engines behind.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -26,6 +29,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGKILL it when the parent thread exits (Linux only)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def shoal_command(*args: str) -> list[str]:
     """The ``shoal`` command line run by this interpreter (works without the venv's scripts on PATH)."""
     return [sys.executable, "-m", "shoal.cli", *args]
@@ -34,14 +45,16 @@ def shoal_command(*args: str) -> list[str]:
 class LocalProcess:
     """A server started as ``argv --port PORT``; ``url`` reaches it once ``wait_ready`` returns."""
 
-    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
+                 port: int | None = None, die_with_parent: bool = False) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         with log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [*argv, "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                preexec_fn=_die_with_parent if die_with_parent else None,
             )
 
     def wait_ready(self, path: str = "/ready", timeout: float = 300.0) -> LocalProcess:
