@@ -32,6 +32,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--redis-url", help="share quotas through this Redis (default: in memory)")
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--max-attempts", type=int, default=3, help="replicas tried per request before the first byte")
+    p.add_argument("--hold-queue-size", type=int, default=0,
+                   help="requests held while a model has no ready replica (scale from zero); 0 answers 503 at once")
+    p.add_argument("--hold-seconds", type=float, default=60.0, help="longest a request is held before a 503")
     p.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
     p.add_argument("--no-kv-events", action="store_true", help="do not follow the engines' /kv/events")
     p.add_argument("--log-level", default="info")
@@ -59,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from shoal.gateway.gateway import Gateway, GatewayConfig
     from shoal.gateway.quota import MemoryQuota, QuotaStore
 
+    if args.hold_queue_size < 0 or args.hold_seconds <= 0:
+        raise SystemExit("--hold-queue-size must be >= 0 and --hold-seconds > 0")
     sources = [bool(args.backend), bool(args.backends_file), bool(args.kube_service)]
     if sum(sources) != 1:
         raise SystemExit("give exactly one of --backend (repeatable), --backends-file or --kube-service")
@@ -85,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         policy=args.policy, bound_factor=args.bound_factor, load_floor_tokens=args.load_floor_tokens,
         tokenizers=_tokenizers(args.tokenizer), max_body_bytes=args.max_body_bytes, max_attempts=args.max_attempts,
         health_interval_s=args.health_interval, follow_kv_events=not args.no_kv_events,
+        hold_queue_size=args.hold_queue_size, hold_seconds=args.hold_seconds,
     )
     api_keys = ApiKeys.from_file(args.api_keys) if args.api_keys else ApiKeys()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")

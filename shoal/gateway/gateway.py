@@ -22,6 +22,7 @@ import aiohttp
 from shoal.gateway import health, kv_follower
 from shoal.gateway.auth import ApiKeys
 from shoal.gateway.discovery import Discovery
+from shoal.gateway.hold_queue import HoldQueue
 from shoal.gateway.metrics import GatewayMetrics
 from shoal.gateway.prompts import PromptReader
 from shoal.gateway.quota import MemoryQuota, QuotaStore
@@ -49,6 +50,8 @@ class GatewayConfig:
     fail_threshold: int = 2
     unavailable_retry_after_s: int = 2
     follow_kv_events: bool = True
+    hold_queue_size: int = 0  # requests held while a model has no ready replica; 0 answers 503 at once
+    hold_seconds: float = 60.0
 
 
 class Gateway:
@@ -61,6 +64,8 @@ class Gateway:
         self.prompts = prompts or PromptReader(config.tokenizers)
         self.metrics = GatewayMetrics()
         self.fleet = Fleet()
+        self.hold = HoldQueue(config.hold_queue_size, config.hold_seconds, config.unavailable_retry_after_s,
+                              self.metrics.held)
         self.session: aiohttp.ClientSession | None = None
         self.upstreams: UpstreamPool | None = None
         self._policies: dict[str, RoutingPolicy] = {}
@@ -133,6 +138,8 @@ class Gateway:
         await health.check(self.session, self.fleet, replica, self.config.health_timeout_s,
                            self.config.fail_threshold)
         self.metrics.backend_up.labels(replica.url).set(1 if replica.healthy else 0)
+        if replica.healthy:
+            self.hold.release(lambda model: bool(self.fleet.candidates(model)))
 
     async def _health_loop(self) -> None:
         while True:

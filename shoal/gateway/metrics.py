@@ -35,6 +35,9 @@ class GatewayMetrics:
         self.ttfb = Histogram("shoal_gateway_time_to_first_byte_seconds",
                               "From request arrival to the first upstream byte.", ["model"],
                               buckets=LATENCY_BUCKETS, registry=r)
+        self.held = Gauge("shoal_gateway_requests_held",
+                          "Requests held because no replica of their model is ready (scale-from-zero demand).",
+                          ["model"], registry=r)
         self.overhead = Histogram("shoal_gateway_overhead_seconds",
                                   "Gateway work before the request is sent upstream (auth to connect).",
                                   buckets=LATENCY_BUCKETS, registry=r)

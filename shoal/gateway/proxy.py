@@ -247,6 +247,9 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
     """Sends the request to a replica chosen by the policy, retrying on another until a first byte arrives."""
     assert gateway.upstreams is not None
     config = gateway.config
+    if not gateway.fleet.candidates(state.model):  # none ready: hold it for scale from zero (or 503)
+        await gateway.hold.wait(state.model, lambda: bool(gateway.fleet.candidates(state.model)))
+        state.timer.mark("hold")
     deadline = time.monotonic() + config.retry_budget_s
     tried: set[str] = set()
     refused: APIError | None = None
