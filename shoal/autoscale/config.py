@@ -7,7 +7,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class AutoscalingConfig:
-    """Targets and limits of one fleet (the CRD's ``spec.replicas`` and ``spec.autoscaling``)."""
+    """Targets and limits of one fleet (the CRD's ``spec.replicas`` and ``spec.autoscaling``).
+
+    ``tolerance`` is the dead band around the fleet's size in which load changes move nothing (as HPA's 0.1);
+    ``target_utilization`` is the share of a replica's measured capacity the fleet is sized to use, the headroom
+    that absorbs arrival noise between decisions."""
 
     min_replicas: int = 1
     max_replicas: int = 4
@@ -16,3 +20,17 @@ class AutoscalingConfig:
     scale_up_stabilization_seconds: float = 0.0
     scale_down_stabilization_seconds: float = 300.0
     max_step: int = 2
+    tolerance: float = 0.1
+    target_utilization: float = 0.8
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_replicas <= self.max_replicas:
+            raise ValueError(f"need 0 <= min_replicas ({self.min_replicas}) <= max_replicas ({self.max_replicas})")
+        if self.max_step < 1:
+            raise ValueError(f"max_step must be at least 1, got {self.max_step}")
+        if self.queue_depth_per_replica <= 0 or self.ttft_p95_seconds <= 0:
+            raise ValueError("queue_depth_per_replica and ttft_p95_seconds must be positive")
+        if not 0 <= self.tolerance < 1:
+            raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance}")
+        if not 0 < self.target_utilization <= 1:
+            raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")

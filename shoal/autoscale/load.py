@@ -1,0 +1,57 @@
+"""One pass over a :class:`FleetSignals` snapshot: the totals the control law reasons with.
+
+Replicas that report no queue (their scrape failed) are counted apart, so the policy can scale up on what the
+others show but never scale down on a partial view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shoal.autoscale.signals import FleetSignals
+
+
+@dataclass(frozen=True, slots=True)
+class FleetLoad:
+    """``waiting``/``running``/``kv_usage`` are over the ready replicas that reported them (``known`` of ``ready``);
+    ``kv_usage`` is their mean, None when none reported it."""
+
+    ready: int
+    starting: int
+    known: int
+    waiting: float
+    running: float
+    kv_usage: float | None
+
+    @property
+    def partial(self) -> bool:
+        return self.known < self.ready
+
+    @property
+    def queue_per_ready(self) -> float:
+        """Waiting requests per ready replica, over those that reported (0 with none)."""
+        return self.waiting / self.known if self.known else 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self.waiting > 0 or self.running > 0
+
+
+def fleet_load(signals: FleetSignals) -> FleetLoad:
+    ready = starting = known = kv_known = 0
+    waiting = running = kv_total = 0.0
+    for replica in signals.replicas:
+        if replica.phase == "starting":
+            starting += 1
+            continue
+        if replica.phase != "ready":
+            continue
+        ready += 1
+        if replica.waiting is not None:
+            known += 1
+            waiting += replica.waiting
+            running += replica.running or 0.0
+        if replica.kv_usage is not None:
+            kv_known += 1
+            kv_total += replica.kv_usage
+    return FleetLoad(ready, starting, known, waiting, running, kv_total / kv_known if kv_known else None)

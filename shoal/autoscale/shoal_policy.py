@@ -1,0 +1,236 @@
+"""Shoal's autoscaling policy: fast up in proportion to the breach, slow down only when the survivors cope.
+
+The control law, evaluated on every observation (``docs/autoscaling.md`` has the rule table):
+
+1. **Bounds first.** A count outside ``[min, max]`` is brought back at once (``ScaleToMin``/``ScaleToMax``).
+2. **Zero.** At zero replicas the fleet scales from zero as soon as the gateway holds requests or a queue shows
+   (``ScaleFromZero``), sized to the held requests; otherwise it stays there (``HoldAtZero``).
+3. **No data, no move.** A source that could not observe (``signals.missing``) holds the size
+   (``HoldMissingMetrics``); a firing alert is then the only evidence and adds one replica (``ScaleUpAlert``).
+4. **Up, fast.** Three estimates of the replicas needed, the largest wins, capped at ``max_step`` per decision:
+   queue depth per ready replica over target (``ScaleUpQueue``: ``ready * queue / target``), TTFT P95 over target
+   while requests queue (``ScaleUpTTFT``: ``ready * ttft / target``; with empty queues a slow first token is
+   not a lack of replicas, or it is a latency window still remembering a breach already answered), and the
+   demand over the learned capacity (``ScaleUpRate``: ``demand / (capacity * target_utilization)``, see
+   :mod:`shoal.autoscale.capacity`), which moves before latency does. The smallest recommendation over
+   ``scale_up_stabilization_seconds`` applies (0 by default: the first breached observation acts), except under
+   a firing alert, which acts at once.
+5. **Capacity on its way.** Replicas still starting (or asked for and not yet created) count as capacity: while
+   any is loading, the queue and TTFT rules, which keep rising until the new replicas serve, cannot add more
+   (``HoldStarting``); only a higher arrival rate can, since that is a new breach, not the same one.
+6. **Down, slowly.** Each observation recommends the replicas the load needs: the minimum when idle, else the
+   demand over ``capacity * target_utilization * (1 - tolerance)`` (the tolerance band: steady load never flaps
+   around a boundary), else, before capacity is known, one fewer when the consolidation check passes (no queue,
+   TTFT under half its target, KV usage of the survivors, ``N/(N-1)`` of today's, under 0.8). The largest
+   recommendation over ``scale_down_stabilization_seconds`` applies, at most ``max_step`` down. Scale-down is
+   held while an alert fires, while data is partial, while a replica is loading (it would be the one removed),
+   and until the policy has a full window of its own history (a restarted autoscaler knows nothing).
+7. **Idle to zero.** With ``min: 0``, a fleet with nothing arriving, queued or running for a whole scale-down
+   window goes to zero (``ScaleToZero``).
+
+The object keeps only bounded state (two window deques, the capacity estimate), reads time only from
+``signals.time`` and does no I/O, so the operator, ``shoal up`` and the simulator run exactly this code.
+"""
+
+from __future__ import annotations
+
+import math
+
+from shoal.autoscale.capacity import CapacityEstimate
+from shoal.autoscale.config import AutoscalingConfig
+from shoal.autoscale.decision import ScalingDecision
+from shoal.autoscale.load import FleetLoad, fleet_load
+from shoal.autoscale.signals import FleetSignals
+from shoal.autoscale.window import WindowExtreme
+
+# consolidation check before the capacity is known: survivors' KV usage and TTFT must stay this far from trouble
+_CONSOLIDATE_KV_USAGE = 0.8
+_CONSOLIDATE_TTFT_SHARE = 0.5
+# a queue that piled up is sized to drain over about one replica start-up, not at once: replicas asked for now
+# arrive only after loading, by when a fleet sized to the arrival rate has worked most of the backlog off
+_BACKLOG_DRAIN_SECONDS = 60.0
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
+class ShoalPolicy:
+    """The :class:`~shoal.autoscale.policy.ScalingPolicy` the operator, ``shoal up`` and the simulator run."""
+
+    name = "shoal"
+
+    def __init__(self, config: AutoscalingConfig) -> None:
+        self.config = config
+        self.capacity = CapacityEstimate()
+        self._down = WindowExtreme(config.scale_down_stabilization_seconds, largest=True)
+        self._up = WindowExtreme(config.scale_up_stabilization_seconds, largest=False)
+        self._since: float | None = None
+
+    def decide(self, signals: FleetSignals) -> ScalingDecision:
+        now = signals.time
+        if self._since is None:
+            self._since = now
+        load = fleet_load(signals)
+        values: dict[str, float | None] = {
+            "desired": float(signals.desired),
+            "ready": float(load.ready),
+            "starting": float(load.starting),
+            "waiting": load.waiting,
+            "queue_per_ready": load.queue_per_ready,
+            "ttft_p95_seconds": signals.ttft_p95_seconds,
+            "arrival_rate": signals.arrival_rate,
+            "held_requests": float(signals.held_requests),
+            "capacity_per_replica": self.capacity.per_replica,
+        }
+        target, rule, message, recommended = self._evaluate(signals, load, values)
+        if recommended is not None:
+            self._down.add(now, recommended)
+        return ScalingDecision(now, target, rule, message, values)
+
+    def _evaluate(
+        self, signals: FleetSignals, load: FleetLoad, values: dict[str, float | None]
+    ) -> tuple[int, str, str, int | None]:
+        """(target, rule, message, the count this observation recommends for the scale-down window, None when
+        the scale-down path recorded it already)."""
+        cfg = self.config
+        current = signals.desired
+        if current < cfg.min_replicas:
+            return cfg.min_replicas, "ScaleToMin", f"{current} replicas is under min {cfg.min_replicas}", cfg.min_replicas
+        if current > cfg.max_replicas:
+            return cfg.max_replicas, "ScaleToMax", f"{current} replicas is over max {cfg.max_replicas}", cfg.max_replicas
+        if current == 0:
+            target, rule, message = self._from_zero(signals, load)
+            return target, rule, message, target
+        if signals.missing is not None:
+            if signals.alert_firing and not self._loading(signals, load):
+                target = min(current + 1, cfg.max_replicas)
+                return target, "ScaleUpAlert", f"alert firing and metrics missing ({signals.missing}): {current} -> {target}", target
+            return current, "HoldMissingMetrics", f"holding {current}: {signals.missing}", current
+        if load.ready == 0:
+            return current, "HoldStarting", f"holding {current}: no replica ready yet ({load.starting} starting)", current
+        return self._with_data(signals, load, values)
+
+    def _from_zero(self, signals: FleetSignals, load: FleetLoad) -> tuple[int, str, str]:
+        cfg = self.config
+        demand = signals.held_requests + load.waiting
+        if demand <= 0 or cfg.max_replicas == 0:
+            return 0, "HoldAtZero", "at zero: no request held by the gateway or waiting"
+        target = min(max(1, math.ceil(demand / cfg.queue_depth_per_replica)), cfg.max_step, cfg.max_replicas)
+        message = f"{signals.held_requests} held, {demand:.3g} waiting in all at zero replicas: 0 -> {target}"
+        return target, "ScaleFromZero", message
+
+    def _loading(self, signals: FleetSignals, load: FleetLoad) -> bool:
+        """Capacity on its way: a replica starting, or more asked for than exist."""
+        return load.starting > 0 or signals.desired > load.ready + load.starting
+
+    def _with_data(
+        self, signals: FleetSignals, load: FleetLoad, values: dict[str, float | None]
+    ) -> tuple[int, str, str, int | None]:
+        cfg = self.config
+        now, current = signals.time, signals.desired
+        ttft, arrival = signals.ttft_p95_seconds, signals.arrival_rate
+        queue = load.queue_per_ready
+        loading = self._loading(signals, load)
+        queue_breach = queue > cfg.queue_depth_per_replica
+        ttft_breach = ttft is not None and ttft > cfg.ttft_p95_seconds and load.waiting > 0
+        if not load.partial and (ttft is not None or not load.busy) and arrival is not None:
+            within_slo = queue < 1 and (ttft is None or ttft <= cfg.ttft_p95_seconds)
+            self.capacity.observe(now, load.ready, load.waiting, arrival, within_slo)
+        capacity = self.capacity.per_replica
+        values["capacity_per_replica"] = capacity
+        sized: float | None = None
+        demand = arrival
+        if capacity is not None and arrival is not None and not load.partial:
+            if queue_breach and not loading:
+                demand = self.capacity.demand(load.ready, load.waiting, arrival)
+            assert demand is not None
+            sized = demand / (capacity * cfg.target_utilization)
+            values["demand"], values["sized_replicas"] = demand, sized
+
+        need, rule, why = current, "", ""
+        if (queue_breach or ttft_breach) and not loading:
+            rule = "ScaleUpQueue" if queue_breach else "ScaleUpTTFT"
+            why = (f"queue {queue:.3g} per ready replica > target {cfg.queue_depth_per_replica:.3g}" if queue_breach
+                   else f"TTFT P95 {ttft:.3g}s > target {cfg.ttft_p95_seconds:.3g}s with {load.waiting:.3g} waiting")
+            if sized is not None and capacity is not None and demand is not None:
+                backlog = load.waiting / _BACKLOG_DRAIN_SECONDS
+                need = math.ceil((demand + backlog) / (capacity * cfg.target_utilization))
+                why += (f"; {demand:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s"
+                        f" at {capacity:.3g} req/s each")
+            else:
+                ratio = max(queue / cfg.queue_depth_per_replica, (ttft or 0.0) / cfg.ttft_p95_seconds)
+                need = math.ceil(load.ready * ratio)
+        if sized is not None and sized > current * (1 + cfg.tolerance) and math.ceil(sized) > need:
+            need, rule = math.ceil(sized), "ScaleUpRate"
+            why = f"demand {demand:.3g} req/s needs {sized:.3g} replicas at {capacity:.3g} req/s each"
+        up = self._up.add(now, need)
+        if need > current:
+            if not signals.alert_firing:
+                need = max(up, current)
+            target = min(need, current + cfg.max_step, cfg.max_replicas)
+            if target > current:
+                return target, rule, f"{why} over {load.ready} ready: {current} -> {target}", target
+            return current, "HoldUpStabilization", f"holding {current}: {why}, not yet for the whole up window", current
+        if queue_breach or ttft_breach:
+            if loading:
+                message = (f"holding {current}: queue {queue:.3g} per ready replica, TTFT P95 {_num(ttft)}s, "
+                           f"but {current - load.ready} replicas are on their way")
+                return current, "HoldStarting", message, current
+            message = f"holding {current}: {why}, and {current} replicas drain it within {_BACKLOG_DRAIN_SECONDS:.0f}s"
+            return current, "HoldDraining", message, current
+        return self._down_path(signals, load, sized, loading)
+
+    def _down_path(
+        self, signals: FleetSignals, load: FleetLoad, sized: float | None, loading: bool
+    ) -> tuple[int, str, str, int | None]:
+        cfg = self.config
+        now, current = signals.time, signals.desired
+        ttft, arrival = signals.ttft_p95_seconds, signals.arrival_rate
+        complete = not load.partial and (ttft is not None or not load.busy)
+        if not complete:
+            return current, "HoldMissingMetrics", f"holding {current}: {load.ready - load.known} of {load.ready} ready replicas unreported or TTFT unknown", current
+        idle = not load.busy and not arrival and signals.held_requests == 0
+        if idle:
+            need, basis = cfg.min_replicas, "idle: nothing arriving, waiting or running"
+        elif sized is not None:
+            need = max(1, math.ceil(sized / (1 - cfg.tolerance)), math.ceil(load.waiting / cfg.queue_depth_per_replica))
+            basis = f"demand needs {sized:.3g} replicas"
+            if ttft is not None and ttft > cfg.ttft_p95_seconds * (1 - cfg.tolerance):
+                need, basis = current, f"TTFT P95 {ttft:.3g}s is within {cfg.tolerance:.0%} of target"
+        else:
+            need, basis = self._consolidate(load, ttft, current)
+        need = min(max(need, cfg.min_replicas), current)
+        if need >= current:
+            rule = "HoldTolerance" if sized is not None and math.ceil(sized) < current else "HoldSteady"
+            return current, rule, f"holding {current}: {basis}", current
+        if signals.alert_firing:
+            return current, "HoldAlert", f"holding {current}: an alert is firing ({basis})", current
+        if loading:
+            return current, "HoldStarting", f"holding {current}: a replica is still loading ({basis})", current
+        window = cfg.scale_down_stabilization_seconds
+        assert self._since is not None
+        if now - self._since < window:
+            message = f"holding {current}: {basis}, but only {now - self._since:.0f}s of history of {window:.0f}s"
+            return current, "HoldWarmup", message, need
+        stable = self._down.add(now, need)
+        if stable >= current:
+            message = f"holding {current}: {basis}, but {stable:.0f} were needed within the last {window:.0f}s"
+            return current, "HoldStabilization", message, None
+        target = max(int(stable), current - cfg.max_step, cfg.min_replicas)
+        rule = "ScaleToZero" if target == 0 else "ScaleDown"
+        return target, rule, f"{basis}, for the last {window:.0f}s: {current} -> {target}", None
+
+    def _consolidate(self, load: FleetLoad, ttft: float | None, current: int) -> tuple[int, str]:
+        """Before capacity is known: one fewer if the survivors absorb the leaver's load (N/(N-1)) with room."""
+        cfg = self.config
+        if load.ready < 2 or current < 2:
+            return current, "consolidation needs two ready replicas"
+        share = load.ready / (load.ready - 1)
+        if load.waiting > 0:
+            return current, f"{load.waiting:.3g} requests waiting"
+        if ttft is not None and ttft > cfg.ttft_p95_seconds * _CONSOLIDATE_TTFT_SHARE:
+            return current, f"TTFT P95 {ttft:.3g}s over half the target"
+        if load.kv_usage is not None and load.kv_usage * share > _CONSOLIDATE_KV_USAGE:
+            return current, f"survivors' KV usage would be {load.kv_usage * share:.2f}"
+        return current - 1, f"survivors absorb the load ({share:.2f}x each)"
