@@ -206,19 +206,24 @@ async def respond(
 
 
 async def _events(generation: Generation, outcome: Outcome, formatter: Formatter) -> AsyncIterator[str]:
-    for opening in formatter.opening(outcome):
-        yield sse(opening)
+    """The stream's events. The opening events go out with the first token, not before it, so that a stream's
+    first byte is its first token: what a gateway's time-to-first-token limit watches, and until which it may
+    still retry the request elsewhere."""
+    opening = "".join(sse(event) for event in formatter.opening(outcome))
     try:
         async for batch in generation:
             for delta in batch:
                 choice = outcome.update(delta)
                 chunk = formatter.chunk(delta, choice)
                 if chunk is not None:
-                    yield sse(chunk)
+                    yield opening + sse(chunk)
+                    opening = ""
     except StreamFailed:
         outcome.status = "error"
         yield sse(internal_error().body())
         return
+    if opening:
+        yield opening
     if outcome.prepared.include_usage:
         yield sse(formatter.usage_chunk(outcome.usage()))
     yield "data: [DONE]\n\n"
