@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -19,6 +20,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shoal.gateway import proxy
+from shoal.gateway.dashboard import dashboard_routes
 from shoal.gateway.gateway import Gateway
 from shoal.protocol.errors import APIError, from_http_status
 
@@ -34,7 +36,8 @@ class _Generation:
         await proxy.serve(self.gateway, scope, receive, send, self.chat)
 
 
-def create_app(gateway: Gateway) -> ASGIApp:
+def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
+    """``dashboard_data``: the fleet figures file ``/dashboard`` charts (``shoal up`` writes it); no page without."""
     generation = {"/v1/completions": _Generation(gateway, chat=False),
                   "/v1/chat/completions": _Generation(gateway, chat=True)}
 
@@ -75,6 +78,7 @@ def create_app(gateway: Gateway) -> ASGIApp:
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        *(dashboard_routes(dashboard_data) if dashboard_data is not None else []),
     ]
 
     async def http_error(request: Request, exc: Exception) -> Response:

@@ -37,6 +37,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hold-seconds", type=float, default=60.0, help="longest a request is held before a 503")
     p.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
     p.add_argument("--no-kv-events", action="store_true", help="do not follow the engines' /kv/events")
+    p.add_argument("--dashboard-data", metavar="PATH",
+                   help="serve /dashboard charting this fleet-figures JSON file (shoal up writes it)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -53,6 +55,7 @@ def _tokenizers(pairs: list[str]) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     import logging
+    from pathlib import Path
 
     import uvicorn
 
@@ -95,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     api_keys = ApiKeys.from_file(args.api_keys) if args.api_keys else ApiKeys()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     gateway = Gateway(config, discovery, api_keys, quota)
-    uvicorn.run(create_app(gateway), host=args.host, port=args.port, log_level=args.log_level,
+    dashboard = Path(args.dashboard_data) if args.dashboard_data else None
+    uvicorn.run(create_app(gateway, dashboard), host=args.host, port=args.port, log_level=args.log_level,
                 access_log=False, proxy_headers=False, loop="uvloop", http="httptools")
     return 0
