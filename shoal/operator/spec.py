@@ -14,6 +14,8 @@ from typing import Annotated, Literal, get_args
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from shoal import __version__
+
 GROUP = "shoal.dev"
 VERSION = "v1alpha1"
 KIND = "InferenceDeployment"
@@ -22,8 +24,10 @@ SINGULAR = "inferencedeployment"
 SHORT_NAMES = ("infd",)
 CATEGORIES = ("shoal",)
 
-DEFAULT_ENGINE_IMAGE = "ghcr.io/shoal-dev/shoal-engine:0.1.0"
-DEFAULT_GATEWAY_IMAGE = "ghcr.io/shoal-dev/shoal:0.1.0"
+# Images are tagged with the package version: `make images` builds these names, the chart (appVersion) runs them.
+IMAGE_REGISTRY = "ghcr.io/shoal-dev"
+DEFAULT_ENGINE_IMAGE = f"{IMAGE_REGISTRY}/shoal-engine:{__version__}"
+DEFAULT_GATEWAY_IMAGE = f"{IMAGE_REGISTRY}/shoal:{__version__}"
 RoutingPolicy = Literal["prefix-aware", "least-load", "round-robin"]
 ROUTING_POLICIES: tuple[str, ...] = get_args(RoutingPolicy)
 MAX_SCALING_HISTORY = 10
