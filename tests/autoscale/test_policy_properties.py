@@ -1,0 +1,209 @@
+"""Properties of ShoalPolicy over arbitrary configurations and observation sequences (hypothesis).
+
+The sequences are closed loops: each observation's ``desired`` is the policy's previous decision, as the operator
+and the simulator apply it, while load, latency, missing data, alerts and loading replicas vary freely.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from fleets import FluidFleet, observe, reversals
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoal.autoscale import AutoscalingConfig, FleetSignals, ScalingDecision, ShoalPolicy
+
+SCALE_DOWN_RULES = {"ScaleDown", "ScaleToZero"}
+
+
+@st.composite
+def configs(draw: st.DrawFn, min_replicas: int | None = None) -> AutoscalingConfig:
+    low = draw(st.integers(0, 3)) if min_replicas is None else min_replicas
+    return AutoscalingConfig(
+        min_replicas=low,
+        max_replicas=draw(st.integers(max(low, 1), 24)),
+        queue_depth_per_replica=draw(st.floats(0.5, 16)),
+        ttft_p95_seconds=draw(st.floats(0.2, 10)),
+        scale_up_stabilization_seconds=draw(st.sampled_from([0.0, 0.0, 5.0, 30.0])),
+        scale_down_stabilization_seconds=draw(st.sampled_from([0.0, 30.0, 120.0, 300.0])),
+        max_step=draw(st.integers(1, 6)),
+        tolerance=draw(st.floats(0.0, 0.3)),
+        target_utilization=draw(st.floats(0.5, 1.0)),
+    )
+
+
+@dataclass(frozen=True)
+class Moment:
+    """What happens in one observation besides the count: the load and what the source could see."""
+
+    gap: float
+    waiting: float
+    running: float
+    ttft: float | None
+    arrival: float | None
+    starting: int
+    unreported: int
+    missing: str | None
+    alert: bool
+    held: int
+
+    def signals(self, time: float, desired: int) -> FleetSignals:
+        starting = min(self.starting, desired)
+        ready = desired - starting
+        return observe(time, desired, starting=starting, waiting=self.waiting if ready else 0.0,
+                       running=self.running if ready else 0.0, ttft=self.ttft, arrival=self.arrival,
+                       unreported=min(self.unreported, ready), missing=self.missing, alert_firing=self.alert,
+                       held_requests=self.held if desired == 0 else 0)
+
+
+moments = st.builds(
+    Moment,
+    gap=st.sampled_from([1.0, 1.0, 2.0, 5.0, 15.0, 60.0]),
+    waiting=st.one_of(st.just(0.0), st.floats(0, 200)),
+    running=st.one_of(st.just(0.0), st.floats(0, 100)),
+    ttft=st.one_of(st.none(), st.floats(0, 30)),
+    arrival=st.one_of(st.none(), st.just(0.0), st.floats(0, 100)),
+    starting=st.sampled_from([0, 0, 0, 1, 2]),
+    unreported=st.sampled_from([0, 0, 0, 0, 1]),
+    missing=st.sampled_from([None] * 9 + ["prometheus: timed out after 2s"]),
+    alert=st.sampled_from([False] * 9 + [True]),
+    held=st.sampled_from([0, 0, 3]),
+)
+
+
+def run_loop(policy: ShoalPolicy, start: int, sequence: list[Moment]) -> list[tuple[FleetSignals, ScalingDecision]]:
+    """Feeds the sequence, applying each decision as the next observation's ``desired``."""
+    time, desired, trail = 0.0, start, []
+    for moment in sequence:
+        time += moment.gap
+        signals = moment.signals(time, desired)
+        decision = policy.decide(signals)
+        trail.append((signals, decision))
+        desired = decision.replicas
+    return trail
+
+
+@st.composite
+def loops(draw: st.DrawFn) -> tuple[AutoscalingConfig, int, list[Moment]]:
+    config = draw(configs())
+    start = draw(st.integers(config.min_replicas, config.max_replicas))
+    return config, start, draw(st.lists(moments, min_size=1, max_size=120))
+
+
+@settings(max_examples=300, deadline=None)
+@given(loops())
+def test_every_decision_stays_in_bounds_moves_at_most_max_step_and_names_its_rule(
+    loop: tuple[AutoscalingConfig, int, list[Moment]],
+) -> None:
+    config, start, sequence = loop
+    for signals, decision in run_loop(ShoalPolicy(config), start, sequence):
+        assert config.min_replicas <= decision.replicas <= config.max_replicas
+        assert abs(decision.replicas - signals.desired) <= config.max_step
+        assert decision.rule and decision.message and decision.time == signals.time
+
+
+@settings(max_examples=300, deadline=None)
+@given(loops())
+def test_never_scales_down_on_missing_data_under_an_alert_or_while_a_replica_loads(
+    loop: tuple[AutoscalingConfig, int, list[Moment]],
+) -> None:
+    config, start, sequence = loop
+    for signals, decision in run_loop(ShoalPolicy(config), start, sequence):
+        partial = any(r.phase == "ready" and r.waiting is None for r in signals.replicas)
+        loading = any(r.phase == "starting" for r in signals.replicas)
+        if signals.missing or partial or signals.alert_firing or loading:
+            assert decision.replicas >= signals.desired, (signals, decision)
+
+
+@settings(max_examples=300, deadline=None)
+@given(loops())
+def test_no_second_scale_up_for_the_same_breach_while_replicas_load(
+    loop: tuple[AutoscalingConfig, int, list[Moment]],
+) -> None:
+    """With replicas loading only a higher arrival rate (a new breach) may add more; queue and TTFT may not."""
+    config, start, sequence = loop
+    for signals, decision in run_loop(ShoalPolicy(config), start, sequence):
+        if any(r.phase == "starting" for r in signals.replicas) and decision.replicas > signals.desired:
+            assert decision.rule == "ScaleUpRate", decision
+
+
+@settings(max_examples=300, deadline=None)
+@given(loops())
+def test_scale_down_waits_a_full_window_after_a_restart_and_after_any_scale_up(
+    loop: tuple[AutoscalingConfig, int, list[Moment]],
+) -> None:
+    config, start, sequence = loop
+    window = config.scale_down_stabilization_seconds
+    trail = run_loop(ShoalPolicy(config), start, sequence)
+    first = trail[0][0].time
+    last_up: float | None = None
+    for signals, decision in trail:
+        if decision.replicas < signals.desired:
+            assert decision.rule in SCALE_DOWN_RULES
+            assert signals.time - first >= window
+            assert last_up is None or signals.time - last_up >= window
+        elif decision.replicas > signals.desired:
+            last_up = signals.time
+
+
+@st.composite
+def load_pairs(draw: st.DrawFn) -> tuple[Moment, Moment]:
+    """Two observations differing only in load, the second at least as loaded in every signal."""
+    low = draw(moments)
+    more = draw(st.tuples(*(st.floats(0, 50) for _ in range(4))))
+    ttft = draw(st.floats(0, 30))
+    arrival = draw(st.floats(0, 100))
+    low = Moment(low.gap, low.waiting, low.running, ttft, arrival, low.starting, low.unreported, low.missing,
+                 low.alert, low.held)
+    high = Moment(low.gap, low.waiting + more[0], low.running + more[1], ttft + more[2], arrival + more[3],
+                  low.starting, low.unreported, low.missing, low.alert, low.held)
+    return low, high
+
+
+@settings(max_examples=400, deadline=None)
+@given(loops(), load_pairs())
+def test_more_load_never_gets_fewer_replicas(
+    loop: tuple[AutoscalingConfig, int, list[Moment]], pair: tuple[Moment, Moment]
+) -> None:
+    """After the same history, a more loaded observation is answered with at least as many replicas."""
+    config, start, sequence = loop
+    policy = ShoalPolicy(config)
+    trail = run_loop(policy, start, sequence)
+    time, desired = trail[-1][0].time + pair[0].gap, trail[-1][1].replicas
+    twin = copy.deepcopy(policy)
+    low, high = pair
+    assert policy.decide(low.signals(time, desired)).replicas <= twin.decide(high.signals(time, desired)).replicas
+
+
+@settings(max_examples=25, deadline=None)
+@given(rate=st.floats(0.5, 30), capacity=st.floats(0.5, 5), startup=st.floats(5, 180), seed=st.integers(0, 2**16))
+def test_steady_noisy_load_settles_without_flapping(rate: float, capacity: float, startup: float, seed: int) -> None:
+    """Poisson arrivals at a constant rate: after settling, at most one direction reversal per 10 minutes."""
+    config = AutoscalingConfig(min_replicas=1, max_replicas=100, max_step=10)
+    fleet = FluidFleet(capacity=capacity, startup=startup, seed=seed)
+    counts = fleet.run(ShoalPolicy(config), rate, 3600)
+    settled = counts[1200:]
+    assert reversals(settled) <= len(settled) / 600
+    assert max(settled) <= 2 * rate / (capacity * config.target_utilization) + 2
+
+
+@settings(max_examples=100, deadline=None)
+@given(config=configs(min_replicas=0), start=st.integers(1, 24), held=st.integers(1, 50))
+def test_idle_fleet_goes_to_zero_after_its_window_and_comes_back_for_held_requests(
+    config: AutoscalingConfig, start: int, held: int
+) -> None:
+    start = min(start, config.max_replicas)
+    policy, desired, time = ShoalPolicy(config), start, 0.0
+    while desired > 0:
+        decision = policy.decide(observe(time, desired, arrival=0.0, ttft=None))
+        if decision.replicas < desired:
+            assert time >= config.scale_down_stabilization_seconds
+        desired = decision.replicas
+        time += 1.0
+        assert time <= config.scale_down_stabilization_seconds + 24 + 1
+    assert policy.decide(observe(time, 0, ttft=None, arrival=None)).replicas == 0
+    woken = policy.decide(observe(time + 1, 0, ttft=None, arrival=None, held_requests=held))
+    assert 1 <= woken.replicas <= config.max_step
+    assert woken.rule == "ScaleFromZero"

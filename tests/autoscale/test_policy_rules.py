@@ -1,0 +1,141 @@
+"""Each rule of ShoalPolicy's control law fires where it should, and says which values it saw."""
+
+from __future__ import annotations
+
+import pytest
+from fleets import FluidFleet, observe
+
+from shoal.autoscale import AutoscalingConfig, ShoalPolicy
+
+CONFIG = AutoscalingConfig(min_replicas=1, max_replicas=10, queue_depth_per_replica=4.0, ttft_p95_seconds=2.0,
+                           scale_down_stabilization_seconds=300.0, max_step=3)
+
+
+def test_queue_breach_scales_up_in_proportion_capped_by_max_step() -> None:
+    policy = ShoalPolicy(CONFIG)
+    decision = policy.decide(observe(0.0, desired=2, waiting=16.0, arrival=None))  # 8 per replica: twice the target
+    assert (decision.replicas, decision.rule) == (4, "ScaleUpQueue")
+    assert "queue 8 per ready replica > target 4" in decision.message and "2 -> 4" in decision.message
+    assert decision.values["queue_per_ready"] == 8.0
+
+    capped = ShoalPolicy(CONFIG).decide(observe(0.0, desired=2, waiting=80.0, arrival=None))
+    assert (capped.replicas, capped.rule) == (5, "ScaleUpQueue")
+
+
+def test_ttft_breach_scales_up_only_while_requests_queue() -> None:
+    queued = ShoalPolicy(CONFIG).decide(observe(0.0, desired=2, waiting=2.0, ttft=5.0, arrival=None))
+    assert (queued.replicas, queued.rule) == (5, "ScaleUpTTFT")
+    assert "TTFT P95 5s > target 2s" in queued.message
+
+    # a slow first token with nothing queued is not a lack of replicas (or a latency window still catching up)
+    idle_queue = ShoalPolicy(CONFIG).decide(observe(0.0, desired=2, waiting=0.0, running=3.0, ttft=5.0, arrival=None))
+    assert idle_queue.replicas == 2
+
+
+def test_starting_replicas_count_as_capacity_on_the_way() -> None:
+    policy = ShoalPolicy(CONFIG)
+    first = policy.decide(observe(0.0, desired=2, waiting=16.0, arrival=None))
+    assert first.replicas == 4
+    # the queue keeps growing while the two new replicas load: the same breach, no second scale-up
+    for second in range(1, 60):
+        held = policy.decide(observe(float(second), desired=4, starting=2, waiting=16.0 + second, ttft=6.0, arrival=None))
+        assert (held.replicas, held.rule) == (4, "HoldStarting"), held
+    assert "2 replicas are on their way" in held.message
+
+
+def test_a_loading_replica_is_never_removed() -> None:
+    policy = ShoalPolicy(AutoscalingConfig(min_replicas=1, max_replicas=10, scale_down_stabilization_seconds=0.0))
+    decision = policy.decide(observe(0.0, desired=3, starting=1, waiting=0.0, arrival=0.0, running=0.0))
+    assert decision.replicas == 3
+    assert decision.rule == "HoldStarting"
+
+
+def test_missing_metrics_hold_the_size() -> None:
+    policy = ShoalPolicy(CONFIG)
+    decision = policy.decide(observe(0.0, desired=3, missing="prometheus: connection refused"))
+    assert (decision.replicas, decision.rule) == (3, "HoldMissingMetrics")
+    assert "connection refused" in decision.message
+
+
+def test_partial_metrics_scale_up_on_what_is_seen_but_never_down() -> None:
+    policy = ShoalPolicy(AutoscalingConfig(min_replicas=1, max_replicas=10, scale_down_stabilization_seconds=0.0))
+    up = policy.decide(observe(0.0, desired=3, unreported=1, waiting=20.0, arrival=None))  # 10 per reported replica
+    assert up.rule == "ScaleUpQueue" and up.replicas == 5
+    quiet = policy.decide(observe(1.0, desired=3, unreported=1, waiting=0.0, arrival=0.0))
+    assert (quiet.replicas, quiet.rule) == (3, "HoldMissingMetrics")
+    assert "1 of 3 ready replicas unreported" in quiet.message
+
+
+def test_alert_scales_up_at_once_and_holds_scale_down() -> None:
+    slow_up = AutoscalingConfig(min_replicas=1, max_replicas=10, scale_up_stabilization_seconds=30.0,
+                                scale_down_stabilization_seconds=0.0)
+    waits = ShoalPolicy(slow_up)
+    waits.decide(observe(0.0, desired=2, waiting=0.0, arrival=None))
+    assert waits.decide(observe(1.0, desired=2, waiting=16.0, arrival=None)).rule == "HoldUpStabilization"
+    alerted = ShoalPolicy(slow_up)
+    alerted.decide(observe(0.0, desired=2, waiting=0.0, arrival=None))
+    assert alerted.decide(observe(1.0, desired=2, waiting=16.0, arrival=None, alert_firing=True)).replicas == 4
+
+    held = ShoalPolicy(slow_up)
+    held.decide(observe(0.0, desired=4, arrival=0.0))
+    decision = held.decide(observe(1.0, desired=4, arrival=0.0, alert_firing=True))
+    assert (decision.replicas, decision.rule) == (4, "HoldAlert")
+
+    blind = ShoalPolicy(slow_up).decide(observe(0.0, desired=2, missing="scrape timed out", alert_firing=True))
+    assert (blind.replicas, blind.rule) == (3, "ScaleUpAlert")
+
+
+def test_scale_down_waits_for_a_full_window_of_history_after_a_restart() -> None:
+    policy = ShoalPolicy(CONFIG)
+    rules = [policy.decide(observe(float(t), desired=4, arrival=0.0)).rule for t in range(0, 300, 10)]
+    assert set(rules) == {"HoldWarmup"}
+    decision = policy.decide(observe(300.0, desired=4, arrival=0.0))
+    assert (decision.replicas, decision.rule) == (1, "ScaleDown")
+    assert "idle" in decision.message and "4 -> 1" in decision.message
+
+
+def test_scale_down_waits_out_the_stabilization_window_after_a_peak() -> None:
+    policy = ShoalPolicy(AutoscalingConfig(min_replicas=1, max_replicas=10, scale_down_stabilization_seconds=120.0))
+    for t in range(0, 200):
+        policy.decide(observe(float(t), desired=4, arrival=0.0))
+    assert policy.decide(observe(200.0, desired=4, waiting=40.0, arrival=None)).replicas == 6
+    rules = {policy.decide(observe(float(t), desired=6, arrival=0.0)).rule for t in range(201, 320)}
+    assert rules == {"HoldStabilization"}
+    assert policy.decide(observe(321.0, desired=6, arrival=0.0)).rule == "ScaleDown"
+
+
+def test_scale_to_zero_after_an_idle_window_and_back_on_held_requests() -> None:
+    policy = ShoalPolicy(AutoscalingConfig(min_replicas=0, max_replicas=4, scale_down_stabilization_seconds=60.0))
+    decisions = [policy.decide(observe(float(t), desired=1, arrival=0.0, ttft=None)) for t in range(61)]
+    assert decisions[-1].replicas == 0 and decisions[-1].rule == "ScaleToZero"
+    assert all(d.replicas == 1 for d in decisions[:-1])
+    assert policy.decide(observe(62.0, desired=0, ttft=None, arrival=None)).rule == "HoldAtZero"
+    woken = policy.decide(observe(63.0, desired=0, ttft=None, arrival=None, held_requests=3))
+    assert (woken.replicas, woken.rule) == (1, "ScaleFromZero")
+    assert "3 held" in woken.message
+
+
+def test_bounds_are_restored_first() -> None:
+    policy = ShoalPolicy(AutoscalingConfig(min_replicas=2, max_replicas=5))
+    assert policy.decide(observe(0.0, desired=1)).rule == "ScaleToMin"
+    assert policy.decide(observe(1.0, desired=9)).replicas == 5
+
+
+def test_capacity_is_learned_at_saturation_and_sizes_the_fleet_to_the_arrival_rate() -> None:
+    config = AutoscalingConfig(min_replicas=1, max_replicas=40, max_step=40, target_utilization=0.8)
+    policy, fleet = ShoalPolicy(config), FluidFleet(capacity=2.0, startup=30.0, seed=3)
+    fleet.run(policy, 4.0, 600)
+    assert policy.capacity.per_replica == pytest.approx(2.0, rel=0.2)
+    # a 3x step: one decision sized by the arrival rate reaches the new target
+    fleet.run(policy, 12.0, 20, start=600.0)
+    first_up = next(d for d in fleet.decisions[600:] if d.replicas > d.values["desired"])  # type: ignore[operator]
+    assert first_up.time <= 610.0
+    assert first_up.rule in {"ScaleUpRate", "ScaleUpQueue"}
+    assert first_up.replicas >= 0.9 * 12.0 / (2.0 * 0.8)
+
+
+@pytest.mark.parametrize("bad", [{"min_replicas": 3, "max_replicas": 2}, {"max_step": 0}, {"tolerance": 1.0},
+                                 {"target_utilization": 0.0}, {"ttft_p95_seconds": 0.0}])
+def test_config_rejects_impossible_values(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="|".join(bad)):
+        AutoscalingConfig(**bad)  # type: ignore[arg-type]
