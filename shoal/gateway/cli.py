@@ -8,6 +8,12 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, POLICY_NAMES
+    from shoal.gateway.timeouts import (
+        DEFAULT_CONNECT_TIMEOUT_S,
+        DEFAULT_FIRST_TOKEN_TIMEOUT_S,
+        DEFAULT_INTER_TOKEN_TIMEOUT_S,
+        DEFAULT_REQUEST_TIMEOUT_S,
+    )
 
     p = subparsers.add_parser("gateway", help="Run the OpenAI-compatible routing gateway.",
                               description="Auth, quotas, streaming and prefix-aware routing over engine replicas.")
@@ -35,6 +41,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hold-queue-size", type=int, default=0,
                    help="requests held while a model has no ready replica (scale from zero); 0 answers 503 at once")
     p.add_argument("--hold-seconds", type=float, default=60.0, help="longest a request is held before a 503")
+    limits = p.add_argument_group("time limits (seconds; docs/gateway.md)")
+    limits.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
+                        help="to open a connection to a replica; past it, another replica is tried")
+    limits.add_argument("--first-token-timeout", type=float, default=DEFAULT_FIRST_TOKEN_TIMEOUT_S,
+                        help="from sending a streaming request to its first token; past it, another replica or 504")
+    limits.add_argument("--inter-token-timeout", type=float, default=DEFAULT_INTER_TOKEN_TIMEOUT_S,
+                        help="between two chunks of a stream; past it, the stream ends with an error event")
+    limits.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S,
+                        help="a whole request; clients may ask for less with the X-Request-Timeout header")
     p.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
     p.add_argument("--no-kv-events", action="store_true", help="do not follow the engines' /kv/events")
     p.add_argument("--dashboard-data", metavar="PATH",
@@ -65,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     from shoal.gateway.gateway import Gateway, GatewayConfig
     from shoal.gateway.quota import MemoryQuota, QuotaStore
 
+    timeouts = (args.connect_timeout, args.first_token_timeout, args.inter_token_timeout, args.request_timeout)
+    if not all(t > 0 for t in timeouts):
+        raise SystemExit("--connect-timeout, --first-token-timeout, --inter-token-timeout and --request-timeout "
+                         "must be > 0")
     if args.hold_queue_size < 0 or args.hold_seconds <= 0:
         raise SystemExit("--hold-queue-size must be >= 0 and --hold-seconds > 0")
     sources = [bool(args.backend), bool(args.backends_file), bool(args.kube_service)]
@@ -94,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
         tokenizers=_tokenizers(args.tokenizer), max_body_bytes=args.max_body_bytes, max_attempts=args.max_attempts,
         health_interval_s=args.health_interval, follow_kv_events=not args.no_kv_events,
         hold_queue_size=args.hold_queue_size, hold_seconds=args.hold_seconds,
+        connect_timeout_s=args.connect_timeout, first_token_timeout_s=args.first_token_timeout,
+        inter_token_timeout_s=args.inter_token_timeout, request_timeout_s=args.request_timeout,
     )
     api_keys = ApiKeys.from_file(args.api_keys) if args.api_keys else ApiKeys()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")

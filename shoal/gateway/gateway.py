@@ -28,6 +28,12 @@ from shoal.gateway.prompts import PromptReader
 from shoal.gateway.quota import MemoryQuota, QuotaStore
 from shoal.gateway.replicas import Fleet, Replica
 from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, RoutingPolicy, make_policy
+from shoal.gateway.timeouts import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_FIRST_TOKEN_TIMEOUT_S,
+    DEFAULT_INTER_TOKEN_TIMEOUT_S,
+    DEFAULT_REQUEST_TIMEOUT_S,
+)
 from shoal.gateway.upstream import UpstreamPool
 from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
 
@@ -44,7 +50,10 @@ class GatewayConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     max_attempts: int = 3
     retry_budget_s: float = 10.0
-    connect_timeout_s: float = 2.0
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # the request's time limits: shoal.gateway.timeouts
+    first_token_timeout_s: float = DEFAULT_FIRST_TOKEN_TIMEOUT_S
+    inter_token_timeout_s: float = DEFAULT_INTER_TOKEN_TIMEOUT_S
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     health_interval_s: float = 2.0
     health_timeout_s: float = 2.0
     fail_threshold: int = 2

@@ -30,6 +30,9 @@ class GatewayMetrics:
                                         ["tenant", "limit"], registry=r)
         self.retries = Counter("shoal_gateway_upstream_retries", "Attempts retried on another backend, by cause.",
                                ["cause"], registry=r)
+        self.timeouts = Counter("shoal_gateway_upstream_timeouts",
+                                "Upstream exchanges closed because a time limit ran out, by limit.", ["limit"],
+                                registry=r)
         self.duration = Histogram("shoal_gateway_request_duration_seconds", "End-to-end time in the gateway.",
                                   ["model"], buckets=LATENCY_BUCKETS, registry=r)
         self.ttfb = Histogram("shoal_gateway_time_to_first_byte_seconds",

@@ -4,9 +4,10 @@ Stages, each timed into ``Server-Timing`` and the request's log line: auth (API 
 the shared OpenAI request models, a known model), tokenize (the engine's prompt tokens and block hashes),
 quota (per tenant), route (the model's policy over healthy replicas), upstream (connect, send, response
 headers) and ttfb (the first body byte). The response to the client starts only once the upstream's first body
-byte is in hand: until then a refused connection, a 503 or an upstream that drops the request is retried on
-another replica within ``max_attempts`` and ``retry_budget_s``; after it, nothing is retried, and an upstream
-that dies mid-stream ends the client's stream with an OpenAI error event. Non-streaming bodies are checked to
+byte is in hand: until then a refused connection, a 503, an upstream that drops the request or one that sends
+no first token in time is retried on another replica within ``max_attempts`` and ``retry_budget_s``; after it,
+nothing is retried, and an upstream that dies mid-stream or falls silent past the inter-token limit ends the
+client's stream with an OpenAI error event (the time limits: ``shoal.gateway.timeouts``). Non-streaming bodies are checked to
 be JSON, so a backend answering garbage becomes a 502 rather than garbage passed on.
 
 This is a bare ASGI handler (no framework objects, one helper task per request) because it is the gateway's hot
@@ -32,12 +33,14 @@ from starlette.types import Receive, Scope, Send
 from shoal.gateway.gateway import Gateway
 from shoal.gateway.replicas import Fleet, Lease
 from shoal.gateway.routing import Decision, RouteRequest
+from shoal.gateway.timeouts import REQUEST_TIMEOUT_HEADER, Deadline, TimeoutCode, client_limit
 from shoal.gateway.timing import StageTimer
-from shoal.gateway.upstream import UpstreamConnectError, UpstreamError, UpstreamResponse
+from shoal.gateway.upstream import UpstreamConnectError, UpstreamError, UpstreamResponse, UpstreamTimeout
 from shoal.protocol.errors import (
     APIError,
     from_validation_errors,
     internal_error,
+    invalid_request,
     model_not_found,
     payload_too_large,
     service_unavailable,
@@ -50,7 +53,7 @@ access_log = logging.getLogger("shoal.gateway.access")
 
 _ID_PREFIX = uuid.uuid4().hex[:12]  # request ids: unique per gateway process, then a counter (no syscall each)
 _ids = itertools.count(1)
-_WANTED_HEADERS = frozenset((b"authorization", b"x-request-id", b"accept", b"content-length"))
+_WANTED_HEADERS = frozenset((b"authorization", b"x-request-id", b"accept", b"content-length", b"x-request-timeout"))
 
 
 class ClientGone(Exception):
@@ -75,6 +78,7 @@ class RequestState:
     lease: Lease | None = None
     release_quota: Callable[[], Awaitable[None]] | None = None
     upstream: UpstreamResponse | None = None
+    deadline: Deadline | None = None
     response_started: bool = False
     client_gone: bool = False
     finished: bool = False
@@ -165,6 +169,12 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
         raise APIError(401, "Incorrect or missing API key: send it as `Authorization: Bearer <key>`.",
                        type="invalid_request_error", code="invalid_api_key")
     state.tenant = tenant.name
+    try:
+        limit_s = client_limit(headers.get(b"x-request-timeout"), config.request_timeout_s)
+    except ValueError as exc:
+        raise invalid_request(str(exc), param=REQUEST_TIMEOUT_HEADER, code="invalid_request_timeout") from None
+    arrived = time.monotonic() - state.timer.elapsed()
+    state.deadline = Deadline.starting(arrived, limit_s, config.first_token_timeout_s, config.inter_token_timeout_s)
     state.timer.mark("auth")
     raw = await read_body(receive, headers.get(b"content-length"), config.max_body_bytes)
     watch()
@@ -193,7 +203,7 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
     accept = headers.get(b"accept")
     if accept:
         upstream_headers["Accept"] = accept.decode("latin-1")
-    upstream, first = await forward(gateway, state, raw, upstream_headers, route)
+    upstream, first = await forward(gateway, state, raw, upstream_headers, route, body.stream)
     gateway.metrics.ttfb.labels(state.model).observe(state.timer.elapsed())
     content_type = upstream.headers.get("content-type", "application/json")
     streaming = "text/event-stream" in content_type
@@ -206,7 +216,9 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
         await _relay(gateway, state, send, response_headers + [(b"cache-control", b"no-cache")], first)
         return
     try:
-        payload = first + await upstream.read_all()
+        payload = first + await upstream.read_all(state.deadline.end)
+    except UpstreamTimeout:
+        raise _timed_out(state.deadline, "request_timeout") from None
     except UpstreamError:
         raise _garbage(state, "a truncated response") from None
     if not _looks_like_json(payload):
@@ -222,8 +234,8 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
 async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: list[tuple[bytes, bytes]],
                  first: bytes) -> None:
     """Passes the upstream's SSE stream on as it arrives; an upstream dying mid-stream ends it with an error event."""
-    upstream = state.upstream
-    assert upstream is not None
+    upstream, deadline = state.upstream, state.deadline
+    assert upstream is not None and deadline is not None
     state.response_started = True
     await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
     outcome = "ok"
@@ -231,10 +243,17 @@ async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: lis
     try:
         while not upstream.at_end:  # the last chunk goes out with the end of the body, in one write
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            chunk = await upstream.read()
+            wait = deadline.next_chunk(time.monotonic())
+            try:
+                chunk = await upstream.read(wait.seconds)
+            except UpstreamTimeout:  # the upstream is closed by _finish: the engine aborts the request
+                gateway.metrics.timeouts.labels(wait.code).inc()
+                outcome, chunk = wait.code, _sse(_timed_out(deadline, wait.code))
+                break
     except UpstreamError:
         outcome = "upstream_broke"
-        chunk = _sse_error("The backend serving this request failed mid-stream.")
+        chunk = _sse(APIError(502, "The backend serving this request failed mid-stream.", type="server_error",
+                              code="upstream_error"))
     if outcome == "ok":
         upstream.release()
         state.upstream = None  # back in the pool; _finish closes a broken one
@@ -243,17 +262,17 @@ async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: lis
 
 
 async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: dict[str, str],
-                  route: RouteRequest) -> tuple[UpstreamResponse, bytes]:
+                  route: RouteRequest, stream: bool) -> tuple[UpstreamResponse, bytes]:
     """Sends the request to a replica chosen by the policy, retrying on another until a first byte arrives."""
-    assert gateway.upstreams is not None
-    config = gateway.config
+    assert gateway.upstreams is not None and state.deadline is not None
+    config, limits = gateway.config, state.deadline
     if not gateway.fleet.candidates(state.model):  # none ready: hold it for scale from zero (or 503)
         await gateway.hold.wait(state.model, lambda: bool(gateway.fleet.candidates(state.model)))
         state.timer.mark("hold")
     deadline = time.monotonic() + config.retry_budget_s
     tried: set[str] = set()
     refused: APIError | None = None
-    while state.attempts < config.max_attempts and time.monotonic() < deadline:
+    while state.attempts < config.max_attempts and time.monotonic() < min(deadline, limits.end):
         candidates = gateway.fleet.candidates(state.model, tried)
         if not candidates:
             break
@@ -264,8 +283,11 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
         tried.add(replica.url)
         state.lease = Fleet.acquire(replica, route.cost_tokens, route.block_hashes)
         response: UpstreamResponse | None = None
+        wait = limits.first_byte(time.monotonic(), stream)
+        first_byte_by = time.monotonic() + wait.seconds
         try:
-            state.upstream = response = await gateway.upstreams.post(replica.url, state.endpoint, raw, headers)
+            state.upstream = response = await gateway.upstreams.post(replica.url, state.endpoint, raw, headers,
+                                                                     first_byte_by)
             state.timer.mark("upstream")
             if response.status == 503:
                 retry_after = response.headers.get("retry-after", "")
@@ -273,17 +295,19 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
                     f"Backend {replica.url} is overloaded or draining.",
                     int(retry_after) if retry_after.isdigit() else config.unavailable_retry_after_s)
                 gateway.metrics.retries.labels("unavailable").inc()
-                response.close()
-                state.upstream = None
-                _give_back(state)
+                _close_attempt(state, response)
                 continue
-            first = await response.read()
+            first = await response.read(first_byte_by - time.monotonic())
             state.timer.mark("ttfb")
+        except UpstreamTimeout:  # slow, not gone: close it (the engine aborts) and try another, not ejecting it
+            _close_attempt(state, response)
+            gateway.metrics.timeouts.labels(wait.code).inc()
+            access_log.info(json.dumps({"request_id": state.request_id, "event": "upstream_timed_out",
+                                        "backend": replica.url, "limit": wait.code}))
+            refused = _timed_out(limits, wait.code)
+            continue
         except UpstreamError as exc:  # before the first byte: the replica is gone, try another
-            if response is not None:
-                response.close()
-            state.upstream = None
-            _give_back(state)
+            _close_attempt(state, response)
             gateway.eject(replica)
             gateway.metrics.retries.labels("connect" if isinstance(exc, UpstreamConnectError) else "dropped").inc()
             access_log.info(json.dumps({"request_id": state.request_id, "event": "upstream_failed",
@@ -295,8 +319,18 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
         return response, first
     if refused is not None:
         raise refused
+    if time.monotonic() >= limits.end:
+        raise _timed_out(limits, "request_timeout")
     raise service_unavailable(f"No healthy backend is available for model `{state.model}`.",
                               config.unavailable_retry_after_s)
+
+
+def _close_attempt(state: RequestState, response: UpstreamResponse | None) -> None:
+    """Abandons one attempt before its first byte: its connection and its claim on the replica."""
+    if response is not None:
+        response.close()
+    state.upstream = None
+    _give_back(state)
 
 
 def _give_back(state: RequestState) -> None:
@@ -305,9 +339,14 @@ def _give_back(state: RequestState) -> None:
         state.lease = None
 
 
-def _sse_error(message: str) -> bytes:
-    body = APIError(502, message, type="server_error", code="upstream_error").body()
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+def _sse(error: APIError) -> bytes:
+    """An error as the last event of a stream already started (its status can no longer change)."""
+    return b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+
+
+def _timed_out(deadline: Deadline, code: TimeoutCode) -> APIError:
+    """504, naming the limit that ran out (``code``), for a client to retry or to raise its limit."""
+    return APIError(504, deadline.message(code), type="timeout_error", code=code)
 
 
 def _looks_like_json(body: bytes) -> bool:

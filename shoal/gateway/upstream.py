@@ -33,6 +33,10 @@ class UpstreamConnectError(UpstreamError):
     """No connection could be opened to the replica."""
 
 
+class UpstreamTimeout(UpstreamError):
+    """The replica sent nothing within the time allowed (the exchange is still open; the caller closes it)."""
+
+
 class UpstreamResponse:
     """One exchange on one connection: its status and headers, then its body as chunks are read."""
 
@@ -56,16 +60,18 @@ class UpstreamResponse:
         """Complete, and every body byte already read: the next ``read`` would answer ``b""``."""
         return self._complete and not self._chunks
 
-    async def wait_headers(self) -> None:
+    async def wait_headers(self, deadline: float | None = None) -> None:
+        """Until the status line and headers are in, by ``deadline`` (``time.monotonic()``) if one is given."""
         while not self._headers_done:
-            await self._wait()
+            await self._wait(None if deadline is None else deadline - time.monotonic())
 
-    async def read(self) -> bytes:
-        """Every body byte that has arrived since the last read (waiting for some); ``b""`` once complete."""
+    async def read(self, timeout: float | None = None) -> bytes:
+        """Every body byte that has arrived since the last read (waiting up to ``timeout`` seconds for some,
+        else ``UpstreamTimeout``); ``b""`` once complete."""
         while not self._chunks:
             if self._complete:
                 return b""
-            await self._wait()
+            await self._wait(timeout)
         data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
         self._chunks.clear()
         if self._buffered >= HIGH_WATER_BYTES:
@@ -73,9 +79,10 @@ class UpstreamResponse:
         self._buffered = 0
         return data
 
-    async def read_all(self) -> bytes:
+    async def read_all(self, deadline: float | None = None) -> bytes:
+        """The rest of the body, all of it by ``deadline`` (``time.monotonic()``) if one is given."""
         parts = []
-        while chunk := await self.read():
+        while chunk := await self.read(None if deadline is None else deadline - time.monotonic()):
             parts.append(chunk)
         return b"".join(parts)
 
@@ -90,14 +97,19 @@ class UpstreamResponse:
         """Abandons the exchange and its connection (the engine sees the disconnect and aborts the request)."""
         self._connection.close()
 
-    async def _wait(self) -> None:
+    async def _wait(self, timeout: float | None) -> None:
+        """Until the parser has news; a timer only while actually waiting, so chunks already in cost none."""
         if self._error is not None:
             raise self._error
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(max(0.0, timeout), _expire, waiter, timeout)
         try:
-            await self._waiter
+            await waiter
         finally:
             self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -146,6 +158,11 @@ class UpstreamResponse:
     def on_message_complete(self) -> None:
         self._complete = True
         self._wake()
+
+
+def _expire(waiter: asyncio.Future[None], timeout: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(UpstreamTimeout(f"nothing from the replica in {timeout:.3g} s"))
 
 
 class _Connection(asyncio.Protocol):
@@ -204,16 +221,21 @@ class UpstreamPool:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._addresses: dict[str, tuple[str, int]] = {}
 
-    async def post(self, url: str, path: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
-        """Sends ``POST url+path`` and returns once the response's status and headers are in."""
+    async def post(self, url: str, path: str, body: bytes, headers: Mapping[str, str],
+                   deadline: float | None = None) -> UpstreamResponse:
+        """Sends ``POST url+path`` and returns once the response's status and headers are in (by ``deadline``,
+        a ``time.monotonic()`` instant, else ``UpstreamTimeout``)."""
         key = self._address(url)
         request = _encode_post(key, path, body, headers)
         connection = self._take_idle(key)
         if connection is not None:
             response = connection.send(request)
             try:
-                await response.wait_headers()
+                await response.wait_headers(deadline)
                 return response
+            except UpstreamTimeout:
+                connection.close()
+                raise
             except UpstreamError:
                 connection.close()
                 if response.received_any:
@@ -224,7 +246,7 @@ class UpstreamPool:
         connection = await self._connect(key)
         response = connection.send(request)
         try:
-            await response.wait_headers()
+            await response.wait_headers(deadline)
         except BaseException:
             connection.close()
             raise
