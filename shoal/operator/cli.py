@@ -28,6 +28,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--discovery-seconds", type=float, default=60.0,
         help="How often to look for the Prometheus Operator's CRDs (default: 60).",
     )
+    scaling = op.add_argument_group("autoscaler (InferenceDeployments with autoscaling.enabled)")
+    scaling.add_argument(
+        "--prometheus-url", default=None,
+        help="Prometheus for autoscaling.metrics.source: prometheus when the spec names none, e.g. http://prometheus:9090.",
+    )
+    scaling.add_argument(
+        "--metrics-timeout", type=float, default=5.0,
+        help="Longest one observation of a fleet's metrics may take; past it the count is held (default: 5).",
+    )
+    scaling.add_argument(
+        "--alerts-port", type=int, default=0,
+        help="Serve the Alertmanager webhook (POST /alerts) on this port; 0 turns it off (default).",
+    )
+    scaling.add_argument(
+        "--alerts-token-file", type=Path, default=None,
+        help="File holding the webhook's bearer token (a mounted Secret key); required with --alerts-port.",
+    )
     op.add_argument("--liveness", default=None, help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
     op.add_argument("-v", "--verbose", action="store_true")
     op.set_defaults(func=run_operator)
@@ -42,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_operator(args: argparse.Namespace) -> int:
     import kopf
 
-    from shoal.operator.handlers import OperatorConfig, build_registry
+    from shoal.operator.alert_receiver import read_token
+    from shoal.operator.handlers import AlertsConfig, OperatorConfig, build_registry
+    from shoal.operator.sources import operator_autoscaler
 
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
@@ -52,7 +71,15 @@ def run_operator(args: argparse.Namespace) -> int:
     if not args.verbose:  # one line per HTTP request or per timer tick would drown what matters
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)
-    config = OperatorConfig(resync_seconds=args.resync_seconds, discovery_seconds=args.discovery_seconds)
+    if args.alerts_port and args.alerts_token_file is None:
+        print("--alerts-port needs --alerts-token-file (the receiver never runs without a token)", file=sys.stderr)
+        return 2
+    config = OperatorConfig(
+        resync_seconds=args.resync_seconds,
+        discovery_seconds=args.discovery_seconds,
+        autoscaler=operator_autoscaler(args.prometheus_url, args.metrics_timeout),
+        alerts=AlertsConfig(args.alerts_port, read_token(args.alerts_token_file)) if args.alerts_port else None,
+    )
     registry = build_registry(config)
     kopf.run(
         registry=registry,

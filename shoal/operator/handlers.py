@@ -3,43 +3,72 @@
 Two kopf indices follow the children through watches (the operator's Deployments, and the engine pods), so a
 status refresh reads memory, not the apiserver. Spec changes (create, update, the scale subresource) apply every
 child; operator restarts (resume) and a timer every ``resync`` seconds refresh the status from the indices and
-re-apply only what drifted.
+re-apply only what drifted (with autoscaling on, that timer is also the autoscaler's evaluation period). The
+Alertmanager receiver, when configured, runs in the same event loop and calls :func:`evaluate_alert`'s pass.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
+from shoal.operator import alert_receiver
+from shoal.operator.autoscaler import FleetAutoscaler
 from shoal.operator.builders import DIGEST_ANNOTATION
 from shoal.operator.kube import KubeClient
 from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
 from shoal.operator.reconciler import Children, Reconciler, Trigger
-from shoal.operator.replicas import Autoscaler
 from shoal.operator.spec import GROUP, PLURAL, VERSION
 
 ANNOTATION_PREFIX = GROUP
 
 
 @dataclass(frozen=True)
+class AlertsConfig:
+    """Where the Alertmanager receiver listens, and its bearer token (read per request)."""
+
+    port: int
+    token: Callable[[], str]
+    host: str = "0.0.0.0"
+
+
+@dataclass(frozen=True)
 class OperatorConfig:
     resync_seconds: float = 10.0
     discovery_seconds: float = 60.0
-    autoscaler: Autoscaler | None = None
+    autoscaler: FleetAutoscaler | None = None
+    alerts: AlertsConfig | None = None
 
 
 def _first(index: kopf.Index[Any, Any], key: tuple[str, ...]) -> Mapping[str, Any] | None:
     return next(iter(index.get(key, ())), None)
 
 
+def _children(indices: Mapping[str, Any], namespace: str, name: str) -> Children:
+    deployments, pods = indices["shoal_deployments"], indices["shoal_engine_pods"]
+    return Children(
+        engine=_first(deployments, (namespace, name, "engine")),
+        gateway=_first(deployments, (namespace, name, "gateway")),
+        engine_pods=list(pods.get((namespace, name), ())),
+    )
+
+
+def _replicas_managers(body: Mapping[str, Any]) -> list[str]:
+    """Who owns a Deployment's ``spec.replicas`` (its managedFields): the writer named in a Warning."""
+    return sorted({
+        entry.get("manager", "?") for entry in body["metadata"].get("managedFields") or []
+        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    })
+
+
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     """All handlers, registered into a fresh registry (so tests and the CLI run exactly the same operator)."""
     registry = kopf.OperatorRegistry()
-    state: dict[str, Reconciler] = {}
+    state: dict[str, Any] = {}  # the reconciler, the live indices, the alert receiver
     owned = {MANAGED_BY_LABEL: FIELD_MANAGER}
 
     @kopf.on.startup(id="configure", registry=registry)
@@ -72,6 +101,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             "metadata": {
                 "generation": body["metadata"].get("generation", 0),
                 "annotations": {DIGEST_ANNOTATION: body["metadata"].get("annotations", {}).get(DIGEST_ANNOTATION)},
+                "replicasManagers": _replicas_managers(body),
             },
             "spec": {"replicas": body.get("spec", {}).get("replicas")},
             "status": dict(body.get("status") or {}),
@@ -82,26 +112,71 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     def shoal_engine_pods(
         namespace: str, name: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
     ) -> dict[tuple[str, str], dict[str, Any]]:
-        view = {"metadata": {"name": name}, "status": dict(body.get("status") or {})}
+        meta = body["metadata"]
+        view = {
+            "metadata": {"name": name, "creationTimestamp": meta.get("creationTimestamp"),
+                         "deletionTimestamp": meta.get("deletionTimestamp")},
+            "status": dict(body.get("status") or {}),
+        }
         return {(namespace, labels[OWNER_LABEL]): view}
 
-    async def run(body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], trigger: Trigger) -> None:
+    async def run(
+        body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], trigger: Trigger,
+        old: Mapping[str, Any] | None = None,
+    ) -> None:
         reconciler = state.get("reconciler")
         if reconciler is None:  # the operator is stopping: its client is closed
             return
+        state["indices"] = indices  # live views: the alert pass reads them too
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        deployments, pods = indices["shoal_deployments"], indices["shoal_engine_pods"]
-        found = Children(
-            engine=_first(deployments, (ns, name, "engine")),
-            gateway=_first(deployments, (ns, name, "gateway")),
-            engine_pods=list(pods.get((ns, name), ())),
-        )
-        await reconciler.reconcile(body, patch, found, trigger=trigger)
+        await reconciler.reconcile(body, patch, _children(indices, ns, name), trigger=trigger, old_spec=old)
+
+    async def evaluate_alert(namespace: str, name: str) -> bool:
+        """An alert's pass over one InferenceDeployment, outside kopf's handlers: read it, reconcile with
+        ``trigger="alert"`` (only the engine count is written), patch its status, post its Events. False when
+        the object does not exist."""
+        reconciler, indices = state.get("reconciler"), state.get("indices")
+        if reconciler is None or indices is None:
+            raise RuntimeError("the operator has not started watching yet")
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+        raw = await reconciler.client.get(path)
+        if raw is None:
+            return False
+        body, patch = kopf.Body(raw), kopf.Patch()
+        events: list[dict[str, str]] = []
+        await reconciler.reconcile(body, patch, _children(indices, namespace, name), trigger="alert",
+                                   announce=lambda _, **event: events.append(event))
+        if patch.get("status"):
+            await reconciler.client.patch_status(path, patch["status"])
+        for event in events:
+            await reconciler.client.event(raw, **event)
+        return True
+
+    @kopf.on.startup(id="alerts", registry=registry)
+    async def start_alerts(**_: Any) -> None:
+        if config.alerts is None or config.autoscaler is None:
+            return
+        receiver = alert_receiver.AlertReceiver(config.alerts.token, config.autoscaler, evaluate_alert)
+        state["alerts"] = await alert_receiver.serve(receiver, config.alerts.host, config.alerts.port)
+        logging.getLogger(__name__).info("Alertmanager receiver on %s:%d/alerts", config.alerts.host,
+                                         config.alerts.port)
+
+    @kopf.on.cleanup(id="stop_alerts", registry=registry)
+    async def stop_alerts(**_: Any) -> None:
+        if "alerts" in state:
+            await state.pop("alerts").cleanup()
 
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
-    async def reconcile(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
-        await run(body, patch, indices, "change")
+    async def reconcile(
+        body: kopf.Body, patch: kopf.Patch, old: Mapping[str, Any] | None = None, **indices: Any
+    ) -> None:
+        await run(body, patch, indices, "change", old)
+
+    @kopf.on.delete(GROUP, VERSION, PLURAL, id="forget", optional=True, registry=registry)
+    def forget(namespace: str, name: str, **_: Any) -> None:
+        if config.autoscaler is not None:
+            config.autoscaler.forget((namespace, name))
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="resume", registry=registry)
     async def resume(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:

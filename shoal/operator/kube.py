@@ -13,6 +13,7 @@ import base64
 import os
 import ssl
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,39 @@ class KubeClient:
             json=obj,
         )
         return self._json(response)
+
+    async def scale(self, namespace: str, deployment: str, replicas: int) -> None:
+        """Sets a Deployment's replicas alone (a merge patch as ``shoal-operator``): the alert path's one write."""
+        response = await self._http.patch(
+            f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment}",
+            params={"fieldManager": FIELD_MANAGER},
+            headers={"Content-Type": "application/merge-patch+json"},
+            json={"spec": {"replicas": replicas}},
+        )
+        self._json(response)
+
+    async def patch_status(self, path: str, status: Mapping[str, Any]) -> None:
+        """A JSON merge patch of an object's status subresource (``path`` is the object's)."""
+        response = await self._http.patch(
+            f"{path}/status", headers={"Content-Type": "application/merge-patch+json"}, json={"status": status}
+        )
+        self._json(response)
+
+    async def event(self, obj: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
+        """Posts a core/v1 Event about ``obj`` (what ``kopf.event`` does inside a handler)."""
+        meta = obj["metadata"]
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta["uid"]},
+            "type": type, "reason": reason, "message": message[:1024],
+            "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        self._json(await self._http.post(f"/api/v1/namespaces/{meta['namespace']}/events", json=event))
 
     async def get(self, path: str) -> dict[str, Any] | None:
         """The object at ``path``, or None when it does not exist."""

@@ -1,7 +1,8 @@
 """The reconciler: one InferenceDeployment in, its children applied and its status patched out.
 
 It is the only place where the pure parts meet I/O. Every pass runs the same steps: parse the spec (the models
-the CRD was generated from), decide the engine count (:mod:`.replicas`: the spec, or the autoscaler's hook),
+the CRD was generated from), decide the engine count (:mod:`.replicas`: the spec, or the autoscaler's evaluation,
+:mod:`.autoscaler`),
 check what cannot work (:mod:`.diagnosis`), server-side apply the children (:mod:`.builders`) and compute the
 status from what the watches saw of the children (:mod:`.status`). Children are applied on every spec change;
 after an operator restart and on each status refresh they are applied only when the engine Deployment (seen
@@ -9,10 +10,16 @@ through the watch) is missing, at the wrong scale, or carries a digest of other 
 now. Applying an unchanged object would be a no-op for the apiserver anyway; skipping it saves the requests.
 The status is patched only where it differs, so a pass over an unchanged world writes nothing.
 A problem becomes a Degraded condition and one Event when it first appears; it never raises into a crash loop.
+
+One writer of the engine count: a Deployment whose replicas someone else changed (a person, an HPA) is put back
+by the next pass with a Warning Event naming the writer, and ``kubectl scale`` on the InferenceDeployment while
+the autoscaler owns the count gets a Warning saying it is ignored. A firing alert runs an extra pass
+(``trigger="alert"``) that writes only the engine count; passes over one object never overlap (a lock each).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,14 +33,18 @@ from shoal.operator.builders import applied_digest, build_children
 from shoal.operator.builders.monitoring import MONITORING_GROUP
 from shoal.operator.diagnosis import Problem, check_model, diagnose
 from shoal.operator.kube import KubeClient, KubeError
-from shoal.operator.naming import Owner
-from shoal.operator.replicas import Autoscaler, ScaleDecision, decide_replicas
+from shoal.operator.autoscaler import FleetAutoscaler, FleetRef
+from shoal.operator.naming import FIELD_MANAGER, Owner
+from shoal.operator.replicas import ScaleDecision, decide_replicas
+from shoal.operator.sources import replica_targets
 from shoal.operator.spec import InferenceDeploymentSpec
 from shoal.operator.status import compute_status, status_patch
 
 FRESH_DISCOVERY_SECONDS = 5.0  # a burst of creations shares one lookup
-# "change": create/update (apply everything); "resume": operator start; "refresh": the periodic status timer.
-Trigger = Literal["change", "resume", "refresh"]
+# "change": create/update (apply everything); "resume": operator start; "refresh": the periodic status timer;
+# "alert": a firing Alertmanager alert's immediate pass (writes only the engine count).
+Trigger = Literal["change", "resume", "refresh", "alert"]
+Announce = Callable[..., None]  # kopf.event's signature: (body, *, type, reason, message)
 
 
 def utcnow() -> datetime:
@@ -52,10 +63,11 @@ class Children:
 @dataclass
 class Reconciler:
     client: KubeClient
-    autoscaler: Autoscaler | None = None
+    autoscaler: FleetAutoscaler | None = None
     clock: Callable[[], datetime] = utcnow
     discovery_seconds: float = 60.0
     _monitoring: tuple[float, bool] = field(default=(float("-inf"), False))
+    _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)  # one pass per object at a time
 
     async def prometheus_operator(self, *, fresh: bool) -> bool:
         """Whether the Prometheus Operator's CRDs are served: looked up for every spec change (``fresh``: at
@@ -68,21 +80,37 @@ class Reconciler:
             self._monitoring = (time.monotonic(), present)
         return present
 
-    async def reconcile(self, body: kopf.Body, patch: kopf.Patch, children: Children, *, trigger: Trigger) -> None:
+    async def reconcile(
+        self, body: kopf.Body, patch: kopf.Patch, children: Children, *, trigger: Trigger,
+        old_spec: Mapping[str, Any] | None = None, announce: Announce = kopf.event,
+    ) -> None:
         meta = body["metadata"]
         owner = Owner(meta["name"], meta["namespace"], meta["uid"])
+        async with self._locks.setdefault((owner.namespace, owner.name), asyncio.Lock()):
+            await self._reconcile(body, patch, children, owner, trigger, old_spec, announce)
+
+    async def _reconcile(
+        self, body: kopf.Body, patch: kopf.Patch, children: Children, owner: Owner, trigger: Trigger,
+        old_spec: Mapping[str, Any] | None, announce: Announce,
+    ) -> None:
+        meta = body["metadata"]
         previous: Mapping[str, Any] = body.get("status") or {}
         now = self.clock()
         try:
             spec = InferenceDeploymentSpec.model_validate(dict(body.get("spec") or {}))
         except ValidationError as error:
-            self._report(body, patch, previous, Problem("InvalidSpec", _first_error(error)))
+            self._report(body, patch, previous, Problem("InvalidSpec", _first_error(error)), announce)
             return
         if trigger == "refresh" and previous.get("observedGeneration") != meta.get("generation"):
             return  # a change handler has this generation in hand; a refresh must not race it
-        decision = decide_replicas(owner.name, spec, previous.get("desiredReplicas"), now, self.autoscaler)
+        current = previous.get("desiredReplicas")
+        proposal = await self._propose(owner, spec, current, children)
+        decision = decide_replicas(spec, current, proposal)
+        warnings = _ignored_scale(spec, old_spec, decision) + _overridden(children, previous, decision)
         problem = check_model(spec.model.source)
-        if problem is None:
+        if problem is None and trigger == "alert":
+            problem = await self._scale(owner, children, decision)
+        elif problem is None:
             monitoring = await self.prometheus_operator(fresh=trigger == "change")
             wanted = build_children(owner, spec, decision.replicas, prometheus_operator=monitoring)
             if trigger == "change" or _drifted(children, wanted, decision):
@@ -98,9 +126,35 @@ class Reconciler:
             problem=problem,
             selector=owner.selector_string("engine"),
             now=now,
+            proposal=proposal,
         )
-        _announce(body, previous, new)
+        for reason, message in warnings:
+            announce(body, type="Warning", reason=reason, message=message)
+        _announce(body, previous, new, announce)
         patch.status.update(status_patch(previous, new))
+
+    async def _propose(
+        self, owner: Owner, spec: InferenceDeploymentSpec, current: int | None, children: Children
+    ) -> ScaleDecision | None:
+        """The autoscaler's evaluation (None while autoscaling is off or no autoscaler runs). It observes the
+        count that really runs: the last applied one, or in Recommend mode the spec's."""
+        if not spec.autoscaling.enabled or self.autoscaler is None:
+            return None
+        running = spec.replicas.fixed if spec.autoscaling.mode == "Recommend" else current
+        fleet = FleetRef(owner.namespace, owner.name, spec, replica_targets(children.engine_pods))
+        return await self.autoscaler.evaluate(fleet, spec.replicas.min if running is None else running)
+
+    async def _scale(self, owner: Owner, children: Children, decision: ScaleDecision) -> Problem | None:
+        """An alert's pass writes only the engine count (one request, not every child): fast, and the next
+        refresh finds nothing drifted."""
+        engine = children.engine
+        if engine is None or engine.get("spec", {}).get("replicas") == decision.replicas:
+            return None
+        try:
+            await self.client.scale(owner.namespace, owner.engine_name, decision.replicas)
+        except KubeError as error:
+            return Problem("ApplyFailed", f"Deployment {owner.engine_name}: {error}")
+        return None
 
     async def _apply(self, wanted: list[dict[str, Any]]) -> Problem | None:
         for child in wanted:
@@ -110,11 +164,13 @@ class Reconciler:
                 return Problem("ApplyFailed", f"{child['kind']} {child['metadata']['name']}: {error}")
         return None
 
-    def _report(self, body: kopf.Body, patch: kopf.Patch, previous: Mapping[str, Any], problem: Problem) -> None:
+    def _report(
+        self, body: kopf.Body, patch: kopf.Patch, previous: Mapping[str, Any], problem: Problem, announce: Announce
+    ) -> None:
         conditions = [c for c in previous.get("conditions", []) if c.get("type") != "Degraded"]
         degraded = {"type": "Degraded", "status": "True", "reason": problem.reason, "message": problem.message}
         new = {**previous, "conditions": conditions + [degraded]}
-        _announce(body, previous, new)
+        _announce(body, previous, new, announce)
         patch.status.update(status_patch(previous, new))
 
 
@@ -133,20 +189,54 @@ def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     return next((c for c in status.get("conditions", []) if c.get("type") == kind), {})
 
 
-def _announce(body: kopf.Body, previous: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-    """One Event per new problem and per scaling decision, not one per pass."""
+def _ignored_scale(
+    spec: InferenceDeploymentSpec, old_spec: Mapping[str, Any] | None, decision: ScaleDecision
+) -> list[tuple[str, str]]:
+    """``kubectl scale`` (or an HPA) wrote ``replicas.count`` while the autoscaler owns the count: say so."""
+    if not spec.autoscaling.enabled or spec.autoscaling.mode != "Act" or old_spec is None:
+        return []
+    before = (old_spec.get("replicas") or {}).get("count")
+    if before == spec.replicas.count or spec.replicas.count is None:
+        return []
+    return [("ScaleIgnored", f"replicas.count was set to {spec.replicas.count} (kubectl scale, or an HPA on the "
+             f"scale subresource) while autoscaling is enabled: the autoscaler owns the engine count, which stays "
+             f"{decision.replicas}")]
+
+
+def _overridden(children: Children, previous: Mapping[str, Any], decision: ScaleDecision) -> list[tuple[str, str]]:
+    """Someone other than the operator changed the engine Deployment's replicas (a person, an HPA): it is put
+    back by this pass; the Warning names who did it, from the Deployment's managedFields."""
+    engine = children.engine
+    if engine is None or previous.get("desiredReplicas") != decision.replicas:
+        return []  # no Deployment yet, or the count is changing now: the difference is ours
+    replicas = engine.get("spec", {}).get("replicas")
+    writers = [m for m in engine.get("metadata", {}).get("replicasManagers", []) if m != FIELD_MANAGER]
+    if replicas == decision.replicas or not writers:
+        return []
+    return [("ReplicasOverridden", f"the engine Deployment's replicas were set to {replicas} by "
+             f"{', '.join(writers)}; the operator owns that count (set it in the InferenceDeployment): put back "
+             f"to {decision.replicas}")]
+
+
+def _announce(body: kopf.Body, previous: Mapping[str, Any], new: Mapping[str, Any], announce: Announce) -> None:
+    """One Event per new problem and per scaling decision or recommendation, not one per pass."""
     before, after = _condition(previous, "Degraded"), _condition(new, "Degraded")
     if after.get("status") == "True" and (before.get("status"), before.get("reason"), before.get("message")) != (
         "True", after.get("reason"), after.get("message")
     ):
-        kopf.event(body, type="Warning", reason=after["reason"], message=after["message"])
-    if previous.get("desiredReplicas") not in (None, new.get("desiredReplicas")):
-        record = new["history"][-1]
-        kopf.event(
+        announce(body, type="Warning", reason=after["reason"], message=after["message"])
+    history = new.get("history") or []
+    if history and history != (previous.get("history") or []):
+        record = history[-1]
+        applied = record.get("applied", True)
+        if applied and previous.get("desiredReplicas") is None:
+            return  # the first count of a new object is no scaling decision
+        announce(
             body,
             type="Normal",
-            reason="Scaled",
-            message=f"engines {record['fromReplicas']} -> {record['toReplicas']}: {record['reason']}",
+            reason="Scaled" if applied else "ScaleRecommended",
+            message=f"engines {record['fromReplicas']} -> {record['toReplicas']}"
+            f"{'' if applied else ' recommended (mode: Recommend)'}: {record['reason']}",
         )
 
 

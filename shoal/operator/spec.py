@@ -136,19 +136,19 @@ class ReplicasSpec(_Wire):
 
 
 class MetricsSpec(_Wire):
-    model_config = _cel(
-        (
-            "self.source != 'prometheus' || has(self.prometheusUrl)",
-            "autoscaling.metrics.prometheusUrl is required when source is prometheus",
-        ),
+    source: Literal["scrape", "prometheus"] = Field(
+        "scrape", description="scrape reads every engine's /metrics; prometheus queries a Prometheus."
     )
-
-    source: Literal["scrape", "prometheus"] = "scrape"
-    prometheus_url: str | None = Field(None, pattern=r"^https?://")
+    prometheus_url: str | None = Field(
+        None, pattern=r"^https?://", description="The Prometheus to query; the operator's --prometheus-url if unset."
+    )
 
 
 class AutoscalingSpec(_Wire):
     enabled: bool = False
+    mode: Literal["Act", "Recommend"] = Field(
+        "Act", description="Act scales the engines; Recommend records each decision in the status and scales nothing."
+    )
     queue_depth_per_replica: float = Field(4.0, gt=0, description="Target waiting requests per engine.")
     ttft_p95_seconds: float = Field(2.0, gt=0, description="Target P95 time to first token.")
     scale_up_stabilization_seconds: int = Field(0, ge=0, le=3600)
@@ -164,9 +164,17 @@ class SecretKeyRef(_Wire):
     key: str = Field("api-keys", min_length=1)
 
 
+class HoldQueueSpec(_Wire):
+    """Requests the gateway holds while no engine is ready (scale from zero), beyond which it answers 503."""
+
+    size: int = Field(64, ge=0, le=10000, description="Requests held per gateway; 0 answers 503 at once.")
+    wait_seconds: int = Field(60, ge=1, le=3600, description="Longest a request is held before a 503.")
+
+
 class GatewaySpec(_Wire):
     image: str = Field(DEFAULT_GATEWAY_IMAGE, min_length=1)
     replicas: int = Field(1, ge=0, le=100)
+    hold_queue: HoldQueueSpec = Field(default_factory=HoldQueueSpec)
     routing_policy: RoutingPolicy = "prefix-aware"
     bound_factor: float = Field(1.25, ge=1.0, le=10.0, description="Bounded-load cap relative to the mean.")
     api_key_secret: SecretKeyRef | None = Field(
@@ -200,11 +208,30 @@ class Condition(_Wire):
     observed_generation: int | None = None
 
 
+SignalValues = dict[str, float]
+
+
 class ScalingRecord(_Wire):
+    """One change of the engine count (or, in Recommend mode, of the recommendation: ``applied`` false)."""
+
     time: str
     from_replicas: int
     to_replicas: int
     reason: str
+    rule: str | None = None
+    values: SignalValues | None = None
+    applied: bool = True
+
+
+class ScalingDecisionStatus(_Wire):
+    """The autoscaler's latest evaluation, whether or not it changed anything."""
+
+    time: str
+    replicas: int
+    rule: str
+    message: str
+    values: SignalValues = Field(default_factory=dict)
+    applied: bool = True
 
 
 class InferenceDeploymentStatus(_Wire):
@@ -218,5 +245,6 @@ class InferenceDeploymentStatus(_Wire):
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
     last_scale_time: str | None = None
+    last_decision: ScalingDecisionStatus | None = None
     history: list[ScalingRecord] = Field(default_factory=list, max_length=MAX_SCALING_HISTORY)
     selector: str | None = None

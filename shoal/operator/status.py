@@ -66,8 +66,10 @@ def compute_status(
     problem: Problem | None,
     selector: str,
     now: datetime,
+    proposal: ScaleDecision | None = None,
 ) -> Status:
-    """The whole new status (camelCase, as stored)."""
+    """The whole new status (camelCase, as stored). ``proposal`` is the autoscaler's latest evaluation (applied as
+    ``decision`` in Act mode, only recorded in Recommend mode)."""
     stamp = timestamp(now)
     old_conditions = list(previous.get("conditions", []))
     desired = decision.replicas
@@ -103,13 +105,7 @@ def compute_status(
         _condition(old_conditions, "Degraded", *degraded, stamp, generation),
     ]
     if spec.autoscaling.enabled:
-        if decision.limited:
-            limited = (True, decision.limited, f"{decision.reason}; clamped to {desired}")
-        elif decision.reason.startswith("MetricsMissing"):
-            limited = (True, "MetricsMissing", decision.reason)
-        else:
-            limited = (False, "WithinBounds", decision.reason)
-        conditions.append(_condition(old_conditions, "ScalingLimited", *limited, stamp, generation))
+        conditions += _autoscaling_conditions(spec, decision, proposal, old_conditions, stamp, generation)
 
     status: Status = {
         "replicas": replicas,
@@ -122,16 +118,69 @@ def compute_status(
     }
     if previous.get("lastScaleTime"):
         status["lastScaleTime"] = previous["lastScaleTime"]
-    if decision.queue_depth is not None:
-        status["queueDepth"] = decision.queue_depth
-    if decision.ttft_p95_seconds is not None:
-        status["ttftP95Seconds"] = decision.ttft_p95_seconds
+    observed = proposal or decision
+    if observed.queue_depth is not None:
+        status["queueDepth"] = observed.queue_depth
+    if observed.ttft_p95_seconds is not None:
+        status["ttftP95Seconds"] = observed.ttft_p95_seconds
     before = previous.get("desiredReplicas")
     if before != desired and not (before is None and problem is not None):
-        record = {"time": stamp, "fromReplicas": before or 0, "toReplicas": desired, "reason": decision.reason}
-        status["history"] = (status["history"] + [record])[-MAX_SCALING_HISTORY:]
+        _record(status, _change(stamp, before or 0, desired, decision, applied=True))
         status["lastScaleTime"] = stamp
+    if spec.autoscaling.enabled and proposal is not None:
+        act = spec.autoscaling.mode == "Act"
+        last = _last_decision(previous.get("lastDecision"), proposal, stamp, act)
+        status["lastDecision"] = last
+        if not act:
+            recommended = (previous.get("lastDecision") or {}).get("replicas", desired)
+            if recommended != proposal.replicas:
+                _record(status, _change(stamp, recommended, proposal.replicas, proposal, applied=False))
     return status
+
+
+def _change(stamp: str, before: int, after: int, decision: ScaleDecision, *, applied: bool) -> dict[str, Any]:
+    record: dict[str, Any] = {"time": stamp, "fromReplicas": before, "toReplicas": after, "reason": decision.reason}
+    if decision.rule is not None:
+        record |= {"rule": decision.rule, "values": dict(decision.values), "applied": applied}
+    return record
+
+
+def _record(status: Status, record: dict[str, Any]) -> None:
+    status["history"] = (status["history"] + [record])[-MAX_SCALING_HISTORY:]
+
+
+def _last_decision(before: Mapping[str, Any] | None, proposal: ScaleDecision, stamp: str, applied: bool) -> Status:
+    """The autoscaler's latest evaluation; its time moves only when what it says does (no write per pass)."""
+    last = {"time": stamp, "replicas": proposal.replicas, "rule": proposal.rule or "", "message": proposal.reason,
+            "values": dict(proposal.values), "applied": applied}
+    if before is not None and {**before, "time": stamp} == last:
+        return dict(before)
+    return last
+
+
+def _autoscaling_conditions(
+    spec: InferenceDeploymentSpec, decision: ScaleDecision, proposal: ScaleDecision | None,
+    old: list[Mapping[str, Any]], stamp: str, generation: int,
+) -> list[dict[str, Any]]:
+    """``ScalingLimited`` (clamped, or nothing to go on) and ``MetricsAvailable`` (whether the source saw the fleet)."""
+    desired = decision.replicas
+    if decision.limited == "NoGateway":
+        limited = (True, "NoGateway", "replicas.min is 0 but gateway.replicas is 0: nothing would hold requests "
+                   f"or report demand at zero engines, so {desired} stays")
+    elif decision.limited:
+        limited = (True, decision.limited, f"{decision.reason}; clamped to {desired}")
+    elif decision.reason.startswith("MetricsMissing"):
+        limited = (True, "MetricsMissing", decision.reason)
+    else:
+        limited = (False, "WithinBounds", decision.reason)
+    if proposal is None:
+        metrics = (False, "NoAutoscaler", "no autoscaler evaluates this fleet")
+    elif proposal.missing is not None:
+        metrics = (False, "MetricsMissing", f"{proposal.missing}; the engine count is held")
+    else:
+        metrics = (True, "Observed", "the metrics source observed the fleet")
+    return [_condition(old, "ScalingLimited", *limited, stamp, generation),
+            _condition(old, "MetricsAvailable", *metrics, stamp, generation)]
 
 
 def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,18 +12,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `operator_harness` under any pytest import mode
 
-from operator_harness import CHART, RELEASE, RELEASE_NAMESPACE, SERVICE_ACCOUNT, OperatorProcess
+from operator_harness import RELEASE_NAMESPACE, SERVICE_ACCOUNT, OperatorProcess, install_chart
 from support.kube_testbed import ControlPlane
 
 
 @pytest.fixture(scope="session")
 def installed_chart(kube_apiserver: ControlPlane) -> ControlPlane:
-    """``helm install`` of charts/shoal into the test cluster (CRDs, RBAC, peering object, operator Deployment)."""
-    kube_apiserver.helm("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-                        "--wait=false")
-    kube_apiserver.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                           "crd/inferencedeployments.shoal.dev", "crd/clusterkopfpeerings.kopf.dev")
-    return kube_apiserver
+    """charts/shoal installed into the test cluster (CRDs, RBAC, peering object, operator Deployment)."""
+    return install_chart(kube_apiserver)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,16 @@ RELEASE, RELEASE_NAMESPACE, SERVICE_ACCOUNT = "shoal", "shoal-system", "shoal"
 RESYNC_SECONDS = 1.0
 
 
+def install_chart(plane: ControlPlane) -> ControlPlane:
+    """``helm upgrade --install`` of charts/shoal (CRDs, RBAC, peering object, operator Deployment): the operator
+    and autoscale suites each install it once per session, whichever runs first, without clashing."""
+    plane.helm("upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+               "--wait=false")
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                  "crd/inferencedeployments.shoal.dev", "crd/clusterkopfpeerings.kopf.dev")
+    return plane
+
+
 class OperatorProcess:
     """A ``python -m shoal.operator operator`` process (the same command as ``shoal operator``, without the other
     areas' parsers); its log is kept for assertions and failure reports. ``restart`` replaces the process."""

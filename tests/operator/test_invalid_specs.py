@@ -26,12 +26,12 @@ pytestmark = pytest.mark.kube
          'spec.gateway.routingPolicy: Unsupported value: "fastest": supported values: "prefix-aware", '
          '"least-load", "round-robin"'),
         ({"autoscaling": {"ttftP95Seconds": 0}}, "spec.autoscaling.ttftP95Seconds: Invalid value: 0"),
-        ({"autoscaling": {"metrics": {"source": "prometheus"}}},
-         "autoscaling.metrics.prometheusUrl is required when source is prometheus"),
+        ({"autoscaling": {"mode": "Sometimes"}},
+         'spec.autoscaling.mode: Unsupported value: "Sometimes": supported values: "Act", "Recommend"'),
         ({"model": None}, "spec.model: Required value"),
     ],
     ids=["min-over-max", "count-out-of-bounds", "negative-replicas", "unknown-policy", "zero-ttft-target",
-         "prometheus-without-url", "missing-model"],
+         "unknown-autoscaling-mode", "missing-model"],
 )
 def test_apiserver_rejects(installed_chart: ControlPlane, spec: dict[str, Any], message: str) -> None:
     body = example("invalid", **spec)

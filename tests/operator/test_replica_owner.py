@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,39 +12,43 @@ from pydantic import ValidationError
 from shoal.operator.replicas import ScaleDecision, decide_replicas
 from shoal.operator.spec import ROUTING_POLICIES, InferenceDeploymentSpec
 
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
 def spec(**overrides: Any) -> InferenceDeploymentSpec:
     return InferenceDeploymentSpec.model_validate({"model": {"source": "smollm2-135m"}, **overrides})
 
 
-def test_autoscaling_off_the_spec_count_rules_and_the_hook_is_never_asked() -> None:
-    def hook(*_: Any) -> ScaleDecision:
-        raise AssertionError("the autoscaler must not be consulted while autoscaling is off")
-
+def test_autoscaling_off_the_spec_count_rules_and_a_proposal_is_ignored() -> None:
     s = spec(replicas={"min": 1, "max": 5, "count": 3})
-    assert decide_replicas("x", s, current=1, now=NOW, autoscaler=hook).replicas == 3
+    assert decide_replicas(s, current=1, proposal=ScaleDecision(5, "wish")).replicas == 3
 
 
 def test_autoscaling_off_without_count_runs_min() -> None:
-    assert decide_replicas("x", spec(replicas={"min": 2, "max": 5}), None, NOW).replicas == 2
+    assert decide_replicas(spec(replicas={"min": 2, "max": 5}), None, None).replicas == 2
 
 
-def test_autoscaling_on_the_hook_decides_and_the_spec_count_is_ignored() -> None:
+def test_recommend_mode_leaves_the_count_to_the_spec() -> None:
+    s = spec(replicas={"min": 1, "max": 8, "count": 2}, autoscaling={"enabled": True, "mode": "Recommend"})
+    assert decide_replicas(s, current=2, proposal=ScaleDecision(6, "ScaleUpQueue: ...")).replicas == 2
+
+
+def test_autoscaling_on_the_proposal_decides_and_the_spec_count_is_ignored() -> None:
     s = spec(replicas={"min": 1, "max": 8, "count": 2}, autoscaling={"enabled": True})
-    decision = decide_replicas(
-        "x", s, current=2, now=NOW,
-        autoscaler=lambda name, sp, current, now: ScaleDecision(current + 3, "queue above target", 9.0, 1.5),
-    )
-    assert decision == ScaleDecision(5, "queue above target", 9.0, 1.5)
+    proposal = ScaleDecision(5, "queue above target", 9.0, 1.5, rule="ScaleUpQueue")
+    assert decide_replicas(s, current=2, proposal=proposal) == proposal
 
 
 def test_without_metrics_the_count_is_held() -> None:
     s = spec(replicas={"min": 1, "max": 8}, autoscaling={"enabled": True})
-    decision = decide_replicas("x", s, current=4, now=NOW, autoscaler=lambda *_: None)
+    decision = decide_replicas(s, current=4, proposal=None)
     assert decision.replicas == 4 and decision.reason.startswith("MetricsMissing")
-    assert decide_replicas("x", s, current=None, now=NOW).replicas == 1
+    assert decide_replicas(s, current=None, proposal=None).replicas == 1
+
+
+def test_zero_without_a_gateway_keeps_one_engine() -> None:
+    s = spec(replicas={"min": 0, "max": 4}, autoscaling={"enabled": True}, gateway={"replicas": 0})
+    decision = decide_replicas(s, current=1, proposal=ScaleDecision(0, "ScaleToZero: idle"))
+    assert (decision.replicas, decision.limited) == (1, "NoGateway")
+    with_gateway = spec(replicas={"min": 0, "max": 4}, autoscaling={"enabled": True})
+    assert decide_replicas(with_gateway, current=1, proposal=ScaleDecision(0, "ScaleToZero: idle")).replicas == 0
 
 
 @given(
@@ -54,7 +57,7 @@ def test_without_metrics_the_count_is_held() -> None:
 def test_the_autoscaler_is_always_clamped_to_the_bounds(low: int, span: int, wish: int, current: int) -> None:
     high = max(low + span, 1)
     s = spec(replicas={"min": low, "max": high}, autoscaling={"enabled": True})
-    decision = decide_replicas("x", s, current, NOW, autoscaler=lambda *_: ScaleDecision(wish, "wish"))
+    decision = decide_replicas(s, current, ScaleDecision(wish, "wish"))
     assert low <= decision.replicas <= high
     assert decision.limited == ("TooFewReplicas" if wish < low else "TooManyReplicas" if wish > high else None)
 

@@ -29,6 +29,8 @@ _FLAGS = {
     "--tokenizer": "SHOAL_GATEWAY_TOKENIZER",
     "--api-keys": "SHOAL_GATEWAY_API_KEYS",
     "--redis-url": "SHOAL_GATEWAY_REDIS_URL",
+    "--hold-queue-size": "SHOAL_GATEWAY_HOLD_QUEUE_SIZE",
+    "--hold-seconds": "SHOAL_GATEWAY_HOLD_SECONDS",
 }
 
 
@@ -41,6 +43,8 @@ def gateway_settings(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, s
         "SHOAL_GATEWAY_POLICY": gateway.routing_policy,
         "SHOAL_GATEWAY_BOUND_FACTOR": f"{gateway.bound_factor:g}",
         "SHOAL_GATEWAY_TOKENIZER": f"{spec.served_name}={spec.model.source}",
+        "SHOAL_GATEWAY_HOLD_QUEUE_SIZE": str(gateway.hold_queue.size),
+        "SHOAL_GATEWAY_HOLD_SECONDS": str(gateway.hold_queue.wait_seconds),
     }
     if gateway.api_key_secret is not None:
         settings["SHOAL_GATEWAY_API_KEYS"] = f"{API_KEYS_DIR}/{gateway.api_key_secret.key}"
