@@ -1,24 +1,37 @@
 """Active health checks: which replicas are ready, and which models each serves.
 
-A replica enters rotation when its ``/ready`` answers 200 and its ``/v1/models`` lists what it serves; it
-leaves after ``fail_threshold`` failed checks in a row (the proxy also ejects it at once on a refused
-connection, and the next good check brings it back).
+A replica enters rotation when its ``/ready`` answers 200 and its ``/v1/models`` lists what it serves (and,
+from a Shoal engine, its scheduler limits: the ``Capacity`` routing measures its load against); it leaves
+after ``fail_threshold`` failed checks in a row (the proxy also ejects it at once on a refused connection, and
+the next good check brings it back).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import aiohttp
 
 from shoal.gateway.replicas import Fleet, Replica
+from shoal.gateway.routing import Capacity
 
 log = logging.getLogger(__name__)
 
 
-async def probe(session: aiohttp.ClientSession, replica: Replica, timeout: float) -> frozenset[str] | None:
-    """The models a ready replica serves, or ``None`` if it is not ready."""
+def capacity_of(cards: list[dict[str, Any]]) -> Capacity | None:
+    """The scheduler limits a Shoal engine lists with its models; ``None`` from engines that list none."""
+    for card in cards:
+        budget, seqs = card.get("max_num_batched_tokens"), card.get("max_num_seqs")
+        if isinstance(budget, int) and isinstance(seqs, int) and budget >= 1 and seqs >= 1:
+            return Capacity(budget, seqs)
+    return None
+
+
+async def probe(session: aiohttp.ClientSession, replica: Replica,
+                timeout: float) -> tuple[frozenset[str], Capacity | None] | None:
+    """The models a ready replica serves and its capacity, or ``None`` if it is not ready."""
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     try:
         async with session.get(replica.url + "/ready", timeout=client_timeout) as response:
@@ -28,7 +41,8 @@ async def probe(session: aiohttp.ClientSession, replica: Replica, timeout: float
             if response.status != 200:
                 return None
             listing = await response.json(content_type=None)
-        return frozenset(str(card["id"]) for card in listing["data"])
+        models = frozenset(str(card["id"]) for card in listing["data"])  # a card that is no object: TypeError
+        return models, capacity_of(listing["data"])
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
         return None
 
@@ -36,13 +50,14 @@ async def probe(session: aiohttp.ClientSession, replica: Replica, timeout: float
 async def check(session: aiohttp.ClientSession, fleet: Fleet, replica: Replica, timeout: float,
                 fail_threshold: int) -> None:
     """One check of one replica, applied to its state."""
-    models = await probe(session, replica, timeout)
+    found = await probe(session, replica, timeout)
     if fleet.replicas.get(replica.url) is not replica:
         return  # discovery removed it meanwhile
-    if models is not None:
+    if found is not None:
+        models, capacity = found
         if not replica.healthy:
-            log.info("replica %s is ready, serving %s", replica.url, sorted(models))
-        replica.models, replica.healthy, replica.failures = models, True, 0
+            log.info("replica %s is ready, serving %s with %s", replica.url, sorted(models), capacity)
+        replica.models, replica.capacity, replica.healthy, replica.failures = models, capacity, True, 0
         return
     replica.failures += 1
     if replica.healthy and replica.failures >= fail_threshold:

@@ -37,7 +37,8 @@ class PromptTokenizer(Protocol):
 @dataclass(frozen=True)
 class Prompt:
     token_ids: list[int] | None
-    cost_tokens: int
+    cost_tokens: int  # prompt plus output budget: what quotas charge
+    output_tokens: int = 0  # the output budget part of it: what routing charges a replica until the request ends
 
     def block_hashes(self, block_size: int = DEFAULT_BLOCK_SIZE) -> list[int]:
         return hash_blocks(self.token_ids, block_size) if self.token_ids else []
@@ -105,17 +106,18 @@ class PromptReader:
                 try:
                     text = tokenizer.apply_chat_template(messages, add_generation_prompt=request.add_generation_prompt)
                     ids = tokenizer.encode(text, add_special_tokens=False)
-                    return Prompt(ids, len(ids) + max_tokens)
+                    return Prompt(ids, len(ids) + max_tokens, max_tokens)
                 except Exception:  # noqa: BLE001 - the engine answers a bad chat with a 400; routing needn't
                     log.debug("chat template failed for %r; routing without prefixes", request.model, exc_info=True)
             size = sum(len(m["content"].encode()) for m in messages)
-            return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens)
+            return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens, max_tokens)
         max_tokens = request.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
         prompts = request.prompts()
         prompt = prompts[0]
         if isinstance(prompt, list):
-            return Prompt(prompt, len(prompt) * len(prompts) + max_tokens)
+            return Prompt(prompt, len(prompt) * len(prompts) + max_tokens, max_tokens)
         if tokenizer is not None:
             ids = tokenizer.encode(prompt)
-            return Prompt(ids, len(ids) * len(prompts) + max_tokens)
-        return Prompt(None, len(prompt.encode()) * len(prompts) // BYTES_PER_TOKEN_ESTIMATE + max_tokens)
+            return Prompt(ids, len(ids) * len(prompts) + max_tokens, max_tokens)
+        return Prompt(None, len(prompt.encode()) * len(prompts) // BYTES_PER_TOKEN_ESTIMATE + max_tokens,
+                      max_tokens)

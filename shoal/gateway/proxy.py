@@ -187,7 +187,8 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
         raise model_not_found(state.model)  # else a replica yet unheard of may serve it: 503 until it is
     state.timer.mark("validate")
     prompt = gateway.prompts.read(body)
-    route = RouteRequest(prompt.block_hashes(config.block_size), prompt.cost_tokens)
+    route = RouteRequest(prompt.block_hashes(config.block_size), prompt.cost_tokens, config.block_size,
+                         prompt.output_tokens)
     state.prompt_tokens = len(prompt.token_ids) if prompt.token_ids is not None else None
     state.timer.mark("tokenize")
     admission = await gateway.quota.admit(tenant.name, tenant.limits, prompt.cost_tokens)
@@ -281,7 +282,7 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
         state.timer.mark("route")
         state.attempts += 1
         tried.add(replica.url)
-        state.lease = Fleet.acquire(replica, route.cost_tokens, route.block_hashes)
+        state.lease = Fleet.acquire(replica, route, decision.matched_blocks)
         response: UpstreamResponse | None = None
         wait = limits.first_byte(time.monotonic(), stream)
         first_byte_by = time.monotonic() + wait.seconds
@@ -299,6 +300,7 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
                 continue
             first = await response.read(first_byte_by - time.monotonic())
             state.timer.mark("ttfb")
+            Fleet.prefilled(state.lease)
         except UpstreamTimeout:  # slow, not gone: close it (the engine aborts) and try another, not ejecting it
             _close_attempt(state, response)
             gateway.metrics.timeouts.labels(wait.code).inc()

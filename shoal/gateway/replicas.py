@@ -1,9 +1,14 @@
 """The engine replicas the gateway knows: where they are, what they serve, whether they are up, their load.
 
 Discovery (a static list, a file, or the EndpointSlices of the engine Service) decides which URLs exist; the
-health checker decides which are serving and which models each one serves (from its own ``/v1/models``); the
-proxy counts each replica's in-flight tokens and ejects one on a failed connect. Routing sees only the
-replicas that are healthy and serve the requested model.
+health checker decides which are serving, which models each one serves and the capacity its engine announces
+(from its own ``/v1/models``); the proxy ejects one on a failed connect. Routing sees only the replicas that
+are healthy and serve the requested model.
+
+Load accounting follows ``shoal.gateway.routing``'s load measure. A lease charges the replica the request's
+uncached prompt tokens until its first byte arrives (the engine has then prefilled it: ``Fleet.prefilled``),
+and one sequence until it finishes; a replica that announces no capacity is also charged the request's output
+budget until then.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shoal.gateway.prefix_index import PrefixIndex
-from shoal.gateway.routing import ReplicaView
+from shoal.gateway.routing import Capacity, ReplicaView, RouteRequest
 
 
 @dataclass
@@ -21,20 +26,22 @@ class Replica:
     models: frozenset[str] = frozenset()
     healthy: bool = False
     failures: int = 0
+    capacity: Capacity | None = None
     load_tokens: int = 0
     in_flight: int = 0
     index: PrefixIndex = field(default_factory=PrefixIndex)
 
     def view(self) -> ReplicaView:
-        return ReplicaView(self.url, self.load_tokens, self.index)
+        return ReplicaView(self.url, self.load_tokens, self.index, self.in_flight, self.capacity)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Lease:
     """One request's claim on a replica, returned by ``Fleet.acquire`` and given back with ``release``."""
 
     replica: Replica
-    cost_tokens: int
+    prefill_tokens: int  # charged until the first byte (``Fleet.prefilled``)
+    held_tokens: int  # charged until the request ends
     block_hashes: Sequence[int]
 
 
@@ -66,16 +73,26 @@ class Fleet:
         return [r for r in self.replicas.values() if r.healthy and model in r.models and r.url not in skip]
 
     @staticmethod
-    def acquire(replica: Replica, cost_tokens: int, block_hashes: Sequence[int]) -> Lease:
-        replica.load_tokens += cost_tokens
+    def acquire(replica: Replica, request: RouteRequest, matched_blocks: int) -> Lease:
+        """Charges ``request`` to ``replica``, which holds ``matched_blocks`` of its prompt."""
+        prefill = request.prefill_tokens(matched_blocks)
+        lease = Lease(replica, prefill, request.tokens_on(replica.capacity, matched_blocks) - prefill,
+                      request.block_hashes)
+        replica.load_tokens += lease.prefill_tokens + lease.held_tokens
         replica.in_flight += 1
-        replica.index.routed(block_hashes)
-        return Lease(replica, cost_tokens, block_hashes)
+        replica.index.routed(request.block_hashes)
+        return lease
+
+    @staticmethod
+    def prefilled(lease: Lease) -> None:
+        """The first byte came back: the engine has computed the prompt, so it no longer counts as load."""
+        lease.replica.load_tokens -= lease.prefill_tokens
+        lease.prefill_tokens = 0
 
     @staticmethod
     def release(lease: Lease) -> None:
         replica = lease.replica
-        replica.load_tokens -= lease.cost_tokens
+        replica.load_tokens -= lease.prefill_tokens + lease.held_tokens
         replica.in_flight -= 1
         replica.index.finished(lease.block_hashes)
 

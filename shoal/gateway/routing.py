@@ -1,19 +1,37 @@
 """Routing policies: which engine replica serves a request. Pure code, no I/O.
 
 Each policy is ``decide(replicas, request) -> Decision``: the gateway gathers a snapshot of the replicas
-(their in-flight load and what they have cached) and applies the decision; the fleet simulator and the tests
-call exactly the same code.
+(their load, their capacity and what they have cached) and applies the decision; the fleet simulator and the
+tests call exactly the same code.
 
 Prefix-aware routing works like consistent hashing with bounded loads (CHWBL), but scores replicas by what
-they really hold instead of by a hash ring. Load is counted in in-flight tokens (prompt plus requested
-output): a replica is *eligible* while its load plus this request stays within ``bound_factor`` x the fleet's
-mean load after placement, where the mean never counts below ``load_floor_tokens`` (so that a handful of
-requests on an idle fleet is not mistaken for imbalance). Among eligible replicas the longest cached prefix
-of the request's chained block hashes wins; ties go to the least loaded. A request nobody holds any of (a
-miss) is placed by rendezvous hashing of its first block among the eligible replicas, so that every gateway
-replica (active-active, each following the same KV events) sends a new prefix to the same engine even before
-that engine has reported storing it. Ties that remain are broken by the same rendezvous weight, never by
-arrival order or dict order, so two gateways fed the same snapshot decide the same.
+they really hold instead of by a hash ring. A replica is *eligible* while its load plus this request stays
+within ``bound_factor`` x the fleet's mean load after placement, where the mean never counts below the
+replica's *floor*. Among eligible replicas the longest cached prefix of the request's chained block hashes
+wins; ties go to the replica left furthest under its bound. A request nobody holds any of (a miss) is placed
+by rendezvous hashing of its first block among the eligible replicas, so that every gateway replica
+(active-active, each following the same KV events) sends a new prefix to the same engine even before that
+engine has reported storing it. Ties that remain are broken by the same rendezvous weight, never by arrival
+order or dict order, so two gateways fed the same snapshot decide the same.
+
+The load measure, in tokens, is the work a replica still has, which is what a simulator must feed as well:
+
+- ``ReplicaView.load_tokens``: prompt tokens of the requests in flight there that are still to be prefilled,
+  counting only what the replica does not have cached (a request's prompt minus its matched blocks, until its
+  first output token arrives); for a replica that announces no capacity, plus each in-flight request's output
+  budget until it finishes (its sequences then count through their tokens).
+- ``ReplicaView.sequences``: requests in flight there. A replica that announces its ``Capacity`` (its engine's
+  per-step token budget and maximum running sequences) charges each sequence ``token_budget / max_seqs``
+  tokens: its share of a step, so that the load reaches the token budget exactly when the engine would start
+  to queue, whichever of its two limits is reached first.
+- A request costs, on a given replica, its uncached prompt tokens there (``RouteRequest.block_size`` tokens
+  saved per matched block) plus one sequence's charge, or plus its output budget where no capacity is known.
+
+The floor follows capacity: a replica with a known ``Capacity`` has a floor of ``token_budget /
+bound_factor``, so at low load it keeps taking the requests whose prefix it holds until it would queue, and
+the bound bites before it does; under heavier load the mean governs, as in CHWBL. A replica that announces
+nothing gets the policy's ``load_floor_tokens`` (sized for big GPU engines). With no capacities and no
+``block_size`` this is exactly the earlier token-count policy.
 """
 
 from __future__ import annotations
@@ -31,20 +49,55 @@ DEFAULT_LOAD_FLOOR_TOKENS = 4096
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """What one replica runs at once without queueing: its engine scheduler's two limits, as it announces them."""
+
+    token_budget: int  # tokens computed per step (the engine's max_num_batched_tokens)
+    max_seqs: int  # sequences running at once (max_num_seqs)
+
+    def __post_init__(self) -> None:
+        if self.token_budget < 1 or self.max_seqs < 1:
+            raise ValueError(f"capacity limits must be >= 1, got token_budget={self.token_budget}, "
+                             f"max_seqs={self.max_seqs}")
+
+    @property
+    def sequence_tokens(self) -> float:
+        """What one running sequence is charged: its share of a step's token budget."""
+        return self.token_budget / self.max_seqs
+
+
+@dataclass(frozen=True)
 class ReplicaView:
-    """What a policy may know about one replica at decision time."""
+    """What a policy may know about one replica at decision time (the load measure: module docstring)."""
 
     replica_id: str
     load_tokens: int = 0
     cached: Container[int] = field(default_factory=frozenset)
+    sequences: int = 0
+    capacity: Capacity | None = None
 
 
 @dataclass(frozen=True)
 class RouteRequest:
-    """The part of a request routing looks at: its prompt's chained block hashes and its token cost."""
+    """The part of a request routing looks at: its prompt's chained block hashes and its token cost.
+
+    ``cost_tokens`` is prompt plus output budget; ``output_tokens`` the output part of it; ``block_size`` the
+    tokens each block hash covers, which a replica holding that block need not compute (0: not known).
+    """
 
     block_hashes: Sequence[int] = ()
     cost_tokens: int = 1
+    block_size: int = 0
+    output_tokens: int = 0
+
+    def prefill_tokens(self, matched: int) -> int:
+        """Prompt tokens a replica holding ``matched`` of the blocks still has to compute."""
+        return max(self.cost_tokens - self.output_tokens - self.block_size * matched, 0)
+
+    def tokens_on(self, capacity: Capacity | None, matched: int) -> int:
+        """What the request adds to the ``load_tokens`` of a replica with this capacity holding ``matched`` blocks."""
+        prefill = self.prefill_tokens(matched)
+        return prefill if capacity is not None else prefill + self.output_tokens
 
 
 @dataclass(frozen=True)
@@ -78,14 +131,34 @@ def rendezvous_weight(replica_id: str, key: int) -> int:
     return int.from_bytes(digest, "little")
 
 
-def load_threshold(replicas: Sequence[ReplicaView], cost_tokens: int, bound_factor: float, floor: int) -> float:
-    """The most in-flight tokens a replica may hold after taking this request and still count as balanced."""
-    mean_after = (sum(r.load_tokens for r in replicas) + cost_tokens) / len(replicas)
-    return bound_factor * max(mean_after, float(floor))
+def load(replica: ReplicaView) -> float:
+    """A replica's load in tokens: what it still has to prefill plus its sequences' charge."""
+    if replica.capacity is None:
+        return replica.load_tokens
+    return replica.load_tokens + replica.sequences * replica.capacity.sequence_tokens
 
 
-def _least_loaded(replicas: Sequence[ReplicaView], key: int) -> ReplicaView:
-    return min(replicas, key=lambda r: (r.load_tokens, -rendezvous_weight(r.replica_id, key), r.replica_id))
+def cost_on(replica: ReplicaView, request: RouteRequest, matched: int) -> float:
+    """What placing ``request`` on ``replica`` adds to its ``load``."""
+    tokens = request.tokens_on(replica.capacity, matched)
+    return tokens if replica.capacity is None else tokens + replica.capacity.sequence_tokens
+
+
+def mean_load_after(replicas: Sequence[ReplicaView], cost_tokens: int) -> float:
+    """The fleet's mean load once a request of ``cost_tokens`` is placed (charged at its full cost)."""
+    return (sum(load(r) for r in replicas) + cost_tokens) / len(replicas)
+
+
+def floor_tokens(replica: ReplicaView, bound_factor: float, default_floor: int) -> float:
+    """Below this mean the bound does not tighten: the replica's capacity over the bound, else the default."""
+    if replica.capacity is None:
+        return default_floor
+    return replica.capacity.token_budget / bound_factor
+
+
+def load_threshold(replicas: Sequence[ReplicaView], cost_tokens: int, bound_factor: float, floor: float) -> float:
+    """The most load a replica with this ``floor`` may hold after taking the request and still count as balanced."""
+    return bound_factor * max(mean_load_after(replicas, cost_tokens), float(floor))
 
 
 class RoundRobin:
@@ -104,7 +177,7 @@ class RoundRobin:
 
 
 class LeastLoad:
-    """The replica with the fewest in-flight tokens; ties taken in turn, as a plain load balancer would."""
+    """The replica with the least load; ties taken in turn, as a plain load balancer would."""
 
     name = "least-load"
 
@@ -112,8 +185,8 @@ class LeastLoad:
         self._counter = 0
 
     def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
-        lightest = min(r.load_tokens for r in replicas)
-        tied = sorted((r for r in replicas if r.load_tokens == lightest), key=lambda r: r.replica_id)
+        lightest = min(load(r) for r in replicas)
+        tied = sorted((r for r in replicas if load(r) == lightest), key=lambda r: r.replica_id)
         chosen = tied[self._counter % len(tied)]
         self._counter += 1
         return Decision(chosen.replica_id, "least_load", matched_blocks(chosen.cached, request.block_hashes))
@@ -136,20 +209,30 @@ class PrefixAware:
     def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
         hashes = request.block_hashes
         key = hashes[0] if hashes else 0
-        threshold = load_threshold(replicas, request.cost_tokens, self.bound_factor, self.load_floor_tokens)
-        matches = {r.replica_id: matched_blocks(r.cached, hashes) for r in replicas}
-        eligible = [r for r in replicas if r.load_tokens + request.cost_tokens <= threshold]
+        mean = mean_load_after(replicas, request.cost_tokens)
+        matches: dict[str, int] = {}
+        headroom: dict[str, float] = {}  # limit minus load after taking the request: >= 0 means eligible
+        for r in replicas:
+            matches[r.replica_id] = matched = matched_blocks(r.cached, hashes)
+            limit = self.bound_factor * max(mean, floor_tokens(r, self.bound_factor, self.load_floor_tokens))
+            headroom[r.replica_id] = limit - (load(r) + cost_on(r, request, matched))
+
+        def roomiest(candidates: Sequence[ReplicaView]) -> ReplicaView:
+            return max(candidates, key=lambda r: (headroom[r.replica_id], rendezvous_weight(r.replica_id, key),
+                                                  r.replica_id))
+
+        eligible = [r for r in replicas if headroom[r.replica_id] >= 0]
         if not eligible:
-            chosen = _least_loaded(replicas, key)
+            chosen = roomiest(replicas)
             return Decision(chosen.replica_id, "load_bound_fallback", matches[chosen.replica_id])
         best = max(matches[r.replica_id] for r in eligible)
         if best > 0:
-            chosen = _least_loaded([r for r in eligible if matches[r.replica_id] == best], key)
+            chosen = roomiest([r for r in eligible if matches[r.replica_id] == best])
             return Decision(chosen.replica_id, "prefix_hit", best)
         if hashes:
             chosen = max(eligible, key=lambda r: (rendezvous_weight(r.replica_id, key), r.replica_id))
         else:
-            chosen = _least_loaded(eligible, key)
+            chosen = roomiest(eligible)
         reason: Reason = "load_bound_fallback" if any(matches.values()) else "miss"
         return Decision(chosen.replica_id, reason, 0)
 

@@ -272,6 +272,9 @@ class ModelCard(BaseModel):
     created: int = Field(default_factory=now_s)
     owned_by: str = "shoal"
     max_model_len: int | None = None
+    # Shoal's extension: the engine's scheduler limits, from which a gateway knows the replica's capacity.
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
 
 
 class ModelList(BaseModel):

@@ -36,6 +36,7 @@ class FakeEngine:
         self.completed = 0
         self.kv_snapshot: list[int] = []
         self.kv_events: list[KVEvent] = []
+        self.card: dict[str, Any] = {}  # more fields for each model card (a Shoal engine's scheduler limits)
         self.app = Starlette(routes=[
             Route("/ready", self._ready), Route("/health", self._ready), Route("/v1/models", self._models),
             Route("/v1/completions", self._generate, methods=["POST"]),
@@ -47,7 +48,8 @@ class FakeEngine:
         return PlainTextResponse("ok" if self.ready else "not ready", status_code=200 if self.ready else 503)
 
     async def _models(self, _: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
+        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model", **self.card}
+                                                       for m in self.models]})
 
     def _chunk(self, i: int) -> bytes:
         body = {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": self.models[0],

@@ -129,8 +129,13 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
 
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:
-        max_model_len = engine.core.max_model_len if engine.core is not None else None
-        cards = [ModelCard(id=name, max_model_len=max_model_len) for name in settings.served_model_names]
+        core = engine.core
+        if core is None:
+            cards = [ModelCard(id=name) for name in settings.served_model_names]
+        else:  # the scheduler's limits: a gateway reads the replica's capacity from them
+            cards = [ModelCard(id=name, max_model_len=core.max_model_len,
+                               max_num_batched_tokens=core.config.max_num_batched_tokens,
+                               max_num_seqs=core.config.max_num_seqs) for name in settings.served_model_names]
         return JSONResponse(ModelList(data=cards).model_dump())
 
     @app.get("/health")
