@@ -2,7 +2,9 @@
 
 Only endpoints whose ``conditions.ready`` is true count (a pod still loading its model or shutting down is
 left out); the URL is ``http://<address>:<port>`` with the slice's port of the given name (or its only port).
-The watch restarts from a fresh list whenever it ends or its resource version expires.
+The watch restarts from a fresh list whenever it ends, its resource version expires or its connection fails
+in any way: a connection cut mid-stream surfaces as aiohttp errors that are not ``OSError`` (a payload cut
+short, a server disconnected), and discovery that stopped on one would freeze the fleet for good.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import logging
 from typing import Any
 
 from kubernetes_asyncio import client, config, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from shoal.gateway.discovery import Discovery, Publish
 
@@ -71,8 +72,9 @@ def endpoint_slices(namespace: str, service: str, port_name: str | None = None,
                         else:
                             slices[endpoint_slice.metadata.name] = slice_urls(endpoint_slice, port_name)
                         publish(sorted(set().union(*slices.values())))
-                except (ApiException, asyncio.TimeoutError, OSError) as exc:
-                    log.warning("EndpointSlice watch for %s/%s interrupted: %s", namespace, service, exc)
+                except Exception as exc:  # noqa: BLE001 - any failure of one connection; the watch must go on
+                    log.warning("EndpointSlice watch for %s/%s interrupted (%s: %s); listing again",
+                                namespace, service, type(exc).__name__, exc)
                     await asyncio.sleep(retry_delay)
         finally:
             await api_client.close()

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from kubernetes_asyncio import client, config
+from support.cuttable_relay import CuttableRelay
 
 from shoal.gateway.kube_discovery import SERVICE_LABEL, endpoint_slices
 
@@ -64,6 +67,50 @@ async def test_ready_endpoints_of_the_service_are_published_as_they_change(kube_
         with contextlib.suppress(asyncio.CancelledError):
             await task
         for name in ("engines-a", "other-a"):
+            with contextlib.suppress(client.ApiException):
+                await api.delete_namespaced_endpoint_slice(name, namespace)
+        await api_client.close()
+
+
+async def test_a_watch_cut_mid_stream_is_resumed(kube_apiserver, tmp_path) -> None:
+    """A connection broken under the watch raises aiohttp errors that are not ``OSError`` (a payload cut short,
+    a server gone): discovery must list and watch again instead of ending for good."""
+    await config.load_kube_config(config_file=str(kube_apiserver.kubeconfig))
+    api_client = client.ApiClient()
+    api = client.DiscoveryV1Api(api_client)
+    relay = await CuttableRelay("127.0.0.1", urlsplit(kube_apiserver.url).port).start()
+    kubeconfig = yaml.safe_load(kube_apiserver.kubeconfig.read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{relay.port}"
+    relayed = tmp_path / "kubeconfig-relayed"
+    relayed.write_text(yaml.safe_dump(kubeconfig))
+    published: list[list[str]] = []
+    namespace = "default"
+    await api.create_namespaced_endpoint_slice(namespace, endpoint_slice("cut-a", "cut", {"10.2.0.1": True}))
+    task = asyncio.create_task(endpoint_slices(namespace, "cut", "http", str(relayed), retry_delay=0.1)(
+        published.append))
+
+    async def published_eventually(expected: list[str]) -> None:
+        for _ in range(200):
+            if published and published[-1] == expected:
+                return
+            assert not task.done(), f"discovery ended: {task.exception()!r}"
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"never published {expected}; last {published[-1:]}")
+
+    try:
+        await published_eventually(["http://10.2.0.1:8000"])
+        await api.create_namespaced_endpoint_slice(namespace, endpoint_slice("cut-b", "cut", {"10.2.0.2": True}))
+        await published_eventually(["http://10.2.0.1:8000", "http://10.2.0.2:8000"])  # the watch is streaming
+        assert relay.cut() >= 1
+        await api.delete_namespaced_endpoint_slice("cut-b", namespace)
+        await published_eventually(["http://10.2.0.1:8000"])
+        assert relay.connections >= 2  # it came back through a new connection
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await relay.stop()
+        for name in ("cut-a", "cut-b"):
             with contextlib.suppress(client.ApiException):
                 await api.delete_namespaced_endpoint_slice(name, namespace)
         await api_client.close()
