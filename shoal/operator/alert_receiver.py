@@ -32,12 +32,13 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shoal.operator.alerts import INFD_LABEL
 from shoal.operator.autoscaler import FleetAutoscaler, FleetKey
 from shoal.protocol.errors import APIError
 
 log = logging.getLogger(__name__)
 
-NAMESPACE_LABEL, INFD_LABEL = "namespace", "infd"
+NAMESPACE_LABEL = "namespace"
 MAX_REMEMBERED = 10_000
 Evaluate = Callable[[str, str], Awaitable[bool]]  # (namespace, name) -> whether the object exists
 

@@ -4,7 +4,9 @@ own targets) and fleet-wide in the Helm chart (``charts/shoal/files/alerts.yaml`
 
 The expressions use only the engine's own metrics: queue depth (``shoal_engine_requests_waiting``), time to
 first token (``shoal_engine_time_to_first_token_seconds_bucket``) and KV-cache use
-(``shoal_engine_kv_cache_usage_ratio``).
+(``shoal_engine_kv_cache_usage_ratio``). Every alert carries ``namespace`` and ``infd`` labels naming its
+InferenceDeployment, so Alertmanager can route it to the operator's webhook (:mod:`.alert_receiver`), which
+evaluates that fleet at once.
 """
 
 from __future__ import annotations
@@ -12,55 +14,64 @@ from __future__ import annotations
 from typing import Any
 
 KV_CACHE_FULL_RATIO = 0.95
+INFD_LABEL = "infd"  # with `namespace`, names the InferenceDeployment an alert is about
+
+
+# Deployment pods are named <deployment>-<replicaset hash>-<pod hash>; the engine Deployment is <infd>-engine
+ENGINE_POD = r"(.+)-engine-[a-z0-9]+-[a-z0-9]+"
+
+
+def _per_fleet(series: str, infd: str | None) -> str:
+    """``series`` labelled with the InferenceDeployment: fixed for one fleet's rules, else from the pod name."""
+    return series if infd is not None else f'label_replace({series}, "{INFD_LABEL}", "$1", "pod", "{ENGINE_POD}")'
 
 
 def alert_rules(
-    selector: str, queue_per_replica: float, ttft_p95_seconds: float, scope: str = "namespace"
+    selector: str, queue_per_replica: float, ttft_p95_seconds: float, infd: str | None = None
 ) -> list[dict[str, Any]]:
-    """Alert rules over series matching ``selector`` (PromQL label matchers, e.g. ``namespace="a",pod=~"x-.*"``),
-    aggregated by the labels in ``scope``."""
+    """Alert rules over engine series matching ``selector`` (PromQL label matchers, e.g.
+    ``namespace="a",pod=~"x-engine-.*"``), one alert per InferenceDeployment: each carries the labels
+    ``namespace`` and ``infd`` naming it, which the operator's Alertmanager receiver acts on. ``infd`` fixes the
+    latter for one fleet's own rules; the fleet-wide rules take it from the engine pod's name."""
+    scope = f"namespace, {INFD_LABEL}"
+    labels = {"severity": "warning", **({INFD_LABEL: infd} if infd is not None else {})}
+    waiting = _per_fleet(f"shoal_engine_requests_waiting{{{selector}}}", infd)
+    ttft = _per_fleet(f"rate(shoal_engine_time_to_first_token_seconds_bucket{{{selector}}}[5m])", infd)
+    kv = _per_fleet(f"shoal_engine_kv_cache_usage_ratio{{{selector}}}", infd)
+    where = f"{{{{ $labels.namespace }}}}/{infd if infd is not None else f'{{{{ $labels.{INFD_LABEL} }}}}'}"
     return [
         {
             "alert": "ShoalEngineQueueBacklog",
-            "expr": (
-                f"avg by ({scope}) (shoal_engine_requests_waiting{{{selector}}}) > {2 * queue_per_replica:g}"
-            ),
+            "expr": f"avg by ({scope}) ({waiting}) > {2 * queue_per_replica:g}",
             "for": "5m",
-            "labels": {"severity": "warning"},
+            "labels": dict(labels),
             "annotations": {
                 "summary": "Shoal engines have a request backlog",
                 "description": (
-                    f"{{{{ $labels.{scope} }}}}: on average {{{{ $value }}}} requests wait per engine, "
+                    f"{where}: on average {{{{ $value }}}} requests wait per engine, "
                     f"over twice the target of {queue_per_replica:g}."
                 ),
             },
         },
         {
             "alert": "ShoalEngineTTFTHigh",
-            "expr": (
-                f"histogram_quantile(0.95, sum by ({scope}, le) "
-                f"(rate(shoal_engine_time_to_first_token_seconds_bucket{{{selector}}}[5m]))) > {ttft_p95_seconds:g}"
-            ),
+            "expr": f"histogram_quantile(0.95, sum by ({scope}, le) ({ttft})) > {ttft_p95_seconds:g}",
             "for": "10m",
-            "labels": {"severity": "warning"},
+            "labels": dict(labels),
             "annotations": {
                 "summary": "Shoal time to first token is above target",
-                "description": (
-                    f"{{{{ $labels.{scope} }}}}: P95 time to first token is {{{{ $value }}}}s "
-                    f"(target {ttft_p95_seconds:g}s)."
-                ),
+                "description": f"{where}: P95 time to first token is {{{{ $value }}}}s (target {ttft_p95_seconds:g}s).",
             },
         },
         {
             "alert": "ShoalEngineKVCacheFull",
-            "expr": f"max by ({scope}) (shoal_engine_kv_cache_usage_ratio{{{selector}}}) > {KV_CACHE_FULL_RATIO:g}",
+            "expr": f"max by ({scope}) ({kv}) > {KV_CACHE_FULL_RATIO:g}",
             "for": "10m",
-            "labels": {"severity": "warning"},
+            "labels": dict(labels),
             "annotations": {
                 "summary": "A Shoal engine's KV cache is nearly full",
                 "description": (
-                    f"{{{{ $labels.{scope} }}}}: KV-cache use is {{{{ $value | humanizePercentage }}}}; "
-                    "requests are being preempted."
+                    f"{where}: KV-cache use is {{{{ $value | humanizePercentage }}}}; requests are being preempted."
                 ),
             },
         },

@@ -36,7 +36,9 @@ def prometheus_rule(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, An
             "groups": [
                 {
                     "name": f"shoal.{owner.namespace}.{owner.name}",
-                    "rules": alert_rules(selector, targets.queue_depth_per_replica, targets.ttft_p95_seconds),
+                    "rules": alert_rules(
+                        selector, targets.queue_depth_per_replica, targets.ttft_p95_seconds, infd=owner.name
+                    ),
                 }
             ]
         },
