@@ -31,7 +31,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--bound-factor", type=float, default=DEFAULT_BOUND_FACTOR,
                    help="a replica stays eligible while its load is within this factor of the mean")
     p.add_argument("--load-floor-tokens", type=int, default=DEFAULT_LOAD_FLOOR_TOKENS,
-                   help="the mean load never counts below this many tokens when applying the bound")
+                   help="for replicas that announce no capacity, the mean load never counts below this many "
+                        "tokens when applying the bound (a Shoal engine's floor is its token budget / bound factor)")
     p.add_argument("--tokenizer", action="append", default=[], metavar="MODEL=SOURCE",
                    help="tokenizer for a served model name (default: the model name itself)")
     p.add_argument("--api-keys", metavar="PATH", help="YAML/JSON tenants file; without it, no auth")
