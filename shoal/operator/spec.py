@@ -15,6 +15,12 @@ from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 
 from shoal import __version__
+from shoal.gateway.timeouts import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_FIRST_TOKEN_TIMEOUT_S,
+    DEFAULT_INTER_TOKEN_TIMEOUT_S,
+    DEFAULT_REQUEST_TIMEOUT_S,
+)
 
 GROUP = "shoal.dev"
 VERSION = "v1alpha1"
@@ -171,10 +177,24 @@ class HoldQueueSpec(_Wire):
     wait_seconds: int = Field(60, ge=1, le=3600, description="Longest a request is held before a 503.")
 
 
+class GatewayTimeoutsSpec(_Wire):
+    """The gateway's time limits on a request (``shoal gateway --connect-timeout`` and the others)."""
+
+    connect_seconds: float = Field(DEFAULT_CONNECT_TIMEOUT_S, gt=0, le=60,
+                                   description="To open a connection to an engine; past it, another is tried.")
+    first_token_seconds: float = Field(DEFAULT_FIRST_TOKEN_TIMEOUT_S, gt=0, le=3600, description=(
+        "From sending a streaming request to its first token; past it, another engine is tried or 504."))
+    inter_token_seconds: float = Field(DEFAULT_INTER_TOKEN_TIMEOUT_S, gt=0, le=3600, description=(
+        "Between two chunks of a stream; past it, the stream ends with an error event."))
+    request_seconds: float = Field(DEFAULT_REQUEST_TIMEOUT_S, gt=0, le=86400, description=(
+        "A whole request; a client may ask for less with the X-Request-Timeout header."))
+
+
 class GatewaySpec(_Wire):
     image: str = Field(DEFAULT_GATEWAY_IMAGE, min_length=1)
     replicas: int = Field(1, ge=0, le=100)
     hold_queue: HoldQueueSpec = Field(default_factory=HoldQueueSpec)
+    timeouts: GatewayTimeoutsSpec = Field(default_factory=GatewayTimeoutsSpec)
     routing_policy: RoutingPolicy = "prefix-aware"
     bound_factor: float = Field(1.25, ge=1.0, le=10.0, description="Bounded-load cap relative to the mean.")
     api_key_secret: SecretKeyRef | None = Field(

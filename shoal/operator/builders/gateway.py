@@ -31,6 +31,10 @@ _FLAGS = {
     "--redis-url": "SHOAL_GATEWAY_REDIS_URL",
     "--hold-queue-size": "SHOAL_GATEWAY_HOLD_QUEUE_SIZE",
     "--hold-seconds": "SHOAL_GATEWAY_HOLD_SECONDS",
+    "--connect-timeout": "SHOAL_GATEWAY_CONNECT_TIMEOUT",
+    "--first-token-timeout": "SHOAL_GATEWAY_FIRST_TOKEN_TIMEOUT",
+    "--inter-token-timeout": "SHOAL_GATEWAY_INTER_TOKEN_TIMEOUT",
+    "--request-timeout": "SHOAL_GATEWAY_REQUEST_TIMEOUT",
 }
 
 
@@ -45,6 +49,10 @@ def gateway_settings(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, s
         "SHOAL_GATEWAY_TOKENIZER": f"{spec.served_name}={spec.model.source}",
         "SHOAL_GATEWAY_HOLD_QUEUE_SIZE": str(gateway.hold_queue.size),
         "SHOAL_GATEWAY_HOLD_SECONDS": str(gateway.hold_queue.wait_seconds),
+        "SHOAL_GATEWAY_CONNECT_TIMEOUT": f"{gateway.timeouts.connect_seconds:g}",
+        "SHOAL_GATEWAY_FIRST_TOKEN_TIMEOUT": f"{gateway.timeouts.first_token_seconds:g}",
+        "SHOAL_GATEWAY_INTER_TOKEN_TIMEOUT": f"{gateway.timeouts.inter_token_seconds:g}",
+        "SHOAL_GATEWAY_REQUEST_TIMEOUT": f"{gateway.timeouts.request_seconds:g}",
     }
     if gateway.api_key_secret is not None:
         settings["SHOAL_GATEWAY_API_KEYS"] = f"{API_KEYS_DIR}/{gateway.api_key_secret.key}"
