@@ -16,7 +16,8 @@ class GatewayMetrics:
         self.in_flight = Gauge("shoal_gateway_backend_in_flight_requests", "Requests in flight per backend.",
                                ["backend"], registry=r)
         self.in_flight_tokens = Gauge("shoal_gateway_backend_in_flight_tokens",
-                                      "Tokens (prompt + requested output) in flight per backend.",
+                                      "Routing load per backend in tokens: uncached prompt tokens still to "
+                                      "prefill (plus output budgets where a backend announces no capacity).",
                                       ["backend"], registry=r)
         self.backend_up = Gauge("shoal_gateway_backend_up", "1 while a backend is healthy and in rotation.",
                                 ["backend"], registry=r)
