@@ -18,6 +18,7 @@ _AREAS: tuple[str, ...] = (
     "shoal.gateway.cli",
     "shoal.engine.server.cli",
     "shoal.bench.cli",
+    "shoal.simulate.cli",
 )
 
 

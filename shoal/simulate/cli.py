@@ -1,0 +1,98 @@
+"""``shoal simulate``: replay a trace against a simulated fleet under each autoscaling policy and compare them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from shoal.simulate.policies import POLICY_NAMES
+
+    p = subparsers.add_parser("simulate", help="Compare autoscaling policies on a trace in a simulated fleet.")
+    p.add_argument("--trace", required=True,
+                   help="steady, diurnal, bursty, azure-conv, azure-code, or a trace file (CSV, JSONL or the Azure "
+                        "TIMESTAMP,ContextTokens,GeneratedTokens CSV)")
+    p.add_argument("--slo-ttft-p95", type=float, default=2.0, metavar="SECONDS",
+                   help="the TTFT P95 target every 1-minute window should meet (default 2.0)")
+    p.add_argument("--profile", default=None, metavar="PATH",
+                   help="engine profile: gpu-8b-h100 (default), smollm2-135m-cpu, or a profile JSON file")
+    p.add_argument("--replicas-max", type=int, default=None, metavar="N",
+                   help="most replicas (default: twice what the trace's peak needs)")
+    p.add_argument("--replicas-min", type=int, default=1, metavar="N")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write {policy: figures} here")
+    p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into this directory")
+    p.add_argument("--policies", default=",".join(POLICY_NAMES),
+                   help=f"comma-separated, from {', '.join(POLICY_NAMES)} (default: all)")
+    p.add_argument("--routing", default="prefix-aware", help="round-robin, least-load or prefix-aware")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="replay the trace this many times faster (2: an hour of traffic in 30 minutes)")
+    p.add_argument("--max-step", type=int, default=None, help="Shoal's maxStep (default: the CRD's default)")
+    p.add_argument("--max-num-seqs", type=int, default=None, help="engine batch size (default: the profile's)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="engine token budget per step (default: the profile's)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=_simulate)
+
+
+def _progress_bars(total: float, enabled: bool) -> Callable[[str], Callable[[float], None] | None]:
+    """A tqdm bar per policy over simulated seconds (tqdm is optional: without it, no bar)."""
+    def make(policy: str) -> Callable[[float], None] | None:
+        if not enabled:
+            return None
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return None
+        bar = tqdm(total=round(total), desc=policy, unit="sim-s", file=sys.stderr, leave=False)
+
+        def update(now: float) -> None:
+            bar.update(max(0, round(min(now, total)) - bar.n))
+            if bar.n >= round(total):
+                bar.close()
+        return update
+    return make
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    import json
+
+    from shoal.simulate.compare import compare, format_table
+    from shoal.simulate.presets import resolve_trace
+    from shoal.simulate.profile import DEFAULT_PROFILE, ProfileError, load_profile
+    from shoal.simulate.trace import TraceError
+
+    try:
+        profile = load_profile(args.profile or DEFAULT_PROFILE)
+        if args.max_num_seqs is not None or args.max_num_batched_tokens is not None:
+            profile = profile.with_engine(args.max_num_batched_tokens, args.max_num_seqs)
+        trace = resolve_trace(args.trace, profile, args.seed)
+        if args.time_scale != 1.0:
+            trace = trace.scaled(args.time_scale)
+        if args.slo_ttft_p95 <= 0:
+            raise ValueError(f"--slo-ttft-p95 must be > 0, got {args.slo_ttft_p95}")
+        policies = [name.strip() for name in args.policies.split(",") if name.strip()]
+        print(f"trace {trace.name}: {len(trace)} requests over {trace.duration / 60:.1f} min; profile {profile.name}",
+              file=sys.stderr)
+        comparison = compare(trace, profile, policies, args.slo_ttft_p95, args.routing, args.replicas_min,
+                             args.replicas_max, args.seed, args.max_step,
+                             _progress_bars(trace.duration, args.progress))
+    except (TraceError, ProfileError, ValueError) as exc:
+        print(f"shoal simulate: error: {exc}", file=sys.stderr)
+        return 2
+    cap = comparison.capacity
+    print(f"one replica meets the SLO up to {cap.max_rps:.2f} req/s ({cap.concurrency:.1f} requests in the engine); "
+          f"peak needs {comparison.sizing.peak_replicas}; replicas {comparison.config.min_replicas}.."
+          f"{comparison.config.max_replicas}")
+    print(format_table(comparison))
+    if args.json_out:
+        with open(args.json_out, "w") as out:
+            json.dump(comparison.results, out, indent=2)
+    if args.plots:
+        from shoal.simulate.plots import write_plots
+
+        for path in write_plots(comparison, args.plots):
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,74 @@
+"""What the autoscaler sees of the simulated fleet: a ``FleetSignals`` built as the production sources build it.
+
+Per replica, what a scrape of its ``/metrics`` gives: phase, since when, requests waiting and running, KV usage
+(a replica still loading reports nothing, so its values are None). For the fleet, what PromQL over a window
+gives: TTFT P95 of the first tokens seen in the window (None when there were none, as ``histogram_quantile``
+of an empty histogram is NaN), the arrival rate and the output tokens per second. The quantile is exact here,
+where Prometheus interpolates within histogram buckets.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+import numpy as np
+
+from shoal.autoscale.signals import FleetSignals, ReplicaSignals
+from shoal.simulate.replica import SimReplica
+
+
+class SignalWindow:
+    """Arrivals, output tokens and first-token latencies of the last ``seconds`` seconds."""
+
+    __slots__ = ("seconds", "_arrivals", "_tokens", "_ttfts")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._arrivals: deque[float] = deque()
+        self._tokens: deque[tuple[float, int]] = deque()
+        self._ttfts: deque[tuple[float, float]] = deque()
+
+    def arrived(self, now: float) -> None:
+        self._arrivals.append(now)
+
+    def produced(self, now: float, tokens: int) -> None:
+        if tokens:
+            self._tokens.append((now, tokens))
+
+    def first_token(self, now: float, ttft: float) -> None:
+        self._ttfts.append((now, ttft))
+
+    def read(self, now: float) -> tuple[float | None, float, float]:
+        """(TTFT P95 or None, arrivals per second, output tokens per second) over the window ending at ``now``."""
+        horizon = now - self.seconds
+        for samples in (self._tokens, self._ttfts):
+            while samples and samples[0][0] <= horizon:
+                samples.popleft()
+        while self._arrivals and self._arrivals[0] <= horizon:
+            self._arrivals.popleft()
+        p95 = float(np.percentile(np.fromiter((t for _, t in self._ttfts), float), 95)) if self._ttfts else None
+        tokens = sum(n for _, n in self._tokens)
+        return p95, len(self._arrivals) / self.seconds, tokens / self.seconds
+
+
+def replica_signals(replica: SimReplica) -> ReplicaSignals:
+    if replica.phase == "starting":
+        return ReplicaSignals(replica.name, "starting", replica.since)
+    return ReplicaSignals(replica.name, replica.phase, replica.since,  # type: ignore[arg-type]
+                          waiting=float(len(replica.waiting)), running=float(replica.running),
+                          kv_usage=replica.kv_usage)
+
+
+def observe(now: float, desired: int, replicas: Iterable[SimReplica], window: SignalWindow,
+            held_requests: int) -> FleetSignals:
+    p95, arrival_rate, tokens_per_second = window.read(now)
+    return FleetSignals(
+        time=now,
+        desired=desired,
+        replicas=tuple(replica_signals(r) for r in replicas),
+        ttft_p95_seconds=p95,
+        arrival_rate=arrival_rate,
+        output_tokens_per_second=tokens_per_second,
+        held_requests=held_requests,
+    )

@@ -1,0 +1,393 @@
+"""The fleet simulator: a trace replayed through a gateway, a fleet of simulated engines and an autoscaler.
+
+Discrete events on one clock, deterministic for a seed:
+
+- an **arrival** is routed by the real routing policy object (``shoal.gateway.routing``) over views of the ready
+  replicas built and charged as the gateway's ``Fleet`` does (uncached prompt tokens until the first token,
+  sequences in flight, the capacity each engine announces, what each holds in its prefix cache or has in
+  flight); with no ready replica the gateway holds it (scale from zero), up to a limit and a wait;
+- a replica's **step** (or decode segment, see :mod:`shoal.simulate.replica`) ends: first tokens and finished
+  requests are recorded;
+- the **autoscaler tick**, at the policy's own period, hands the real policy object a ``FleetSignals`` built as
+  the production sources build it (:mod:`shoal.simulate.observe`) and applies its decision: new replicas start
+  and become ready after a start-up time drawn from the profile's range; removed ones stop taking requests,
+  finish what they hold (drain) and are aborted after a grace period;
+- a **replica ready** event puts a started replica into rotation and releases held requests.
+
+Every request ends served, dropped with a reason (``exceeds_kv_capacity``, ``hold_full``, ``hold_timeout``,
+``drain_timeout``) or still in flight when the simulation stops (``tail_s`` after the last arrival).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shoal.autoscale.decision import ScalingDecision
+from shoal.autoscale.policy import ScalingPolicy
+from shoal.gateway.routing import Capacity, ReplicaView, RouteRequest, RoutingPolicy
+from shoal.simulate.observe import SignalWindow, observe
+from shoal.simulate.profile import EngineProfile
+from shoal.simulate.replica import BLOCK_TOKENS, GROUP_SHIFT, SimReplica
+from shoal.simulate.trace import Trace
+
+DROP_REASONS = ("exceeds_kv_capacity", "hold_full", "hold_timeout", "drain_timeout")
+DEFAULT_PERIOD_S = 5.0
+_STEP, _TICK, _READY, _DRAIN_DEADLINE, _SAMPLE = range(5)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How the simulated fleet behaves around the engines (the engines themselves are the profile)."""
+
+    seed: int = 0
+    initial_replicas: int = 1
+    signal_window_s: float = 60.0
+    hold_limit: int = 1024
+    hold_timeout_s: float = 300.0
+    drain_grace_s: float = 120.0
+    tail_s: float = 1800.0
+    sample_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.initial_replicas < 0:
+            raise ValueError(f"initial_replicas must be >= 0, got {self.initial_replicas}")
+        for key in ("signal_window_s", "hold_timeout_s", "drain_grace_s", "tail_s", "sample_s"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+
+
+@dataclass
+class SimRun:
+    """The raw record of one simulation: per request, per decision, per replica, and the fleet over time."""
+
+    policy: str
+    routing: str
+    arrival: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    output_tokens: np.ndarray
+    dropped: dict[int, str]
+    decisions: list[ScalingDecision]
+    replica_spans: list[tuple[float, float]]
+    timeline: np.ndarray  # rows of (time, desired, ready, starting, draining)
+    route_reasons: Counter[str]
+    prompt_tokens_total: int
+    prefill_tokens_saved: int
+    end_time: float
+    per_replica_requests: list[int] = field(default_factory=list)
+
+    @property
+    def in_flight(self) -> int:
+        return int(np.isnan(self.finish).sum()) - len(self.dropped)
+
+
+class FleetSimulator:
+    """One run of one scaling policy and one routing policy over one trace (see the module docstring)."""
+
+    def __init__(self, trace: Trace, profile: EngineProfile, policy: ScalingPolicy, routing: RoutingPolicy,
+                 config: SimConfig = SimConfig(), progress: Callable[[float], None] | None = None) -> None:
+        self.trace = trace
+        self.profile = profile
+        self.policy = policy
+        self.routing = routing
+        self.config = config
+        self.progress = progress
+        self.rng = np.random.default_rng(config.seed)
+        n = len(trace)
+        self.prompt: list[int] = trace.prompt_tokens.tolist()
+        self.output: list[int] = trace.output_tokens.tolist()
+        self.group: list[int] = trace.prefix_group.tolist()
+        self.prefix: list[int] = trace.prefix_tokens.tolist()
+        self.first_token = [math.nan] * n
+        self.finish = [math.nan] * n
+        self.routed_to: list[SimReplica | None] = [None] * n
+        self.prefill_charge = [0] * n
+        self.held_charge = [0] * n
+        self.capacity = Capacity(profile.max_num_batched_tokens, profile.max_num_seqs)
+        self.dropped: dict[int, str] = {}
+        self.replicas: list[SimReplica] = []
+        self.finished_spans: list[tuple[float, float]] = []
+        self.routable: list[SimReplica] = []
+        self.by_name: dict[str, SimReplica] = {}
+        self.desired = 0
+        self.held: deque[int] = deque()
+        self.window = SignalWindow(config.signal_window_s)
+        self.decisions: list[ScalingDecision] = []
+        self.timeline: list[tuple[float, int, int, int, int]] = []
+        self.route_reasons: Counter[str] = Counter()
+        self.prefill_saved = 0
+        self.heap: list[tuple[float, int, int, object, int]] = []
+        self._seq = 0
+        self._names = 0
+        self._hashes: dict[int, tuple[int, ...]] = {}
+        self.outstanding = 0
+        self.now = 0.0
+
+    # -- the event queue -------------------------------------------------------------------------------------
+    def _push(self, time: float, kind: int, obj: object = None, version: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self.heap, (time, self._seq, kind, obj, version))
+
+    def run(self) -> SimRun:
+        arrival = self.trace.arrival.tolist()
+        n = len(arrival)
+        self._start_replicas(self.config.initial_replicas, ready=True)
+        self.desired = self.config.initial_replicas
+        period = float(getattr(self.policy, "period_seconds", DEFAULT_PERIOD_S))
+        self._push(period, _TICK, period)  # the first decision sees one period of traffic, as a running fleet would
+        self._push(0.0, _SAMPLE)
+        stop_at = (arrival[-1] if n else 0.0) + self.config.tail_s
+        heap = self.heap
+        ai = 0
+        while True:
+            next_arrival = arrival[ai] if ai < n else math.inf
+            if heap and heap[0][0] <= next_arrival:
+                time, _, kind, obj, version = heapq.heappop(heap)
+                if time > stop_at:
+                    break
+                self.now = time
+                if kind == _STEP:
+                    replica = obj
+                    assert isinstance(replica, SimReplica)
+                    if version == replica.version:
+                        self._step_done(replica)
+                elif kind == _TICK:
+                    self._tick(float(obj))  # type: ignore[arg-type]
+                elif kind == _READY:
+                    self._ready(obj)  # type: ignore[arg-type]
+                elif kind == _DRAIN_DEADLINE:
+                    self._drain_deadline(obj)  # type: ignore[arg-type]
+                else:
+                    self._sample()
+            elif ai < n:
+                self.now = next_arrival
+                self.outstanding += 1
+                self._arrive(ai)
+                ai += 1
+                if self.progress is not None and ai % 4096 == 0:
+                    self.progress(next_arrival)
+            else:
+                break
+            if ai == n and self.outstanding == 0:
+                break
+        return self._record(min(self.now, stop_at))
+
+    # -- requests --------------------------------------------------------------------------------------------
+    def _arrive(self, rid: int) -> None:
+        self.window.arrived(self.now)
+        if self.prompt[rid] + self.output[rid] > self.profile.kv_capacity_tokens:
+            self._drop(rid, "exceeds_kv_capacity")
+        elif not self.routable:
+            if len(self.held) >= self.config.hold_limit:
+                self._drop(rid, "hold_full")
+            else:
+                self.held.append(rid)
+        else:
+            self._route(rid)
+
+    def _block_hashes(self, rid: int) -> tuple[int, ...]:
+        group = self.group[rid]
+        unique = (1 << 62) + rid
+        if group < 0:
+            return (unique,)
+        blocks = self.prefix[rid] // BLOCK_TOKENS
+        key = (group << 20) | blocks
+        prefix = self._hashes.get(key)
+        if prefix is None:
+            prefix = tuple((group << GROUP_SHIFT) | i for i in range(blocks))
+            self._hashes[key] = prefix
+        return prefix + (unique,)
+
+    def _views(self) -> list[ReplicaView]:
+        views = []
+        capacity = self.capacity
+        for replica in self.routable:
+            view = replica.view
+            if view is None:
+                view = replica.view = ReplicaView(replica.name, replica.load_tokens, replica.cache,
+                                                  replica.in_flight, capacity)
+            views.append(view)
+        return views  # type: ignore[return-value]
+
+    def _route(self, rid: int) -> None:
+        """Places a request as the gateway does, and charges the replica as its lease does (``Fleet.acquire``)."""
+        request = RouteRequest(self._block_hashes(rid), self.prompt[rid] + self.output[rid], BLOCK_TOKENS,
+                               self.output[rid])
+        decision = self.routing.decide(self._views(), request)
+        self.route_reasons[decision.reason] += 1
+        replica = self.by_name[decision.replica_id]
+        self.routed_to[rid] = replica
+        prefill = request.prefill_tokens(decision.matched_blocks)
+        held = request.tokens_on(self.capacity, decision.matched_blocks) - prefill
+        self.prefill_charge[rid] = prefill
+        self.held_charge[rid] = held
+        replica.load_tokens += prefill + held
+        replica.in_flight += 1
+        replica.view = None
+        group = self.group[rid]
+        if group >= 0:
+            replica.cache.in_flight[group] = replica.cache.in_flight.get(group, 0) + 1
+        replica.waiting.append(rid)
+        if replica.busy_until is None:
+            self._plan(replica)
+        elif replica.segment is not None:
+            head = replica.waiting[0]
+            if replica.can_admit(self.prompt[head] + self.output[head]):
+                end = replica.cut(self.now)
+                if end is not None:
+                    self._push(end, _STEP, replica, replica.version)
+
+    def _plan(self, replica: SimReplica) -> None:
+        before = replica.context
+        replica.admit(self.prompt, self.output, self.group, self.prefix)
+        self.prefill_saved += replica.context - before
+        end = replica.plan(self.now)
+        if end is not None:
+            self._push(end, _STEP, replica, replica.version)
+
+    def _step_done(self, replica: SimReplica) -> None:
+        now = self.now
+        first, finished, produced = replica.finish_step(self.prompt, self.output)
+        self.window.produced(now, produced)
+        for rid in first:
+            self.first_token[rid] = now
+            replica.load_tokens -= self.prefill_charge[rid]  # the first byte is back: Fleet.prefilled
+            self.prefill_charge[rid] = 0
+            replica.view = None
+            self.window.first_token(now, now - self.trace.arrival[rid])
+            group = self.group[rid]
+            if group >= 0:
+                replica.cache.store(group, self.prefix[rid], self.profile.kv_capacity_tokens - replica.reserved)
+        for rid in finished:
+            self.finish[rid] = now
+            self._release(replica, rid)
+        if replica.phase == "draining" and replica.in_flight == 0:
+            self._end(replica)
+        else:
+            self._plan(replica)
+
+    def _release(self, replica: SimReplica, rid: int) -> None:
+        replica.load_tokens -= self.prefill_charge[rid] + self.held_charge[rid]
+        replica.in_flight -= 1
+        replica.view = None
+        group = self.group[rid]
+        if group >= 0:
+            count = replica.cache.in_flight[group] - 1
+            if count:
+                replica.cache.in_flight[group] = count
+            else:
+                del replica.cache.in_flight[group]
+        self.outstanding -= 1
+
+    def _drop(self, rid: int, reason: str) -> None:
+        self.dropped[rid] = reason
+        self.outstanding -= 1
+
+    # -- the fleet -------------------------------------------------------------------------------------------
+    def _start_replicas(self, count: int, ready: bool = False) -> None:
+        low, high = self.profile.startup_s
+        for _ in range(count):
+            self._names += 1
+            replica = SimReplica(f"replica-{self._names:05d}", self.profile, self.now)
+            self.replicas.append(replica)
+            self.by_name[replica.name] = replica
+            if ready:
+                replica.phase = "ready"
+                self.routable.append(replica)
+            else:
+                self._push(self.now + float(self.rng.uniform(low, high)), _READY, replica)
+
+    def _ready(self, replica: SimReplica) -> None:
+        if replica.phase != "starting":
+            return
+        replica.phase = "ready"
+        replica.since = self.now
+        self.routable.append(replica)
+        while self.held and self.routable:
+            self._route(self.held.popleft())
+
+    def _tick(self, period: float) -> None:
+        now = self.now
+        while self.held and now - self.trace.arrival[self.held[0]] > self.config.hold_timeout_s:
+            self._drop(self.held.popleft(), "hold_timeout")
+        signals = observe(now, self.desired, self.replicas, self.window, len(self.held))
+        decision = self.policy.decide(signals)
+        self.decisions.append(decision)
+        self._scale_to(decision.replicas)
+        self._push(now + period, _TICK, period)
+
+    def _scale_to(self, desired: int) -> None:
+        alive = [r for r in self.replicas if r.phase in ("starting", "ready")]
+        self.desired = desired
+        if desired > len(alive):
+            self._start_replicas(desired - len(alive))
+            return
+        # As a ReplicaSet does: pods not ready go first, then the newest.
+        doomed = sorted(alive, key=lambda r: (r.phase == "ready", -r.created, r.name))[: len(alive) - desired]
+        for replica in doomed:
+            if replica.phase == "starting":
+                replica.phase = "draining"
+                self._end(replica)
+                continue
+            replica.phase = "draining"
+            replica.since = self.now
+            self.routable.remove(replica)
+            if replica.in_flight == 0:
+                self._end(replica)
+            else:
+                self._push(self.now + self.config.drain_grace_s, _DRAIN_DEADLINE, replica)
+
+    def _drain_deadline(self, replica: SimReplica) -> None:
+        if replica.ended is not None:
+            return
+        aborted = list(replica.waiting) + [e[0] for e in replica.prefill] + [rid for _, rid in replica.decoding]
+        for rid in aborted:
+            self.dropped[rid] = "drain_timeout"
+        self.outstanding -= len(aborted)
+        self._end(replica)
+
+    def _end(self, replica: SimReplica) -> None:
+        replica.ended = self.now
+        replica.version += 1
+        if replica in self.replicas:
+            self.replicas.remove(replica)
+            self.finished_spans.append((replica.created, self.now))
+
+    def _sample(self) -> None:
+        phases = Counter(r.phase for r in self.replicas)
+        self.timeline.append((self.now, self.desired, phases["ready"], phases["starting"], phases["draining"]))
+        self._push(self.now + self.config.sample_s, _SAMPLE)
+
+    def _record(self, end: float) -> SimRun:
+        spans = self.finished_spans + [(r.created, end) for r in self.replicas]
+        counts = Counter(r.name for r in self.routed_to if r is not None)
+        return SimRun(
+            policy=str(getattr(self.policy, "name", type(self.policy).__name__)),
+            routing=self.routing.name,
+            arrival=self.trace.arrival,
+            first_token=np.asarray(self.first_token),
+            finish=np.asarray(self.finish),
+            output_tokens=self.trace.output_tokens,
+            dropped=self.dropped,
+            decisions=self.decisions,
+            replica_spans=spans,
+            timeline=np.asarray(self.timeline, dtype=np.float64).reshape(-1, 5),
+            route_reasons=self.route_reasons,
+            prompt_tokens_total=int(self.trace.prompt_tokens.sum()),
+            prefill_tokens_saved=self.prefill_saved,
+            end_time=end,
+            per_replica_requests=sorted(counts.values(), reverse=True),
+        )
+
+
+def simulate(trace: Trace, profile: EngineProfile, policy: ScalingPolicy, routing: RoutingPolicy,
+             config: SimConfig = SimConfig(), progress: Callable[[float], None] | None = None) -> SimRun:
+    """Runs one simulation (see :class:`FleetSimulator`)."""
+    return FleetSimulator(trace, profile, policy, routing, config, progress).run()
+
