@@ -19,6 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--quantization", default="auto", choices=("auto", "none", "int4", "int8"))
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
     parser.set_defaults(func=_generate)
 
@@ -34,7 +36,7 @@ def _generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             max_tokens=args.max_tokens,
         )
-        llm = LLM(args.model, dtype=args.dtype)
+        llm = LLM(args.model, dtype=args.dtype, device=args.device, quantization=args.quantization)
         if args.chat:
             (output,) = llm.chat([{"role": "user", "content": args.prompt}], params)
         else:

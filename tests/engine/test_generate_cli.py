@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +29,12 @@ def test_generate_answers_paris_with_the_bundled_model() -> None:
     [
         (["--model", "/nonexistent/model.gguf", "hi"], "/nonexistent/model.gguf"),
         (["--top-p", "1.5", "hi"], "top_p"),
+        (["--device", "cuda", "hi"], "--device cuda"),
+        (["--quantization", "int4", "--dtype", "float32", "hi"], "--quantization"),
     ],
 )
 def test_generate_reports_bad_arguments_by_name(args: list[str], message: str) -> None:
-    result = subprocess.run([str(SHOAL), "generate", *args], capture_output=True, text=True, timeout=110)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a machine that has one
+    result = subprocess.run([str(SHOAL), "generate", *args], capture_output=True, text=True, timeout=110, env=env)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr

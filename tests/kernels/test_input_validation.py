@@ -127,4 +127,5 @@ def test_triton_backend_without_gpu_or_interpreter_is_refused_when_chosen():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
     assert result.returncode != 0
-    assert "ValueError: attention_backend 'triton' needs a CUDA GPU, or TRITON_INTERPRET=1" in result.stderr
+    assert "ValueError: attention_backend 'triton' (--attention-backend) needs --device cuda on a CUDA GPU" in result.stderr
+    assert "TRITON_INTERPRET=1" in result.stderr

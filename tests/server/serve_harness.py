@@ -30,10 +30,13 @@ def build_tiny_model(directory: Path) -> Path:
 class ServeProcess(LocalProcess):
     """One ``shoal serve`` subprocess serving ``name``; its output goes to ``log_path`` for post-mortems."""
 
-    def __init__(self, model: Path | str, log_path: Path, *extra_args: str, name: str = TINY_MODEL_NAME) -> None:
+    def __init__(
+        self, model: Path | str, log_path: Path, *extra_args: str, name: str = TINY_MODEL_NAME,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.model_name = name
         argv = shoal_command("serve", "--model", str(model), "--served-model-name", name, "--host", "127.0.0.1")
-        super().__init__([*argv, *extra_args], log_path)
+        super().__init__([*argv, *extra_args], log_path, env=env)
 
 
 def wait_for(condition, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:  # type: ignore[no-untyped-def]

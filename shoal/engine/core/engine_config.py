@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shoal.engine.hardware import DEVICES, QUANTIZATIONS
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -14,6 +16,8 @@ class EngineConfig:
     The KV budget is ``num_kv_blocks`` when given, else ``kv_cache_bytes`` (default 512 MiB) divided by the
     size of one block. ``max_model_len`` defaults to the model's context length and is capped by what the
     KV cache can hold, so that any admitted request can always run alone (the scheduler relies on it).
+    ``device``, ``dtype`` and ``quantization`` default to ``auto``: chosen for the hardware at start-up
+    (``shoal.engine.hardware``), and logged with the reason.
     """
 
     model: str
@@ -27,11 +31,13 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     attention_backend: str | None = None
     seed: int = 0
-    device: str = "cpu"
+    device: str = "auto"
+    quantization: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        for name, allowed in (("dtype", DTYPES), ("device", DEVICES), ("quantization", QUANTIZATIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

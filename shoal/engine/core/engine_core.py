@@ -7,16 +7,14 @@ changes, so a bad request is refused with an error naming the field and never di
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
-
-import torch
 
 from shoal.engine.config import ModelConfig
 from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.errors import InvalidRequestError
+from shoal.engine.core.hardware_plan import log_plan, plan_hardware
 from shoal.engine.core.model_runner import ModelRunner
 from shoal.engine.core.outputs import EngineStats, RequestOutput, SampleLogprobs
 from shoal.engine.core.request import Request, RequestStatus
@@ -27,12 +25,11 @@ from shoal.engine.core.stop_checker import TextState, token_stop
 from shoal.engine.loader import load_model
 from shoal.engine.model import allocate_kv_cache, kv_cache_bytes_per_block
 from shoal.kernels import get_ops
-from shoal.model_registry import ModelSource, resolve_model
+from shoal.model_registry import resolve_model
 from shoal.protocol.kv_events import KVEvent
 from shoal.tokenizer import IncrementalDetokenizer, Tokenizer
 
 DEFAULT_KV_CACHE_BYTES = 512 * 1024**2
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class _Tracked:
@@ -43,7 +40,6 @@ class _Tracked:
         self.detokenizer = detokenizer
         self.text = TextState(request.params.stop)
 
-
 class EngineCore:
     """Owns the model, the KV cache, the scheduler and every request in flight."""
 
@@ -52,8 +48,11 @@ class EngineCore:
         source = resolve_model(config.model)
         self.model_name = source.served_name
         self.tokenizer = Tokenizer.from_source(source)
-        self.dtype = resolve_dtype(config.dtype, source)
-        model = load_model(source, self.dtype, get_ops(config.attention_backend), config.device)
+        plan = plan_hardware(config, source)
+        log_plan(plan)
+        self.device, self.dtype, self.quantization = plan.device, plan.dtype, plan.quantization
+        ops = get_ops(config.attention_backend, self.device)
+        model = load_model(source, self.dtype, ops, self.device, self.quantization)
         self.model_config: ModelConfig = model.config
         num_blocks = config.num_kv_blocks or max(
             (config.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES)
@@ -70,9 +69,9 @@ class EngineCore:
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(self.model_config.eos_token_ids)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_batched_tokens, config.max_num_seqs)
-        self.sampler = Sampler(sorted(self.eos_token_ids), config.seed)
-        kv_caches = allocate_kv_cache(self.model_config, num_blocks, config.block_size, self.dtype, config.device)
-        self.runner = ModelRunner(model, kv_caches, config.block_size, self.sampler, config.device)
+        self.sampler = Sampler(sorted(self.eos_token_ids), config.seed, self.device)
+        kv_caches = allocate_kv_cache(self.model_config, num_blocks, config.block_size, self.dtype, self.device)
+        self.runner = ModelRunner(model, kv_caches, config.block_size, self.sampler, self.device)
         self._tracked: dict[str, _Tracked] = {}
         self._aborted: list[Request] = []
         self._kv_event_seq = 0
@@ -229,13 +228,3 @@ class EngineCore:
             metrics=request.metrics,
         )
 
-
-def resolve_dtype(name: str, source: ModelSource) -> torch.dtype:
-    """``auto``: a Hugging Face checkpoint's own float32, else bfloat16 (the fast CPU path; GGUF is quantized)."""
-    if name != "auto":
-        return _DTYPES[name]
-    if source.format == "hf":
-        config = json.loads((source.path / "config.json").read_text())
-        if (config.get("torch_dtype") or config.get("dtype") or "float32") == "float32":
-            return torch.float32
-    return torch.bfloat16

@@ -65,7 +65,7 @@ class ModelRunner:
         )
         if not sampling:
             return {}, {}
-        token_ids, logprobs = self.sampler.sample(logits.cpu(), sampling)
+        token_ids, logprobs = self.sampler.sample(logits, sampling)
         tokens = {r.request_id: t for r, t in zip(sampling, token_ids)}
         return tokens, {r.request_id: lp for r, lp in zip(sampling, logprobs) if lp is not None}
 

@@ -19,11 +19,15 @@ from shoal.engine.core.request import Request
 
 
 class Sampler:
-    """Holds the per-request generators of seeded requests and the engine's generator for the others."""
+    """Holds the per-request generators of seeded requests and the engine's generator for the others.
 
-    def __init__(self, eos_token_ids: Sequence[int], seed: int = 0) -> None:
+    Runs where the logits are (``device``): on a GPU only the chosen token ids cross to the host.
+    """
+
+    def __init__(self, eos_token_ids: Sequence[int], seed: int = 0, device: str = "cpu") -> None:
         self.eos_token_ids = list(eos_token_ids)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._generators: dict[str, torch.Generator] = {}
 
     def forget(self, request_id: str) -> None:
@@ -49,7 +53,7 @@ class Sampler:
         for row, tokens in banned:
             logits[row, tokens] = float("-inf")
 
-        chosen = torch.empty(len(requests), dtype=torch.long)
+        chosen = torch.empty(len(requests), dtype=torch.long, device=logits.device)
         greedy = [i for i, p in enumerate(params) if p.greedy]
         random = [i for i, p in enumerate(params) if not p.greedy]
         if greedy:
@@ -62,29 +66,32 @@ class Sampler:
 
     def _draw(self, logits: torch.Tensor, requests: Sequence[Request]) -> torch.Tensor:
         params = [r.params for r in requests]
-        logits = logits / torch.tensor([p.temperature for p in params])[:, None]
+        device = logits.device
+        logits = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
         vocab = logits.shape[-1]
         top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
         top_p = [p.top_p for p in params]
         if any(k < vocab for k in top_k) or any(p < 1.0 for p in top_p):
-            logits = apply_top_k_top_p(logits, torch.tensor(top_k), torch.tensor(top_p))
+            logits = apply_top_k_top_p(logits, torch.tensor(top_k, device=device), torch.tensor(top_p, device=device))
         min_p = [p.min_p for p in params]
         if any(m > 0.0 for m in min_p):
-            logits = apply_min_p(logits, torch.tensor(min_p))
+            logits = apply_min_p(logits, torch.tensor(min_p, device=device))
         probs = torch.softmax(logits, dim=-1)
         return (probs / self._noise(requests, vocab)).argmax(dim=-1)
 
     def _noise(self, requests: Sequence[Request], vocab: int) -> torch.Tensor:
         """Exp(1) noise: a row from each seeded request's own generator, the rest from the engine's."""
-        noise = torch.empty(len(requests), vocab)
+        noise = torch.empty(len(requests), vocab, device=self.device)
         unseeded = [i for i, r in enumerate(requests) if r.params.seed is None]
         if unseeded:
-            noise[unseeded] = torch.empty(len(unseeded), vocab).exponential_(generator=self.generator)
+            noise[unseeded] = torch.empty(len(unseeded), vocab, device=self.device).exponential_(
+                generator=self.generator
+            )
         for i, request in enumerate(requests):
             if request.params.seed is not None:
                 generator = self._generators.get(request.request_id)
                 if generator is None:
-                    generator = torch.Generator().manual_seed(request.params.seed)
+                    generator = torch.Generator(device=self.device).manual_seed(request.params.seed)
                     self._generators[request.request_id] = generator
                 noise[i].exponential_(generator=generator)
         return noise
@@ -101,7 +108,8 @@ class Sampler:
         logprobs = torch.log_softmax(raw[wanted], dim=-1)
         top_n = max(requests[i].params.logprobs or 0 for i in wanted)
         top_values, top_ids = logprobs.topk(top_n, dim=-1) if top_n else (logprobs[:, :0], logprobs[:, :0].long())
-        chosen = logprobs.gather(1, torch.tensor([token_ids[i] for i in wanted])[:, None])[:, 0].tolist()
+        picked = torch.tensor([token_ids[i] for i in wanted], device=raw.device)
+        chosen = logprobs.gather(1, picked[:, None])[:, 0].tolist()
         top_values, top_ids = top_values.tolist(), top_ids.tolist()
         for row, i in enumerate(wanted):
             n = requests[i].params.logprobs or 0
@@ -112,17 +120,17 @@ class Sampler:
 
 def apply_penalties(logits: torch.Tensor, rows: list[int], requests: Sequence[Request]) -> None:
     """In place on ``logits[rows]``: repetition over prompt and output tokens, presence/frequency over output."""
-    vocab = logits.shape[-1]
-    outputs = _counts([r.output_token_ids for r in requests], vocab)
+    vocab, device = logits.shape[-1], logits.device
+    outputs = _counts([r.output_token_ids for r in requests], vocab).to(device)
     seen = outputs > 0
-    repetition = torch.tensor([r.params.repetition_penalty for r in requests])[:, None]
+    repetition = torch.tensor([r.params.repetition_penalty for r in requests], device=device)[:, None]
     if (repetition != 1.0).any():
-        seen_any = seen | (_counts([r.prompt_token_ids for r in requests], vocab) > 0)
+        seen_any = seen | (_counts([r.prompt_token_ids for r in requests], vocab).to(device) > 0)
         sub = logits[rows]
         penalized = torch.where(sub > 0, sub / repetition, sub * repetition)
         logits[rows] = torch.where(seen_any, penalized, sub)
-    frequency = torch.tensor([r.params.frequency_penalty for r in requests])[:, None]
-    presence = torch.tensor([r.params.presence_penalty for r in requests])[:, None]
+    frequency = torch.tensor([r.params.frequency_penalty for r in requests], device=device)[:, None]
+    presence = torch.tensor([r.params.presence_penalty for r in requests], device=device)[:, None]
     logits[rows] -= frequency * outputs + presence * seen
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import gguf
 import numpy as np
@@ -17,6 +18,7 @@ from gguf.quants import dequantize
 
 from shoal.engine.config import ModelConfig
 from shoal.engine.loader.errors import WeightsError
+from shoal.engine.loader.quantize import Int4Codes, int4_from_gguf_blocks
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -35,6 +37,7 @@ _LAYER_NAMES = {
     "ffn_down": "mlp.down_proj",
 }
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+_PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
 def hf_name(gguf_name: str) -> str:
@@ -56,16 +59,45 @@ def unpermute_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
     return weight.reshape(num_heads, rows // num_heads // 2, 2, *rest).swapaxes(1, 2).reshape(weight.shape)
 
 
+def _is_projection(gguf_name: str) -> bool:
+    match = _LAYER_TENSOR.fullmatch(gguf_name)
+    return gguf_name == "output.weight" or bool(match and match[2] in _PROJECTIONS and match[3] == "weight")
+
+
+def projection_types(reader: gguf.GGUFReader) -> frozenset[str]:
+    """The GGUF types (``Q4_1``, ``Q8_0``, ``F16``...) of the projection weights: what decides quantization."""
+    return frozenset(t.tensor_type.name for t in reader.tensors if _is_projection(t.name))
+
+
+def _unpermute(name: str, rows: Any, config: ModelConfig) -> Any:
+    """Q/K projection rows (numpy or torch) back in Hugging Face's order."""
+    if config.architecture == "llama":
+        if name.endswith("q_proj.weight"):
+            return unpermute_rows(rows, config.num_heads)
+        if name.endswith("k_proj.weight"):
+            return unpermute_rows(rows, config.num_kv_heads)
+    return rows
+
+
+def gguf_int4_codes(reader: gguf.GGUFReader, config: ModelConfig) -> dict[str, Int4Codes]:
+    """The 4-bit codes of every Q4_0 / Q4_1 projection weight, by Hugging Face name, in PyTorch row order."""
+    codes = {}
+    for tensor in reader.tensors:
+        if tensor.tensor_type.name not in ("Q4_0", "Q4_1") or not _is_projection(tensor.name):
+            continue
+        name = hf_name(tensor.name)
+        shape = (int(tensor.shape[1]), int(tensor.shape[0]))
+        blocks = int4_from_gguf_blocks(tensor.data, tensor.tensor_type.name, shape)
+        codes[name] = blocks.map_rows(lambda rows: _unpermute(name, rows, config).contiguous())
+    return codes
+
+
 def iter_gguf(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
     """``(hf_name, float32 tensor)`` pairs in PyTorch layout (GGUF stores shapes innermost-first)."""
     for tensor in reader.tensors:
         name = hf_name(tensor.name)
         array = dequantize(tensor.data, tensor.tensor_type).reshape([int(d) for d in reversed(tensor.shape)])
-        if config.architecture == "llama":
-            if name.endswith("q_proj.weight"):
-                array = unpermute_rows(array, config.num_heads)
-            elif name.endswith("k_proj.weight"):
-                array = unpermute_rows(array, config.num_kv_heads)
+        array = _unpermute(name, array, config)
         if not array.flags.writeable:  # unquantized tensors are views of the read-only memory map
             array = array.copy()
         yield name, torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))

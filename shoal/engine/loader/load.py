@@ -8,9 +8,10 @@ import torch
 
 from shoal.engine.config import ModelConfig
 from shoal.engine.loader.errors import WeightsError
-from shoal.engine.loader.gguf_weights import iter_gguf
+from shoal.engine.loader.gguf_weights import gguf_int4_codes, iter_gguf
+from shoal.engine.loader.quantize import Int4Codes, quantize_projections
 from shoal.engine.loader.safetensors_weights import iter_safetensors
-from shoal.engine.loader.state_dict import build_state_dict
+from shoal.engine.loader.state_dict import build_state_dict, fuse_by_parameter
 from shoal.engine.model import CausalLM
 from shoal.gguf_metadata import open_gguf, read_gguf_metadata
 from shoal.kernels import KernelOps
@@ -30,9 +31,18 @@ def load_config(source: ModelSource) -> ModelConfig:
 
 
 def load_model(
-    source: ModelSource, dtype: torch.dtype, ops: KernelOps, device: torch.device | str = "cpu"
+    source: ModelSource,
+    dtype: torch.dtype,
+    ops: KernelOps,
+    device: torch.device | str = "cpu",
+    quantization: str = "none",
 ) -> CausalLM:
-    """Builds the module without initialising it (meta device), then adopts the checkpoint's tensors."""
+    """Builds the module without initialising it (meta device), then adopts the checkpoint's tensors.
+
+    ``quantization`` ``int4`` / ``int8`` adds a quantized copy of every projection (``quantize_projections``);
+    a GGUF file's own Q4_0/Q4_1 codes are used for int4 where it has them.
+    """
+    gguf_codes: dict[str, Int4Codes] = {}
     if source.format == "hf":
         config = load_config(source)
         weights = iter_safetensors(source.path)
@@ -40,6 +50,8 @@ def load_model(
         reader = open_gguf(source.path)
         config = ModelConfig.from_gguf(read_gguf_metadata(source.path), has_output_weight=_has_output(reader))
         weights = iter_gguf(reader, config)
+        if quantization == "int4":
+            gguf_codes = fuse_by_parameter(gguf_int4_codes(reader, config), Int4Codes.cat)
     state = build_state_dict(config, weights, dtype)
     with torch.device("meta"):
         model = CausalLM(config, ops)
@@ -48,7 +60,10 @@ def load_model(
     except RuntimeError as exc:  # shape mismatches: the message names the tensor
         raise WeightsError(f"{str(source.path)!r}: {exc}") from exc
     model.tie_weights()
-    return model.requires_grad_(False).to(device).eval()
+    model = model.requires_grad_(False).to(device).eval()
+    if quantization != "none":
+        quantize_projections(model, quantization, gguf_codes)
+    return model
 
 
 def _has_output(reader) -> bool:

@@ -7,7 +7,8 @@ Strict both ways: a tensor the model has no place for, or a parameter nothing fi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import torch
 
@@ -21,6 +22,7 @@ _FUSED = {
 }
 _PART_OF = {part: (fused, i) for fused, parts in _FUSED.items() for i, part in enumerate(parts)}
 _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
+T = TypeVar("T")
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq")  # a buffer some old checkpoints saved
 
 
@@ -83,3 +85,21 @@ def build_state_dict(
     if missing:
         raise WeightsError(f"checkpoint lacks tensor(s) {', '.join(missing)}")
     return state
+
+
+def fuse_by_parameter(parts: dict[str, T], cat: Callable[[list[T]], T]) -> dict[str, T]:
+    """Per-tensor values by Hugging Face name -> by ``CausalLM`` parameter name, fused parts concatenated in
+    order; a fused parameter missing any of its parts is left out."""
+    fused: dict[str, list[T | None]] = {}
+    result: dict[str, T] = {}
+    for hf_name, value in parts.items():
+        layer = _LAYER.fullmatch(hf_name)
+        if layer and layer[2] in _PART_OF:
+            name, index = _PART_OF[layer[2]]
+            fused.setdefault(f"layers.{layer[1]}.{name}.{layer[3]}", [None] * len(_FUSED[name]))[index] = value
+        else:
+            result[hf_name.removeprefix("model.")] = value
+    for name, values in fused.items():
+        if all(v is not None for v in values):
+            result[name] = cat(values)  # type: ignore[arg-type]
+    return result

@@ -13,7 +13,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     engine = p.add_argument_group("engine")
-    engine.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    engine.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                        help="auto: bf16 on CPUs with native bf16 (avx512_bf16/AMX), else fp32; on CUDA the "
+                             "checkpoint's half-precision dtype")
+    engine.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="auto: cuda when a CUDA GPU is available, else cpu")
+    engine.add_argument("--quantization", default="auto", choices=("auto", "none", "int4", "int8"),
+                        help="weight-only quantized copies for small decode batches (CPU, bf16); auto: int4 "
+                             "for a GGUF file with Q4_0/Q4_1 weights, none otherwise")
+    engine.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads; default: one CPU left to the event loop on 3+ CPUs")
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--max-num-batched-tokens", type=int, default=2048)
     engine.add_argument("--max-num-seqs", type=int, default=128)

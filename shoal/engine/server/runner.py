@@ -15,10 +15,14 @@ import logging
 import uuid
 from types import FrameType
 
+import torch
 import uvicorn
 
+from shoal.cpu_features import cpu_info
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.engine_core import EngineCore
+from shoal.engine.core.hardware_plan import plan_hardware
+from shoal.engine.hardware import choose_threads
 from shoal.engine.server.app import ServerSettings, build_app
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.kv_event_hub import KVEventHub
@@ -82,16 +86,29 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         enable_prefix_caching=args.enable_prefix_caching,
         attention_backend=args.attention_backend,
         seed=args.seed,
+        device=args.device,
+        quantization=args.quantization,
     )
+
+
+def set_threads(requested: int | None) -> None:
+    """torch's intra-op thread count, chosen so the step thread's workers leave the event loop a core."""
+    threads = choose_threads(requested, cpu_info().cores)
+    if threads.warning:
+        log.warning("%s", threads.warning)
+    torch.set_num_threads(int(threads.value))
+    log.info("torch threads %s (%s)", threads.value, threads.reason)
 
 
 def run(args: argparse.Namespace) -> int:
     """Serves until SIGTERM; the model loads in the background once the port is open."""
     configure_logging(args.log_level)
-    config = engine_config(args)
     try:
+        config = engine_config(args)
+        set_threads(args.threads)
         source = resolve_model(args.model)  # a wrong name fails now, not after the server is up
-    except ModelNotFoundError as exc:
+        plan_hardware(config, source)  # so does --device cuda without a GPU, or an impossible --quantization
+    except (ModelNotFoundError, ValueError) as exc:
         log.error("%s", exc)
         return 2
     names = tuple(dict.fromkeys(args.served_model_name or [source.served_name, args.model]))
