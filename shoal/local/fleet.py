@@ -1,0 +1,227 @@
+"""The local engine fleet: ``shoal serve`` processes kept at a desired count, as a Deployment and a kubelet would.
+
+``EngineFleet`` is a reconcile loop driven by ``tick(now)``; everything it does is in one place:
+
+- **start** an engine on a free loopback port (``LocalProcess``, dying with its parent); it is ``starting``
+  until its ``/ready`` answers 200, then ``ready``. Only ready engines are written to the backends file the
+  gateway follows (``shoal gateway --backends-file``), so nothing is routed to an engine still loading.
+- **crash**: an engine that exits (or is not ready within ``startup_timeout_s``) goes to ``backoff`` with the
+  last line of its log as the reason, and is started again after a doubling delay (:mod:`shoal.local.backoff`).
+- **drain**: an engine to remove leaves the backends file first, gets SIGTERM once the gateway has re-read the
+  file (``discovery_delay_s``), finishes its in-flight requests (the engine's own SIGTERM drain) and exits.
+- **reconcile**: fewer engines than ``desired`` -> start more; more -> remove, in the order that loses least
+  (restarting ones, then ready ones newest first; a loading one only when nothing else is left).
+
+Everything that happens is an :class:`Event` (shown by the terminal view, printed by ``--no-tui``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+from shoal.local.backoff import Backoff
+from shoal.local.process import LocalProcess
+
+Phase = Literal["starting", "ready", "draining", "backoff"]
+EVENTS_KEPT = 50
+
+
+@dataclass(frozen=True)
+class Event:
+    time: float
+    level: Literal["info", "warning", "error"]
+    text: str
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """How to start one engine: ``argv`` without ``--port``, extra environment, where logs go."""
+
+    argv: list[str]
+    env: dict[str, str]
+    log_dir: Path
+    startup_timeout_s: float
+
+
+@dataclass
+class EngineReplica:
+    name: str
+    phase: Phase
+    since: float
+    process: LocalProcess | None = None
+    starts: int = 0
+    failures: int = 0  # crashes in a row since it was last ready
+    error: str | None = None
+    retry_at: float = 0.0
+    term_at: float | None = None
+    signalled: bool = False
+
+    @property
+    def url(self) -> str | None:
+        return self.process.url if self.process is not None else None
+
+    @property
+    def restarts(self) -> int:
+        return max(0, self.starts - 1)
+
+    def exited(self) -> bool:
+        return self.process is None or self.process.process.poll() is not None
+
+
+def _last_line(process: LocalProcess) -> str:
+    lines = [line.strip() for line in process.log(4000).splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+@dataclass
+class EngineFleet:
+    launch: EngineLaunch
+    backends_file: Path
+    backoff: Backoff = Backoff()
+    discovery_delay_s: float = 2.5
+    drain_timeout_s: float = 45.0
+    on_event: Callable[[Event], None] | None = None
+    desired: int = 0
+    replicas: list[EngineReplica] = field(default_factory=list)
+    events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
+    ever_ready: bool = False
+    _next_index: int = 0
+    _written: list[str] | None = None
+
+    def emit(self, now: float, level: Literal["info", "warning", "error"], text: str) -> None:
+        event = Event(now, level, text)
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def scale_to(self, count: int) -> None:
+        self.desired = count
+
+    def active(self) -> list[EngineReplica]:
+        """The replicas that count toward ``desired``: all but the draining ones."""
+        return [r for r in self.replicas if r.phase != "draining"]
+
+    def ready_urls(self) -> list[str]:
+        return [r.url for r in self.replicas if r.phase == "ready" and r.url is not None]
+
+    async def tick(self, now: float, client: httpx.AsyncClient) -> None:
+        await self._observe(now, client)
+        self._restart_due(now)
+        self._finish_drains(now)
+        self._reconcile(now)
+        self._write_backends()
+
+    def _start(self, replica: EngineReplica, now: float) -> None:
+        replica.starts += 1
+        suffix = "" if replica.starts == 1 else f".restart{replica.restarts}"
+        log_path = self.launch.log_dir / f"{replica.name}{suffix}.log"
+        replica.process = LocalProcess(self.launch.argv, log_path, self.launch.env, die_with_parent=True)
+        replica.phase, replica.since = "starting", now
+
+    def _crashed(self, replica: EngineReplica, now: float, why: str) -> None:
+        replica.failures += 1
+        replica.error = why
+        delay = self.backoff.delay(replica.failures)
+        replica.phase, replica.since, replica.retry_at = "backoff", now, now + delay
+        self.emit(now, "error", f"{replica.name} {why}; restart {replica.starts} in {delay:.0f} s")
+
+    async def _observe(self, now: float, client: httpx.AsyncClient) -> None:
+        starting = [r for r in self.replicas if r.phase == "starting" and r.process is not None]
+        answers = await asyncio.gather(*(_is_ready(client, r.url or "") for r in starting))
+        for replica, ready in zip(starting, answers):
+            assert replica.process is not None
+            if replica.exited():
+                code = replica.process.process.returncode
+                self._crashed(replica, now, f"exited with {code} while loading: {_last_line(replica.process)}")
+            elif ready:
+                replica.phase, replica.since, replica.failures = "ready", now, 0
+                self.ever_ready = True
+                self.emit(now, "info", f"{replica.name} ready at {replica.url}")
+            elif now - replica.since > self.launch.startup_timeout_s:
+                replica.process.stop()
+                self._crashed(replica, now, f"not ready after {self.launch.startup_timeout_s:.0f} s")
+        for replica in self.replicas:
+            if replica.phase == "ready" and replica.exited():
+                assert replica.process is not None
+                code = replica.process.process.returncode
+                self._crashed(replica, now, f"exited with {code}: {_last_line(replica.process)}")
+
+    def _restart_due(self, now: float) -> None:
+        for replica in self.replicas:
+            if replica.phase == "backoff" and now >= replica.retry_at:
+                self._start(replica, now)
+                self.emit(now, "info", f"{replica.name} restarting (restart {replica.restarts})")
+
+    def _finish_drains(self, now: float) -> None:
+        for replica in [r for r in self.replicas if r.phase == "draining"]:
+            process = replica.process
+            if process is None or replica.exited():
+                self.replicas.remove(replica)
+                self.emit(now, "info", f"{replica.name} drained and stopped")
+            elif not replica.signalled and replica.term_at is not None and now >= replica.term_at:
+                process.terminate()
+                replica.signalled = True
+            elif now - replica.since > self.drain_timeout_s:
+                process.stop()
+
+    def _reconcile(self, now: float) -> None:
+        active = self.active()
+        for _ in range(self.desired - len(active)):
+            replica = EngineReplica(f"engine-{self._next_index}", "starting", now)
+            self._next_index += 1
+            self.replicas.append(replica)
+            self._start(replica, now)
+            self.emit(now, "info", f"{replica.name} starting")
+        order = {"backoff": 0, "ready": 1, "starting": 2}
+        victims = sorted(active, key=lambda r: (order[r.phase], -r.since))[: max(0, len(active) - self.desired)]
+        for replica in victims:
+            self._remove(replica, now)
+
+    def _remove(self, replica: EngineReplica, now: float) -> None:
+        if replica.phase == "ready":
+            replica.phase, replica.since = "draining", now
+            replica.term_at = now + self.discovery_delay_s
+            self.emit(now, "info", f"{replica.name} draining")
+            return
+        if replica.process is not None:
+            replica.process.stop()
+        self.replicas.remove(replica)
+        self.emit(now, "info", f"{replica.name} removed while {replica.phase}")
+
+    def _write_backends(self) -> None:
+        urls = self.ready_urls()
+        if urls == self._written:
+            return
+        temporary = self.backends_file.with_suffix(".tmp")
+        temporary.write_text("".join(f"{url}\n" for url in urls))
+        os.replace(temporary, self.backends_file)
+        self._written = urls
+
+    async def stop(self, grace_s: float) -> None:
+        """SIGTERM every engine (each drains its in-flight requests), then SIGKILL whatever is left."""
+        self.desired = 0
+        running = [r.process for r in self.replicas if r.process is not None and not r.exited()]
+        for process in running:
+            process.terminate()
+        deadline = asyncio.get_running_loop().time() + grace_s
+        while any(p.process.poll() is None for p in running) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        for process in running:
+            process.stop()
+        self.replicas.clear()
+        self._write_backends()
+
+
+async def _is_ready(client: httpx.AsyncClient, url: str) -> bool:
+    try:
+        return (await client.get(url + "/ready", timeout=1.0)).status_code == 200
+    except httpx.HTTPError:
+        return False

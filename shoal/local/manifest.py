@@ -1,0 +1,121 @@
+"""An InferenceDeployment manifest read for ``shoal up``: the CRD's own typed spec, the CRD's own messages.
+
+The spec is parsed by :class:`shoal.operator.spec.InferenceDeploymentSpec`, the models the CRD is generated
+from, so a manifest ``kubectl apply`` would refuse is refused here with the same words (the cross-field rules
+raise the CEL rules' messages). Fields that only mean something on a cluster (images, node placement, the
+Secret holding API keys, Prometheus as the metrics source) are accepted and reported as ignored locally: the
+same file must work in both places.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from shoal.model_registry import ModelNotFoundError, resolve_model
+from shoal.operator.spec import GROUP, KIND, VERSION, InferenceDeploymentSpec
+
+API_VERSION = f"{GROUP}/{VERSION}"
+
+
+class ManifestError(ValueError):
+    """The manifest cannot run; the message names the file and each offending field."""
+
+
+@dataclass(frozen=True)
+class LocalManifest:
+    """A validated InferenceDeployment and what of it ``shoal up`` leaves out."""
+
+    name: str
+    spec: InferenceDeploymentSpec
+    ignored: tuple[str, ...]
+
+
+def _field_errors(error: ValidationError) -> list[str]:
+    """One line per error, ``spec.<path>: <message>``; the CEL rules' messages come through unchanged."""
+    lines = []
+    for item in error.errors():
+        path = ".".join(["spec", *(str(p) for p in item["loc"])])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{path}: unknown field")
+        elif item["type"] == "value_error":
+            lines.append(f"{path}: {message}")
+        else:
+            lines.append(f"{path}: {message} (got {item.get('input')!r})")
+    return lines
+
+
+def ignored_locally(spec: InferenceDeploymentSpec) -> list[str]:
+    """The fields set in ``spec`` that only a cluster acts on, each with what happens instead."""
+    engine, gateway = spec.engine, spec.gateway
+    defaults = type(engine)()
+    notes = []
+    if engine.image != defaults.image or engine.image_pull_policy != defaults.image_pull_policy:
+        notes.append("spec.engine.image / imagePullPolicy: engines run from this checkout, not an image")
+    if engine.resources.gpus:
+        notes.append(f"spec.engine.resources.gpus ({engine.resources.gpus}): engines run on this machine's CPU")
+    if engine.resources.memory:
+        notes.append("spec.engine.resources.memory: no memory limit is set on local processes")
+    if engine.node_selector or engine.tolerations:
+        notes.append("spec.engine.nodeSelector / tolerations: everything runs on this machine")
+    if spec.model.volume is not None:
+        notes.append("spec.model.volume: spec.model.source is read as a path on this machine")
+    if gateway.image != type(gateway)().image:
+        notes.append("spec.gateway.image: the gateway runs from this checkout, not an image")
+    if gateway.replicas != 1:
+        notes.append(f"spec.gateway.replicas ({gateway.replicas}): one local gateway serves the fleet")
+    if gateway.api_key_secret is not None:
+        notes.append("spec.gateway.apiKeySecret: a Kubernetes Secret; give the tenants file with --api-keys")
+    if spec.autoscaling.metrics.source == "prometheus":
+        notes.append("spec.autoscaling.metrics: engines' /metrics are scraped directly, not through Prometheus")
+    return [f"{note} (ignored locally)" for note in notes]
+
+
+def _document(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not valid YAML: {exc}") from exc
+    found = [d for d in documents if isinstance(d, dict) and d.get("kind") == KIND]
+    if len(found) != 1:
+        raise ManifestError(f"{path}: expected exactly one {KIND}, found {len(found)}")
+    return found[0]
+
+
+def load_manifest(path: str | Path) -> LocalManifest:
+    """Reads and validates ``path``; raises :class:`ManifestError` with every problem in it."""
+    file = Path(path)
+    document = _document(file)
+    problems = []
+    if document.get("apiVersion") != API_VERSION:
+        problems.append(f"apiVersion: must be {API_VERSION} (got {document.get('apiVersion')!r})")
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        problems.append("metadata.name: Required value")
+    spec: InferenceDeploymentSpec | None = None
+    raw_spec = document.get("spec")
+    if not isinstance(raw_spec, dict):
+        problems.append("spec: Required value")
+    else:
+        try:
+            spec = InferenceDeploymentSpec.model_validate(raw_spec)
+        except ValidationError as exc:
+            problems.extend(_field_errors(exc))
+    if spec is not None:
+        try:
+            resolve_model(spec.model.source)
+        except ModelNotFoundError as exc:
+            problems.append(f"spec.model.source: {exc}")
+    if problems or spec is None:
+        raise ManifestError(f"{file}: {KIND} {name or '?'} is invalid:\n" + "\n".join(f"  {p}" for p in problems))
+    return LocalManifest(str(name), spec, tuple(ignored_locally(spec)))

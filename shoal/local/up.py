@@ -1,0 +1,235 @@
+"""``shoal up FILE.yaml``: an InferenceDeployment as local processes, sized live by the operator's autoscaler.
+
+One asyncio loop in this process does everything once per tick (``TICK_S``): the fleet reconciles its engines
+(:mod:`shoal.local.fleet`), the engines' metrics become :class:`FleetSignals`, the policy decides the count
+(:mod:`shoal.local.autoscaler`), and the resulting snapshot goes to the terminal view (or log lines) and to the
+file the gateway's ``/dashboard`` serves. The gateway is a ``shoal gateway`` child following the backends file.
+Every child dies with this process (``PR_SET_PDEATHSIG``), so even a SIGKILL of ``shoal up`` leaves nothing.
+Ctrl-C or SIGTERM stops the gateway and drains the engines; a second one stops at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.live import Live
+
+from shoal.autoscale.config import AutoscalingConfig
+from shoal.autoscale.policy import ScalingPolicy
+from shoal.autoscale.source import MetricsSource, ReplicaTarget
+from shoal.local.autoscaler import LocalAutoscaler
+from shoal.local.figures import ExtraFigures
+from shoal.local.fleet import EngineFleet, EngineLaunch, EngineReplica, Event
+from shoal.local.manifest import LocalManifest
+from shoal.local.process import LocalProcess, shoal_command
+from shoal.local.snapshot import FleetSnapshot, Timeline, take
+from shoal.local.threads import threads_per_engine, usable_cores
+from shoal.local.view import event_line, render, summary_line
+from shoal.operator.builders.engine import serve_args
+from shoal.operator.spec import InferenceDeploymentSpec
+
+TICK_S = 1.0
+SUMMARY_EVERY_S = 10.0
+GIVE_UP_AFTER_FAILURES = 3  # crashes in a row of one engine before any was ready: the model will not load
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    tui: bool = True
+    log_dir: Path | None = None
+    api_keys: Path | None = None
+    stop_grace_s: float = 30.0
+
+
+class PortTaken(RuntimeError):
+    pass
+
+
+def check_port(host: str, port: int) -> None:
+    """Fails with a clear message when the gateway's port is in use, before anything starts."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise PortTaken(f"port {port} on {host} is already in use ({exc.strerror}); "
+                            "stop what holds it or pick another with --port") from exc
+
+
+def autoscaling_config(spec: InferenceDeploymentSpec) -> AutoscalingConfig:
+    a, r = spec.autoscaling, spec.replicas
+    return AutoscalingConfig(
+        min_replicas=r.min, max_replicas=r.max, queue_depth_per_replica=a.queue_depth_per_replica,
+        ttft_p95_seconds=a.ttft_p95_seconds, scale_up_stabilization_seconds=a.scale_up_stabilization_seconds,
+        scale_down_stabilization_seconds=a.scale_down_stabilization_seconds, max_step=a.max_step,
+    )
+
+
+def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
+    """The operator's own ``shoal serve`` arguments, then the local overrides (the last flag given wins)."""
+    most = spec.replicas.max if spec.autoscaling.enabled else spec.replicas.fixed
+    threads = threads_per_engine(usable_cores(), most, spec.engine.resources.cpu)
+    argv = shoal_command(*serve_args(spec), "--host", "127.0.0.1", "--attention-backend", "torch",
+                         "--log-level", "warning")
+    env = {e.name: e.value for e in spec.engine.env} | {"OMP_NUM_THREADS": str(threads)}
+    return EngineLaunch(argv, env, log_dir, float(spec.engine.startup_seconds))
+
+
+def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Path, dashboard: Path) -> list[str]:
+    argv = shoal_command(
+        "gateway", "--host", options.host, "--backends-file", str(backends), "--dashboard-data", str(dashboard),
+        "--tokenizer", f"{spec.served_name}={spec.model.source}", "--policy", spec.gateway.routing_policy,
+        "--bound-factor", str(spec.gateway.bound_factor), "--log-level", "warning",
+    )
+    if spec.gateway.redis_url:
+        argv += ["--redis-url", spec.gateway.redis_url]
+    if options.api_keys is not None:
+        argv += ["--api-keys", str(options.api_keys)]
+    return argv
+
+
+def _target(replica: EngineReplica) -> ReplicaTarget:
+    """A restarting engine is capacity on its way, as a pod in CrashLoopBackOff is: ``starting``."""
+    phase = "starting" if replica.phase == "backoff" else replica.phase
+    return ReplicaTarget(replica.name, phase, replica.since, replica.url)
+
+
+class Up:
+    """One running ``shoal up``: the gateway, the engine fleet, the loop that ties them and what it shows."""
+
+    def __init__(self, manifest: LocalManifest, options: UpOptions, policy: ScalingPolicy | None,
+                 make_source: Callable[[httpx.AsyncClient], MetricsSource], say: Callable[[str], None]) -> None:
+        self.manifest, self.options, self.say = manifest, options, say
+        spec = manifest.spec
+        self.log_dir = options.log_dir or Path(tempfile.mkdtemp(prefix=f"shoal-up-{manifest.name}-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.backends = self.log_dir / "backends.txt"
+        self.backends.write_text("")
+        self.dashboard = self.log_dir / "dashboard.json"
+        self.url = f"http://{'127.0.0.1' if options.host in ('0.0.0.0', '') else options.host}:{options.port}"
+        self.fleet = EngineFleet(engine_launch(spec, self.log_dir), self.backends, on_event=self._on_event)
+        self.autoscaler = LocalAutoscaler(policy) if policy is not None and spec.autoscaling.enabled else None
+        self.make_source = make_source
+        self.source: MetricsSource | None = None
+        self.extras = ExtraFigures()
+        self.timeline = Timeline(self.dashboard)
+        self.gateway: LocalProcess | None = None
+        self.snapshot: FleetSnapshot | None = None
+        self.stopping = asyncio.Event()
+        self.failed: str | None = None
+        self._summary_at = 0.0
+
+    def _on_event(self, event: Event) -> None:
+        if not self.options.tui:
+            self.say(event_line(event))
+
+    def start_gateway(self) -> LocalProcess:
+        argv = gateway_argv(self.manifest.spec, self.options, self.backends, self.dashboard)
+        gateway = LocalProcess(argv, self.log_dir / "gateway.log", port=self.options.port, die_with_parent=True)
+        return gateway.wait_ready("/health", timeout=60)
+
+    async def tick(self, client: httpx.AsyncClient) -> FleetSnapshot:
+        now = time.time()
+        await self.fleet.tick(now, client)
+        if self.gateway is not None and self.gateway.process.poll() is not None:
+            self.fleet.emit(now, "error", f"gateway exited with {self.gateway.process.returncode}; restarting")
+            self.gateway = await asyncio.to_thread(self.start_gateway)
+        engines = [r.url for r in self.fleet.replicas if r.phase in ("ready", "draining") and r.url]
+        extras = await self.extras.read(client, engines, self.url)
+        assert self.source is not None
+        observed = await self.source.observe(now, self.fleet.desired, [_target(r) for r in self.fleet.replicas])
+        signals = replace(observed, held_requests=extras.held_requests)
+        if self.autoscaler is not None:
+            decision = self.autoscaler.step(signals, self.fleet)
+            if decision is not None:
+                self.fleet.emit(now, "info", f"scale to {decision.replicas}: {decision.rule}: {decision.message}")
+        decisions = tuple(self.autoscaler.decisions) if self.autoscaler else ()
+        spec = self.manifest.spec
+        snapshot = take(now, self.manifest.name, spec.served_name, self.url, self.fleet,
+                        self.autoscaler is not None, signals, extras, decisions)
+        self.timeline.add(snapshot)
+        self.timeline.write(snapshot)
+        self._check_model_loads()
+        return snapshot
+
+    def _check_model_loads(self) -> None:
+        if self.fleet.ever_ready:
+            return
+        for replica in self.fleet.replicas:
+            if replica.failures >= GIVE_UP_AFTER_FAILURES:
+                self.failed = (f"{replica.name} failed {replica.failures} times before any engine was ready; "
+                               f"the model does not load: {replica.error} (logs in {self.log_dir})")
+                self.stopping.set()
+
+    async def run(self, console: Console | None) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._signalled)
+        self.gateway = await asyncio.to_thread(self.start_gateway)
+        spec = self.manifest.spec
+        self.fleet.scale_to(spec.replicas.min if self.autoscaler else spec.replicas.fixed)
+        live = Live(console=console, refresh_per_second=2, transient=False) if console is not None else None
+        try:
+            async with httpx.AsyncClient() as client:
+                self.source = self.make_source(client)
+                if live is not None:
+                    live.start()
+                while not self.stopping.is_set():
+                    self.snapshot = await self.tick(client)
+                    self._show(self.snapshot, live)
+                    try:
+                        await asyncio.wait_for(self.stopping.wait(), TICK_S)
+                    except TimeoutError:
+                        pass
+        finally:
+            if live is not None:
+                live.stop()
+            await self.shutdown()
+        if self.failed:
+            self.say(f"shoal up: {self.failed}")
+            return 1
+        return 0
+
+    def _show(self, snapshot: FleetSnapshot, live: Live | None) -> None:
+        if live is not None:
+            live.update(render(snapshot))
+        elif snapshot.time - self._summary_at >= SUMMARY_EVERY_S:
+            self._summary_at = snapshot.time
+            self.say(summary_line(snapshot))
+
+    def _signalled(self) -> None:
+        if self.stopping.is_set():
+            self.say("second signal: stopping at once")
+            self._kill_all()
+            os._exit(130)
+        self.say("stopping: the gateway finishes its requests, the engines drain")
+        self.stopping.set()
+
+    def _kill_all(self) -> None:
+        for replica in self.fleet.replicas:
+            if replica.process is not None:
+                replica.process.stop()
+        if self.gateway is not None:
+            self.gateway.stop()
+
+    async def shutdown(self) -> None:
+        if self.gateway is not None:
+            self.gateway.terminate()
+        await self.fleet.stop(self.options.stop_grace_s)
+        if self.gateway is not None:
+            deadline = time.monotonic() + self.options.stop_grace_s
+            while self.gateway.process.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            self.gateway.stop()
+        self.say(f"stopped; logs in {self.log_dir}")

@@ -1,0 +1,129 @@
+"""``shoal up`` reads the same manifest as the CRD, refuses it with the CRD's own messages, and names what a
+cluster would do that a laptop ignores; plus the pure helpers it sizes engines and restarts with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import manifest, write_manifest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shoal.local.backoff import Backoff
+from shoal.local.manifest import ManifestError, load_manifest
+from shoal.local.threads import threads_per_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _crd_messages() -> set[str]:
+    """Every CEL message in the generated CRD (what ``kubectl apply`` answers)."""
+    crd = yaml.safe_load((ROOT / "crds" / "shoal.dev_inferencedeployments.yaml").read_text())
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for rule in node.get("x-kubernetes-validations", []):
+                found.add(rule["message"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(crd)
+    return found
+
+
+def _refusal(tmp_path: Path, document: dict) -> str:
+    with pytest.raises(ManifestError) as refused:
+        load_manifest(write_manifest(tmp_path, document))
+    return str(refused.value)
+
+
+def test_the_shipped_example_loads_and_says_what_is_ignored() -> None:
+    loaded = load_manifest(ROOT / "examples" / "smollm2-cpu.yaml")
+    assert loaded.name == "smollm2"
+    assert loaded.spec.served_name == "smollm2-135m"
+    assert any("resources.memory" in note and note.endswith("(ignored locally)") for note in loaded.ignored)
+
+
+@pytest.mark.parametrize("replicas", [{"min": 3, "max": 2}, {"min": 1, "max": 3, "count": 5}])
+def test_cross_field_errors_carry_the_crd_message(tmp_path: Path, replicas: dict) -> None:
+    message = _refusal(tmp_path, manifest("smollm2-135m", replicas=replicas))
+    matching = [m for m in _crd_messages() if m in message]
+    assert matching, message
+    assert "spec.replicas" in message
+
+
+def test_every_field_error_is_listed_with_its_path_and_value(tmp_path: Path) -> None:
+    document = manifest("smollm2-135m", replicas={"min": -1, "max": 2},
+                        engine={"maxNumSeqs": 0, "gpu": 1}, autoscaling={"maxStep": "two"})
+    message = _refusal(tmp_path, document)
+    assert "spec.replicas.min: Input should be greater than or equal to 0 (got -1)" in message
+    assert "spec.engine.maxNumSeqs: Input should be greater than or equal to 1 (got 0)" in message
+    assert "spec.engine.gpu: unknown field" in message
+    assert "spec.autoscaling.maxStep:" in message
+
+
+def test_not_an_inference_deployment(tmp_path: Path) -> None:
+    assert "expected exactly one InferenceDeployment, found 0" in _refusal(tmp_path, {"kind": "Deployment"})
+    wrong_version = manifest("smollm2-135m") | {"apiVersion": "shoal.dev/v2"}
+    assert "apiVersion: must be shoal.dev/v1alpha1" in _refusal(tmp_path, wrong_version)
+    path = tmp_path / "broken.yaml"
+    path.write_text("spec: [unclosed")
+    with pytest.raises(ManifestError, match="not valid YAML"):
+        load_manifest(path)
+    with pytest.raises(ManifestError, match="cannot read"):
+        load_manifest(tmp_path / "missing.yaml")
+
+
+def test_a_model_that_does_not_exist_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    message = _refusal(tmp_path, manifest("no-such-model"))
+    assert "spec.model.source: model 'no-such-model' is neither a known alias" in message
+    assert "spec.model.source:" in _refusal(tmp_path, manifest(str(tmp_path / "nowhere")))
+
+
+def test_cluster_only_fields_are_ignored_locally_not_refused(tmp_path: Path) -> None:
+    document = manifest(
+        "smollm2-135m",
+        engine={"image": "registry.example/engine:1", "resources": {"gpus": 1, "cpu": "2"},
+                "nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+        gateway={"replicas": 2, "apiKeySecret": {"name": "keys"}},
+        autoscaling={"enabled": True, "metrics": {"source": "prometheus", "prometheusUrl": "http://prom:9090"}},
+    )
+    loaded = load_manifest(write_manifest(tmp_path, document))
+    ignored = "\n".join(loaded.ignored)
+    for field in ("engine.image", "resources.gpus", "nodeSelector", "gateway.replicas", "apiKeySecret",
+                  "autoscaling.metrics"):
+        assert field in ignored
+    assert all(note.endswith("(ignored locally)") for note in loaded.ignored)
+    assert "resources.cpu" not in ignored  # used: it caps the threads of each engine
+
+
+@given(cores=st.integers(1, 256), most=st.integers(1, 64),
+       cpu=st.one_of(st.none(), st.integers(1, 64).map(str), st.integers(1, 8000).map(lambda m: f"{m}m")))
+def test_engines_never_oversubscribe_the_cores(cores: int, most: int, cpu: str | None) -> None:
+    threads = threads_per_engine(cores, most, cpu)
+    assert threads >= 1
+    if most <= cores:
+        assert threads * most <= cores
+    if cpu is not None:
+        limit = int(cpu[:-1]) / 1000 if cpu.endswith("m") else int(cpu)
+        assert threads <= max(1, -(-limit // 1))
+
+
+def test_a_cpu_quantity_without_meaning_leaves_only_the_core_share() -> None:
+    assert threads_per_engine(8, 2, "2k") == 4
+    assert threads_per_engine(8, 2, "500m") == 1
+    assert threads_per_engine(8, 2, "1.5") == 2
+
+
+@given(failures=st.integers(1, 100))
+def test_restart_delays_double_up_to_the_ceiling(failures: int) -> None:
+    backoff = Backoff(initial_s=1.0, ceiling_s=30.0)
+    assert backoff.delay(failures) <= 30.0
+    assert backoff.delay(failures + 1) >= backoff.delay(failures)
+    assert backoff.delay(1) == 1.0 and backoff.delay(3) == 4.0

@@ -1,0 +1,90 @@
+"""``shoal up`` as a child process of the test, watched through the gateway's ``/dashboard/data`` and ``/proc``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from shoal.local import free_port, shoal_command
+
+
+def children_of(pid: int) -> set[int]:
+    """Processes whose parent is ``pid`` right now."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class UpProcess:
+    """``shoal up FILE --no-tui`` with its output in ``log_dir/up.out``; ``seen`` collects every child it had."""
+
+    def __init__(self, manifest: Path, log_dir: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.out = log_dir / "up.out"
+        self.seen: set[int] = set()
+        with self.out.open("wb") as out:
+            self.process = subprocess.Popen(
+                shoal_command("up", str(manifest), "--no-tui", "--log-dir", str(log_dir), "--port", str(self.port),
+                              *extra),
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The fleet as ``shoal up`` last wrote it, through the gateway; None while there is none."""
+        self.seen |= children_of(self.process.pid)
+        try:
+            response = httpx.get(self.url + "/dashboard/data", timeout=5)
+        except httpx.HTTPError:
+            return None
+        return response.json()["snapshot"] if response.status_code == 200 else None
+
+    def ready(self) -> int:
+        snapshot = self.snapshot()
+        return sum(r["phase"] == "ready" for r in snapshot["replicas"]) if snapshot else 0
+
+    def serving(self) -> bool:
+        """The gateway routes: some engine is ready and it has seen it."""
+        try:
+            return httpx.get(self.url + "/ready", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.seen |= children_of(self.process.pid)
+        self.process.send_signal(sig)
+
+    def kill_everything(self) -> None:
+        """Teardown: whatever is left of this run, gone."""
+        self.process.kill()
+        self.process.wait(timeout=30)
+        for pid in self.seen:
+            try:
+                if b"shoal.cli" in Path(f"/proc/{pid}/cmdline").read_bytes():  # not a reused pid
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
