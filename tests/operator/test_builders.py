@@ -84,6 +84,7 @@ def test_gpu_request_limits_and_toleration() -> None:
     assert resources["requests"] == resources["limits"]
     assert {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert serve_args(s)[serve_args(s).index("--attention-backend") + 1] == "triton"
+    assert serve_args(s)[serve_args(s).index("--device") + 1] == "cuda"
 
 
 def test_cpu_engine_asks_for_no_gpu() -> None:
@@ -91,6 +92,7 @@ def test_cpu_engine_asks_for_no_gpu() -> None:
     pod = children(s)[("Deployment", "chat-engine")]["spec"]["template"]["spec"]
     assert GPU_RESOURCE not in str(pod["containers"][0]["resources"]) and pod["tolerations"] == []
     assert serve_args(s)[serve_args(s).index("--attention-backend") + 1] == "torch"
+    assert serve_args(s)[serve_args(s).index("--device") + 1] == "cpu"
 
 
 def test_engine_pods_spread_and_drain_gracefully() -> None:

@@ -35,6 +35,7 @@ def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
         "--dtype", engine.dtype,
         "--block-size", str(engine.block_size),
         "--max-num-seqs", str(engine.max_num_seqs),
+        "--device", "cuda" if engine.resources.gpus else "cpu",
         "--attention-backend", "triton" if engine.resources.gpus else "torch",
     ]
     if engine.max_model_len is not None:
