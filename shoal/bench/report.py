@@ -9,20 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import mean
 
+import numpy as np
+
 from shoal.bench.client import RequestResult
 
 SLO_METRICS = ("ttft", "tpot", "e2el")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), without numpy."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    """Linear interpolation between closest ranks (numpy's default, as ``vllm bench serve`` reports); 0 if empty."""
+    return float(np.percentile(values, q)) if len(values) else 0.0
 
 
 def _distribution(values: Sequence[float], percentiles: Sequence[float]) -> dict[str, float]:

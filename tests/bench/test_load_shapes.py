@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-from statistics import mean, pvariance
+from statistics import mean, pvariance, quantiles
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,9 +27,18 @@ def test_infinite_rate_sends_everything_at_once() -> None:
     assert arrival_gaps(5, math.inf) == [0.0] * 5
 
 
-@given(st.lists(st.floats(0, 1e3), min_size=1, max_size=50), st.floats(0, 100))
-def test_percentile_matches_numpy(values: list[float], q: float) -> None:
-    assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-9, abs=1e-9)
+@given(st.lists(st.floats(0, 1e3), min_size=2, max_size=50), st.integers(1, 99))
+def test_percentile_interpolates_between_closest_ranks(values: list[float], q: int) -> None:
+    """The reference: ``statistics.quantiles``' inclusive method, the same definition written independently."""
+    expected = quantiles(values, n=100, method="inclusive")[q - 1]
+    assert percentile(values, q) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_percentile_ends_and_empty_input() -> None:
+    assert [percentile([4.0, 1.0, 3.0, 2.0], q) for q in (0, 25, 50, 99.9, 100)] == \
+        pytest.approx([1.0, 1.75, 2.5, 3.997, 4.0])
+    assert percentile([7.0], 95) == 7.0
+    assert percentile([], 50) == 0.0
 
 
 def test_shared_prefix_groups_repeat_their_prefix_verbatim() -> None:
