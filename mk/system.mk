@@ -1,10 +1,10 @@
-# Debian packages the tests start for real: Prometheus, Alertmanager, Redis.
-SYSTEM_BINARIES := prometheus prometheus-alertmanager redis-server
-APT_PACKAGES := prometheus prometheus-alertmanager redis-server
+# Debian packages the tests start for real: Prometheus, Alertmanager, Redis, and Chromium (headless) for the dashboard.
+SYSTEM_BINARIES := prometheus prometheus-alertmanager redis-server chromium
+APT_PACKAGES := prometheus prometheus-alertmanager redis-server chromium
 
 .PHONY: system-deps
 system-deps:
-	@missing=""; for b in prometheus prometheus-alertmanager redis-server; do \
+	@missing=""; for b in $(SYSTEM_BINARIES); do \
 	  command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
