@@ -12,18 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from shoal.local.metrics import samples_named
 
 PREFIX_HITS = "shoal_engine_prefix_cache_hits_tokens_total"
 PREFIX_QUERIES = "shoal_engine_prefix_cache_queries_tokens_total"
 ROUTING_DECISIONS = "shoal_gateway_routing_decisions_total"
 HELD_REQUESTS = "shoal_gateway_requests_held"
-
-
-def samples_named(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """Every sample called ``name`` on a Prometheus text page, with its labels."""
-    return [(s.labels, s.value) for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == name]
 
 
 async def _page(client: httpx.AsyncClient, url: str) -> str | None:
