@@ -8,6 +8,7 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, POLICY_NAMES
+    from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
     from shoal.gateway.timeouts import (
         DEFAULT_CONNECT_TIMEOUT_S,
         DEFAULT_FIRST_TOKEN_TIMEOUT_S,
@@ -33,6 +34,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--load-floor-tokens", type=int, default=DEFAULT_LOAD_FLOOR_TOKENS,
                    help="for replicas that announce no capacity, the mean load never counts below this many "
                         "tokens when applying the bound (a Shoal engine's floor is its token budget / bound factor)")
+    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
+                   help="the engines' KV block size (tokens); a replica announcing another is shown as a mismatch")
     p.add_argument("--tokenizer", action="append", default=[], metavar="MODEL=SOURCE",
                    help="tokenizer for a served model name (default: the model name itself)")
     p.add_argument("--api-keys", metavar="PATH", help="YAML/JSON tenants file; without it, no auth")
@@ -85,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     if not all(t > 0 for t in timeouts):
         raise SystemExit("--connect-timeout, --first-token-timeout, --inter-token-timeout and --request-timeout "
                          "must be > 0")
+    if args.block_size < 1:
+        raise SystemExit("--block-size must be >= 1")
     if args.hold_queue_size < 0 or args.hold_seconds <= 0:
         raise SystemExit("--hold-queue-size must be >= 0 and --hold-seconds > 0")
     sources = [bool(args.backend), bool(args.backends_file), bool(args.kube_service)]
@@ -110,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         quota = MemoryQuota()
     config = GatewayConfig(
-        policy=args.policy, bound_factor=args.bound_factor, load_floor_tokens=args.load_floor_tokens,
+        policy=args.policy, bound_factor=args.bound_factor, block_size=args.block_size, load_floor_tokens=args.load_floor_tokens,
         tokenizers=_tokenizers(args.tokenizer), max_body_bytes=args.max_body_bytes, max_attempts=args.max_attempts,
         health_interval_s=args.health_interval, follow_kv_events=not args.no_kv_events,
         hold_queue_size=args.hold_queue_size, hold_seconds=args.hold_seconds,

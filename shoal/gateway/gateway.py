@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from shoal.gateway import health, kv_follower
+from shoal.gateway import block_size, health, kv_follower
 from shoal.gateway.auth import ApiKeys
 from shoal.gateway.discovery import Discovery
 from shoal.gateway.hold_queue import HoldQueue
@@ -79,6 +79,7 @@ class Gateway:
         self.upstreams: UpstreamPool | None = None
         self._policies: dict[str, RoutingPolicy] = {}
         self._followers: dict[str, asyncio.Task[None]] = {}
+        self._block_size_shown: dict[str, int] = {}  # replica -> its mismatched block size (0: none), as shown
         self._tasks: set[asyncio.Task[None]] = set()
 
     def policy(self, model: str) -> RoutingPolicy:
@@ -123,9 +124,10 @@ class Gateway:
         added, removed = self.fleet.set_urls(urls)
         for replica in removed:
             log.info("replica %s removed by discovery", replica.url)
-            for gauge in (self.metrics.backend_up, self.metrics.kv_synced):
+            for gauge in (self.metrics.backend_up, self.metrics.kv_synced, self.metrics.block_size_mismatch):
                 with contextlib.suppress(KeyError):
                     gauge.remove(replica.url)
+            self._block_size_shown.pop(replica.url, None)
             task = self._followers.pop(replica.url, None)
             if task is not None:
                 task.cancel()
@@ -137,16 +139,30 @@ class Gateway:
 
     async def _follow(self, replica: Replica) -> None:
         assert self.session is not None
-        await kv_follower.follow(self.session, replica, self.config.block_size, self._on_sync)
+        await kv_follower.follow(self.session, replica, self._on_sync)
 
     def _on_sync(self, replica: Replica, synced: bool) -> None:
         self.metrics.kv_synced.labels(replica.url).set(1 if synced else 0)
+        self._note_block_size(replica)
+
+    def _note_block_size(self, replica: Replica) -> None:
+        """Shows the block size a replica announces, and says so (once per change) if it is not the expected."""
+        if replica.block_size is None:
+            return
+        wrong = block_size.mismatch(replica.block_size, self.config.block_size)
+        shown = replica.block_size if wrong else 0
+        if wrong and self._block_size_shown.get(replica.url) != shown:
+            log.warning("replica %s announces %d-token KV blocks, the gateway expects %d (--block-size)",
+                        replica.url, replica.block_size, self.config.block_size)
+        self._block_size_shown[replica.url] = shown
+        self.metrics.block_size_mismatch.labels(replica.url).set(shown)
 
     async def _check(self, replica: Replica) -> None:
         assert self.session is not None
         await health.check(self.session, self.fleet, replica, self.config.health_timeout_s,
                            self.config.fail_threshold)
         self.metrics.backend_up.labels(replica.url).set(1 if replica.healthy else 0)
+        self._note_block_size(replica)
         if replica.healthy:
             self.hold.release(lambda model: bool(self.fleet.candidates(model)))
 

@@ -29,9 +29,15 @@ def capacity_of(cards: list[dict[str, Any]]) -> Capacity | None:
     return None
 
 
+def block_size_of(cards: list[dict[str, Any]]) -> int | None:
+    """The KV block size a Shoal engine lists with its models (``None`` from engines that list none)."""
+    sizes = [card.get("block_size") for card in cards]
+    return next((size for size in sizes if isinstance(size, int) and size >= 1), None)
+
+
 async def probe(session: aiohttp.ClientSession, replica: Replica,
-                timeout: float) -> tuple[frozenset[str], Capacity | None] | None:
-    """The models a ready replica serves and its capacity, or ``None`` if it is not ready."""
+                timeout: float) -> tuple[frozenset[str], Capacity | None, int | None] | None:
+    """The models a ready replica serves, its capacity and block size, or ``None`` if it is not ready."""
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     try:
         async with session.get(replica.url + "/ready", timeout=client_timeout) as response:
@@ -42,7 +48,7 @@ async def probe(session: aiohttp.ClientSession, replica: Replica,
                 return None
             listing = await response.json(content_type=None)
         models = frozenset(str(card["id"]) for card in listing["data"])  # a card that is no object: TypeError
-        return models, capacity_of(listing["data"])
+        return models, capacity_of(listing["data"]), block_size_of(listing["data"])
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
         return None
 
@@ -54,7 +60,8 @@ async def check(session: aiohttp.ClientSession, fleet: Fleet, replica: Replica, 
     if fleet.replicas.get(replica.url) is not replica:
         return  # discovery removed it meanwhile
     if found is not None:
-        models, capacity = found
+        models, capacity, block_size = found
+        replica.block_size = block_size or replica.block_size
         if not replica.healthy:
             log.info("replica %s is ready, serving %s with %s", replica.url, sorted(models), capacity)
         replica.models, replica.capacity, replica.healthy, replica.failures = models, capacity, True, 0

@@ -2,8 +2,9 @@
 
 The stream opens with a snapshot and continues with stored/removed events; on a sequence gap, a disconnect or
 an engine restart the index falls back to the routing history and the follower reconnects for a new snapshot.
-An engine that hashes blocks differently (another scheme or block size than the gateway computes) is not
-followed at all: its hashes would never match and would only look like misses.
+An engine that hashes blocks with another scheme than the gateway computes is not followed at all: its hashes
+would never match and would only look like misses. The snapshot's block size is the replica's
+(``Replica.block_size``): the gateway hashes prompts for it with that size (``shoal.gateway.block_size``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
 class IncompatibleHashes(Exception):
-    """The engine names its blocks with a scheme or block size the gateway does not compute."""
+    """The engine names its blocks with a scheme the gateway does not compute."""
 
 
 async def sse_data_lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
@@ -43,14 +44,12 @@ async def sse_data_lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
             raise ValueError(f"an event line is longer than {MAX_LINE_BYTES} bytes")
 
 
-def _check(event: KVEvent, block_size: int) -> None:
+def _check(event: KVEvent) -> None:
     if event.hash_scheme != BLOCK_HASH_SCHEME:
         raise IncompatibleHashes(f"engine hashes with {event.hash_scheme!r}, the gateway with {BLOCK_HASH_SCHEME!r}")
-    if event.type == "snapshot" and event.block_size not in (None, block_size):
-        raise IncompatibleHashes(f"engine block size {event.block_size}, the gateway hashes {block_size}-token blocks")
 
 
-async def follow(session: aiohttp.ClientSession, replica: Replica, block_size: int,
+async def follow(session: aiohttp.ClientSession, replica: Replica,
                  on_sync: Callable[[Replica, bool], None], retry_delay: float = 0.5, max_delay: float = 10.0) -> None:
     """Runs until cancelled, keeping ``replica.index`` in step with the engine; backs off while it fails."""
     timeout = aiohttp.ClientTimeout(total=None, connect=2.0, sock_read=None)
@@ -62,9 +61,10 @@ async def follow(session: aiohttp.ClientSession, replica: Replica, block_size: i
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
                 async for data in sse_data_lines(response.content):
                     event = KVEvent.model_validate_json(data)
-                    _check(event, block_size)
+                    _check(event)
                     replica.index.apply(event)
                     if event.type == "snapshot":
+                        replica.block_size = event.block_size or replica.block_size
                         on_sync(replica, True)
                         delay = retry_delay
         except IncompatibleHashes as exc:

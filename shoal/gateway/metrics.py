@@ -23,6 +23,10 @@ class GatewayMetrics:
                                 ["backend"], registry=r)
         self.kv_synced = Gauge("shoal_gateway_backend_kv_events_synced",
                                "1 while the backend's /kv/events stream is followed in sync.", ["backend"], registry=r)
+        self.block_size_mismatch = Gauge(
+            "shoal_gateway_backend_block_size_mismatch",
+            "The KV block size a backend announces when it is not the one the gateway expects (--block-size); 0 "
+            "when they agree.", ["backend"], registry=r)
         self.decisions = Counter("shoal_gateway_routing_decisions", "Routing decisions by policy and reason.",
                                  ["model", "policy", "reason"], registry=r)
         self.matched_blocks = Counter("shoal_gateway_routing_matched_blocks",

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
+from shoal.gateway.block_size import hashing_block_size
 from shoal.gateway.gateway import Gateway
 from shoal.gateway.replicas import Fleet, Lease
 from shoal.gateway.routing import Decision, RouteRequest
@@ -187,8 +188,9 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
         raise model_not_found(state.model)  # else a replica yet unheard of may serve it: 503 until it is
     state.timer.mark("validate")
     prompt = gateway.prompts.read(body)
-    route = RouteRequest(prompt.block_hashes(config.block_size), prompt.cost_tokens, config.block_size,
-                         prompt.output_tokens)
+    block_size = hashing_block_size((r.block_size for r in gateway.fleet.candidates(state.model)),
+                                    config.block_size)
+    route = RouteRequest(prompt.block_hashes(block_size), prompt.cost_tokens, block_size, prompt.output_tokens)
     state.prompt_tokens = len(prompt.token_ids) if prompt.token_ids is not None else None
     state.timer.mark("tokenize")
     admission = await gateway.quota.admit(tenant.name, tenant.limits, prompt.cost_tokens)

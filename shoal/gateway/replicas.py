@@ -27,6 +27,7 @@ class Replica:
     healthy: bool = False
     failures: int = 0
     capacity: Capacity | None = None
+    block_size: int | None = None  # as the engine announces it: shoal.gateway.block_size
     load_tokens: int = 0
     in_flight: int = 0
     index: PrefixIndex = field(default_factory=PrefixIndex)

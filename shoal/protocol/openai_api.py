@@ -275,6 +275,7 @@ class ModelCard(BaseModel):
     # Shoal's extension: the engine's scheduler limits, from which a gateway knows the replica's capacity.
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
+    block_size: int | None = None  # tokens per KV block: a gateway hashes prompts with it (shoal.gateway.block_size)
 
 
 class ModelList(BaseModel):

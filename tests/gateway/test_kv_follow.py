@@ -1,10 +1,11 @@
-"""Following an engine's /kv/events: snapshot then events, resync on a gap, refusal of foreign hashing."""
+"""Following an engine's /kv/events: snapshot then events, resync on a gap, block sizes shown."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
+from shoal.gateway.block_size import hashing_block_size, mismatch
 from shoal.protocol.kv_events import KVEvent
 from support.polling import eventually
 
@@ -27,11 +28,20 @@ def test_the_index_follows_events_and_resyncs_after_a_gap(fake_engines, gateways
     eventually(lambda: index.synced and index.cached == {20}, 10, "a fresh snapshot after the gap")
 
 
-def test_an_engine_with_another_block_size_is_not_followed(fake_engines, gateways) -> None:
+def test_an_engine_with_another_block_size_is_followed_and_shown_as_a_mismatch(fake_engines, gateways) -> None:
     (engine, server), = fake_engines(1)
     engine.kv_snapshot = [1]
     handle = gateways([server.url], block_size=32)
     handle.wait_healthy(1)
-    follower = handle.gateway._followers[server.url]
-    eventually(follower.done, 10, "the follower to give up")
-    assert not handle.gateway.fleet.replicas[server.url].index.synced
+    replica = handle.gateway.fleet.replicas[server.url]
+    eventually(lambda: replica.index.synced and replica.index.cached == {1}, 10, "the snapshot")
+    assert replica.block_size == 16
+    assert f'shoal_gateway_backend_block_size_mismatch{{backend="{server.url}"}} 16.0' in \
+        httpx.get(handle.url + "/metrics").text
+
+
+def test_the_block_size_to_hash_with_is_the_one_the_replicas_agree_on() -> None:
+    assert hashing_block_size([8, 8, None], expected=16) == 8
+    assert hashing_block_size([None], expected=16) == 16
+    assert hashing_block_size([8, 32], expected=16) == 16  # they disagree: the expected one
+    assert mismatch(8, 16) and not mismatch(16, 16) and not mismatch(None, 16)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import httpx
@@ -49,7 +50,8 @@ def test_openai_client_completions_chat_streaming_and_errors(fleet_gateway) -> N
         api.completions.create(model="tiny", prompt="x", max_tokens=100_000)
 
 
-def check_repeat_hits_the_cache(handle: GatewayHandle, tokenizer: Tokenizer, model: str, chat: bool) -> None:
+def check_repeat_hits_the_cache(handle: GatewayHandle, tokenizer: Tokenizer, model: str, chat: bool,
+                                block_size: int = 16) -> None:
     """The hashes the gateway computes are the ones the engine publishes; a repeat lands on the holder."""
     api = client(handle)
     question = f"{'chat' if chat else 'completion'} {time.monotonic_ns()}"
@@ -67,14 +69,14 @@ def check_repeat_hits_the_cache(handle: GatewayHandle, tokenizer: Tokenizer, mod
         ids = tokenizer.encode(tokenizer.apply_chat_template(messages), add_special_tokens=False)
     else:
         ids = tokenizer.encode(SYSTEM + question)
-    hashes = hash_blocks(ids)
+    hashes = hash_blocks(ids, block_size)
     assert len(hashes) >= 4
     send()
     replicas = handle.gateway.fleet.replicas.values()
     eventually(lambda: any(r.index.synced and all(h in r.index.cached for h in hashes) for r in replicas), 10,
                "the engine's /kv/events to report the prompt's blocks")
     cached = send()
-    assert cached >= 16 * (len(hashes) - 1)  # the engine itself reports the reuse
+    assert cached >= block_size * (len(hashes) - 1)  # the engine itself reports the reuse
     metrics = httpx.get(handle.url + "/metrics").text
     assert f'shoal_gateway_routing_decisions_total{{model="{model}",policy="prefix-aware",reason="prefix_hit"}}' \
         in metrics
@@ -84,6 +86,25 @@ def check_repeat_hits_the_cache(handle: GatewayHandle, tokenizer: Tokenizer, mod
 def test_gateway_hashes_match_the_engines_blocks_and_route_repeats_to_the_cache(
         fleet_gateway, tiny_model_dir, chat: bool) -> None:
     check_repeat_hits_the_cache(fleet_gateway, Tokenizer.from_hf_dir(tiny_model_dir), "tiny", chat)
+
+
+def test_an_engine_with_another_block_size_is_hashed_for_with_its_own_and_shown(
+        gateways, tiny_model_dir, tmp_path, caplog) -> None:
+    """The gateway expects 16-token blocks (its default); an engine of 8 announces it, gets prompts hashed in
+    8-token blocks (so routing finds its cache) and shows as a mismatch in a metric and a warning."""
+    engine = EngineProcess(str(tiny_model_dir), tmp_path / "engine-8.log", "tiny", "--num-kv-blocks", "256",
+                           "--block-size", "8").wait_ready()
+    try:
+        with caplog.at_level(logging.WARNING, logger="shoal.gateway.gateway"):
+            handle = gateways([engine.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)})
+            handle.wait_healthy(1)
+            eventually(lambda: handle.gateway.prompts.tokenizer("tiny") is not None, 30, "the tokenizer")
+            check_repeat_hits_the_cache(handle, Tokenizer.from_hf_dir(tiny_model_dir), "tiny", chat=False,
+                                        block_size=8)
+        assert metric(handle.url, "shoal_gateway_backend_block_size_mismatch") == 8
+        assert any("announces 8-token KV blocks, the gateway expects 16" in r.getMessage() for r in caplog.records)
+    finally:
+        engine.stop()
 
 
 @pytest.mark.slow

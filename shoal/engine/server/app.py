@@ -135,7 +135,8 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
         else:  # the scheduler's limits: a gateway reads the replica's capacity from them
             cards = [ModelCard(id=name, max_model_len=core.max_model_len,
                                max_num_batched_tokens=core.config.max_num_batched_tokens,
-                               max_num_seqs=core.config.max_num_seqs) for name in settings.served_model_names]
+                               max_num_seqs=core.config.max_num_seqs, block_size=core.config.block_size)
+                     for name in settings.served_model_names]
         return JSONResponse(ModelList(data=cards).model_dump())
 
     @app.get("/health")

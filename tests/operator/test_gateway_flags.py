@@ -1,5 +1,6 @@
-"""``spec.gateway.timeouts`` reaches ``shoal gateway`` as its flags: the arguments the operator builds parse with
-the gateway's own parser into the values the spec names, and the spec's defaults are the gateway's."""
+"""The spec reaches ``shoal gateway`` as its flags: the arguments the operator builds parse with the gateway's own
+parser into the values the spec names (``spec.gateway.timeouts``, the engines' ``blockSize``), and the spec's
+defaults are the gateway's."""
 
 from __future__ import annotations
 
@@ -52,3 +53,8 @@ def test_the_defaults_are_the_gateways_own_and_distinct() -> None:
 def test_a_timeout_of_zero_is_refused_naming_the_field(field: str) -> None:
     with pytest.raises(ValidationError, match=field):
         spec(timeouts={field: 0})
+
+
+def test_the_engines_block_size_is_the_one_the_gateway_expects() -> None:
+    spec = InferenceDeploymentSpec.model_validate({"model": {"source": "smollm2-135m"}, "engine": {"blockSize": 32}})
+    assert parsed_gateway_flags(spec).block_size == 32
