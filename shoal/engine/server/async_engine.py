@@ -301,6 +301,7 @@ class AsyncEngine:
             log.exception("the model failed to load")
             self._die(exc)
             return
+        self.metrics.observe_step([], core.stats())  # a ready engine's /metrics shows its (empty) queue at once
         self.core = core
         log.info("model loaded: %s (max_model_len %d)", core.model_name, core.max_model_len)
         while True:
