@@ -1,7 +1,7 @@
 """Autoscale fixtures.
 
 - For the metrics sources: real ``shoal serve`` engines with a tiny random model, and the real Prometheus
-  scraping them. Engines admit two sequences at a time, so a handful of concurrent requests builds a real queue.
+  scraping them. Engines run one sequence at a time, so a handful of concurrent requests builds a real queue.
   One configured scrape target listens nowhere: Prometheus has no series for it, as for a replica it cannot reach.
 - For the operator's autoscaler on the test-bed apiserver: the chart installed, a kubeconfig with the chart's
   ServiceAccount token, a namespace per test (as in ``tests/operator/conftest.py``).
@@ -77,7 +77,7 @@ def paused(pid: int) -> Iterator[None]:
 def scraped_fleet(tmp_path_factory: pytest.TempPathFactory, prometheus: Prometheus) -> Iterator[ScrapedFleet]:
     model = build_tiny_model(tmp_path_factory.mktemp("autoscale-tiny"))
     logs = tmp_path_factory.mktemp("autoscale-engines")
-    engines = [ServeProcess(model, logs / f"engine-{i}.log", "--max-num-seqs", "2") for i in range(ENGINE_COUNT)]
+    engines = [ServeProcess(model, logs / f"engine-{i}.log", "--max-num-seqs", "1") for i in range(ENGINE_COUNT)]
     try:
         for engine in engines:
             engine.wait_ready()

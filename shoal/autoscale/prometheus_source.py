@@ -1,0 +1,127 @@
+"""The Prometheus source: the engines' series through Prometheus's HTTP API, one PromQL query per signal.
+
+``selector`` holds the label matchers that pick one fleet's engines (the operator's PrometheusRule uses
+``namespace="ns",pod=~"name-engine-.*"``); ``replica_label`` is the label naming the replica (``pod``). Queries
+run concurrently, each an instant query over a ``window`` (``1m``: at least four scrapes at the PodMonitor's
+15 s):
+
+- per replica: ``sum by (pod) (shoal_engine_requests_waiting{...})``, running, KV usage, and the age of the
+  queue sample, ``time() - timestamp(...)``, measured on Prometheus's clock, so skew between the operator's clock
+  and Prometheus's does not make fresh data look stale (or stale data fresh);
+- TTFT P95: ``histogram_quantile(0.95, sum by (le) (rate(shoal_engine_time_to_first_token_seconds_bucket[1m])))``;
+- arrival rate: ended requests (finished, or turned away for a full queue) per second plus the growth of those
+  in flight (``deriv`` of the waiting and running gauges), so a saturated fleet shows its demand, not its
+  throughput; output tokens/s from the generated-tokens counter.
+
+Prometheus down, slow (past ``timeout_seconds``), answering an error or something that is not its JSON, or
+holding no fresh queue sample for any ready replica: the observation is ``missing`` with the reason. A replica
+whose series is absent, stale (older than ``stale_seconds``) or NaN has None values (the policy then never
+scales down). A NaN or empty TTFT quantile (no first token in the window) is None, not zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+
+import httpx
+
+from shoal.autoscale.engine_page import FINISHED, GENERATED, KV_USAGE, REJECTED, RUNNING, TTFT, UNSERVED_REASON, WAITING
+from shoal.autoscale.signals import FleetSignals, ReplicaSignals
+from shoal.autoscale.source import ReplicaTarget
+
+
+class PrometheusUnavailable(Exception):
+    """Why Prometheus gave no usable answer."""
+
+
+class PrometheusSource:
+    """A :class:`~shoal.autoscale.source.MetricsSource` querying Prometheus's HTTP API."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str, selector: str, replica_label: str = "pod",
+                 window: str = "1m", timeout_seconds: float = 2.0, stale_seconds: float = 60.0) -> None:
+        self.client = client
+        self.url = url.rstrip("/")
+        self.replica_label = replica_label
+        self.timeout_seconds = timeout_seconds
+        self.stale_seconds = stale_seconds
+        sel, by, w = selector, replica_label, window
+        self.queries = {
+            "waiting": f"sum by ({by}) ({WAITING}{{{sel}}})",
+            "running": f"sum by ({by}) ({RUNNING}{{{sel}}})",
+            "kv_usage": f"max by ({by}) ({KV_USAGE}{{{sel}}})",
+            "age": f"max by ({by}) (time() - timestamp({WAITING}{{{sel}}}))",
+            "ttft": f"histogram_quantile(0.95, sum by (le) (rate({TTFT}_bucket{{{sel}}}[{w}])))",
+            "finished": f"sum(rate({FINISHED}_total{{{sel}}}[{w}]))",
+            "unserved": f'sum(rate({REJECTED}_total{{{sel},reason="{UNSERVED_REASON}"}}[{w}]))',
+            "growth": f"sum(deriv({WAITING}{{{sel}}}[{w}])) + sum(deriv({RUNNING}{{{sel}}}[{w}]))",
+            "generated": f"sum(rate({GENERATED}_total{{{sel}}}[{w}]))",
+        }
+
+    async def observe(self, now: float, desired: int, replicas: Sequence[ReplicaTarget]) -> FleetSignals:
+        try:
+            answers = await asyncio.wait_for(self._query_all(), self.timeout_seconds)
+        except TimeoutError:
+            return self._missing(now, desired, replicas, f"Prometheus timed out after {self.timeout_seconds:g}s")
+        except PrometheusUnavailable as error:
+            return self._missing(now, desired, replicas, str(error))
+        fresh = {name for name, age in answers["age"].items() if age <= self.stale_seconds}
+        per_replica = tuple(self._replica(r, answers, r.name in fresh) for r in replicas)
+        ready = [r for r in per_replica if r.phase == "ready"]
+        if ready and all(r.waiting is None for r in ready):
+            ages = answers["age"].values()
+            why = f"the newest is {min(ages):.0f}s old" if ages else "no series"
+            return self._missing(now, desired, replicas,
+                                 f"Prometheus has no fresh {WAITING} sample for any ready replica ({why})")
+        total = answers["finished"].get("", 0.0) + answers["unserved"].get("", 0.0) + answers["growth"].get("", 0.0)
+        ttft = answers["ttft"].get("")
+        return FleetSignals(
+            time=now,
+            desired=desired,
+            replicas=per_replica,
+            ttft_p95_seconds=ttft,
+            arrival_rate=max(total, 0.0) if math.isfinite(total) else None,
+            output_tokens_per_second=answers["generated"].get("", 0.0),
+        )
+
+    async def _query_all(self) -> dict[str, dict[str, float]]:
+        keys = list(self.queries)
+        results = await asyncio.gather(*(self._query(self.queries[k]) for k in keys))
+        return dict(zip(keys, results, strict=True))
+
+    async def _query(self, promql: str) -> dict[str, float]:
+        """An instant query's vector as ``{replica label value (or ""): value}``, NaN and infinite values left out."""
+        try:
+            response = await self.client.get(f"{self.url}/api/v1/query", params={"query": promql},
+                                             timeout=self.timeout_seconds)
+        except httpx.TimeoutException as error:
+            raise PrometheusUnavailable(f"Prometheus timed out after {self.timeout_seconds:g}s") from error
+        except httpx.HTTPError as error:
+            raise PrometheusUnavailable(f"Prometheus at {self.url} unreachable: {error.__class__.__name__}") from error
+        try:
+            answer = response.json()
+        except ValueError as error:
+            raise PrometheusUnavailable(f"Prometheus answered {response.status_code} with no JSON") from error
+        if response.status_code != 200 or not isinstance(answer, dict) or answer.get("status") != "success":
+            detail = answer.get("error", "") if isinstance(answer, dict) else ""
+            raise PrometheusUnavailable(f"Prometheus answered {response.status_code}: {detail}".rstrip(": "))
+        try:
+            samples = [(s.get("metric", {}).get(self.replica_label, ""), float(s["value"][1]))
+                       for s in answer["data"]["result"]]
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise PrometheusUnavailable(f"Prometheus answered an unexpected shape for {promql!r}") from error
+        return {label: value for label, value in samples if math.isfinite(value)}
+
+    def _replica(self, target: ReplicaTarget, answers: dict[str, dict[str, float]], fresh: bool) -> ReplicaSignals:
+        waiting = answers["waiting"].get(target.name)
+        running = answers["running"].get(target.name)
+        if target.phase != "ready" or not fresh or waiting is None or running is None:
+            return ReplicaSignals(target.name, target.phase, target.since)
+        return ReplicaSignals(target.name, target.phase, target.since, waiting=waiting, running=running,
+                              kv_usage=answers["kv_usage"].get(target.name))
+
+    @staticmethod
+    def _missing(now: float, desired: int, replicas: Sequence[ReplicaTarget], why: str) -> FleetSignals:
+        return FleetSignals(time=now, desired=desired,
+                            replicas=tuple(ReplicaSignals(r.name, r.phase, r.since) for r in replicas), missing=why)

@@ -1,0 +1,141 @@
+"""The direct-scrape source: every ready engine's ``/metrics``, read concurrently, differenced between scrapes.
+
+For fleets without a Prometheus (local mode, or the operator with ``metrics.source: scrape``). Each observation
+reads the gauges as they are (queue, running, KV usage) and what the counters did since this source's previous
+scrape of the same engine:
+
+- **arrival rate**: requests that ended (finished, or turned away for a full queue) plus the growth of those in
+  flight, per second, over ``rate_window_seconds``; arrivals, not completions, so a saturated fleet shows the
+  demand it is failing to serve;
+- **TTFT P95**: the TTFT histogram's bucket increments of all engines summed over ``ttft_window_seconds``, and
+  the quantile taken as ``histogram_quantile`` would (None when no first token was produced in the window);
+- **output tokens/s**: generated-token increments over the rate window.
+
+A counter that went down means the engine restarted: its increment is its new value, as Prometheus's ``rate``
+does. An engine that does not answer within ``timeout_seconds`` (down, hung, garbage) is reported with None
+values, never as an idle one; when none answers, the whole observation is ``missing``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from shoal.autoscale.engine_page import EnginePage, PageError, parse_engine_page
+from shoal.autoscale.histogram import bucket_quantile
+from shoal.autoscale.signals import FleetSignals, ReplicaSignals
+from shoal.autoscale.source import ReplicaTarget
+
+
+@dataclass(frozen=True)
+class _Increment:
+    """What the fleet's counters did between ``start`` and ``end`` (engines read at both scrapes only)."""
+
+    start: float
+    end: float
+    arrivals: float
+    generated: float
+    ttft_buckets: dict[float, float]
+
+
+def _grew(now: float, before: float) -> float:
+    return now - before if now >= before else now
+
+
+class ScrapeSource:
+    """A :class:`~shoal.autoscale.source.MetricsSource` reading engines' ``/metrics`` directly."""
+
+    def __init__(self, client: httpx.AsyncClient, timeout_seconds: float = 2.0, rate_window_seconds: float = 10.0,
+                 ttft_window_seconds: float = 30.0) -> None:
+        self.client = client
+        self.timeout_seconds = timeout_seconds
+        self.rate_window_seconds = rate_window_seconds
+        self.ttft_window_seconds = ttft_window_seconds
+        self._previous: dict[str, tuple[float, EnginePage]] = {}
+        self._increments: deque[_Increment] = deque()
+
+    async def observe(self, now: float, desired: int, replicas: Sequence[ReplicaTarget]) -> FleetSignals:
+        ready = [r for r in replicas if r.phase == "ready"]
+        pages = await asyncio.gather(*(self._read(r) for r in ready))
+        read = {r.name: page for r, page in zip(ready, pages, strict=True) if isinstance(page, EnginePage)}
+        self._remember(now, read, {r.name for r in replicas})
+        failures = [f"{r.name}: {page}" for r, page in zip(ready, pages, strict=True) if isinstance(page, str)]
+        missing = f"no engine answered /metrics ({'; '.join(failures)})" if ready and not read else None
+        arrival, generated, ttft = self._rates(now)
+        return FleetSignals(
+            time=now,
+            desired=desired,
+            replicas=tuple(self._replica(r, read.get(r.name)) for r in replicas),
+            ttft_p95_seconds=ttft,
+            arrival_rate=arrival,
+            output_tokens_per_second=generated,
+            missing=missing,
+        )
+
+    async def _read(self, replica: ReplicaTarget) -> EnginePage | str:
+        """The engine's page, or why there is none."""
+        if replica.url is None:
+            return "no address to scrape"
+        try:
+            response = await asyncio.wait_for(
+                self.client.get(f"{replica.url}/metrics", timeout=self.timeout_seconds), self.timeout_seconds
+            )
+        except (TimeoutError, httpx.TimeoutException):
+            return f"/metrics timed out after {self.timeout_seconds:g}s"
+        except httpx.HTTPError as error:
+            return f"/metrics unreachable: {error.__class__.__name__}: {error}"
+        if response.status_code != 200:
+            return f"/metrics answered {response.status_code}"
+        try:
+            return parse_engine_page(response.text)
+        except PageError as error:
+            return f"/metrics unreadable: {error}"
+
+    def _replica(self, target: ReplicaTarget, page: EnginePage | None) -> ReplicaSignals:
+        if page is None:
+            return ReplicaSignals(target.name, target.phase, target.since)
+        return ReplicaSignals(target.name, target.phase, target.since, waiting=page.waiting, running=page.running,
+                              kv_usage=page.kv_usage)
+
+    def _remember(self, now: float, read: dict[str, EnginePage], known: set[str]) -> None:
+        """Records the increments since each engine's previous scrape, keeps this scrape for the next."""
+        arrivals = generated = 0.0
+        buckets: dict[float, float] = {}
+        start = now
+        for name, page in read.items():
+            previous = self._previous.get(name)
+            if previous is None:
+                continue
+            then, before = previous
+            start = min(start, then)
+            arrivals += _grew(page.ended, before.ended) + page.in_flight - before.in_flight
+            generated += _grew(page.generated, before.generated)
+            for bound, count in page.ttft_buckets.items():
+                buckets[bound] = buckets.get(bound, 0.0) + _grew(count, before.ttft_buckets.get(bound, 0.0))
+        if start < now:
+            self._increments.append(_Increment(start, now, max(arrivals, 0.0), generated, buckets))
+        # an engine not read this time is differenced against its last good scrape later; gone ones are dropped
+        kept = {name: last for name, last in self._previous.items() if name in known and name not in read}
+        self._previous = kept | {name: (now, page) for name, page in read.items()}
+        horizon = now - max(self.rate_window_seconds, self.ttft_window_seconds)
+        while self._increments and self._increments[0].end <= horizon:
+            self._increments.popleft()
+
+    def _rates(self, now: float) -> tuple[float | None, float | None, float | None]:
+        """(arrival rate, output tokens/s, TTFT P95) over their windows; None before two scrapes."""
+        rate_window = [i for i in self._increments if i.end > now - self.rate_window_seconds]
+        arrival = generated = None
+        if rate_window:
+            span = now - min(i.start for i in rate_window)
+            arrival = sum(i.arrivals for i in rate_window) / span
+            generated = sum(i.generated for i in rate_window) / span
+        buckets: dict[float, float] = {}
+        for increment in self._increments:
+            if increment.end > now - self.ttft_window_seconds:
+                for bound, count in increment.ttft_buckets.items():
+                    buckets[bound] = buckets.get(bound, 0.0) + count
+        return arrival, generated, bucket_quantile(0.95, buckets) if buckets else None
