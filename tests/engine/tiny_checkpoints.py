@@ -127,9 +127,11 @@ def llama_cpp_permute(weight: Any, num_heads: int) -> Any:
     return weight.reshape(num_heads, 2, rows // num_heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def write_llama_gguf(hf_dir: Path, path: Path, architecture: str = "llama") -> Path:
-    """Converts a tiny Llama checkpoint to an unquantized GGUF the way llama.cpp's converter lays it out."""
+def write_llama_gguf(hf_dir: Path, path: Path, architecture: str = "llama", quantize: str | None = None) -> Path:
+    """Converts a tiny Llama checkpoint to a GGUF the way llama.cpp's converter lays it out; ``quantize``
+    ("Q4_0", "Q4_1", ...) stores the layers' projection weights in that type, the rest stays float."""
     import gguf
+    from gguf.quants import quantize as quantize_blocks
     from safetensors.numpy import load_file
 
     config = json.loads((hf_dir / "config.json").read_text())
@@ -171,7 +173,12 @@ def write_llama_gguf(hf_dir: Path, path: Path, architecture: str = "llama") -> P
                 array = llama_cpp_permute(array, heads)
             elif rest == "self_attn.k_proj.weight":
                 array = llama_cpp_permute(array, kv_heads)
-            writer.add_tensor(f"blk.{layer}.{_GGUF_LAYER_NAMES[rest]}", array)
+            if quantize and rest.endswith("_proj.weight"):
+                qtype = gguf.GGMLQuantizationType[quantize]
+                blocks = quantize_blocks(array.astype("float32"), qtype)
+                writer.add_tensor(f"blk.{layer}.{_GGUF_LAYER_NAMES[rest]}", blocks, raw_dtype=qtype)
+            else:
+                writer.add_tensor(f"blk.{layer}.{_GGUF_LAYER_NAMES[rest]}", array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
