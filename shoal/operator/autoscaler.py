@@ -122,6 +122,8 @@ class FleetAutoscaler:
         waiting = [r.waiting for r in signals.replicas if r.waiting is not None]
         queue = sum(waiting) + signals.held_requests if waiting or signals.held_requests else None
         values = {k: v for k, v in ((k, _rounded(v)) for k, v in decision.values.items()) if v is not None}
+        if firing:
+            values["alert_firing"] = 1.0
         return ScaleDecision(
             replicas, f"{rule}: {message}", _rounded(queue), _rounded(signals.ttft_p95_seconds),
             rule=rule, values=values, missing=signals.missing,

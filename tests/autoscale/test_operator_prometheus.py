@@ -1,0 +1,222 @@
+"""The operator's autoscaler against real parts: a real ``shoal operator`` process (the chart's RBAC) on the
+test-bed control plane, a real Prometheus scraping real ``shoal serve`` engines, the shipped alert rule
+evaluated by that Prometheus and routed by a real Alertmanager to the operator's webhook.
+
+How the engines map to the InferenceDeployment: its engine pods run on kwok's fake nodes, so no container
+runs and nothing listens at their pod IPs. The engines are local ``shoal serve`` processes (the tiny model, two
+sequences at a time, so a few concurrent requests make a real queue), and this test plays the kubelet's part
+for Prometheus: every engine pod the Deployment has gets a scrape target, one of the local engines, labelled
+``namespace`` and ``pod`` with that pod's real name (the labels a PodMonitor would give it). The operator's
+Prometheus source then selects exactly those series, as it would in a cluster. Two pods share one engine when
+there are more pods than engines, so what a new replica reports is real engine data, not its own load.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from operator_harness import OperatorProcess, apply, condition, example, get
+from shoal.operator.builders.monitoring import prometheus_rule
+from shoal.operator.naming import Owner
+from shoal.operator.spec import InferenceDeploymentSpec
+from support.kube_testbed import ControlPlane, free_port
+from support.polling import eventually
+from support.services import Prometheus, Service
+
+pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
+
+TOKEN = "alerts-token"
+
+
+def engine_pods(plane: ControlPlane, namespace: str, name: str) -> list[str]:
+    listing = plane.kubectl("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name},"
+                            "app.kubernetes.io/component=engine", "-o", "jsonpath={.items[*].metadata.name}").stdout
+    return sorted(listing.split())
+
+
+def engines(plane: ControlPlane, namespace: str, name: str) -> int | None:
+    return (get(plane, namespace, "deployment", f"{name}-engine") or {}).get("spec", {}).get("replicas")
+
+
+class PodScrapes:
+    """Keeps one Prometheus scrape target per engine pod of the fleet (the kubelet's part, see the docstring),
+    added to the session's Prometheus configuration and taken out again at the end."""
+
+    def __init__(self, prometheus: Prometheus, fleet: Any, plane: ControlPlane, namespace: str,
+                 name: str) -> None:
+        self.prometheus, self.fleet, self.plane, self.namespace, self.name = prometheus, fleet, plane, namespace, name
+        self.base = yaml.safe_load(prometheus.config_path.read_text())
+        self.extra: dict[str, Any] = {}
+        self.rules: dict[str, Any] | None = None
+        self.mapped: list[str] = []
+
+    def sync(self) -> list[str]:
+        pods = engine_pods(self.plane, self.namespace, self.name)
+        if pods != self.mapped:
+            self.mapped = pods
+            self.apply()
+        return pods
+
+    def apply(self) -> None:
+        urls = [e.url.removeprefix("http://") for e in self.fleet.engines]
+        targets = [{"targets": [urls[i % len(urls)]], "labels": {"namespace": self.namespace, "pod": pod}}
+                   for i, pod in enumerate(self.mapped)]
+        config = {**self.base, **self.extra, "scrape_configs": [
+            *self.base["scrape_configs"], {"job_name": "infd-engines", "static_configs": targets}]}
+        self.prometheus.apply_config(config, self.rules)
+
+    def restore(self) -> None:
+        self.prometheus.apply_config(self.base)
+
+
+@contextmanager
+def pod_scrapes(prometheus: Prometheus, fleet: Any, plane: ControlPlane, namespace: str,
+                name: str) -> Iterator[PodScrapes]:
+    scrapes = PodScrapes(prometheus, fleet, plane, namespace, name)
+    try:
+        yield scrapes
+    finally:
+        scrapes.restore()
+
+
+@contextmanager
+def load(fleet: Any, engine: int, requests: int) -> Iterator[None]:
+    """``requests`` concurrent completions, resent as they finish, on one engine until the block ends."""
+    stop = threading.Event()
+
+    def keep_busy() -> None:
+        while not stop.is_set():
+            fleet.load(engine, requests, max_tokens=32)
+
+    worker = threading.Thread(target=keep_busy, daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join(120)
+
+
+def fleet_body(name: str, **autoscaling: Any) -> dict[str, Any]:
+    body = example(name, autoscaling={"enabled": True, "queueDepthPerReplica": 1, "maxStep": 1,
+                                      "metrics": {"source": "prometheus"}, **autoscaling})
+    body["spec"]["replicas"] = {"min": 1, "max": 3}
+    return body
+
+
+def start_operator(plane: ControlPlane, kubeconfig: Path, prometheus: Prometheus, log: Path,
+                   *extra: str) -> OperatorProcess:
+    process = OperatorProcess(plane, kubeconfig, log, "--priority", "400", "--prometheus-url", prometheus.url,
+                              "--metrics-timeout", "3", *extra)
+    process.wait_ready()
+    return process
+
+
+def test_a_burst_scales_up_through_prometheus_and_down_only_after_its_window(
+    kube_cluster: ControlPlane, installed_chart: ControlPlane, operator_kubeconfig: Path, namespace: str,
+    scraped_fleet: Any, prometheus: Prometheus, tmp_path: Path,
+) -> None:
+    plane = installed_chart
+    operator = start_operator(plane, operator_kubeconfig, prometheus, tmp_path / "operator.log")
+    try:
+        with pod_scrapes(prometheus, scraped_fleet, plane, namespace, "burst") as scrapes:
+            apply(plane, namespace, fleet_body("burst", scaleDownStabilizationSeconds=10))
+            eventually(lambda: len(scrapes.sync()) == 1, 60, "the first engine pod, mapped to engine 0")
+            eventually(lambda: condition(get(plane, namespace, "infd", "burst"), "MetricsAvailable").get("status")
+                       == "True", 60, "the Prometheus source observing the fleet")
+            assert engines(plane, namespace, "burst") == 1
+
+            with load(scraped_fleet, 0, requests=8):
+                started = time.monotonic()
+                eventually(lambda: (engines(plane, namespace, "burst") or 0) >= 2, 90, "a scale-up from the queue",
+                           interval=0.1)
+                reaction = time.monotonic() - started
+                eventually(lambda: len(scrapes.sync()) >= 2, 60, "the new pod mapped to engine 1")
+                infd = get(plane, namespace, "infd", "burst")
+            record = next(r for r in infd["status"]["history"] if r["toReplicas"] == 2)
+            assert record["rule"].startswith("ScaleUp") and record["applied"], record
+            assert record["values"]["waiting"] > 0
+            assert any("engines 1 -> 2" in e for e in plane.kubectl(
+                "get", "events", "-n", namespace, "--field-selector", "reason=Scaled",
+                "-o", "jsonpath={.items[*].message}").stdout.split("\n"))
+            print(f"burst start -> scale-up written: {reaction:.1f} s")  # noqa: T201 - the figure for the docs
+
+            eventually(lambda: (i := get(plane, namespace, "infd", "burst"))
+                       and i["status"].get("queueDepth") is not None and i["status"].get("ttftP95Seconds") and i,
+                       30, "queue depth and TTFT P95 in the status")
+            row = plane.kubectl("get", "infd", "burst", "-n", namespace, "--no-headers").stdout.split()
+            assert row[4] != "<none>" and float(row[5]) > 0, row  # Queue and TTFT-P95 filled
+
+            idle_since = time.monotonic()
+            scaled = engines(plane, namespace, "burst") or 0
+            eventually(lambda: scrapes.sync() and (engines(plane, namespace, "burst") or 9) < scaled, 150,
+                       "a scale-down once idle",
+                       detail=lambda: repr(get(plane, namespace, "infd", "burst")["status"].get("lastDecision")))
+            waited = time.monotonic() - idle_since
+            assert waited >= 8, f"scaled down {waited:.1f} s after the load stopped, inside the 10 s window"
+    finally:
+        operator.stop()
+
+
+def test_the_shipped_alert_rule_routed_by_alertmanager_scales_up_at_once(
+    kube_cluster: ControlPlane, installed_chart: ControlPlane, operator_kubeconfig: Path, namespace: str,
+    scraped_fleet: Any, prometheus: Prometheus, alertmanager: Service, tmp_path: Path,
+) -> None:
+    """The per-fleet PrometheusRule the operator ships, with its `for:` set to 0s (the only change), evaluated
+    every second by Prometheus, routed by Alertmanager (group_wait 1s) to the operator's webhook with a bearer
+    token. The fleet's scale-up stabilization is 10 minutes, so the periodic loop alone would not scale up in
+    this test's time: the alert's immediate evaluation does."""
+    plane = installed_chart
+    token_file, port = tmp_path / "token", free_port()
+    token_file.write_text(TOKEN)
+    (alertmanager.workdir / "alertmanager.yml").write_text(yaml.safe_dump({
+        "route": {"receiver": "null", "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h",
+                  "routes": [{"receiver": "shoal", "matchers": ['infd=~".+"'], "group_by": ["namespace", "infd"]}]},
+        "receivers": [{"name": "null"}, {"name": "shoal", "webhook_configs": [{
+            "url": f"http://127.0.0.1:{port}/alerts", "send_resolved": True,
+            "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(token_file)}}}]}],
+    }))
+    urllib.request.urlopen(urllib.request.Request(alertmanager.url + "/-/reload", method="POST"), timeout=30)
+    operator = start_operator(plane, operator_kubeconfig, prometheus, tmp_path / "operator.log",
+                              "--alerts-port", str(port), "--alerts-token-file", str(token_file))
+    try:
+        with pod_scrapes(prometheus, scraped_fleet, plane, namespace, "alerted") as scrapes:
+            body = fleet_body("alerted", scaleUpStabilizationSeconds=600)
+            apply(plane, namespace, body)
+            infd = eventually(lambda: get(plane, namespace, "infd", "alerted"), 30, "the object")
+            spec = InferenceDeploymentSpec.model_validate(body["spec"])
+            rules = prometheus_rule(Owner("alerted", namespace, infd["metadata"]["uid"]), spec)["spec"]
+            for rule in rules["groups"][0]["rules"]:
+                rule["for"] = "0s"
+            scrapes.rules = rules
+            scrapes.extra = {"alerting": {"alertmanagers": [{"static_configs": [
+                {"targets": [alertmanager.url.removeprefix("http://")]}]}]}}
+            eventually(lambda: len(scrapes.sync()) == 1, 60, "the first engine pod, mapped to engine 0")
+            eventually(lambda: condition(get(plane, namespace, "infd", "alerted"), "MetricsAvailable").get("status")
+                       == "True", 60, "the Prometheus source observing the fleet")
+
+            with load(scraped_fleet, 0, requests=8):
+                started = time.monotonic()
+                eventually(lambda: prometheus.query('ALERTS{alertname="ShoalEngineQueueBacklog",'
+                                                    'alertstate="firing",infd="alerted"}'), 60, "the alert firing",
+                           interval=0.1)
+                fired = time.monotonic()
+                eventually(lambda: (engines(plane, namespace, "alerted") or 0) >= 2, 30, "a scale-up from the alert",
+                           interval=0.1)
+                scaled = time.monotonic()
+            history = get(plane, namespace, "infd", "alerted")["status"]["history"]
+            record = next(r for r in history if r["fromReplicas"] == 1 and r["toReplicas"] == 2)
+            assert record["values"].get("alert_firing") == 1.0, record
+            print(f"burst -> alert firing {fired - started:.1f} s; firing -> scale written {scaled - fired:.1f} s")  # noqa: T201
+            assert "Alertmanager receiver" in operator.log()
+    finally:
+        operator.stop()
