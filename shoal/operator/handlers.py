@@ -10,6 +10,7 @@ Alertmanager receiver, when configured, runs in the same event loop and calls :f
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if reconciler is None:  # the operator is stopping: its client is closed
             return
         state["indices"] = indices  # live views: the alert pass reads them too
+        state["last_pass"] = time.monotonic()
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         await reconciler.reconcile(body, patch, _children(indices, ns, name), trigger=trigger, old_spec=old)
 
@@ -138,6 +140,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         reconciler, indices = state.get("reconciler"), state.get("indices")
         if reconciler is None or indices is None:
             raise RuntimeError("the operator has not started watching yet")
+        if time.monotonic() - state["last_pass"] > 3 * config.resync_seconds + 5:
+            # a replica paused by kopf peering runs no timers: only the active one writes (a 5xx: retried)
+            raise RuntimeError("this operator replica is not the active one (kopf peering)")
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
         raw = await reconciler.client.get(path)
         if raw is None:

@@ -164,7 +164,7 @@ def _autoscaling_conditions(
 ) -> list[dict[str, Any]]:
     """``ScalingLimited`` (clamped, or nothing to go on) and ``MetricsAvailable`` (whether the source saw the fleet)."""
     desired = decision.replicas
-    if decision.limited == "NoGateway":
+    if decision.limited == "NoGateway" or (spec.replicas.min == 0 and spec.gateway.replicas == 0):
         limited = (True, "NoGateway", "replicas.min is 0 but gateway.replicas is 0: nothing would hold requests "
                    f"or report demand at zero engines, so {desired} stays")
     elif decision.limited:

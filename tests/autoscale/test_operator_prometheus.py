@@ -13,18 +13,16 @@ there are more pods than engines, so what a new replica reports is real engine d
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from operator_harness import OperatorProcess, apply, condition, example, get
+from operator_harness import apply, condition, example, get
+from pod_scrapes import engines, load, pod_scrapes, start_operator
 from shoal.operator.builders.monitoring import prometheus_rule
 from shoal.operator.naming import Owner
 from shoal.operator.spec import InferenceDeploymentSpec
@@ -37,88 +35,11 @@ pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
 TOKEN = "alerts-token"
 
 
-def engine_pods(plane: ControlPlane, namespace: str, name: str) -> list[str]:
-    listing = plane.kubectl("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name},"
-                            "app.kubernetes.io/component=engine", "-o", "jsonpath={.items[*].metadata.name}").stdout
-    return sorted(listing.split())
-
-
-def engines(plane: ControlPlane, namespace: str, name: str) -> int | None:
-    return (get(plane, namespace, "deployment", f"{name}-engine") or {}).get("spec", {}).get("replicas")
-
-
-class PodScrapes:
-    """Keeps one Prometheus scrape target per engine pod of the fleet (the kubelet's part, see the docstring),
-    added to the session's Prometheus configuration and taken out again at the end."""
-
-    def __init__(self, prometheus: Prometheus, fleet: Any, plane: ControlPlane, namespace: str,
-                 name: str) -> None:
-        self.prometheus, self.fleet, self.plane, self.namespace, self.name = prometheus, fleet, plane, namespace, name
-        self.base = yaml.safe_load(prometheus.config_path.read_text())
-        self.extra: dict[str, Any] = {}
-        self.rules: dict[str, Any] | None = None
-        self.mapped: list[str] = []
-
-    def sync(self) -> list[str]:
-        pods = engine_pods(self.plane, self.namespace, self.name)
-        if pods != self.mapped:
-            self.mapped = pods
-            self.apply()
-        return pods
-
-    def apply(self) -> None:
-        urls = [e.url.removeprefix("http://") for e in self.fleet.engines]
-        targets = [{"targets": [urls[i % len(urls)]], "labels": {"namespace": self.namespace, "pod": pod}}
-                   for i, pod in enumerate(self.mapped)]
-        config = {**self.base, **self.extra, "scrape_configs": [
-            *self.base["scrape_configs"], {"job_name": "infd-engines", "static_configs": targets}]}
-        self.prometheus.apply_config(config, self.rules)
-
-    def restore(self) -> None:
-        self.prometheus.apply_config(self.base)
-
-
-@contextmanager
-def pod_scrapes(prometheus: Prometheus, fleet: Any, plane: ControlPlane, namespace: str,
-                name: str) -> Iterator[PodScrapes]:
-    scrapes = PodScrapes(prometheus, fleet, plane, namespace, name)
-    try:
-        yield scrapes
-    finally:
-        scrapes.restore()
-
-
-@contextmanager
-def load(fleet: Any, engine: int, requests: int) -> Iterator[None]:
-    """``requests`` concurrent completions, resent as they finish, on one engine until the block ends."""
-    stop = threading.Event()
-
-    def keep_busy() -> None:
-        while not stop.is_set():
-            fleet.load(engine, requests, max_tokens=32)
-
-    worker = threading.Thread(target=keep_busy, daemon=True)
-    worker.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        worker.join(120)
-
-
 def fleet_body(name: str, **autoscaling: Any) -> dict[str, Any]:
     body = example(name, autoscaling={"enabled": True, "queueDepthPerReplica": 1, "maxStep": 1,
                                       "metrics": {"source": "prometheus"}, **autoscaling})
     body["spec"]["replicas"] = {"min": 1, "max": 3}
     return body
-
-
-def start_operator(plane: ControlPlane, kubeconfig: Path, prometheus: Prometheus, log: Path,
-                   *extra: str) -> OperatorProcess:
-    process = OperatorProcess(plane, kubeconfig, log, "--priority", "400", "--prometheus-url", prometheus.url,
-                              "--metrics-timeout", "3", *extra)
-    process.wait_ready()
-    return process
 
 
 def test_a_burst_scales_up_through_prometheus_and_down_only_after_its_window(

@@ -65,3 +65,30 @@ def test_install_creates_crds_rbac_and_peering(installed_chart: ControlPlane) ->
     assert can("patch", "deployments.apps", "-n", "anywhere") == "yes"
     assert can("delete", "deployments.apps", "-n", "anywhere") == "no"
     assert can("get", "secrets", "-n", "anywhere") == "no"
+
+
+WEBHOOK = ["--set", "autoscaler.alertmanagerWebhook.enabled=true,autoscaler.prometheusUrl=http://prom:9090"]
+
+
+@pytest.mark.parametrize("prometheus_operator", [False, True])
+def test_the_alertmanager_receiver_is_a_service_with_its_token_and_an_alertmanager_config(
+    tmp_path: Path, prometheus_operator: bool
+) -> None:
+    apis = ["--api-versions", "monitoring.coreos.com/v1alpha1/AlertmanagerConfig"] if prometheus_operator else []
+    result = helm("template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *WEBHOOK, *apis, tmp=tmp_path)
+    assert result.returncode == 0, result.stderr
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(result.stdout) if d}
+    service = docs[("Service", f"{RELEASE}-alerts")]
+    assert service["spec"]["ports"] == [{"name": "alerts", "port": 9094, "targetPort": "alerts", "protocol": "TCP"}]
+    pod = docs[("Deployment", f"{RELEASE}-operator")]["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert {"--prometheus-url=http://prom:9090", "--alerts-port=9094",
+            "--alerts-token-file=/etc/shoal/alerts/token"} <= set(args)
+    assert {"name": "alerts-token", "secret": {"secretName": "shoal-alerts-token"}} in pod["volumes"]
+    configs = [d for (kind, _), d in docs.items() if kind == "AlertmanagerConfig"]
+    assert len(configs) == (1 if prometheus_operator else 0)
+    if configs:
+        webhook = configs[0]["spec"]["receivers"][0]["webhookConfigs"][0]
+        assert webhook["url"] == f"http://{RELEASE}-alerts.{RELEASE_NAMESPACE}.svc:9094/alerts"
+        assert webhook["httpConfig"]["authorization"]["credentials"] == {"name": "shoal-alerts-token", "key": "token"}
+        assert configs[0]["spec"]["route"]["matchers"] == [{"name": "infd", "matchType": "=~", "value": ".+"}]
