@@ -4,9 +4,11 @@ A step of continuous batching runs every decoding sequence one token and fills t
 with prompt chunks. Its time is linear in what it touches::
 
     step_s = base_s + per_prefill_token_s * prefill_tokens + per_decode_seq_s * decode_seqs
-             + per_context_token_s * context_tokens
+             + per_context_token_s * context_tokens + per_prefill_attention_s * prefill_pairs
 
-where ``context_tokens`` are the tokens already in the KV cache of the batch's sequences (what attention reads).
+where ``context_tokens`` are the tokens already in the KV cache of the batch's sequences (what attention reads)
+and ``prefill_pairs`` sums, over the step's prompt chunks, chunk length x the tokens the chunk attends to (the
+quadratic part of prefill, which dominates long prompts on a CPU and is ~0 for a GPU's fused kernels).
 The coefficients are fitted by :mod:`shoal.simulate.calibrate` from ``shoal bench serve`` results; the fit is
 only trusted for the batches it saw, so a profile records the largest batch it covers and the simulator refuses
 an engine configuration beyond it. ``startup_s`` is the range a replica's start-up (pod scheduled, image there,
@@ -20,7 +22,8 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
-SHIPPED = ("gpu-8b-h100", "smollm2-135m-cpu")
+PROFILES = resources.files("shoal.simulate").joinpath("profiles")
+SHIPPED = tuple(sorted(p.name.removesuffix(".json") for p in PROFILES.iterdir() if p.name.endswith(".json")))
 DEFAULT_PROFILE = "gpu-8b-h100"
 
 
@@ -34,10 +37,11 @@ class StepCost:
     per_prefill_token_s: float
     per_decode_seq_s: float
     per_context_token_s: float
+    per_prefill_attention_s: float = 0.0
 
-    def seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
+    def seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, prefill_pairs: int = 0) -> float:
         return (self.base_s + self.per_prefill_token_s * prefill_tokens + self.per_decode_seq_s * decode_seqs
-                + self.per_context_token_s * context_tokens)
+                + self.per_context_token_s * context_tokens + self.per_prefill_attention_s * prefill_pairs)
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,8 @@ class EngineProfile:
         """
         n = self.concurrency(mean_prompt, mean_output)
         step = self.step.seconds(0, n, int(n * (mean_prompt + mean_output / 2)))
-        return 1.0 / (self.step.per_prefill_token_s * mean_prompt + mean_output * step / n)
+        prefill = self.step.per_prefill_token_s * mean_prompt + self.step.per_prefill_attention_s * mean_prompt ** 2
+        return 1.0 / (prefill + mean_output * step / n)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -115,7 +120,9 @@ def profile_from_dict(data: object, origin: str) -> EngineProfile:
     if not isinstance(step, dict):
         raise ProfileError(f"{origin}: missing field 'step' (an object of step-time coefficients)")
     try:
-        cost = StepCost(**{k: float(_field(step, k, origin, "step.")) for k in StepCost.__dataclass_fields__})
+        required = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_context_token_s")
+        cost = StepCost(**{k: float(_field(step, k, origin, "step.")) for k in required},
+                        per_prefill_attention_s=float(step.get("per_prefill_attention_s", 0.0)))
         startup = _field(data, "startup_s", origin)
         if not isinstance(startup, list) or len(startup) != 2:
             raise ProfileError(f"{origin}: field 'startup_s' must be [low, high] seconds, got {startup!r}")
@@ -139,7 +146,7 @@ def _field(data: dict, key: str, origin: str, prefix: str = "") -> object:
 def load_profile(name_or_path: str) -> EngineProfile:
     """A shipped profile by name (``gpu-8b-h100``, ``smollm2-135m-cpu``) or a profile JSON file."""
     if name_or_path in SHIPPED:
-        text = resources.files("shoal.simulate").joinpath(f"profiles/{name_or_path}.json").read_text()
+        text = PROFILES.joinpath(f"{name_or_path}.json").read_text()
         origin = f"profile {name_or_path}"
     else:
         path = Path(name_or_path)

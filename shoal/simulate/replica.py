@@ -27,23 +27,46 @@ BLOCK_TOKENS = 16
 
 
 class PrefixCache:
-    """The prefix groups a replica holds, most recently used last, within the KV space free of running work."""
+    """The prefix groups a replica holds, most recently used last, within the KV space free of running work.
 
-    __slots__ = ("stored", "in_flight")
+    ``blocks`` is what the gateway's prefix index holds for the replica, as a plain set of block hashes so that
+    routing's membership tests run at set speed: the blocks of the prefixes stored in the engine and of those
+    of requests in flight there (routed, not yet finished), as ``shoal.gateway.prefix_index`` counts them.
+    """
+
+    __slots__ = ("stored", "in_flight", "blocks", "_extent", "_stored_tokens")
 
     def __init__(self) -> None:
         self.stored: OrderedDict[int, int] = OrderedDict()  # group -> cached prefix tokens
         self.in_flight: dict[int, int] = {}                 # group -> requests routed here, not yet finished
+        self.blocks: set[int] = set()
+        self._extent: dict[int, int] = {}                   # group -> blocks of it in ``blocks``
+        self._stored_tokens = 0
 
-    def __contains__(self, block_hash: object) -> bool:
-        """What the gateway's prefix index answers: stored blocks, and the prefixes of requests in flight here."""
-        if not isinstance(block_hash, int):
-            return False
-        group = block_hash >> GROUP_SHIFT
-        if group in self.in_flight:
-            return True
-        tokens = self.stored.get(group)
-        return tokens is not None and (block_hash & ((1 << GROUP_SHIFT) - 1)) < tokens // BLOCK_TOKENS
+    def _cover(self, group: int, blocks: int) -> None:
+        extent = self._extent.get(group, 0)
+        if blocks > extent:
+            base = group << GROUP_SHIFT
+            self.blocks.update(range(base + extent, base + blocks))
+            self._extent[group] = blocks
+
+    def _uncover(self, group: int) -> None:
+        if group in self.in_flight or group in self.stored:
+            return
+        base = group << GROUP_SHIFT
+        self.blocks.difference_update(range(base, base + self._extent.pop(group, 0)))
+
+    def routed(self, group: int, prefix_tokens: int) -> None:
+        self.in_flight[group] = self.in_flight.get(group, 0) + 1
+        self._cover(group, prefix_tokens // BLOCK_TOKENS)
+
+    def finished(self, group: int) -> None:
+        count = self.in_flight[group] - 1
+        if count:
+            self.in_flight[group] = count
+        else:
+            del self.in_flight[group]
+            self._uncover(group)
 
     def hit(self, group: int) -> int:
         tokens = self.stored.get(group, 0)
@@ -53,12 +76,18 @@ class PrefixCache:
 
     def store(self, group: int, tokens: int, room: int) -> None:
         """Keeps ``tokens`` of ``group``'s prefix, evicting the least recently used groups to stay within ``room``."""
-        self.stored[group] = max(tokens, self.stored.get(group, 0))
+        if tokens <= 0:
+            return
+        before = self.stored.get(group, 0)
+        if tokens > before:
+            self.stored[group] = tokens
+            self._stored_tokens += tokens - before
+            self._cover(group, tokens // BLOCK_TOKENS)
         self.stored.move_to_end(group)
-        total = sum(self.stored.values())
-        while total > room and self.stored:
-            _, evicted = self.stored.popitem(last=False)
-            total -= evicted
+        while self._stored_tokens > room and self.stored:
+            evicted, size = self.stored.popitem(last=False)
+            self._stored_tokens -= size
+            self._uncover(evicted)
 
 
 class SimReplica:
@@ -66,7 +95,7 @@ class SimReplica:
 
     __slots__ = ("name", "profile", "phase", "created", "since", "ended", "waiting", "prefill", "decoding",
                  "steps", "context", "reserved", "load_tokens", "in_flight", "version", "segment", "pending",
-                 "busy_until", "cache", "view")
+                 "busy_until", "cache", "slot")
 
     def __init__(self, name: str, profile: EngineProfile, created: float) -> None:
         self.name = name
@@ -88,7 +117,7 @@ class SimReplica:
         self.pending: list[tuple[list[int], int]] | None = None     # this prefill step's chunks
         self.busy_until: float | None = None
         self.cache = PrefixCache()
-        self.view: object | None = None
+        self.slot = -1  # index in the simulator's routing views while in rotation
 
     @property
     def running(self) -> int:
@@ -119,7 +148,7 @@ class SimReplica:
             self.context += computed
             self.prefill.append([rid, prompt[rid] - computed])
 
-    def plan(self, now: float) -> float | None:
+    def plan(self, now: float, prompt: list[int]) -> float | None:
         """Starts the next step or decode segment at ``now``; returns when it ends (None when idle)."""
         self.version += 1
         step = self.profile.step
@@ -127,7 +156,7 @@ class SimReplica:
         if self.prefill:
             budget = self.profile.max_num_batched_tokens - n_decode
             chunks = []
-            prefill_tokens = 0
+            prefill_tokens = pairs = 0
             for entry in self.prefill:
                 if budget <= 0:
                     break
@@ -135,9 +164,10 @@ class SimReplica:
                 chunks.append((entry, take))
                 budget -= take
                 prefill_tokens += take
+                pairs += take * (prompt[entry[0]] - entry[1] + take)
             self.pending = chunks
             self.segment = None
-            self.busy_until = now + step.seconds(prefill_tokens, n_decode, self.context)
+            self.busy_until = now + step.seconds(prefill_tokens, n_decode, self.context, pairs)
         elif n_decode:
             k = self.decoding[0][0] - self.steps
             first = step.seconds(0, n_decode, self.context)

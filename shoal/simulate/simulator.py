@@ -114,6 +114,7 @@ class FleetSimulator:
         self.replicas: list[SimReplica] = []
         self.finished_spans: list[tuple[float, float]] = []
         self.routable: list[SimReplica] = []
+        self.views: list[ReplicaView] = []  # one per routable replica, in the same order
         self.by_name: dict[str, SimReplica] = {}
         self.desired = 0
         self.held: deque[int] = deque()
@@ -204,22 +205,24 @@ class FleetSimulator:
             self._hashes[key] = prefix
         return prefix + (unique,)
 
-    def _views(self) -> list[ReplicaView]:
-        views = []
-        capacity = self.capacity
-        for replica in self.routable:
-            view = replica.view
-            if view is None:
-                view = replica.view = ReplicaView(replica.name, replica.load_tokens, replica.cache,
-                                                  replica.in_flight, capacity)
-            views.append(view)
-        return views  # type: ignore[return-value]
+    def _view(self, replica: SimReplica) -> ReplicaView:
+        return ReplicaView(replica.name, replica.load_tokens, replica.cache.blocks, replica.in_flight, self.capacity)
+
+    def _refresh(self, replica: SimReplica) -> None:
+        """Replaces one replica's routing view after its load changed (the others stay as they are)."""
+        if replica.slot >= 0:
+            self.views[replica.slot] = self._view(replica)
+
+    def _rotation_changed(self) -> None:
+        for slot, replica in enumerate(self.routable):
+            replica.slot = slot
+        self.views = [self._view(r) for r in self.routable]
 
     def _route(self, rid: int) -> None:
         """Places a request as the gateway does, and charges the replica as its lease does (``Fleet.acquire``)."""
         request = RouteRequest(self._block_hashes(rid), self.prompt[rid] + self.output[rid], BLOCK_TOKENS,
                                self.output[rid])
-        decision = self.routing.decide(self._views(), request)
+        decision = self.routing.decide(self.views, request)
         self.route_reasons[decision.reason] += 1
         replica = self.by_name[decision.replica_id]
         self.routed_to[rid] = replica
@@ -229,10 +232,10 @@ class FleetSimulator:
         self.held_charge[rid] = held
         replica.load_tokens += prefill + held
         replica.in_flight += 1
-        replica.view = None
         group = self.group[rid]
         if group >= 0:
-            replica.cache.in_flight[group] = replica.cache.in_flight.get(group, 0) + 1
+            replica.cache.routed(group, self.prefix[rid])
+        self._refresh(replica)
         replica.waiting.append(rid)
         if replica.busy_until is None:
             self._plan(replica)
@@ -247,7 +250,7 @@ class FleetSimulator:
         before = replica.context
         replica.admit(self.prompt, self.output, self.group, self.prefix)
         self.prefill_saved += replica.context - before
-        end = replica.plan(self.now)
+        end = replica.plan(self.now, self.prompt)
         if end is not None:
             self._push(end, _STEP, replica, replica.version)
 
@@ -259,7 +262,6 @@ class FleetSimulator:
             self.first_token[rid] = now
             replica.load_tokens -= self.prefill_charge[rid]  # the first byte is back: Fleet.prefilled
             self.prefill_charge[rid] = 0
-            replica.view = None
             self.window.first_token(now, now - self.trace.arrival[rid])
             group = self.group[rid]
             if group >= 0:
@@ -267,6 +269,8 @@ class FleetSimulator:
         for rid in finished:
             self.finish[rid] = now
             self._release(replica, rid)
+        if first or finished:
+            self._refresh(replica)
         if replica.phase == "draining" and replica.in_flight == 0:
             self._end(replica)
         else:
@@ -275,14 +279,9 @@ class FleetSimulator:
     def _release(self, replica: SimReplica, rid: int) -> None:
         replica.load_tokens -= self.prefill_charge[rid] + self.held_charge[rid]
         replica.in_flight -= 1
-        replica.view = None
         group = self.group[rid]
         if group >= 0:
-            count = replica.cache.in_flight[group] - 1
-            if count:
-                replica.cache.in_flight[group] = count
-            else:
-                del replica.cache.in_flight[group]
+            replica.cache.finished(group)
         self.outstanding -= 1
 
     def _drop(self, rid: int, reason: str) -> None:
@@ -302,6 +301,8 @@ class FleetSimulator:
                 self.routable.append(replica)
             else:
                 self._push(self.now + float(self.rng.uniform(low, high)), _READY, replica)
+        if ready:
+            self._rotation_changed()
 
     def _ready(self, replica: SimReplica) -> None:
         if replica.phase != "starting":
@@ -309,6 +310,7 @@ class FleetSimulator:
         replica.phase = "ready"
         replica.since = self.now
         self.routable.append(replica)
+        self._rotation_changed()
         while self.held and self.routable:
             self._route(self.held.popleft())
 
@@ -338,10 +340,12 @@ class FleetSimulator:
             replica.phase = "draining"
             replica.since = self.now
             self.routable.remove(replica)
+            replica.slot = -1
             if replica.in_flight == 0:
                 self._end(replica)
             else:
                 self._push(self.now + self.config.drain_grace_s, _DRAIN_DEADLINE, replica)
+        self._rotation_changed()
 
     def _drain_deadline(self, replica: SimReplica) -> None:
         if replica.ended is not None:

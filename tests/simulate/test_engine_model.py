@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from sim_fixtures import small_profile
 
 from shoal.autoscale.baselines import FixedForPeak
 from shoal.gateway.routing import RoundRobin
-from shoal.simulate.profile import EngineProfile
+from shoal.simulate.profile import EngineProfile, StepCost
 from shoal.simulate.simulator import SimConfig, simulate
 from shoal.simulate.trace import make_trace
 
@@ -28,10 +29,13 @@ def test_a_lone_request_takes_one_prefill_step_then_one_decode_step_per_token(pr
     assert run.finish[0] == pytest.approx(1.0 + prefill + _decode_time(profile, 9, 1, 300))
 
 
-def test_a_long_prompt_is_prefilled_in_chunks_of_the_token_budget(profile: EngineProfile) -> None:
+def test_a_long_prompt_is_prefilled_in_chunks_of_the_token_budget() -> None:
+    profile = small_profile(step=StepCost(0.02, 1e-4, 1e-3, 1e-6, per_prefill_attention_s=1e-8))
     trace = make_trace("long", [0.0], [1200], [2])
     run = simulate(trace, profile, FixedForPeak(1), RoundRobin(), SimConfig(initial_replicas=1))
-    chunks = [profile.step.seconds(512, 0, 0), profile.step.seconds(512, 0, 512), profile.step.seconds(176, 0, 1024)]
+    # Each chunk attends to what came before it and to itself: chunk x (computed + chunk) pairs.
+    chunks = [profile.step.seconds(512, 0, 0, 512 * 512), profile.step.seconds(512, 0, 512, 512 * 1024),
+              profile.step.seconds(176, 0, 1024, 176 * 1200)]
     assert run.first_token[0] == pytest.approx(sum(chunks))
 
 
