@@ -94,8 +94,8 @@ def test_the_shipped_alert_rule_routed_by_alertmanager_scales_up_at_once(
 ) -> None:
     """The per-fleet PrometheusRule the operator ships, with its `for:` set to 0s (the only change), evaluated
     every second by Prometheus, routed by Alertmanager (group_wait 1s) to the operator's webhook with a bearer
-    token. The fleet's scale-up stabilization is 10 minutes, so the periodic loop alone would not scale up in
-    this test's time: the alert's immediate evaluation does."""
+    token. The operator's periodic evaluation is 2 minutes away (`--resync-seconds 120`) and the fleet's
+    scale-up stabilization 10 minutes, so only the alert's immediate evaluation can scale it up in this test."""
     plane = installed_chart
     token_file, port = tmp_path / "token", free_port()
     token_file.write_text(TOKEN)
@@ -108,7 +108,8 @@ def test_the_shipped_alert_rule_routed_by_alertmanager_scales_up_at_once(
     }))
     urllib.request.urlopen(urllib.request.Request(alertmanager.url + "/-/reload", method="POST"), timeout=30)
     operator = start_operator(plane, operator_kubeconfig, prometheus, tmp_path / "operator.log",
-                              "--alerts-port", str(port), "--alerts-token-file", str(token_file))
+                              "--alerts-port", str(port), "--alerts-token-file", str(token_file),
+                              "--resync-seconds", "120")
     try:
         with pod_scrapes(prometheus, scraped_fleet, plane, namespace, "alerted") as scrapes:
             body = fleet_body("alerted", scaleUpStabilizationSeconds=600)
@@ -122,8 +123,8 @@ def test_the_shipped_alert_rule_routed_by_alertmanager_scales_up_at_once(
             scrapes.extra = {"alerting": {"alertmanagers": [{"static_configs": [
                 {"targets": [alertmanager.url.removeprefix("http://")]}]}]}}
             eventually(lambda: len(scrapes.sync()) == 1, 60, "the first engine pod, mapped to engine 0")
-            eventually(lambda: condition(get(plane, namespace, "infd", "alerted"), "MetricsAvailable").get("status")
-                       == "True", 60, "the Prometheus source observing the fleet")
+            eventually(lambda: prometheus.query(f'shoal_engine_requests_waiting{{namespace="{namespace}"}}'), 60,
+                       "Prometheus scraping the fleet's engine")
 
             with load(scraped_fleet, 0, requests=8):
                 started = time.monotonic()
