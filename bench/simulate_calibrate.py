@@ -26,7 +26,7 @@ from shoal.simulate.calibrate import observation, profile_from_bench
 BLOCK_SIZE = 16
 IDLE_S = 3.0
 # (concurrency, prompt words, output tokens): prefill-heavy at three lengths, then decode at rising batch sizes.
-RUNS = ((1, 100, 24), (1, 300, 4), (1, 600, 4), (1, 1200, 4), (1, 1900, 4), (4, 100, 24), (2, 600, 16),
+RUNS = ((1, 100, 24), (1, 300, 4), (1, 600, 4), (1, 1200, 4), (1, 1900, 4), (4, 100, 24), (4, 600, 16),
         (8, 200, 16), (16, 100, 24))
 
 

@@ -1,10 +1,11 @@
 """Simulator speed at fleet scale: ``--replicas`` engines and ``--requests`` requests, timed.
 
-A steady Poisson trace sized to keep the fleet at ``--utilization`` of its load-tested capacity (GPU-shaped
-profile, the bursty preset's request shapes), run once per routing policy under Shoal's autoscaler starting at
-``--replicas`` ready replicas. Prints wall time, requests and events per second, and the same run at a tenth of
-the requests as the baseline measured in the same invocation (the ratio shows whether the cost per request
-holds as the run grows).
+A steady Poisson trace at ``--rate-per-replica`` for every replica (GPU-shaped profile, the presets' request
+shapes), run under Shoal's autoscaler starting at ``--replicas`` ready replicas, once per routing policy.
+Prints wall and CPU seconds (the simulator is one thread; on a shared machine its CPU seconds are what it would
+take alone), the CPU seconds spent inside the routing policy's own ``decide`` (the real object, timed by a
+delegating wrapper), and the same run at a tenth of the requests as the baseline of the same invocation: the
+ratio of costs per request shows whether the cost holds as the run grows.
 
     .venv/bin/python bench/simulate_scale.py --replicas 1000 --requests 1000000
 """
@@ -13,34 +14,49 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
 from shoal.autoscale import AutoscalingConfig, ShoalPolicy
-from shoal.gateway.routing import make_policy
+from shoal.gateway.routing import Decision, ReplicaView, RouteRequest, RoutingPolicy, make_policy
 from shoal.simulate.presets import _shapes
 from shoal.simulate.profile import load_profile
 from shoal.simulate.simulator import SimConfig, simulate
-from shoal.simulate.trace import make_trace
+from shoal.simulate.trace import Trace, make_trace
 
 
-def trace_for(replicas: int, requests: int, rate_per_replica: float, seed: int):
+class TimedRouting:
+    """Delegates to the real routing object and adds up the CPU time its ``decide`` takes."""
+
+    def __init__(self, inner: RoutingPolicy) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.cpu_s = 0.0
+
+    def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
+        start = time.process_time()
+        decision = self.inner.decide(replicas, request)
+        self.cpu_s += time.process_time() - start
+        return decision
+
+
+def trace_for(replicas: int, requests: int, rate_per_replica: float, seed: int) -> Trace:
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0 / (rate_per_replica * replicas), requests))
     return make_trace("scale", arrival, *_shapes(rng, requests))
 
 
-def timed(replicas: int, requests: int, routing: str, rate_per_replica: float, seed: int) -> tuple[float, dict]:
+def timed(replicas: int, requests: int, routing: str, rate_per_replica: float, seed: int) -> dict[str, float]:
     profile = load_profile("gpu-8b-h100")
     trace = trace_for(replicas, requests, rate_per_replica, seed)
     config = AutoscalingConfig(min_replicas=1, max_replicas=2 * replicas, ttft_p95_seconds=2.0)
-    start = time.perf_counter()
-    run = simulate(trace, profile, ShoalPolicy(config), make_policy(routing), SimConfig(seed=seed,
-                                                                                          initial_replicas=replicas))
-    elapsed = time.perf_counter() - start
-    served = int((~np.isnan(run.finish)).sum())
-    return elapsed, {"served": served, "simulated_s": run.end_time, "decisions": len(run.decisions),
-                     "peak": int(run.timeline[:, 1].max())}
+    router = TimedRouting(make_policy(routing))
+    wall, cpu = time.perf_counter(), time.process_time()
+    run = simulate(trace, profile, ShoalPolicy(config), router, SimConfig(seed=seed, initial_replicas=replicas))
+    return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "routing_cpu_s": router.cpu_s,
+            "served": int((~np.isnan(run.finish)).sum()), "simulated_s": run.end_time,
+            "peak_replicas": int(run.timeline[:, 1].max())}
 
 
 def main() -> None:
@@ -52,11 +68,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     for routing in args.routing.split(","):
-        base_s, _ = timed(args.replicas, args.requests // 10, routing, args.rate_per_replica, args.seed)
-        full_s, info = timed(args.replicas, args.requests, routing, args.rate_per_replica, args.seed)
-        print(f"{routing}: {args.replicas} replicas, {args.requests} requests in {full_s:.1f} s "
-              f"({args.requests / full_s:,.0f} req/s; {info}); a tenth of the requests took {base_s:.1f} s, "
-              f"per-request cost ratio {full_s / (10 * base_s):.2f}x")
+        base = timed(args.replicas, args.requests // 10, routing, args.rate_per_replica, args.seed)
+        full = timed(args.replicas, args.requests, routing, args.rate_per_replica, args.seed)
+        own = full["cpu_s"] - full["routing_cpu_s"]
+        print(f"{routing}: {args.replicas} replicas, {args.requests} requests ({full['simulated_s']:.0f} s simulated, "
+              f"{full['served']} served, peak {full['peak_replicas']}): wall {full['wall_s']:.1f} s, CPU "
+              f"{full['cpu_s']:.1f} s, of which routing decide {full['routing_cpu_s']:.1f} s and the simulator "
+              f"{own:.1f} s ({args.requests / own:,.0f} req/s); CPU per request vs a tenth of the requests: "
+              f"{full['cpu_s'] / (10 * base['cpu_s']):.2f}x")
 
 
 if __name__ == "__main__":
