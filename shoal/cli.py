@@ -19,6 +19,7 @@ _AREAS: tuple[str, ...] = (
     "shoal.engine.server.cli",
     "shoal.bench.cli",
     "shoal.simulate.cli",
+    "shoal.local.cli",
 )
 
 

@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", dest="json_out", default=None, help="write the configuration and results here")
+    p.add_argument("--plots", metavar="DIR", default=None,
+                   help="write PNG plots here: latency CDFs, and the fleet over time when the URL is a shoal up gateway")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=_serve)
 
@@ -48,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
     import json
+    import time
     from dataclasses import asdict
 
     from shoal.bench.datasets import random_dataset, shared_prefix_dataset
@@ -73,6 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         progress=args.progress,
     )
+    started = time.time()
     results, duration = asyncio.run(run_benchmark(config, requests[args.warmup :], requests[: args.warmup]))
     summary = summarize(results, duration, percentiles, slos)
     print(format_summary(summary))
@@ -81,4 +85,14 @@ def _serve(args: argparse.Namespace) -> int:
         record["results"] = [asdict(r) for r in results]
         with open(args.json_out, "w") as out:
             json.dump(record, out, indent=2)
+    if args.plots:
+        from pathlib import Path
+
+        from shoal.bench.plots import fetch_timeline, write_plots
+
+        timeline = fetch_timeline(args.url, started, time.time())
+        for path in write_plots(Path(args.plots), results, timeline, started):
+            print(f"wrote {path}")
+        if not timeline:
+            print(f"no fleet timeline at {args.url}/dashboard/data (a shoal up gateway serves one): latency CDF only")
     return 0 if summary["failed"] == 0 else 1

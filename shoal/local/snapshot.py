@@ -57,7 +57,6 @@ class FleetSnapshot:
     output_tokens_per_second: float | None
     arrival_rate: float | None
     prefix_hit_rate: float | None
-    prefix_hit_rate_total: float | None
     routing: dict[str, float]
     decisions: tuple[DecisionRow, ...]
     events: tuple[Event, ...]
@@ -95,7 +94,6 @@ def take(now: float, name: str, model: str, url: str, fleet: EngineFleet, autosc
         output_tokens_per_second=signals.output_tokens_per_second if signals else None,
         arrival_rate=signals.arrival_rate if signals else None,
         prefix_hit_rate=extras.prefix_hit_rate if extras else None,
-        prefix_hit_rate_total=extras.prefix_hit_rate_total if extras else None,
         routing=dict(extras.routing) if extras else {},
         decisions=decisions, events=tuple(fleet.events)[-10:],
         metrics_missing=signals.missing if signals else None,

@@ -24,11 +24,10 @@ import httpx
 from rich.console import Console
 from rich.live import Live
 
-from shoal.autoscale.config import AutoscalingConfig
 from shoal.autoscale.policy import ScalingPolicy
 from shoal.autoscale.source import MetricsSource, ReplicaTarget
 from shoal.local.autoscaler import LocalAutoscaler
-from shoal.local.figures import ExtraFigures
+from shoal.local.figures import read_extras
 from shoal.local.fleet import EngineFleet, EngineLaunch, EngineReplica, Event
 from shoal.local.manifest import LocalManifest
 from shoal.local.process import LocalProcess, shoal_command
@@ -67,30 +66,28 @@ def check_port(host: str, port: int) -> None:
                             "stop what holds it or pick another with --port") from exc
 
 
-def autoscaling_config(spec: InferenceDeploymentSpec) -> AutoscalingConfig:
-    a, r = spec.autoscaling, spec.replicas
-    return AutoscalingConfig(
-        min_replicas=r.min, max_replicas=r.max, queue_depth_per_replica=a.queue_depth_per_replica,
-        ttft_p95_seconds=a.ttft_p95_seconds, scale_up_stabilization_seconds=a.scale_up_stabilization_seconds,
-        scale_down_stabilization_seconds=a.scale_down_stabilization_seconds, max_step=a.max_step,
-    )
-
-
 def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
     """The operator's own ``shoal serve`` arguments, then the local overrides (the last flag given wins)."""
     most = spec.replicas.max if spec.autoscaling.enabled else spec.replicas.fixed
     threads = threads_per_engine(usable_cores(), most, spec.engine.resources.cpu)
-    argv = shoal_command(*serve_args(spec), "--host", "127.0.0.1", "--attention-backend", "torch",
-                         "--log-level", "warning")
-    env = {e.name: e.value for e in spec.engine.env} | {"OMP_NUM_THREADS": str(threads)}
-    return EngineLaunch(argv, env, log_dir, float(spec.engine.startup_seconds))
+    argv = shoal_command(*serve_args(spec), "--host", "127.0.0.1", "--device", "cpu", "--attention-backend", "torch",
+                         "--threads", str(threads), "--log-level", "warning")
+    return EngineLaunch(argv, {e.name: e.value for e in spec.engine.env}, log_dir, float(spec.engine.startup_seconds))
 
 
 def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Path, dashboard: Path) -> list[str]:
+    """The settings the operator puts in the gateway's ConfigMap, with the backends file for discovery."""
+    gateway, timeouts = spec.gateway, spec.gateway.timeouts
     argv = shoal_command(
         "gateway", "--host", options.host, "--backends-file", str(backends), "--dashboard-data", str(dashboard),
-        "--tokenizer", f"{spec.served_name}={spec.model.source}", "--policy", spec.gateway.routing_policy,
-        "--bound-factor", str(spec.gateway.bound_factor), "--log-level", "warning",
+        "--tokenizer", f"{spec.served_name}={spec.model.source}", "--block-size", str(spec.engine.block_size),
+        "--policy", gateway.routing_policy, "--bound-factor", f"{gateway.bound_factor:g}",
+        "--hold-queue-size", str(gateway.hold_queue.size), "--hold-seconds", str(gateway.hold_queue.wait_seconds),
+        "--connect-timeout", f"{timeouts.connect_seconds:g}",
+        "--first-token-timeout", f"{timeouts.first_token_seconds:g}",
+        "--inter-token-timeout", f"{timeouts.inter_token_seconds:g}",
+        "--request-timeout", f"{timeouts.request_seconds:g}",
+        "--log-level", "warning",
     )
     if spec.gateway.redis_url:
         argv += ["--redis-url", spec.gateway.redis_url]
@@ -119,10 +116,10 @@ class Up:
         self.dashboard = self.log_dir / "dashboard.json"
         self.url = f"http://{'127.0.0.1' if options.host in ('0.0.0.0', '') else options.host}:{options.port}"
         self.fleet = EngineFleet(engine_launch(spec, self.log_dir), self.backends, on_event=self._on_event)
-        self.autoscaler = LocalAutoscaler(policy) if policy is not None and spec.autoscaling.enabled else None
+        self.autoscaler = (LocalAutoscaler(policy, act=spec.autoscaling.mode == "Act")
+                           if policy is not None and spec.autoscaling.enabled else None)
         self.make_source = make_source
         self.source: MetricsSource | None = None
-        self.extras = ExtraFigures()
         self.timeline = Timeline(self.dashboard)
         self.gateway: LocalProcess | None = None
         self.snapshot: FleetSnapshot | None = None
@@ -146,14 +143,15 @@ class Up:
             self.fleet.emit(now, "error", f"gateway exited with {self.gateway.process.returncode}; restarting")
             self.gateway = await asyncio.to_thread(self.start_gateway)
         engines = [r.url for r in self.fleet.replicas if r.phase in ("ready", "draining") and r.url]
-        extras = await self.extras.read(client, engines, self.url)
+        extras = await read_extras(client, engines, self.url)
         assert self.source is not None
         observed = await self.source.observe(now, self.fleet.desired, [_target(r) for r in self.fleet.replicas])
         signals = replace(observed, held_requests=extras.held_requests)
         if self.autoscaler is not None:
             decision = self.autoscaler.step(signals, self.fleet)
             if decision is not None:
-                self.fleet.emit(now, "info", f"scale to {decision.replicas}: {decision.rule}: {decision.message}")
+                verb = "scale to" if self.autoscaler.act else "recommend (mode Recommend, not applied)"
+                self.fleet.emit(now, "info", f"{verb} {decision.replicas}: {decision.rule}: {decision.message}")
         decisions = tuple(self.autoscaler.decisions) if self.autoscaler else ()
         spec = self.manifest.spec
         snapshot = take(now, self.manifest.name, spec.served_name, self.url, self.fleet,

@@ -36,7 +36,7 @@ def fleet_line(s: FleetSnapshot) -> str:
     return (f"replicas {s.count('ready')} ready / {s.count('starting') + s.count('backoff')} starting / "
             f"{s.count('draining')} draining (desired {s.desired}) | queue {s.waiting:.0f} running {s.running:.0f} | "
             f"TTFT p95 {_num(s.ttft_p95_seconds, '{:.2f}', ' s')} | {_num(s.output_tokens_per_second)} tok/s | "
-            f"prefix hits {_pct(s.prefix_hit_rate_total)}")
+            f"prefix hits {_pct(s.prefix_hit_rate)}")
 
 
 def summary_line(s: FleetSnapshot) -> str:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import manifest, write_manifest
 from hypothesis import given
 from hypothesis import strategies as st
+from up_harness import manifest, write_manifest
 
 from shoal.local.backoff import Backoff
 from shoal.local.manifest import ManifestError, load_manifest

@@ -1,4 +1,5 @@
-"""``shoal up`` as a child process of the test, watched through the gateway's ``/dashboard/data`` and ``/proc``."""
+"""``shoal up`` as a child process of the test, watched through the gateway's ``/dashboard/data`` and ``/proc``;
+and the manifests the tests give it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from shoal.local import free_port, shoal_command
+
+
+def manifest(source: str, **spec: Any) -> dict[str, Any]:
+    """An InferenceDeployment for ``source``; ``spec`` entries replace whole top-level spec blocks."""
+    return {"apiVersion": "shoal.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": "local-test"},
+            "spec": {"model": {"source": source}, **spec}}
+
+
+def write_manifest(directory: Path, document: dict[str, Any], name: str = "fleet.yaml") -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(document))
+    return path
 
 
 def children_of(pid: int) -> set[int]:
