@@ -23,6 +23,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,7 +41,9 @@ log = logging.getLogger(__name__)
 
 NAMESPACE_LABEL = "namespace"
 MAX_REMEMBERED = 10_000
-Evaluate = Callable[[str, str], Awaitable[bool]]  # (namespace, name) -> whether the object exists
+# (namespace, name) -> time.perf_counter() once the engine count is written (or found right), None if the object
+# does not exist
+Evaluate = Callable[[str, str], Awaitable[float | None]]
 
 
 class Alert(BaseModel):
@@ -69,6 +72,7 @@ class Outcome:
     duplicates: int = 0
     ignored: int = 0
     gone: int = 0
+    written: float | None = None  # perf_counter() of the last fleet's scale write
 
 
 def read_token(path: Path) -> Callable[[], str]:
@@ -90,13 +94,19 @@ class AlertReceiver:
         return app
 
     async def handle(self, request: web.Request) -> web.Response:
+        """Answers after the scale writes; ``Server-Timing: write`` is receipt-to-write of the last fleet (ms)."""
+        received = time.perf_counter()
         try:
             self._authorize(request.headers.get("Authorization", ""))
             notification = _parse(await request.read())
             outcome = await self.receive(notification)
         except APIError as error:
             return web.json_response(error.body(), status=error.status_code, headers=error.headers)
-        return web.json_response(outcome.__dict__)
+        timing = f"total;dur={(time.perf_counter() - received) * 1000:.1f}"
+        if outcome.written is not None:
+            timing = f"write;dur={(outcome.written - received) * 1000:.1f}, {timing}"
+        body = {k: v for k, v in outcome.__dict__.items() if k != "written"}
+        return web.json_response(body, headers={"Server-Timing": timing})
 
     def _authorize(self, header: str) -> None:
         scheme, _, given = header.partition(" ")
@@ -130,13 +140,14 @@ class AlertReceiver:
                 outcome.resolved += 1
         for namespace, name in fleets:
             try:
-                exists = await self.evaluate(namespace, name)
+                written = await self.evaluate(namespace, name)
             except Exception as error:  # noqa: BLE001 - Alertmanager retries a 5xx: the retry evaluates again
                 log.warning("evaluating %s/%s for an alert failed: %s", namespace, name, error)
                 raise APIError(500, f"evaluating {namespace}/{name} failed: {error}", type="server_error",
                                code="evaluation_failed") from None
-            if exists:
+            if written is not None:
                 outcome.evaluated.append(f"{namespace}/{name}")
+                outcome.written = written
             else:
                 log.info("alert for %s/%s, which no longer exists: acknowledged, nothing scaled", namespace, name)
                 self.autoscaler.forget((namespace, name))

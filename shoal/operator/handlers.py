@@ -23,7 +23,7 @@ from shoal.operator.builders import DIGEST_ANNOTATION
 from shoal.operator.kube import KubeClient
 from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
 from shoal.operator.reconciler import Children, Reconciler, Trigger
-from shoal.operator.spec import GROUP, PLURAL, VERSION
+from shoal.operator.spec import GROUP, KIND, PLURAL, VERSION
 
 ANNOTATION_PREFIX = GROUP
 
@@ -109,6 +109,14 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         }
         return {(namespace, labels[OWNER_LABEL], labels[COMPONENT_LABEL]): view}
 
+    @kopf.index(GROUP, VERSION, PLURAL, id="shoal_fleets", registry=registry)
+    def shoal_fleets(
+        namespace: str, name: str, body: kopf.Body, **_: Any
+    ) -> dict[tuple[str, str], dict[str, Any]]:
+        """The InferenceDeployments themselves, for the alert pass (which runs outside kopf's handlers)."""
+        return {(namespace, name): {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": dict(body["metadata"]),
+                                    "spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}}
+
     @kopf.index("v1", "pods", labels={**owned, COMPONENT_LABEL: "engine"}, id="shoal_engine_pods", registry=registry)
     def shoal_engine_pods(
         namespace: str, name: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
@@ -133,29 +141,30 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         await reconciler.reconcile(body, patch, _children(indices, ns, name), trigger=trigger, old_spec=old)
 
-    async def evaluate_alert(namespace: str, name: str) -> bool:
-        """An alert's pass over one InferenceDeployment, outside kopf's handlers: read it, reconcile with
-        ``trigger="alert"`` (only the engine count is written), patch its status, post its Events. False when
-        the object does not exist."""
+    async def evaluate_alert(namespace: str, name: str) -> float | None:
+        """An alert's pass over one InferenceDeployment, outside kopf's handlers: take it from the index, reconcile with
+        ``trigger="alert"`` (only the engine count is written), patch its status, post its Events. Returns the
+        ``perf_counter()`` once the count was written, None when the object does not exist."""
         reconciler, indices = state.get("reconciler"), state.get("indices")
         if reconciler is None or indices is None:
             raise RuntimeError("the operator has not started watching yet")
         if time.monotonic() - state["last_pass"] > 3 * config.resync_seconds + 5:
             # a replica paused by kopf peering runs no timers: only the active one writes (a 5xx: retried)
             raise RuntimeError("this operator replica is not the active one (kopf peering)")
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-        raw = await reconciler.client.get(path)
+        raw = _first(indices["shoal_fleets"], (namespace, name))  # the watch's copy: no read, no extra RBAC
         if raw is None:
-            return False
+            return None
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
         body, patch = kopf.Body(raw), kopf.Patch()
         events: list[dict[str, str]] = []
         await reconciler.reconcile(body, patch, _children(indices, namespace, name), trigger="alert",
                                    announce=lambda _, **event: events.append(event))
+        written = time.perf_counter()
         if patch.get("status"):
             await reconciler.client.patch_status(path, patch["status"])
         for event in events:
             await reconciler.client.event(raw, **event)
-        return True
+        return written
 
     @kopf.on.startup(id="alerts", registry=registry)
     async def start_alerts(**_: Any) -> None:

@@ -18,6 +18,7 @@ that cannot be read counts as none held; it never invents load.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -90,11 +91,12 @@ class ClusterObserver:
         source = self._source(fleet)
         if isinstance(source, str):
             return FleetSignals(time=now, desired=desired, missing=source)
-        signals = await source.observe(now, desired, fleet.replicas)
-        held = await self._held(fleet) if fleet.spec.gateway.replicas > 0 else 0
+        signals, held = await asyncio.gather(source.observe(now, desired, fleet.replicas), self._held(fleet))
         return replace(signals, held_requests=held)
 
     async def _held(self, fleet: FleetRef) -> int:
+        if fleet.spec.gateway.replicas == 0:
+            return 0
         try:
             if fleet.spec.autoscaling.metrics.source == "prometheus":
                 url = self._prometheus(fleet)

@@ -57,12 +57,12 @@ class Receiver:
         self._thread.start()
         assert started.wait(10)
 
-    async def _evaluate(self, namespace: str, name: str) -> bool:
+    async def _evaluate(self, namespace: str, name: str) -> float | None:
         if self.failures_left:
             self.failures_left -= 1
             raise RuntimeError("apiserver unreachable")
         self.evaluated.append((namespace, name))
-        return (namespace, name) in self.existing
+        return time.perf_counter() if (namespace, name) in self.existing else None
 
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
@@ -138,7 +138,8 @@ def test_a_payload_that_does_not_parse_is_a_400_naming_the_field(receiver: Recei
 
 def test_firing_evaluates_once_retries_are_deduplicated_and_resolved_never_evaluates(receiver: Receiver) -> None:
     firing = payload(alert("firing", "f1", namespace="team-a", infd="chat"))
-    assert post(receiver, firing).json()["evaluated"] == ["team-a/chat"]
+    first = post(receiver, firing)
+    assert first.json()["evaluated"] == ["team-a/chat"] and first.headers["Server-Timing"].startswith("write;dur=")
     assert receiver.firing("team-a", "chat")
     for _ in range(3):  # Alertmanager's retries and repeat notifications
         answer = post(receiver, firing).json()
