@@ -141,7 +141,11 @@ class Up:
         await self.fleet.tick(now, client)
         if self.gateway is not None and self.gateway.process.poll() is not None:
             self.fleet.emit(now, "error", f"gateway exited with {self.gateway.process.returncode}; restarting")
-            self.gateway = await asyncio.to_thread(self.start_gateway)
+            try:
+                self.gateway = await asyncio.to_thread(self.start_gateway)
+            except (RuntimeError, TimeoutError) as error:
+                self.failed = f"the gateway exited and did not start again: {error}"
+                self.stopping.set()
         engines = [r.url for r in self.fleet.replicas if r.phase in ("ready", "draining") and r.url]
         extras = await read_extras(client, engines, self.url)
         assert self.source is not None
@@ -174,7 +178,11 @@ class Up:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._signalled)
-        self.gateway = await asyncio.to_thread(self.start_gateway)
+        try:
+            self.gateway = await asyncio.to_thread(self.start_gateway)
+        except (RuntimeError, TimeoutError) as error:
+            self.say(f"shoal up: the gateway did not start: {error}")
+            return 1
         spec = self.manifest.spec
         self.fleet.scale_to(spec.replicas.min if self.autoscaler else spec.replicas.fixed)
         live = Live(console=console, refresh_per_second=2, transient=False) if console is not None else None
