@@ -6,8 +6,8 @@ Deployment 0 -> 1, and once that replica is ready the held request is served.
 The kubelet's part is played by the test, as in ``test_operator_prometheus.py``: the gateway and engine pods are
 kwok fakes, so the gateway pod's scrape target is the local gateway (labelled with the fake pod's name), and
 when the engine Deployment gets its pod, a real local ``shoal serve`` engine is put in the gateway's backends
-file (what the engine Service's EndpointSlice would do for a pod turning ready). The operator's ``min: 0``
-without a gateway keeps one engine and says why (bad input from the issue).
+file (what the engine Service's EndpointSlice would do for a pod turning ready). Bad input from the issue:
+``min: 0`` without a gateway, and a Prometheus that is down.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from operator_harness import apply, condition, example, get
 from pod_scrapes import engine_pods, engines, pod_scrapes, start_operator
 from shoal.local import LocalProcess, metric, shoal_command
-from support.kube_testbed import ControlPlane
+from support.kube_testbed import ControlPlane, free_port
 from support.polling import eventually
 from support.services import Prometheus
 
@@ -92,18 +92,29 @@ def test_a_request_at_zero_engines_is_held_scales_the_fleet_to_one_and_is_served
         gateway.stop()
 
 
-def test_min_zero_without_a_gateway_keeps_one_engine_and_says_why(
+def test_bad_input_keeps_the_count_and_says_why(
     kube_cluster: ControlPlane, installed_chart: ControlPlane, operator_kubeconfig: Path, namespace: str,
     prometheus: Prometheus, tmp_path: Path,
 ) -> None:
+    """`min: 0` without a gateway keeps one engine (ScalingLimited=NoGateway); a Prometheus that is down holds
+    the count and MetricsAvailable=False says so, through the real Prometheus source."""
     plane = installed_chart
     operator = start_operator(plane, operator_kubeconfig, prometheus, tmp_path / "operator.log")
     try:
         apply(plane, namespace, zero_fleet("alone", gateways=0))
+        down = zero_fleet("blind", gateways=1)
+        down["spec"]["replicas"] = {"min": 2, "max": 4}
+        down["spec"]["autoscaling"]["metrics"]["prometheusUrl"] = f"http://127.0.0.1:{free_port()}"  # nothing there
+        apply(plane, namespace, down)
         infd = eventually(lambda: (i := get(plane, namespace, "infd", "alone"))
                           and condition(i, "ScalingLimited").get("reason") == "NoGateway" and i, 60,
                           "ScalingLimited=NoGateway")
         assert "gateway.replicas is 0" in condition(infd, "ScalingLimited")["message"]
         assert engines(plane, namespace, "alone") == 1
+        blind = eventually(lambda: (i := get(plane, namespace, "infd", "blind"))
+                           and condition(i, "MetricsAvailable").get("status") == "False" and i, 60,
+                           "MetricsAvailable=False")
+        assert "unreachable" in condition(blind, "MetricsAvailable")["message"]
+        assert engines(plane, namespace, "blind") == 2 and "queueDepth" not in blind["status"]
     finally:
         operator.stop()
