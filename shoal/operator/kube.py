@@ -33,6 +33,8 @@ PLURALS: dict[str, str] = {
     "RoleBinding": "rolebindings",
     "PodMonitor": "podmonitors",
     "PrometheusRule": "prometheusrules",
+    "NetworkPolicy": "networkpolicies",
+    "Secret": "secrets",
 }
 
 
@@ -42,11 +44,14 @@ class KubeError(RuntimeError):
         self.status = status
 
 
-def object_path(obj: Mapping[str, Any]) -> str:
+def collection_path(obj: Mapping[str, Any]) -> str:
     api_version, kind = obj["apiVersion"], obj["kind"]
     prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    meta = obj["metadata"]
-    return f"{prefix}/namespaces/{meta['namespace']}/{PLURALS[kind]}/{meta['name']}"
+    return f"{prefix}/namespaces/{obj['metadata']['namespace']}/{PLURALS[kind]}"
+
+
+def object_path(obj: Mapping[str, Any]) -> str:
+    return f"{collection_path(obj)}/{obj['metadata']['name']}"
 
 
 def _data(value: str | bytes) -> bytes:
@@ -133,6 +138,14 @@ class KubeClient:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
         self._json(await self._http.post(f"/api/v1/namespaces/{meta['namespace']}/events", json=event))
+
+    async def create_once(self, obj: Mapping[str, Any]) -> bool:
+        """Create ``obj`` unless it exists (never reading or changing an existing one); True when created."""
+        response = await self._http.post(collection_path(obj), params={"fieldManager": FIELD_MANAGER}, json=obj)
+        if response.status_code == 409:
+            return False
+        self._json(response)
+        return True
 
     async def get(self, path: str) -> dict[str, Any] | None:
         """The object at ``path``, or None when it does not exist."""

@@ -30,6 +30,7 @@ import kopf
 from pydantic import ValidationError
 
 from shoal.operator.builders import applied_digest, build_children
+from shoal.operator.builders.api_keys import generated_api_key_secret, new_api_key
 from shoal.operator.builders.monitoring import MONITORING_GROUP
 from shoal.operator.diagnosis import Problem, check_model, diagnose
 from shoal.operator.kube import KubeClient, KubeError
@@ -114,7 +115,7 @@ class Reconciler:
             monitoring = await self.prometheus_operator(fresh=trigger == "change")
             wanted = build_children(owner, spec, decision.replicas, prometheus_operator=monitoring)
             if trigger == "change" or _drifted(children, wanted, decision):
-                problem = await self._apply(wanted)
+                problem = await self._ensure_api_keys(owner, spec) or await self._apply(wanted)
         problem = problem or diagnose(spec.model.source, children.engine_pods)
         new = compute_status(
             spec=spec,
@@ -154,6 +155,17 @@ class Reconciler:
             await self.client.scale(owner.namespace, owner.engine_name, decision.replicas)
         except KubeError as error:
             return Problem("ApplyFailed", f"Deployment {owner.engine_name}: {error}")
+        return None
+
+    async def _ensure_api_keys(self, owner: Owner, spec: InferenceDeploymentSpec) -> Problem | None:
+        """Auth on by default: without a given API-key Secret, create one with a new key, once."""
+        if spec.gateway.api_key_secret is not None:
+            return None
+        secret = generated_api_key_secret(owner, new_api_key())
+        try:
+            await self.client.create_once(secret)
+        except KubeError as error:
+            return Problem("ApplyFailed", f"Secret {secret['metadata']['name']}: {error}")
         return None
 
     async def _apply(self, wanted: list[dict[str, Any]]) -> Problem | None:

@@ -198,10 +198,22 @@ class GatewaySpec(_Wire):
     routing_policy: RoutingPolicy = "prefix-aware"
     bound_factor: float = Field(1.25, ge=1.0, le=10.0, description="Bounded-load cap relative to the mean.")
     api_key_secret: SecretKeyRef | None = Field(
-        None, description="Secret holding the tenants file: API keys and each tenant's quotas. No auth without it."
+        None,
+        description="Secret holding the tenants file: API keys and each tenant's quotas. Unset: the operator "
+        "generates one, <name>-api-keys, with one key.",
     )
     redis_url: str | None = Field(
         None, pattern=r"^rediss?://", description="Share tenant quotas across gateway replicas through this Redis."
+    )
+
+
+class NetworkPolicySpec(_Wire):
+    """Who may reach the engines: the gateway, and Prometheus for ``/metrics``. The engine serves its API and
+    ``/metrics`` on one port, so the scrapers it admits can reach both."""
+
+    prometheus_pod_labels: dict[str, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "prometheus"},
+        description="Labels of the Prometheus pods (in any namespace) allowed to scrape the engines.",
     )
 
 
@@ -213,6 +225,7 @@ class InferenceDeploymentSpec(_Wire):
     replicas: ReplicasSpec = Field(default_factory=ReplicasSpec)
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
     gateway: GatewaySpec = Field(default_factory=GatewaySpec)
+    network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
 
     @property
     def served_name(self) -> str:

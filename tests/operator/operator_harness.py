@@ -105,7 +105,8 @@ def children_of(plane: ControlPlane, namespace: str, name: str) -> dict[str, dic
     """Every child the operator creates for ``name`` (None where missing), keyed ``kind/name``."""
     wanted = [("serviceaccount", f"{name}-gateway"), ("role", f"{name}-gateway"), ("rolebinding", f"{name}-gateway"),
               ("service", f"{name}-engine"), ("deployment", f"{name}-engine"), ("configmap", f"{name}-gateway"),
-              ("deployment", f"{name}-gateway"), ("service", name)]
+              ("deployment", f"{name}-gateway"), ("service", name), ("networkpolicy", f"{name}-engine"),
+              ("secret", f"{name}-api-keys")]
     return {f"{kind}/{child}": get(plane, namespace, kind, child) for kind, child in wanted}
 
 

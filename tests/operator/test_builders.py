@@ -30,7 +30,7 @@ def test_every_child_is_owned_and_labelled() -> None:
         ("ServiceAccount", "chat-gateway"), ("Role", "chat-gateway"), ("RoleBinding", "chat-gateway"),
         ("Service", "chat-engine"), ("Deployment", "chat-engine"), ("ConfigMap", "chat-gateway"),
         ("Deployment", "chat-gateway"), ("Service", "chat"), ("PodMonitor", "chat-engine"),
-        ("PrometheusRule", "chat"),
+        ("PrometheusRule", "chat"), ("NetworkPolicy", "chat-engine"),
     }
     for child in built:
         meta = child["metadata"]

@@ -11,6 +11,7 @@ from shoal.operator.builders.access import role, role_binding, service_account
 from shoal.operator.builders.engine import engine_deployment, engine_service, serve_args
 from shoal.operator.builders.gateway import gateway_config_map, gateway_deployment, gateway_service
 from shoal.operator.builders.monitoring import pod_monitor, prometheus_rule
+from shoal.operator.builders.network import engine_network_policy
 from shoal.operator.naming import Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -32,6 +33,7 @@ def build_children(
         service_account(owner),
         role(owner),
         role_binding(owner),
+        engine_network_policy(owner, spec),
         engine_service(owner),
         engine,
         gateway_config_map(owner, spec),

@@ -13,6 +13,13 @@ from fractions import Fraction
 from typing import Any
 
 from shoal.operator.builders.placement import spread_across_nodes
+from shoal.operator.builders.security import (
+    SCRATCH_ENV,
+    SCRATCH_MOUNT,
+    SCRATCH_VOLUME,
+    container_security_context,
+    pod_security_context,
+)
 from shoal.operator.naming import ENGINE_PORT, Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -93,7 +100,7 @@ def engine_container(spec: InferenceDeploymentSpec) -> dict[str, Any]:
         "command": ["shoal"],
         "args": serve_args(spec),
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
-        "env": [e.model_dump(by_alias=True) for e in engine.env],
+        "env": SCRATCH_ENV + [e.model_dump(by_alias=True) for e in engine.env],
         "resources": _resources(spec),
         "startupProbe": _probe(
             "/ready", STARTUP_PERIOD_SECONDS, math.ceil(engine.startup_seconds / STARTUP_PERIOD_SECONDS)
@@ -101,7 +108,8 @@ def engine_container(spec: InferenceDeploymentSpec) -> dict[str, Any]:
         "livenessProbe": _probe("/health", 10, 3),
         "readinessProbe": _probe("/ready", 5, 2),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": container_security_context(),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT],
     }
     if spec.model.volume is not None:
         container["volumeMounts"].append(
@@ -113,7 +121,7 @@ def engine_container(spec: InferenceDeploymentSpec) -> dict[str, Any]:
 def engine_deployment(owner: Owner, spec: InferenceDeploymentSpec, replicas: int) -> dict[str, Any]:
     """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here)."""
     labels = owner.labels(COMPONENT)
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, SCRATCH_VOLUME]
     if spec.model.volume is not None:
         volumes.append(
             {"name": "model", "persistentVolumeClaim": {"claimName": spec.model.volume.claim_name, "readOnly": True}}
@@ -137,6 +145,7 @@ def engine_deployment(owner: Owner, spec: InferenceDeploymentSpec, replicas: int
                 },
                 "spec": {
                     "automountServiceAccountToken": False,
+                    "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
                     "containers": [engine_container(spec)],
                     "volumes": volumes,

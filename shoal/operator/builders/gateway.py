@@ -13,7 +13,15 @@ import hashlib
 import json
 from typing import Any
 
+from shoal.operator.builders.api_keys import api_key_secret_ref
 from shoal.operator.builders.placement import spread_across_nodes
+from shoal.operator.builders.security import (
+    SCRATCH_ENV,
+    SCRATCH_MOUNT,
+    SCRATCH_VOLUME,
+    container_security_context,
+    pod_security_context,
+)
 from shoal.operator.naming import GATEWAY_PORT, Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -56,8 +64,7 @@ def gateway_settings(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, s
         "SHOAL_GATEWAY_INTER_TOKEN_TIMEOUT": f"{gateway.timeouts.inter_token_seconds:g}",
         "SHOAL_GATEWAY_REQUEST_TIMEOUT": f"{gateway.timeouts.request_seconds:g}",
     }
-    if gateway.api_key_secret is not None:
-        settings["SHOAL_GATEWAY_API_KEYS"] = f"{API_KEYS_DIR}/{gateway.api_key_secret.key}"
+    settings["SHOAL_GATEWAY_API_KEYS"] = f"{API_KEYS_DIR}/{api_key_secret_ref(owner, spec).key}"
     if gateway.redis_url is not None:
         settings["SHOAL_GATEWAY_REDIS_URL"] = gateway.redis_url
     return settings
@@ -86,11 +93,10 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
     settings = gateway_settings(owner, spec)
     config_hash = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     probe = {"periodSeconds": 5, "timeoutSeconds": 3}
-    volumes: list[dict[str, Any]] = []
-    mounts: list[dict[str, Any]] = []
-    if gateway.api_key_secret is not None:
-        volumes.append({"name": "api-keys", "secret": {"secretName": gateway.api_key_secret.name}})
-        mounts.append({"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})
+    volumes: list[dict[str, Any]] = [
+        SCRATCH_VOLUME, {"name": "api-keys", "secret": {"secretName": api_key_secret_ref(owner, spec).name}}
+    ]
+    mounts: list[dict[str, Any]] = [SCRATCH_MOUNT, {"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True}]
     if spec.model.volume is not None:  # the gateway tokenizes prompts with the model's own tokenizer
         claim = {"claimName": spec.model.volume.claim_name, "readOnly": True}
         volumes.append({"name": "model", "persistentVolumeClaim": claim})
@@ -114,6 +120,7 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
                 },
                 "spec": {
                     "serviceAccountName": owner.gateway_name,
+                    "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": 30,
                     "containers": [
                         {
@@ -121,10 +128,12 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
                             "image": gateway.image,
                             "command": ["shoal"],
                             "args": gateway_args(settings),
+                            "env": list(SCRATCH_ENV),
                             "envFrom": [{"configMapRef": {"name": owner.gateway_name}}],
                             "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
                             "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, **probe},
                             "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, **probe},
+                            "securityContext": container_security_context(),
                             "volumeMounts": mounts,
                         }
                     ],

@@ -1,0 +1,31 @@
+"""Who may reach the engines: a NetworkPolicy admitting the fleet's own gateway pods and, for ``/metrics``, the
+Prometheus pods (by label, in any namespace) to the engine port, and nothing else. Clients go through the
+gateway, whose API keys and quotas the engines' unauthenticated API would otherwise bypass. Enforced by any
+CNI that implements NetworkPolicy (Calico, Cilium, kind's kindnet); ignored by one that does not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shoal.operator.naming import ENGINE_PORT, Owner
+from shoal.operator.spec import InferenceDeploymentSpec
+
+COMPONENT = "engine"
+
+
+def engine_network_policy(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    port = [{"protocol": "TCP", "port": ENGINE_PORT}]
+    scrapers = {"namespaceSelector": {}, "podSelector": {"matchLabels": dict(spec.network_policy.prometheus_pod_labels)}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": owner.metadata(owner.engine_name, COMPONENT),
+        "spec": {
+            "podSelector": {"matchLabels": owner.selector(COMPONENT)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": owner.selector("gateway")}}], "ports": port},
+                {"from": [scrapers], "ports": port},
+            ],
+        },
+    }
