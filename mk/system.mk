@@ -1,6 +1,7 @@
-# Debian packages the tests start for real: Prometheus, Alertmanager, Redis, and Chromium (headless) for the dashboard.
-SYSTEM_BINARIES := prometheus prometheus-alertmanager redis-server chromium
-APT_PACKAGES := prometheus prometheus-alertmanager redis-server chromium
+# Debian packages the tests start for real: Prometheus, Alertmanager, Redis, Chromium (headless) for the dashboard,
+# and buildah + mmdebstrap, which build the images offline (hack/images/build.sh).
+SYSTEM_BINARIES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap
+APT_PACKAGES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap
 
 .PHONY: system-deps
 system-deps:

@@ -1,0 +1,22 @@
+"""One tag: shoal.__version__. The CRD's default images carry it (spec.py reads it); the chart and the package
+metadata cannot read Python, so they are held to it here."""
+
+from __future__ import annotations
+
+import tomllib
+
+import yaml
+
+from shoal import __version__
+from shoal.operator.spec import DEFAULT_ENGINE_IMAGE, DEFAULT_GATEWAY_IMAGE
+
+from image_harness import REPO
+
+
+def test_chart_and_package_carry_the_release_tag() -> None:
+    chart = yaml.safe_load((REPO / "charts" / "shoal" / "Chart.yaml").read_text())
+    values = yaml.safe_load((REPO / "charts" / "shoal" / "values.yaml").read_text())
+    assert chart["appVersion"] == __version__
+    assert f"{values['image']['repository']}:{chart['appVersion']}" == DEFAULT_GATEWAY_IMAGE
+    assert DEFAULT_ENGINE_IMAGE.endswith(f":{__version__}")
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"] == __version__
