@@ -88,6 +88,8 @@ def _rounded(value: float | None) -> float | None:
 
 
 class FleetAutoscaler:
+    """Each fleet's policy and firing alerts, and the observer that feeds them (see the module docstring)."""
+
     def __init__(self, observer: FleetObserver, policies: PolicyFactory = ShoalPolicy,
                  clock: Callable[[], float] = time.time, timeout_s: float = 5.0) -> None:
         self.observer, self.policies, self.clock, self.timeout_s = observer, policies, clock, timeout_s
