@@ -19,12 +19,13 @@ from shoal.simulate.replica import SimReplica
 
 
 class SignalWindow:
-    """Arrivals, output tokens and first-token latencies of the last ``seconds`` seconds."""
+    """Arrivals and output tokens of the last ``rate_s`` seconds, first-token latencies of the last ``ttft_s``."""
 
-    __slots__ = ("seconds", "_arrivals", "_tokens", "_ttfts")
+    __slots__ = ("rate_s", "ttft_s", "_arrivals", "_tokens", "_ttfts")
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self, rate_s: float, ttft_s: float) -> None:
+        self.rate_s = rate_s
+        self.ttft_s = ttft_s
         self._arrivals: deque[float] = deque()
         self._tokens: deque[tuple[float, int]] = deque()
         self._ttfts: deque[tuple[float, float]] = deque()
@@ -40,16 +41,17 @@ class SignalWindow:
         self._ttfts.append((now, ttft))
 
     def read(self, now: float) -> tuple[float | None, float, float]:
-        """(TTFT P95 or None, arrivals per second, output tokens per second) over the window ending at ``now``."""
-        horizon = now - self.seconds
-        for samples in (self._tokens, self._ttfts):
-            while samples and samples[0][0] <= horizon:
-                samples.popleft()
+        """(TTFT P95 or None, arrivals per second, output tokens per second) over the windows ending at ``now``."""
+        horizon = now - self.rate_s
+        while self._tokens and self._tokens[0][0] <= horizon:
+            self._tokens.popleft()
         while self._arrivals and self._arrivals[0] <= horizon:
             self._arrivals.popleft()
+        while self._ttfts and self._ttfts[0][0] <= now - self.ttft_s:
+            self._ttfts.popleft()
         p95 = float(np.percentile(np.fromiter((t for _, t in self._ttfts), float), 95)) if self._ttfts else None
         tokens = sum(n for _, n in self._tokens)
-        return p95, len(self._arrivals) / self.seconds, tokens / self.seconds
+        return p95, len(self._arrivals) / self.rate_s, tokens / self.rate_s
 
 
 def replica_signals(replica: SimReplica) -> ReplicaSignals:

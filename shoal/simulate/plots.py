@@ -57,7 +57,7 @@ def write_plots(comparison: Comparison, directory: str | Path, prefix: str = "")
     ax.set_xlabel("TTFT (s)")
     ax.set_ylabel("fraction of requests")
     ax.set_title(f"TTFT distribution, {title}")
-    ax.legend()
+    ax.legend(loc="lower right")
     fig.tight_layout()
     cdf_path = out / f"{prefix}ttft_cdf.png"
     fig.savefig(cdf_path, dpi=90)

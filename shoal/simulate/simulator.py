@@ -47,7 +47,8 @@ class SimConfig:
 
     seed: int = 0
     initial_replicas: int = 1
-    signal_window_s: float = 60.0
+    rate_window_s: float = 10.0
+    ttft_window_s: float = 30.0
     hold_limit: int = 1024
     hold_timeout_s: float = 300.0
     drain_grace_s: float = 120.0
@@ -57,7 +58,7 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.initial_replicas < 0:
             raise ValueError(f"initial_replicas must be >= 0, got {self.initial_replicas}")
-        for key in ("signal_window_s", "hold_timeout_s", "drain_grace_s", "tail_s", "sample_s"):
+        for key in ("rate_window_s", "ttft_window_s", "hold_timeout_s", "drain_grace_s", "tail_s", "sample_s"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
 
@@ -118,7 +119,7 @@ class FleetSimulator:
         self.by_name: dict[str, SimReplica] = {}
         self.desired = 0
         self.held: deque[int] = deque()
-        self.window = SignalWindow(config.signal_window_s)
+        self.window = SignalWindow(config.rate_window_s, config.ttft_window_s)
         self.decisions: list[ScalingDecision] = []
         self.timeline: list[tuple[float, int, int, int, int]] = []
         self.route_reasons: Counter[str] = Counter()
