@@ -15,3 +15,11 @@ image-operator: install
 
 image-engine: install
 	@$(IMAGES_BUILD) engine
+
+# The end-to-end run (hack/e2e.py): on kind (needs Docker or Podman; builds kind and the images), or the same
+# steps on the kwok test bed here (the serving steps replaced by what kwok can check; in CI as a test).
+e2e-kind: install kube-testbin
+	@$(PY) hack/e2e.py --cluster kind
+
+e2e-kwok: install kube-testbin
+	@$(PY) hack/e2e.py --cluster kwok
