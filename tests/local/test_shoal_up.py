@@ -44,8 +44,8 @@ class Load:
         self.ok = 0
         self.failures: list[str] = []
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
-        for thread in self._threads:
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        for thread in self.threads:
             thread.start()
 
     def _run(self) -> None:
@@ -63,7 +63,7 @@ class Load:
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
+        for thread in self.threads:
             thread.join(timeout=60)
 
 
@@ -142,10 +142,14 @@ def test_bench_serve_plots_the_fleet_over_its_run(fleet: UpProcess, tmp_path: Pa
     assert (tmp_path / "fleet_over_time.png").stat().st_size > 0
 
 
-def test_sigterm_stops_every_process(fleet: UpProcess) -> None:
+def test_sigterm_stops_every_process_and_no_request_hangs(fleet: UpProcess) -> None:
     assert fleet.seen, "the fleet's children were observed"
+    load = Load(fleet.url, clients=4)
+    eventually(lambda: load.ok >= 1, timeout=60, what="requests flowing")
     fleet.signal(signal.SIGTERM)
     assert fleet.process.wait(timeout=90) == 0, fleet.output()
+    load.stop()
+    assert not any(thread.is_alive() for thread in load.threads), "every request finished or failed"
     eventually(lambda: not any(alive(pid) for pid in fleet.seen), timeout=30, what="every child gone")
     assert "stopped; logs in" in fleet.output()
 
@@ -171,7 +175,7 @@ def test_a_model_that_will_not_load_is_retried_then_reported(tmp_path: Path, tin
     for weights in broken.glob("*.safetensors"):
         weights.write_bytes(b"not safetensors")
     document = manifest(str(broken), engine={"startupSeconds": 60})
-    up = UpProcess(write_manifest(tmp_path, document), tmp_path)
+    up = UpProcess(write_manifest(tmp_path, document), tmp_path, tui_flag=False)  # stdout is a file: log lines
     try:
         assert up.process.wait(timeout=120) == 1
         output = up.output()

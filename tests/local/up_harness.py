@@ -50,17 +50,18 @@ def alive(pid: int) -> bool:
 
 
 class UpProcess:
-    """``shoal up FILE --no-tui`` with its output in ``log_dir/up.out``; ``seen`` collects every child it had."""
+    """``shoal up FILE --no-tui`` with its output in ``log_dir/up.out``; ``seen`` collects every child it had.
+    Without ``tui_flag`` it relies on stdout not being a terminal to get log lines."""
 
-    def __init__(self, manifest: Path, log_dir: Path, *extra: str) -> None:
+    def __init__(self, manifest: Path, log_dir: Path, *extra: str, tui_flag: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.out = log_dir / "up.out"
         self.seen: set[int] = set()
         with self.out.open("wb") as out:
             self.process = subprocess.Popen(
-                shoal_command("up", str(manifest), "--no-tui", "--log-dir", str(log_dir), "--port", str(self.port),
-                              *extra),
+                shoal_command("up", str(manifest), *(["--no-tui"] if tui_flag else []), "--log-dir", str(log_dir),
+                              "--port", str(self.port), *extra),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
