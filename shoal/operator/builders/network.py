@@ -1,21 +1,33 @@
 """Who may reach the engines: a NetworkPolicy admitting the fleet's own gateway pods and, for ``/metrics``, the
-Prometheus pods (by label, in any namespace) to the engine port, and nothing else. Clients go through the
-gateway, whose API keys and quotas the engines' unauthenticated API would otherwise bypass. Enforced by any
-CNI that implements NetworkPolicy (Calico, Cilium, kind's kindnet); ignored by one that does not."""
+Prometheus pods (by label, in any namespace) and, when its autoscaler scrapes the engines directly
+(``autoscaling.metrics.source: scrape``), the operator's pods, to the engine port, and nothing else. Clients go
+through the gateway, whose API keys and quotas the engines' unauthenticated API would otherwise bypass. Enforced
+by any CNI that implements NetworkPolicy (Calico, Cilium, kind's kindnet); ignored by one that does not."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from shoal.operator.naming import ENGINE_PORT, Owner
+from shoal.operator.naming import COMPONENT_LABEL, ENGINE_PORT, Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 
 COMPONENT = "engine"
 
 
+# the operator's pods (the chart's selector labels), in whichever namespace it is installed
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "shoal", COMPONENT_LABEL: "operator"}
+
+
 def engine_network_policy(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, Any]:
     port = [{"protocol": "TCP", "port": ENGINE_PORT}]
     scrapers = {"namespaceSelector": {}, "podSelector": {"matchLabels": dict(spec.network_policy.prometheus_pod_labels)}}
+    ingress = [
+        {"from": [{"podSelector": {"matchLabels": owner.selector("gateway")}}], "ports": port},
+        {"from": [scrapers], "ports": port},
+    ]
+    if spec.autoscaling.enabled and spec.autoscaling.metrics.source == "scrape":  # the autoscaler reads /metrics
+        ingress.append({"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": OPERATOR_POD_LABELS}}],
+                        "ports": port})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -23,9 +35,6 @@ def engine_network_policy(owner: Owner, spec: InferenceDeploymentSpec) -> dict[s
         "spec": {
             "podSelector": {"matchLabels": owner.selector(COMPONENT)},
             "policyTypes": ["Ingress"],
-            "ingress": [
-                {"from": [{"podSelector": {"matchLabels": owner.selector("gateway")}}], "ports": port},
-                {"from": [scrapers], "ports": port},
-            ],
+            "ingress": ingress,
         },
     }
