@@ -37,7 +37,7 @@ from shoal.simulate.replica import BLOCK_TOKENS, GROUP_SHIFT, SimReplica
 from shoal.simulate.trace import Trace
 
 DROP_REASONS = ("exceeds_kv_capacity", "hold_full", "hold_timeout", "drain_timeout")
-DEFAULT_PERIOD_S = 5.0
+DEFAULT_PERIOD_S = 10.0  # a policy without ``period_seconds`` runs as the operator runs it (--resync-seconds)
 _STEP, _TICK, _READY, _DRAIN_DEADLINE, _SAMPLE = range(5)
 
 
@@ -101,6 +101,7 @@ class FleetSimulator:
         self.progress = progress
         self.rng = np.random.default_rng(config.seed)
         n = len(trace)
+        self.arrival: list[float] = trace.arrival.tolist()
         self.prompt: list[int] = trace.prompt_tokens.tolist()
         self.output: list[int] = trace.output_tokens.tolist()
         self.group: list[int] = trace.prefix_group.tolist()
@@ -137,7 +138,7 @@ class FleetSimulator:
         heapq.heappush(self.heap, (time, self._seq, kind, obj, version))
 
     def run(self) -> SimRun:
-        arrival = self.trace.arrival.tolist()
+        arrival = self.arrival
         n = len(arrival)
         self._start_replicas(self.config.initial_replicas, ready=True)
         self.desired = self.config.initial_replicas
@@ -263,7 +264,7 @@ class FleetSimulator:
             self.first_token[rid] = now
             replica.load_tokens -= self.prefill_charge[rid]  # the first byte is back: Fleet.prefilled
             self.prefill_charge[rid] = 0
-            self.window.first_token(now, now - self.trace.arrival[rid])
+            self.window.first_token(now, now - self.arrival[rid])
             group = self.group[rid]
             if group >= 0:
                 replica.cache.store(group, self.prefix[rid], self.profile.kv_capacity_tokens - replica.reserved)
@@ -317,7 +318,7 @@ class FleetSimulator:
 
     def _tick(self, period: float) -> None:
         now = self.now
-        while self.held and now - self.trace.arrival[self.held[0]] > self.config.hold_timeout_s:
+        while self.held and now - self.arrival[self.held[0]] > self.config.hold_timeout_s:
             self._drop(self.held.popleft(), "hold_timeout")
         signals = observe(now, self.desired, self.replicas, self.window, len(self.held))
         decision = self.policy.decide(signals)
