@@ -189,8 +189,11 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, id="forget", optional=True, registry=registry)
     def forget(namespace: str, name: str, **_: Any) -> None:
+        """A deleted InferenceDeployment leaves no policy, alert or lock behind."""
         if config.autoscaler is not None:
             config.autoscaler.forget((namespace, name))
+        if "reconciler" in state:
+            state["reconciler"].forget(namespace, name)
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="resume", registry=registry)
     async def resume(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:

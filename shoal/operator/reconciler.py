@@ -90,6 +90,10 @@ class Reconciler:
         async with self._locks.setdefault((owner.namespace, owner.name), asyncio.Lock()):
             await self._reconcile(body, patch, children, owner, trigger, old_spec, announce)
 
+    def forget(self, namespace: str, name: str) -> None:
+        """The object is gone: drop its lock."""
+        self._locks.pop((namespace, name), None)
+
     async def _reconcile(
         self, body: kopf.Body, patch: kopf.Patch, children: Children, owner: Owner, trigger: Trigger,
         old_spec: Mapping[str, Any] | None, announce: Announce,

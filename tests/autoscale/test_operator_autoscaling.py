@@ -52,12 +52,12 @@ class ScriptedSource:
 
 
 @contextmanager
-def operator(kubeconfig: Path, source: ScriptedSource, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def operator(kubeconfig: Path, source: ScriptedSource, monkeypatch: pytest.MonkeyPatch) -> Iterator[FleetAutoscaler]:
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     autoscaler = FleetAutoscaler(source)
     registry = build_registry(OperatorConfig(resync_seconds=1.0, autoscaler=autoscaler))
     with KopfRunner(["run", "--all-namespaces", "--peering", "shoal", "--priority", "300"], registry=registry):
-        yield
+        yield autoscaler
 
 
 def fleet(name: str, **autoscaling: Any) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def test_recommend_mode_records_decisions_and_scales_nothing(
     installed_chart: ControlPlane, operator_kubeconfig: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plane, source = installed_chart, ScriptedSource(waiting=12.0)
-    with operator(operator_kubeconfig, source, monkeypatch):
+    with operator(operator_kubeconfig, source, monkeypatch) as autoscaler:
         apply(plane, namespace, fleet("advice", mode="Recommend"))
         infd = eventually(lambda: (i := get(plane, namespace, "infd", "advice"))
                           and (i.get("status") or {}).get("lastDecision") and i, 60, "a recorded decision")
@@ -144,6 +144,9 @@ def test_recommend_mode_records_decisions_and_scales_nothing(
         assert events(plane, namespace, "Scaled") == []
         time.sleep(2)
         assert engines(plane, namespace, "advice") == 1 and infd["status"]["desiredReplicas"] == 1
+
+        plane.kubectl("delete", "infd", "advice", "-n", namespace)
+        eventually(lambda: (namespace, "advice") not in autoscaler._fleets, 30, "the deleted fleet's policy dropped")
 
 
 def test_missing_metrics_hold_the_count_and_say_why(
