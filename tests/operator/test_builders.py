@@ -156,7 +156,8 @@ def test_gateway_args_parse_with_the_real_gateway_cli() -> None:
 
     from shoal.gateway import cli as gateway_cli
 
-    s = spec(gateway={"apiKeySecret": {"name": "keys", "key": "tenants.yaml"}, "redisUrl": "redis://r:6379/0"})
+    s = spec(gateway={"apiKeySecret": {"name": "keys", "key": "tenants.yaml"}, "redisUrl": "redis://r:6379/0",
+                      "holdQueue": {"size": 5, "waitSeconds": 30}})
     built = children(s)
     data = built[("ConfigMap", "chat-gateway")]["data"]
     args = built[("Deployment", "chat-gateway")]["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -166,6 +167,7 @@ def test_gateway_args_parse_with_the_real_gateway_cli() -> None:
     parsed = parser.parse_args(expanded)
     assert parsed.kube_service == "team-a/chat-engine" and parsed.policy == "prefix-aware"
     assert parsed.api_keys == "/etc/shoal/api-keys/tenants.yaml" and parsed.redis_url == "redis://r:6379/0"
+    assert (parsed.hold_queue_size, parsed.hold_seconds) == (5, 30.0)
 
 
 def test_a_gateway_setting_change_rolls_the_gateway_pods() -> None:
