@@ -40,6 +40,8 @@ def register(subparsers: Any) -> None:
                    help="tokenizer for a served model name (default: the model name itself)")
     p.add_argument("--api-keys", metavar="PATH", help="YAML/JSON tenants file; without it, no auth")
     p.add_argument("--redis-url", help="share quotas through this Redis (default: in memory)")
+    p.add_argument("--quota-store-failure", choices=("open", "closed"), default="open",
+                   help="while the Redis quota store is unreachable: admit unmetered (open) or answer 503 (closed)")
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--max-attempts", type=int, default=3, help="replicas tried per request before the first byte")
     p.add_argument("--hold-queue-size", type=int, default=0,
@@ -111,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if args.redis_url:
         from shoal.gateway.quota_redis import RedisQuota
 
-        quota = RedisQuota(args.redis_url)
+        quota = RedisQuota(args.redis_url, fail_open=args.quota_store_failure == "open")
     else:
         quota = MemoryQuota()
     config = GatewayConfig(

@@ -33,6 +33,9 @@ class GatewayMetrics:
                                       "Prompt blocks the chosen backend was believed to hold.", ["model"], registry=r)
         self.quota_rejections = Counter("shoal_gateway_quota_rejections", "Requests refused by a tenant quota.",
                                         ["tenant", "limit"], registry=r)
+        self.quota_store_errors = Counter(
+            "shoal_gateway_quota_store_errors", "Requests met by an unreachable quota store, by what they got "
+            "(admitted unmetered: fail open; refused: fail closed).", ["outcome"], registry=r)
         self.retries = Counter("shoal_gateway_upstream_retries", "Attempts retried on another backend, by cause.",
                                ["cause"], registry=r)
         self.timeouts = Counter("shoal_gateway_upstream_timeouts",

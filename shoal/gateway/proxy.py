@@ -26,16 +26,19 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from shoal.gateway.block_size import hashing_block_size
 from shoal.gateway.gateway import Gateway
+from shoal.gateway.quota import admission_estimate
 from shoal.gateway.replicas import Fleet, Lease
 from shoal.gateway.routing import Decision, RouteRequest
 from shoal.gateway.timeouts import REQUEST_TIMEOUT_HEADER, Deadline, TimeoutCode, client_limit
 from shoal.gateway.timing import StageTimer
+from shoal.gateway.usage import take_usage, total_tokens, with_usage_requested
 from shoal.gateway.upstream import UpstreamConnectError, UpstreamError, UpstreamResponse, UpstreamTimeout
 from shoal.protocol.errors import (
     APIError,
@@ -77,7 +80,9 @@ class RequestState:
     decision: Decision | None = None
     attempts: int = 0
     lease: Lease | None = None
-    release_quota: Callable[[], Awaitable[None]] | None = None
+    release_quota: Callable[[int | None], Awaitable[None]] | None = None
+    used_tokens: int | None = None  # as the engine reports it: settles the quota charge
+    strip_usage: bool = False  # the usage event was asked for by the gateway, not the client
     upstream: UpstreamResponse | None = None
     deadline: Deadline | None = None
     response_started: bool = False
@@ -152,11 +157,10 @@ async def read_body(receive: Receive, declared: bytes | None, limit: int) -> byt
             return bytes(body)
 
 
-def parse_request(raw: bytes, chat: bool) -> CompletionRequest | ChatCompletionRequest:
+def parse_request(data: dict[str, Any], chat: bool) -> CompletionRequest | ChatCompletionRequest:
     """The body validated against the same request models the engine uses (it is forwarded as it came)."""
-    body = parse_json_object(raw)
     try:
-        return (ChatCompletionRequest if chat else CompletionRequest).model_validate(body)
+        return (ChatCompletionRequest if chat else CompletionRequest).model_validate(data)
     except ValidationError as exc:
         raise from_validation_errors(exc.errors()) from None
 
@@ -179,7 +183,8 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
     state.timer.mark("auth")
     raw = await read_body(receive, headers.get(b"content-length"), config.max_body_bytes)
     watch()
-    body = parse_request(raw, chat)
+    data = parse_json_object(raw)
+    body = parse_request(data, chat)
     state.model = body.model
     replicas = gateway.fleet.replicas.values()
     every_replica_listed = bool(replicas) and all(r.models for r in replicas)
@@ -193,13 +198,22 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
     route = RouteRequest(prompt.block_hashes(block_size), prompt.cost_tokens, block_size, prompt.output_tokens)
     state.prompt_tokens = len(prompt.token_ids) if prompt.token_ids is not None else None
     state.timer.mark("tokenize")
-    admission = await gateway.quota.admit(tenant.name, tenant.limits, prompt.cost_tokens)
+    sequences = body.n * (len(body.prompts()) if isinstance(body, CompletionRequest) else 1)
+    admission = await gateway.quota.admit(
+        tenant.name, tenant.limits, admission_estimate(prompt.cost_tokens, prompt.output_tokens, sequences))
+    if admission.unmetered:
+        gateway.metrics.quota_store_errors.labels("admitted" if admission.allowed else "refused").inc()
+    if admission.limit == "quota_store_unavailable":
+        raise service_unavailable("The quota store is unreachable; retry later.", config.unavailable_retry_after_s)
     if not admission.allowed:
         gateway.metrics.quota_rejections.labels(tenant.name, admission.limit).inc()
         raise APIError(429, f"Tenant `{tenant.name}` is over its {admission.limit} quota; retry later.",
                        type="rate_limit_error", param=admission.limit, code="rate_limit_exceeded",
                        headers={"Retry-After": admission.retry_after_header})
-    state.release_quota = lambda: gateway.quota.release(admission)
+    state.release_quota = lambda used: gateway.quota.release(admission, used)
+    with_usage = with_usage_requested(data)
+    if with_usage is not None:
+        raw, state.strip_usage = with_usage, True
     state.timer.mark("quota")
     gateway.metrics.overhead.observe(state.timer.elapsed())
     upstream_headers = {"Content-Type": "application/json", "X-Request-Id": state.request_id}
@@ -224,8 +238,10 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
         raise _timed_out(state.deadline, "request_timeout") from None
     except UpstreamError:
         raise _garbage(state, "a truncated response") from None
-    if not _looks_like_json(payload):
-        raise _garbage(state, "a body that is not JSON")
+    try:
+        state.used_tokens = total_tokens(json.loads(payload))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise _garbage(state, "a body that is not JSON") from None
     upstream.release()
     state.upstream = None
     await _finish(gateway, state, upstream.status, "ok")
@@ -242,13 +258,13 @@ async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: lis
     state.response_started = True
     await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
     outcome = "ok"
-    chunk = first
+    chunk = _read_usage(state, first)
     try:
         while not upstream.at_end:  # the last chunk goes out with the end of the body, in one write
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             wait = deadline.next_chunk(time.monotonic())
             try:
-                chunk = await upstream.read(wait.seconds)
+                chunk = _read_usage(state, await upstream.read(wait.seconds))
             except UpstreamTimeout:  # the upstream is closed by _finish: the engine aborts the request
                 gateway.metrics.timeouts.labels(wait.code).inc()
                 outcome, chunk = wait.code, _sse(_timed_out(deadline, wait.code))
@@ -329,6 +345,14 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
                               config.unavailable_retry_after_s)
 
 
+def _read_usage(state: RequestState, chunk: bytes) -> bytes:
+    """Notes the usage a stream's chunk reports (settling the quota), without the event if the gateway asked."""
+    chunk, used = take_usage(chunk, state.strip_usage)
+    if used is not None:
+        state.used_tokens = used
+    return chunk
+
+
 def _close_attempt(state: RequestState, response: UpstreamResponse | None) -> None:
     """Abandons one attempt before its first byte: its connection and its claim on the replica."""
     if response is not None:
@@ -351,14 +375,6 @@ def _sse(error: APIError) -> bytes:
 def _timed_out(deadline: Deadline, code: TimeoutCode) -> APIError:
     """504, naming the limit that ran out (``code``), for a client to retry or to raise its limit."""
     return APIError(504, deadline.message(code), type="timeout_error", code=code)
-
-
-def _looks_like_json(body: bytes) -> bool:
-    try:
-        json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        return False
-    return True
 
 
 def _garbage(state: RequestState, what: str) -> APIError:
@@ -388,7 +404,7 @@ async def _finish(gateway: Gateway, state: RequestState, status: int, outcome: s
     _give_back(state)
     if state.release_quota is not None:
         release, state.release_quota = state.release_quota, None
-        await release()
+        await release(state.used_tokens)
     metrics = gateway.metrics
     metrics.requests.labels(state.model, state.tenant, str(status)).inc()
     metrics.duration.labels(state.model).observe(state.timer.elapsed())

@@ -1,10 +1,14 @@
 """Per-tenant quotas: requests per minute, tokens per minute, concurrent requests.
 
 Rates are counted in fixed one-minute windows (aligned to the clock, so every gateway replica sharing a Redis
-agrees on the window); a request is charged its prompt tokens plus the output tokens it asks for when it is
-admitted, since that is what it may cost. A rejection says which limit and how long until it may pass
-(``Retry-After``): the rest of the window for the rates, a second for concurrency. ``decide`` is the pure rule;
-``MemoryQuota`` keeps the counters for a single gateway, ``shoal.gateway.quota_redis`` for several.
+agrees on the window). Tokens are charged twice over: at admission, an estimate of what the request may cost
+(its prompt tokens plus the output it asks for, times ``n`` and the number of prompts: ``admission_estimate``),
+so that a burst cannot overrun the limit before any request ends; then, when it ends, the charge is settled
+with what the engine reports it used (``settlement``), so a tenant's tokens per minute are what it really used.
+A request that ends without a usage report (cancelled, cut off) keeps its estimate. A rejection says which
+limit and how long until it may pass (``Retry-After``): the rest of the window for the rates, a second for
+concurrency. ``decide`` is the pure rule; ``MemoryQuota`` keeps the counters for a single gateway,
+``shoal.gateway.quota_redis`` for several.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Literal, Protocol
 WINDOW_SECONDS = 60.0
 CONCURRENCY_RETRY_SECONDS = 1.0
 
-LimitName = Literal["requests_per_minute", "tokens_per_minute", "max_concurrent"]
+LimitName = Literal["requests_per_minute", "tokens_per_minute", "max_concurrent", "quota_store_unavailable"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,9 @@ class Admission:
     retry_after: float = 0.0
     lease_id: str = ""
     tenant: str = ""
+    window: int = 0  # the window the tokens were charged to
+    tokens: int = 0  # the tokens charged: the estimate, until settled
+    unmetered: bool = False  # admitted without the quota store (it could not be reached)
 
     @property
     def retry_after_header(self) -> str:
@@ -64,6 +71,21 @@ def rejection(limit: LimitName, now: float) -> Admission:
     return Admission(False, limit, retry_after)
 
 
+def admission_estimate(cost_tokens: int, output_tokens: int, sequences: int) -> int:
+    """The tokens to charge at admission: ``cost_tokens`` counts the prompts and one output budget of
+    ``output_tokens``; each of the ``sequences`` (``n`` per prompt) may generate a whole budget."""
+    return cost_tokens + output_tokens * max(sequences - 1, 0)
+
+
+def settlement(charged_window: int, charged: int, used: int, now: float) -> tuple[int, int]:
+    """Where and by how much to correct a charge once the request reports ``used`` tokens: in its own window
+    while it lasts; once it is over, only more use lands in the current window (what was over-estimated in a
+    past window can no longer be given back)."""
+    window, _ = window_of(now)
+    delta = used - charged
+    return (charged_window, delta) if window == charged_window else (window, max(delta, 0))
+
+
 def decide(limits: Limits, usage: Usage, cost_tokens: int, now: float) -> Admission:
     """Admits a request costing ``cost_tokens`` given ``usage``, or says which limit it hits."""
     if limits.max_concurrent is not None and usage.concurrent + 1 > limits.max_concurrent:
@@ -78,7 +100,8 @@ def decide(limits: Limits, usage: Usage, cost_tokens: int, now: float) -> Admiss
 class QuotaStore(Protocol):
     async def admit(self, tenant: str, limits: Limits, cost_tokens: int) -> Admission: ...
 
-    async def release(self, admission: Admission) -> None: ...
+    async def release(self, admission: Admission, used_tokens: int | None = None) -> None:
+        """Gives back the concurrency slot and, with ``used_tokens``, settles the token charge."""
 
     async def close(self) -> None: ...
 
@@ -103,11 +126,20 @@ class MemoryQuota:
             return verdict
         self._window[tenant] = (window, requests + 1, tokens + cost_tokens)
         self._concurrent[tenant] = usage.concurrent + 1
-        return Admission(True, lease_id=str(next(self._ids)), tenant=tenant)
+        return Admission(True, lease_id=str(next(self._ids)), tenant=tenant, window=window, tokens=cost_tokens)
 
-    async def release(self, admission: Admission) -> None:
-        if admission.allowed:
-            self._concurrent[admission.tenant] = max(0, self._concurrent.get(admission.tenant, 1) - 1)
+    async def release(self, admission: Admission, used_tokens: int | None = None) -> None:
+        if not admission.allowed:
+            return
+        tenant = admission.tenant
+        self._concurrent[tenant] = max(0, self._concurrent.get(tenant, 1) - 1)
+        if used_tokens is None:
+            return
+        window, delta = settlement(admission.window, admission.tokens, used_tokens, time.time())
+        seen_window, requests, tokens = self._window.get(tenant, (window, 0, 0))
+        if seen_window != window:
+            requests, tokens = 0, 0
+        self._window[tenant] = (window, requests, max(0, tokens + delta))
 
     async def close(self) -> None:
         return None

@@ -3,9 +3,10 @@
 One Lua script checks and charges all three limits atomically, so two gateways admitting at the same instant
 cannot both take the last slot. Window counters expire on their own; concurrency is a sorted set of leases
 scored by their expiry, so the slots of a gateway that died mid-request come back after ``lease_ttl``. The rule
-is the same as ``shoal.gateway.quota.decide``; the tests hold both stores to it. If Redis cannot be reached the
-gateway fails open (admits, logs a warning): an outage of the quota store must not become an outage of the
-fleet.
+is the same as ``shoal.gateway.quota.decide`` (settlement included); the tests hold both stores to it. If Redis
+cannot be reached the gateway fails open by default (admits unmetered): an outage of the quota store need not
+become an outage of the fleet; ``fail_open=False`` refuses instead (503). Either way the outage is logged once
+when it starts and once when it ends, and counted (``shoal_gateway_quota_store_errors_total``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import uuid
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from shoal.gateway.quota import WINDOW_SECONDS, Admission, LimitName, Limits, rejection, window_of
+from shoal.gateway.quota import WINDOW_SECONDS, Admission, LimitName, Limits, rejection, settlement, window_of
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,12 @@ redis.call('ZADD', KEYS[3], now + tonumber(ARGV[8]), ARGV[6])
 return {1, ''}
 """
 
+_SETTLE = """
+local tokens = tonumber(redis.call('GET', KEYS[1]) or '0') + tonumber(ARGV[1])
+if tokens < 0 then tokens = 0 end
+redis.call('SET', KEYS[1], tokens, 'EX', ARGV[2])
+"""
+
 
 def _arg(limit: int | None) -> int:
     return -1 if limit is None else limit
@@ -50,11 +57,29 @@ def _arg(limit: int | None) -> int:
 class RedisQuota:
     """Counters in Redis under ``{prefix}:{tenant}:...``."""
 
-    def __init__(self, url: str, prefix: str = "shoal:quota", lease_ttl: float = 900.0) -> None:
-        self._redis = Redis.from_url(url)
+    def __init__(self, url: str, prefix: str = "shoal:quota", lease_ttl: float = 900.0, fail_open: bool = True,
+                 timeout_s: float = 1.0) -> None:
+        self._redis = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._prefix = prefix
         self._lease_ttl = lease_ttl
+        self.fail_open = fail_open
+        self.reachable = True
         self._script = self._redis.register_script(_ADMIT)
+        self._settle = self._redis.register_script(_SETTLE)
+
+    def _tokens_key(self, tenant: str, window: int) -> str:
+        return f"{self._prefix}:{tenant}:{window}:tokens"
+
+    def _failed(self, exc: RedisError) -> None:
+        if self.reachable:
+            log.warning("quota store unreachable (%s); %s", exc,
+                        "admitting requests unmetered" if self.fail_open else "refusing requests (fail closed)")
+        self.reachable = False
+
+    def _succeeded(self) -> None:
+        if not self.reachable:
+            log.warning("quota store reachable again; metering requests")
+        self.reachable = True
 
     def _concurrency_key(self, tenant: str) -> str:
         return f"{self._prefix}:{tenant}:leases"
@@ -65,7 +90,7 @@ class RedisQuota:
         lease_id = uuid.uuid4().hex
         keys = [
             f"{self._prefix}:{tenant}:{window}:requests",
-            f"{self._prefix}:{tenant}:{window}:tokens",
+            self._tokens_key(tenant, window),
             self._concurrency_key(tenant),
         ]
         args = [
@@ -75,19 +100,28 @@ class RedisQuota:
         try:
             allowed, limit = await self._script(keys=keys, args=args)
         except RedisError as exc:
-            log.warning("quota store unreachable, admitting %s unmetered: %s", tenant, exc)
-            return Admission(True, tenant=tenant)
+            self._failed(exc)
+            if self.fail_open:
+                return Admission(True, tenant=tenant, unmetered=True)
+            return Admission(False, "quota_store_unavailable", retry_after=1.0, tenant=tenant, unmetered=True)
+        self._succeeded()
         if allowed:
-            return Admission(True, lease_id=lease_id, tenant=tenant)
+            return Admission(True, lease_id=lease_id, tenant=tenant, window=window, tokens=cost_tokens)
         name: LimitName = limit.decode() if isinstance(limit, bytes) else limit
         return rejection(name, now)
 
-    async def release(self, admission: Admission) -> None:
-        if admission.allowed and admission.lease_id:
-            try:
-                await self._redis.zrem(self._concurrency_key(admission.tenant), admission.lease_id)
-            except RedisError as exc:
-                log.warning("quota store unreachable, lease %s expires on its own: %s", admission.lease_id, exc)
+    async def release(self, admission: Admission, used_tokens: int | None = None) -> None:
+        if not (admission.allowed and admission.lease_id):
+            return
+        try:
+            await self._redis.zrem(self._concurrency_key(admission.tenant), admission.lease_id)
+            if used_tokens is not None:
+                window, delta = settlement(admission.window, admission.tokens, used_tokens, time.time())
+                if delta:
+                    await self._settle(keys=[self._tokens_key(admission.tenant, window)],
+                                       args=[delta, int(2 * WINDOW_SECONDS)])
+        except RedisError as exc:  # the lease expires on its own; the estimate stands
+            self._failed(exc)
 
     async def close(self) -> None:
         await self._redis.aclose()

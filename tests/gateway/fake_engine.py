@@ -70,27 +70,35 @@ class FakeEngine:
             self.disconnects += 1
             return Response(status_code=499)
         if body.get("stream"):
-            return StreamingResponse(self._stream(), media_type="text/event-stream")
+            usage = (body.get("stream_options") or {}).get("include_usage", False)
+            return StreamingResponse(self._stream(usage), media_type="text/event-stream")
         self.completed += 1
         text = "".join(f" t{i}" for i in range(self.tokens))
         return JSONResponse({"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()),
                              "model": body["model"], "engine": self.name,
                              "choices": [{"index": 0, "text": text, "finish_reason": "length", "logprobs": None}],
-                             "usage": {"prompt_tokens": 1, "completion_tokens": self.tokens, "total_tokens": 1 + self.tokens}},
+                             "usage": self._usage()},
                             headers={"X-Request-Id": request.headers.get("x-request-id", "")})
 
-    async def _stream(self):  # type: ignore[no-untyped-def]
+    async def _stream(self, usage: bool = False):  # type: ignore[no-untyped-def]
         try:
             for i in range(self.tokens):
                 if self.mode == "garbage_stream" and i == 1:
                     yield b"\x00\xffnot an event\n"
                 yield self._chunk(i)
                 await asyncio.sleep(self.token_delay)
+            if usage:  # as the engine reports it: an event of its own, with no choices
+                report = {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()),
+                          "model": self.models[0], "choices": [], "usage": self._usage()}
+                yield b"data: " + json.dumps(report, separators=(",", ":")).encode() + b"\n\n"
             yield b"data: [DONE]\n\n"
             self.completed += 1
         except asyncio.CancelledError:
             self.disconnects += 1
             raise
+
+    def _usage(self) -> dict[str, int]:
+        return {"prompt_tokens": 1, "completion_tokens": self.tokens, "total_tokens": 1 + self.tokens}
 
     async def _kv_events(self, _: Request) -> Response:
         async def events():  # type: ignore[no-untyped-def]

@@ -143,10 +143,10 @@ def start_alertmanager(workdir: Path, config: dict[str, Any] | None = None) -> S
     return Service(url, port, workdir, component)
 
 
-def start_redis(workdir: Path) -> Service:
-    """Starts redis-server on loopback without persistence."""
+def start_redis(workdir: Path, port: int | None = None) -> Service:
+    """Starts redis-server on loopback without persistence (on ``port``, to bring a stopped one back)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     component = _spawn("redis", [
         _binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
         "--dir", str(workdir),

@@ -1,0 +1,50 @@
+"""What a request really used, read from the engine's own report, to settle its tenant's token charge.
+
+A non-streaming response carries ``usage``. A stream carries it only in a last event that the client asks for
+with ``stream_options.include_usage``; when a client did not, the gateway asks the engine for it anyway
+(``with_usage_requested``) and takes that event out of the stream before it reaches the client
+(``take_usage``), so the client sees exactly the stream it asked for. Only an event whose JSON has a
+non-null ``usage`` object is touched: a token's text cannot contain the raw bytes ``"usage":{`` (its quotes
+are escaped), so the search costs one scan of each chunk and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_USAGE = b'"usage":{'
+
+
+def with_usage_requested(data: dict[str, Any]) -> bytes | None:
+    """The body to send instead, asking for the usage event, when a streaming request does not ask for it."""
+    options = data.get("stream_options") or {}
+    if not data.get("stream") or options.get("include_usage"):
+        return None
+    return json.dumps({**data, "stream_options": {**options, "include_usage": True}}).encode()
+
+
+def total_tokens(report: Any) -> int | None:
+    """``usage.total_tokens`` of a decoded response or event, if it has one."""
+    usage = report.get("usage") if isinstance(report, dict) else None
+    tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and tokens >= 0 else None
+
+
+def take_usage(chunk: bytes, strip: bool) -> tuple[bytes, int | None]:
+    """The chunk (without its usage event if ``strip``) and the total tokens that event reports."""
+    if _USAGE not in chunk:
+        return chunk, None
+    kept, used = [], None
+    for event in chunk.split(b"\n\n"):
+        if event.startswith(b"data: {") and _USAGE in event:
+            try:
+                found = total_tokens(json.loads(event[6:]))
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                found = None
+            if found is not None:
+                used = found
+                if strip:
+                    continue
+        kept.append(event)
+    return b"\n\n".join(kept), used
