@@ -1,12 +1,14 @@
 """Session fixtures for real infrastructure: a Kubernetes control plane, Prometheus, Alertmanager, Redis.
 
 Missing binaries make these fixtures fail (never skip): `make test` builds and installs them first.
-Component logs are attached to the report of any failing test that used one of these fixtures.
+Component logs are attached to the report of any failing test that used one of these fixtures. At the end, the
+session fails if any log it produced carries an API key or a bearer token (``support.secret_scan``).
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -18,6 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support.kube_testbed import ControlPlane, KubeTestbinMissing, kube_testbin_dir
+from support.secret_scan import SecretCatcher, scan_log_files
 from support.services import Prometheus, Service, start_alertmanager, start_prometheus, start_redis
 
 # fixture name -> log source of its running components, for the reports of failing tests that used it
@@ -94,6 +97,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed:
         for name in set(getattr(item, "fixturenames", ())) & _LOG_SOURCES.keys():
             report.sections.append((f"{name} logs", _LOG_SOURCES[name]()))
+
+
+_SECRETS = SecretCatcher()
+_BASETEMP: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    logging.getLogger().addHandler(_SECRETS)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remember_basetemp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    _BASETEMP.append(tmp_path_factory.getbasetemp())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fails the session if a key or token reached any log it produced (``support.secret_scan``)."""
+    found = _SECRETS.found + [hit for root in _BASETEMP for hit in scan_log_files(root)]
+    if found:
+        print("\nSECRETS IN LOGS (keys and tokens must never be logged):\n  " + "\n  ".join(found[:50]))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
