@@ -14,8 +14,8 @@ from shoal.bench.report import format_summary, summarize
 from shoal.bench.runner import BenchConfig, run_benchmark
 from shoal.local.up import Up
 
-BURST_REQUESTS = 64
-BURST_CONCURRENCY = 24
+BURST_REQUESTS = 48
+BURST_CONCURRENCY = 16
 BURST_OUTPUT_TOKENS = 32
 FIRST_QUESTION = "What is the capital of France?"
 LAST_QUESTION = "Name three primary colors."
