@@ -3,8 +3,8 @@
 Stated tolerance, for the rows a decode step samples (the quantized path): the mean absolute logit difference
 from the dequantized model (the same checkpoint's weights expanded to bf16) is at most 5% of the reference
 logits' standard deviation, the largest at most 30%, and the greedy token is the same. On SmolLM2 we measured
-2.6% and 15% (its Q4_1 codes are used exactly; the bf16 rounding of their scales and of the kernel's sums is
-what remains, plus the LM head's int8).
+2.1% and 10% (its Q4_1 codes are used exactly; the bf16 rounding of their scales and of the kernel's sums is
+what remains; the LM head, Q8_0 in the file, stays dense).
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def test_int4_from_a_q4_gguf_uses_the_files_codes_and_stays_close_to_the_dequant
     reference = load_model(source, torch.bfloat16, TorchOps())
     quantized = load_model(source, torch.bfloat16, TorchOps(), quantization="int4")
     kinds = {name: m.kind for name, m in quantized.named_modules() if isinstance(m, QuantizedLinear)}
-    assert {k for n, k in kinds.items() if n != "lm_head"} == {"int4"}
-    assert kinds["lm_head"] == "int8"  # the file keeps it at F32: never fewer bits than the file gave it
+    assert set(kinds.values()) == {"int4"} and len(kinds) == 4 * quantized.config.num_layers
+    assert "lm_head" not in kinds  # the file keeps it at F32: never fewer bits than the file gave it
     for prompt in ([5, 9, 40, 7, 100, 3, 17, 250, 31, 8, 64, 12, 90, 2, 77, 150, 33, 21], list(range(50, 90))):
         assert_within_tolerance(decode_logits(quantized, prompt), decode_logits(reference, prompt))
 

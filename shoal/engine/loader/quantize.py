@@ -3,8 +3,9 @@
 ``Int4Codes`` is the Q4_1 form ``w = code * scale + low`` per group of 32 inputs (Q4_0 is the case
 ``low = -8 * scale``). A GGUF Q4_0/Q4_1 tensor's codes are read straight from its blocks, so the int4 model
 computes with exactly the file's weights (up to bf16 rounding of the scales). A GGUF projection the file keeps
-at higher precision (SmolLM2's tied LM head is Q8_0) gets int8, never fewer bits than the file gave it:
-requantized to int4, SmolLM2's LM head moved the logits 5x further from the dequantized model's. For a Hugging
+at higher precision (SmolLM2's tied LM head is Q8_0) stays dense, never fewer bits than the file gave it:
+requantized to int4, SmolLM2's LM head moved the logits 5x further from the dequantized model's, and torch's
+int8 kernel took 21 ms per decode row on its 49152 x 576 matrix, several times the bf16 matmul. For a Hugging
 Face checkpoint every projection is quantized here, int4 with the min/max rule of llama.cpp's Q4_1. Int8 is
 symmetric, one scale per output row.
 """
@@ -96,15 +97,16 @@ def quantize_projections(
 ) -> list[str]:
     """Gives every projection of ``model`` a quantized copy, in place; returns the names of those whose int4
     codes came from the checkpoint. ``gguf_codes`` (a GGUF file's) maps a projection's weight name to the file's
-    codes; with it, int4 mode gives int8 to the projections it lacks."""
+    codes; with it, int4 mode leaves the projections it lacks dense."""
     from_file = []
     for name, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear) or not name.endswith(QUANTIZED_SUFFIXES):
             continue
         weight = module.weight
         codes = (gguf_codes or {}).get(f"{name}.weight")
-        kind_here = "int8" if kind == "int4" and gguf_codes is not None and codes is None else kind
-        if kind_here == "int4":
+        if kind == "int4" and gguf_codes is not None and codes is None:
+            continue
+        if kind == "int4":
             if weight.shape[1] % INT4_GROUP or weight.shape[0] % 16:
                 raise WeightsError(
                     f"quantization='int4' (--quantization) needs each projection's input size to be a multiple of "
@@ -119,5 +121,5 @@ def quantize_projections(
             packed, scales = pack_int8(weight, weight.dtype)
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, QuantizedLinear(module, kind_here, packed, scales, max_rows))
+        setattr(parent, child, QuantizedLinear(module, kind, packed, scales, max_rows))
     return from_file
