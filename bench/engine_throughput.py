@@ -8,7 +8,11 @@ Every phase is timed twice: wall clock, and CPU time of this process (``time.pro
 shared with other jobs the wall clock mostly measures the neighbours; with one thread, CPU time is the work
 done, so the CPU-time ratios are the ones to compare there.
 
-    .venv/bin/python bench/engine_throughput.py [--threads 1] [--dtype bfloat16] [--one-at-a-time 4]
+Every report names the CPU model and flags (avx2/avx512f/avx512_bf16/amx), and the dtype and quantization the
+engine chose (``auto`` by default, as ``shoal serve`` would). Hugging Face runs in the engine's dtype. The
+comparison with llama.cpp's ``llama-server`` on the same GGUF is ``bench/serve.py``'s (it needs HTTP).
+
+    .venv/bin/python bench/engine_throughput.py [--threads 1] [--dtype auto] [--quantization auto] [--one-at-a-time 4]
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import random
 import time
 
 import torch
+
+from shoal.cpu_features import cpu_info
 
 
 class Timer:
@@ -59,10 +65,13 @@ def model_flops(cfg, prompt_len: int, output_len: int, num_requests: int) -> flo
     return num_requests * (linear + attention + lm_head)
 
 
-def run_shoal(prompts: list[list[int]], output_len: int, dtype: str, max_num_batched_tokens: int) -> tuple[Timer, object]:
+def run_shoal(
+    prompts: list[list[int]], output_len: int, dtype: str, quantization: str, max_num_batched_tokens: int
+) -> tuple[Timer, object]:
     from shoal.engine import LLM, SamplingParams
 
-    llm = LLM("smollm2-135m", dtype=dtype, max_num_seqs=len(prompts), max_num_batched_tokens=max_num_batched_tokens)
+    llm = LLM("smollm2-135m", dtype=dtype, quantization=quantization, max_num_seqs=len(prompts),
+              max_num_batched_tokens=max_num_batched_tokens)
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
     llm.generate(prompts[:2], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))  # warm-up
     with Timer() as timer:
@@ -97,7 +106,8 @@ def run_hf(model, prompts: list[list[int]], output_len: int, batch_size: int) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (2 oversubscribes a shared 2-core box)")
-    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"))
+    parser.add_argument("--quantization", default="auto", choices=("auto", "none", "int4", "int8"))
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
@@ -106,24 +116,26 @@ def main() -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    dtype = getattr(torch, args.dtype)
 
     rng = random.Random(0)
     prompts = [[rng.randrange(100, 49000) for _ in range(args.prompt_len)] for _ in range(args.requests)]
     generated = args.requests * args.output_len
 
-    peak = matmul_peak(dtype)
-    shoal, engine = run_shoal(prompts, args.output_len, args.dtype, args.max_num_batched_tokens)
+    shoal, engine = run_shoal(prompts, args.output_len, args.dtype, args.quantization, args.max_num_batched_tokens)
     flops = model_flops(engine.model_config, args.prompt_len, args.output_len, args.requests)
+    dtype, quantization = engine.dtype, engine.quantization
     del engine
+    peak = matmul_peak(dtype)
     hf = load_hf(dtype)
     static = run_hf(hf, prompts, args.output_len, args.static_batch)
     single = run_hf(hf, prompts[: args.one_at_a_time], args.output_len, 1)
 
     report: dict[str, object] = {
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, torch {torch.__version__}, {args.threads} threads",
+        "cpu": cpu_info().summary(),
         "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
-        "dtype": args.dtype,
+        "dtype": str(dtype).removeprefix("torch."),
+        "quantization": quantization,
         "workload": f"{args.requests} requests x {args.prompt_len} prompt + {args.output_len} output tokens",
     }
     for clock in ("wall", "cpu"):

@@ -1,25 +1,30 @@
-"""Engine server benchmark: ``shoal bench serve`` against ``shoal serve`` at concurrency 1, 16 and 64.
+"""Engine server benchmark: ``shoal bench serve`` against ``shoal serve`` and llama.cpp's ``llama-server``.
 
-Starts one ``shoal serve`` (SmolLM2 by default) on a free loopback port, runs the load generator once per
-concurrency level with the same random dataset shape, and prints a Markdown table for docs/benchmarks.md.
-Throughput is also given as a ratio to the concurrency-1 run of the same invocation (the baseline), and
-the concurrency-1 and -64 runs are compared with the offline ``LLM`` running the same prompts with the same
-batch cap after the server has stopped: the ratio is what the HTTP layer, streaming and the step thread cost.
+Starts one ``shoal serve`` (SmolLM2 by default, default settings: dtype, quantization and threads chosen for
+this CPU) on a free loopback port and runs the load generator once per concurrency level; then, in the same
+run, ``llama-server`` on the same GGUF with 64 slots (``-np 64 -c 20480``, built by
+``hack/llama-server/build.sh``) under the same load. Every table carries the CPU model and flags, the dtype and
+quantization the engine chose (from its start-up log), and each figure as a ratio to llama-server's. The
+offline ``LLM`` on the same prompts (``--offline``) shows what HTTP and streaming cost.
 
-    .venv/bin/python bench/serve.py [--model smollm2-135m] [--out-dir /tmp/shoal-bench-serve]
+    .venv/bin/python bench/serve.py [--model smollm2-135m] [--levels 1:4 64:64] [--serve-arg=--threads=1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import subprocess
 import time
 from pathlib import Path
 
+from shoal.cpu_features import cpu_info
 from shoal.local import LocalProcess, shoal_command
+from shoal.model_registry import resolve_model
 
-LEVELS = ((1, 4), (16, 32), (64, 64))  # (concurrency, requests)
+BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "hack" / "llama-server" / "build.sh"
 
 
 def offline_throughput(model: str, input_len: int, output_len: int, requests: int, max_num_seqs: int) -> float:
@@ -37,56 +42,91 @@ def offline_throughput(model: str, input_len: int, output_len: int, requests: in
     return sum(len(o.token_ids) for o in outputs) / (time.perf_counter() - start)
 
 
+def run_levels(url: str, model: str, levels: list[tuple[int, int]], args: argparse.Namespace, tag: str) -> list:
+    rows = []
+    for concurrency, requests in levels:
+        out = args.out_dir / f"{tag}-c{concurrency}.json"
+        subprocess.run(
+            [
+                *shoal_command("bench", "serve"), "--url", url, "--model", model,
+                "--dataset", "random", "--num-requests", str(requests), "--concurrency", str(concurrency),
+                "--input-len", str(args.input_len), "--output-len", str(args.output_len), "--warmup", "2",
+                "--no-progress", "--json", str(out),
+            ],
+            check=True,
+        )
+        rows.append((concurrency, requests, json.loads(out.read_text())["summary"]))
+    return rows
+
+
+def engine_choices(log: str) -> str:
+    """The dtype / quantization / threads lines ``shoal serve`` logged at start-up."""
+    found = [m.group(1) for m in re.finditer(r"INFO \S+ \[[^]]*\] ((?:dtype|quantization|torch threads) .*)", log)]
+    return "; ".join(dict.fromkeys(found)) or "(not logged)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--input-len", type=int, default=96)
-    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--levels", nargs="+", default=["1:4", "64:64"], help="concurrency:requests pairs")
+    parser.add_argument("--serve-arg", action="append", default=[], help="extra shoal serve argument (repeatable)")
+    parser.add_argument("--llama-server", type=Path, default=None, help="binary (default: build.sh's cached one)")
+    parser.add_argument("--no-llama-server", action="store_true")
+    parser.add_argument("--offline", action="store_true", help="also time the offline LLM at the first/last level")
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/shoal-bench-serve"))
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    server = LocalProcess(shoal_command("serve", "--model", args.model), args.out_dir / "serve.log")
-    url = server.url
+    levels = [tuple(int(x) for x in level.split(":")) for level in args.levels]
+    serve_args = [a for arg in args.serve_arg for a in arg.split("=", 1)]
+
+    server = LocalProcess([*shoal_command("serve", "--model", args.model), *serve_args], args.out_dir / "serve.log")
     try:
-        server.wait_ready(timeout=600)
-        rows = []
-        for concurrency, requests in LEVELS:
-            out = args.out_dir / f"c{concurrency}.json"
-            subprocess.run(
-                [
-                    *shoal_command("bench", "serve"), "--url", url, "--model", args.model,
-                    "--dataset", "random", "--num-requests", str(requests), "--concurrency", str(concurrency),
-                    "--input-len", str(args.input_len), "--output-len", str(args.output_len), "--warmup", "2",
-                    "--no-progress", "--json", str(out),
-                ],
-                check=True,
-            )
-            rows.append((concurrency, requests, json.loads(out.read_text())["summary"]))
+        server.wait_ready(timeout=900)
+        shoal_rows = run_levels(server.url, args.model, levels, args, "shoal")
+        choices = engine_choices(server.log(200_000))
     finally:
         server.terminate()
         server.process.wait(timeout=60)
-    offline = {
-        concurrency: offline_throughput(args.model, args.input_len, args.output_len, requests, concurrency)
-        for concurrency, requests, _ in (rows[0], rows[-1])
-    }
-    base = rows[0][2]["output_throughput_tok_s"]
-    print("| concurrency | requests | output tok/s | vs c=1 | req/s | TTFT p50 / p95 / p99 (ms) | ITL p50 / p95 / p99 (ms) | TPOT p50 (ms) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for concurrency, requests, s in rows:
-        ttft, itl, tpot = s["ttft"], s["itl"], s["tpot"]
-        print(
-            f"| {concurrency} | {requests} | {s['output_throughput_tok_s']:.1f} | "
-            f"{s['output_throughput_tok_s'] / base:.2f}x | {s['request_throughput_rps']:.2f} | "
-            f"{ttft['p50_ms']:.0f} / {ttft['p95_ms']:.0f} / {ttft['p99_ms']:.0f} | "
-            f"{itl['p50_ms']:.0f} / {itl['p95_ms']:.0f} / {itl['p99_ms']:.0f} | {tpot['p50_ms']:.0f} |"
-        )
+
+    llama_rows = None
+    if not args.no_llama_server:
+        binary = args.llama_server or Path(subprocess.run([str(BUILD_SCRIPT)], check=True, capture_output=True,
+                                                          text=True).stdout.strip())
+        gguf = resolve_model(args.model).path
+        threads = str(len(os.sched_getaffinity(0)))
+        llama = LocalProcess([str(binary), "-m", str(gguf), "--host", "127.0.0.1", "-np", "64", "-c", "20480",
+                              "-t", threads, "-tb", threads], args.out_dir / "llama-server.log")
+        try:
+            llama.wait_ready("/health", timeout=600)
+            llama_rows = run_levels(llama.url, args.model, levels, args, "llama")
+        finally:
+            llama.terminate()
+            llama.process.wait(timeout=60)
+
+    print(f"CPU: {cpu_info().summary()}; load average at the end {os.getloadavg()[0]:.1f}")
+    print(f"shoal serve {' '.join(serve_args) or '(defaults)'}: {choices}")
+    print(f"workload: {args.input_len}-word random prompts, {args.output_len} output tokens (ignore_eos)")
     print()
-    for concurrency, requests, s in rows:
-        if concurrency in offline:
+    print("| server | concurrency | requests | output tok/s | vs llama-server | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, rows in (("shoal serve", shoal_rows), ("llama-server -np 64", llama_rows)):
+        for i, (concurrency, requests, s) in enumerate(rows or []):
+            base = llama_rows[i][2]["output_throughput_tok_s"] if llama_rows else None
+            ratio = f"{s['output_throughput_tok_s'] / base:.2f}x" if base else "-"
+            print(
+                f"| {name} | {concurrency} | {requests} | {s['output_throughput_tok_s']:.1f} | {ratio} | "
+                f"{s['ttft']['p50_ms']:.0f} / {s['ttft']['p99_ms']:.0f} | {s['itl']['p50_ms']:.0f} / {s['itl']['p99_ms']:.0f} |"
+            )
+    if args.offline:
+        print()
+        for concurrency, requests, s in (shoal_rows[0], shoal_rows[-1]):
+            offline = offline_throughput(args.model, args.input_len, args.output_len, requests, concurrency)
             served = s["output_throughput_tok_s"]
             print(
-                f"offline LLM, same {requests} prompts, max_num_seqs={concurrency}: {offline[concurrency]:.1f} "
-                f"output tok/s; server at c={concurrency}: {served:.1f} ({served / offline[concurrency]:.2f}x)"
+                f"offline LLM, same {requests} prompts, max_num_seqs={concurrency}: {offline:.1f} output tok/s; "
+                f"server at c={concurrency}: {served:.1f} ({served / offline:.2f}x)"
             )
 
 
