@@ -64,7 +64,7 @@ async def run_demo(up: Up, say: Callable[[str], None]) -> None:
                 most = max(most, up.snapshot.count("ready") if up.snapshot else 0)
                 return most
 
-            requests = shared_prefix_dataset(BURST_REQUESTS, 4, 120, 16, BURST_OUTPUT_TOKENS, seed=0)
+            requests = shared_prefix_dataset(BURST_REQUESTS, 4, 32, 8, BURST_OUTPUT_TOKENS, seed=0)
             burst = asyncio.create_task(run_benchmark(
                 BenchConfig(url=url, model=model, concurrency=BURST_CONCURRENCY, progress=False), requests))
             while not burst.done():

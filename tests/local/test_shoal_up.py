@@ -4,6 +4,7 @@ headless Chromium, and no process outlives a SIGTERM or a SIGKILL of ``shoal up`
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -165,6 +166,20 @@ def test_a_sigkill_of_shoal_up_takes_its_children_with_it(tmp_path: Path, tiny_m
         up.signal(signal.SIGKILL)
         up.process.wait(timeout=10)
         eventually(lambda: not any(alive(pid) for pid in children), timeout=30, what="children gone with it")
+    finally:
+        up.kill_everything()
+
+
+def test_the_demo_answers_and_stops_by_itself(tmp_path: Path, tiny_model: Path) -> None:
+    up = UpProcess(write_manifest(tmp_path, _fleet_manifest(tiny_model)), tmp_path, "--demo")
+    try:
+        assert up.process.wait(timeout=300) == 0, up.output()
+        output = up.output()
+        for step in ("demo: first answer", "demo: burst done", "completed / failed", "most engines ready at once",
+                     "demo: scaling decisions so far", "stopped; logs in"):
+            assert step in output, step
+        assert output.count("demo: A: ") == 2
+        assert re.search(r"completed / failed +48 / 0\n", output), output
     finally:
         up.kill_everything()
 
