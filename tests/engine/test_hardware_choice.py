@@ -100,7 +100,7 @@ def test_quantization_that_cannot_run_is_an_error_naming_the_option() -> None:
 
 def test_threads_leave_the_event_loop_a_core_and_warn_above_the_cores() -> None:
     assert choose_threads(None, 1).value == "1"
-    assert choose_threads(None, 2).value == "2"
+    assert choose_threads(None, 2).value == "1"
     assert choose_threads(None, 16).value == "15"
     over = choose_threads(4, 2)
     assert over.value == "4" and over.warning is not None and "--threads 4" in over.warning

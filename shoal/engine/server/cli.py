@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="weight-only quantized copies for small decode batches (CPU, bf16); auto: int4 "
                              "for a GGUF file with Q4_0/Q4_1 weights, none otherwise")
     engine.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads; default: one CPU left to the event loop on 3+ CPUs")
+                        help="torch intra-op threads; default: all CPUs but one, left to the event loop")
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--max-num-batched-tokens", type=int, default=2048)
     engine.add_argument("--max-num-seqs", type=int, default=128)
