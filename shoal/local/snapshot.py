@@ -8,6 +8,7 @@ one JSON file (replaced atomically) that ``shoal gateway --dashboard-data`` serv
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import deque
 from dataclasses import asdict, dataclass
@@ -74,29 +75,35 @@ class FleetSnapshot:
         return sum(r.running or 0.0 for r in self.replicas if r.phase == "ready")
 
 
+def _finite(value: float | None) -> float | None:
+    """A figure for the view and the JSON file: NaN or infinity (no data, really) becomes None."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def take(now: float, name: str, model: str, url: str, fleet: EngineFleet, autoscaling: bool,
-         signals: FleetSignals | None, extras: Extras | None, decisions: tuple[DecisionRow, ...]) -> FleetSnapshot:
+         signals: FleetSignals, extras: Extras, decisions: tuple[DecisionRow, ...]) -> FleetSnapshot:
     """Joins the fleet's own state with what the metrics said about each replica."""
-    observed = {r.name: r for r in signals.replicas} if signals is not None else {}
+    observed = {r.name: r for r in signals.replicas}
     rows = []
     for replica in fleet.replicas:
         seen = observed.get(replica.name)
         rows.append(ReplicaRow(
             replica.name, replica.phase, replica.since, replica.url,
             replica.process.process.pid if replica.process is not None else None,
-            seen.waiting if seen else None, seen.running if seen else None, seen.kv_usage if seen else None,
+            _finite(seen.waiting) if seen else None, _finite(seen.running) if seen else None,
+            _finite(seen.kv_usage) if seen else None,
             replica.restarts, replica.error if replica.phase == "backoff" else None,
         ))
     return FleetSnapshot(
         time=now, name=name, model=model, url=url, desired=fleet.desired, autoscaling=autoscaling,
         replicas=tuple(rows),
-        ttft_p95_seconds=signals.ttft_p95_seconds if signals else None,
-        output_tokens_per_second=signals.output_tokens_per_second if signals else None,
-        arrival_rate=signals.arrival_rate if signals else None,
-        prefix_hit_rate=extras.prefix_hit_rate if extras else None,
-        routing=dict(extras.routing) if extras else {},
+        ttft_p95_seconds=_finite(signals.ttft_p95_seconds),
+        output_tokens_per_second=_finite(signals.output_tokens_per_second),
+        arrival_rate=_finite(signals.arrival_rate),
+        prefix_hit_rate=extras.prefix_hit_rate,
+        routing=dict(extras.routing),
         decisions=decisions, events=tuple(fleet.events)[-10:],
-        metrics_missing=signals.missing if signals else None,
+        metrics_missing=signals.missing,
     )
 
 

@@ -1,11 +1,18 @@
-"""The terminal view and the ``--no-tui`` lines show every figure of a snapshot, and say "-" for what is unknown."""
+"""The terminal view and the ``--no-tui`` lines show every figure of a snapshot, and say "-" for what is unknown;
+the snapshot turns figures that are not numbers into unknown ones."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 from rich.console import Console
 
-from shoal.local.fleet import Event
-from shoal.local.snapshot import DecisionRow, FleetSnapshot, ReplicaRow
+from shoal.autoscale.signals import FleetSignals
+from shoal.local.figures import Extras
+from shoal.local.fleet import EngineFleet, EngineLaunch, Event
+from shoal.local.snapshot import DecisionRow, FleetSnapshot, ReplicaRow, Timeline, take
 from shoal.local.view import event_line, render, summary_line
 
 NOW = 1_800_000_000.0
@@ -57,3 +64,17 @@ def test_unknown_figures_are_dashes_and_missing_metrics_are_said() -> None:
 
 def test_event_lines_carry_the_level() -> None:
     assert "ERROR   engine-2 crashed" in event_line(Event(NOW, "error", "engine-2 crashed"))
+
+
+def test_nan_figures_become_unknown_and_the_timeline_stays_valid_json(tmp_path: Path) -> None:
+    fleet = EngineFleet(EngineLaunch([], {}, tmp_path, 60.0), tmp_path / "backends.txt")
+    signals = FleetSignals(time=NOW, desired=1, ttft_p95_seconds=math.nan, output_tokens_per_second=math.inf,
+                           arrival_rate=2.0)
+    snapshot = take(NOW, "demo", "m", "http://127.0.0.1:8080", fleet, True, signals, Extras(None, {}, 0), ())
+    assert snapshot.ttft_p95_seconds is None and snapshot.output_tokens_per_second is None
+    assert snapshot.arrival_rate == 2.0
+    timeline = Timeline(tmp_path / "dashboard.json")
+    timeline.add(snapshot)
+    timeline.write(snapshot)
+    document = json.loads((tmp_path / "dashboard.json").read_text())
+    assert document["samples"][0]["ttft_p95"] is None and document["snapshot"]["arrival_rate"] == 2.0
