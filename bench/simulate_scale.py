@@ -20,7 +20,7 @@ import numpy as np
 
 from shoal.autoscale import AutoscalingConfig, ShoalPolicy
 from shoal.gateway.routing import Decision, ReplicaView, RouteRequest, RoutingPolicy, make_policy
-from shoal.simulate.presets import _shapes
+from shoal.simulate.presets import request_shapes
 from shoal.simulate.profile import load_profile
 from shoal.simulate.simulator import SimConfig, simulate
 from shoal.simulate.trace import Trace, make_trace
@@ -44,7 +44,7 @@ class TimedRouting:
 def trace_for(replicas: int, requests: int, rate_per_replica: float, seed: int) -> Trace:
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0 / (rate_per_replica * replicas), requests))
-    return make_trace("scale", arrival, *_shapes(rng, requests))
+    return make_trace("scale", arrival, *request_shapes(rng, requests))
 
 
 def timed(replicas: int, requests: int, routing: str, rate_per_replica: float, seed: int) -> dict[str, float]:

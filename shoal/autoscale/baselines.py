@@ -58,10 +58,6 @@ def _in_engine(replica: ReplicaSignals) -> float | None:
     return replica.waiting + (replica.running or 0.0)
 
 
-def _waiting(replica: ReplicaSignals) -> float | None:
-    return replica.waiting
-
-
 @dataclass
 class HPAStyle:
     """Kubernetes' HPA algorithm (``replica_calculator.go`` and the default ``behavior``), see the module docstring."""
@@ -135,7 +131,7 @@ class KEDAStyle(HPAStyle):
     _last_active: float | None = field(default=None, init=False)
 
     def metric(self, replica: ReplicaSignals) -> float | None:
-        return _waiting(replica)
+        return replica.waiting
 
     def decide(self, signals: FleetSignals) -> ScalingDecision:
         decision = super().decide(signals)

@@ -44,7 +44,8 @@ def azure_dir() -> Path:
     return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "azure-llm-inference-2023"
 
 
-def _shapes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+def request_shapes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+    """(prompt, output, prefix group, prefix tokens) of ``n`` requests shaped as the generated presets make them."""
     output = np.clip(np.round(rng.lognormal(np.log(OUTPUT_MEDIAN), OUTPUT_SIGMA, n)), 1, 2048).astype(np.int64)
     suffix = np.clip(np.round(rng.lognormal(np.log(PROMPT_MEDIAN / 4), PROMPT_SIGMA, n)), 8, 8192).astype(np.int64)
     group_prefix = rng.integers(PREFIX_TOKENS[0], PREFIX_TOKENS[1] + 1, PREFIX_GROUPS)
@@ -73,7 +74,7 @@ def _arrivals(rng: np.random.Generator, rate: Callable[[np.ndarray], np.ndarray]
 def generate(name: str, profile: EngineProfile, seed: int = 0) -> Trace:
     """One of the generated presets for ``profile`` (see the module docstring)."""
     rng = np.random.default_rng(seed)
-    probe = _shapes(np.random.default_rng(seed + 1), 4096)
+    probe = request_shapes(np.random.default_rng(seed + 1), 4096)
     unit = profile.capacity_rps(float(probe[0].mean()), float(probe[1].mean()))
     bursts: tuple[float, ...] = ()
     if name == "steady":
@@ -95,7 +96,7 @@ def generate(name: str, profile: EngineProfile, seed: int = 0) -> Trace:
     else:
         raise TraceError(f"unknown generated trace {name!r}; choose {', '.join(GENERATED)}")
     arrival = _arrivals(rng, rate, duration, burstiness)
-    prompt, output, group, prefix = _shapes(rng, len(arrival))
+    prompt, output, group, prefix = request_shapes(rng, len(arrival))
     return make_trace(name, arrival, prompt, output, group, prefix, bursts)
 
 
