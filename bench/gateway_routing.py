@@ -28,7 +28,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from shoal.local import LocalProcess, metric
+from shoal.local.metrics import samples_named
 
 from gateway_fleet import start_engines, start_gateway
 
@@ -92,6 +95,9 @@ def scenario(name: str, replicas: int, policy: str | None, model: str, args: arg
         before = engine_counters(engines)
         result = run_load(target, args)
         after = engine_counters(engines)
+        reasons = {} if gateway is None else {
+            labels["reason"]: int(value) for labels, value in samples_named(
+                httpx.get(gateway.url + "/metrics").text, "shoal_gateway_routing_decisions_total")}
     finally:
         for process in [*engines, *([gateway] if gateway else [])]:
             process.stop()
@@ -105,7 +111,7 @@ def scenario(name: str, replicas: int, policy: str | None, model: str, args: arg
         "computed_prompt_tokens_max_over_mean": max_over_mean([d["prompt_tokens_total"] for d in delta]),
         "requests_per_replica": [int(d["requests_finished_total"]) for d in delta],
         "ttft_p50_ms": result["ttft"]["p50_ms"], "ttft_p95_ms": result["ttft"]["p95_ms"],
-        "completed": result["completed"], "failed": result["failed"],
+        "completed": result["completed"], "failed": result["failed"], "route_reasons": reasons,
     }
 
 
