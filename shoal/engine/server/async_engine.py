@@ -181,6 +181,9 @@ class AsyncEngine:
         if self.draining:
             self.metrics.observe_rejected("draining")
             raise service_unavailable("The server is shutting down.", retry_after_s=1)
+        if len(children) > self.max_waiting:  # could never be admitted: the client's mistake, not a busy server
+            raise invalid_request(f"This request has {len(children)} sequences (prompts x n); at most "
+                                  f"{self.max_waiting} are accepted at once.", param="n")
         waiting = len(self._routes) - self._num_running
         if waiting + len(children) > self.max_waiting:
             self.metrics.observe_rejected("queue_full")

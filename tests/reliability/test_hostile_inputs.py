@@ -1,0 +1,61 @@
+"""Hostile requests (encodings, nesting, sizes, types, huge n / max_tokens / logprobs, thousands of stop strings,
+control characters) and schemathesis' generated ones, against a real engine and the gateway in front of it: a
+4xx in OpenAI's error shape (or a 200 for what is odd but valid), never a 5xx, a crash or a hang; and the
+servers keep serving with nothing left running. Thousands of generated cases: bench/fuzz.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from support.fuzzing import fuzz
+from gateway_harness import EngineProcess, GatewayHandle, make_gateway
+from hostile_inputs import HOSTILE
+
+from shoal.local import metric
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def targets(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A real engine (its own request limit kept short, so a valid but long request cannot look like a hang)
+    and a gateway in front of it."""
+    engine = EngineProcess(str(tiny_model), tmp_path_factory.mktemp("fuzz") / "engine.log", "tiny",
+                           "--max-model-len", "512", "--request-timeout", "10").wait_ready()
+    handle = GatewayHandle(make_gateway([engine.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model)},
+                                        request_timeout_s=15.0))
+    try:
+        handle.wait_healthy(1)
+        yield {"engine": engine.url, "gateway": handle.url}
+    finally:
+        handle.stop()
+        engine.stop()
+
+
+def check(response: httpx.Response) -> None:
+    assert response.status_code < 500, response.text[:300]
+    if response.status_code >= 400:
+        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("target", ["engine", "gateway"])
+@pytest.mark.parametrize(("name", "endpoint", "raw"), HOSTILE, ids=[case[0] for case in HOSTILE])
+def test_a_hostile_request_is_a_client_error(targets: dict[str, str], target: str, name: str, endpoint: str,
+                                              raw: bytes) -> None:
+    check(httpx.post(f"{targets[target]}/v1/{endpoint}", content=raw, timeout=60,
+                     headers={"Content-Type": "application/json"}))
+
+
+@pytest.mark.parametrize("target", ["engine", "gateway"])
+def test_generated_requests_never_get_a_server_error(targets: dict[str, str], target: str) -> None:
+    failures = fuzz(targets[target], examples=15)
+    assert failures == [], failures[:5]
+
+
+def test_the_servers_still_serve_and_hold_nothing(targets: dict[str, str]) -> None:
+    body = {"model": "tiny", "prompt": "hello", "max_tokens": 2}
+    assert httpx.post(targets["gateway"] + "/v1/completions", json=body, timeout=60).status_code == 200
+    assert metric(targets["engine"], "shoal_engine_requests_running") == 0
