@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         quota = MemoryQuota()
     config = GatewayConfig(
-        policy=args.policy, bound_factor=args.bound_factor, block_size=args.block_size, load_floor_tokens=args.load_floor_tokens,
+        policy=args.policy, bound_factor=args.bound_factor, block_size=args.block_size,
+        load_floor_tokens=args.load_floor_tokens,
         tokenizers=_tokenizers(args.tokenizer), max_body_bytes=args.max_body_bytes, max_attempts=args.max_attempts,
         health_interval_s=args.health_interval, follow_kv_events=not args.no_kv_events,
         hold_queue_size=args.hold_queue_size, hold_seconds=args.hold_seconds,

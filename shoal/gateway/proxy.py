@@ -7,8 +7,9 @@ headers) and ttfb (the first body byte). The response to the client starts only 
 byte is in hand: until then a refused connection, a 503, an upstream that drops the request or one that sends
 no first token in time is retried on another replica within ``max_attempts`` and ``retry_budget_s``; after it,
 nothing is retried, and an upstream that dies mid-stream or falls silent past the inter-token limit ends the
-client's stream with an OpenAI error event (the time limits: ``shoal.gateway.timeouts``). Non-streaming bodies are checked to
-be JSON, so a backend answering garbage becomes a 502 rather than garbage passed on.
+client's stream with an OpenAI error event (the time limits: ``shoal.gateway.timeouts``). Non-streaming
+bodies are checked to be JSON, so a backend answering garbage becomes a 502 rather than garbage passed on; the
+usage the engine reports settles the tenant's quota (``shoal.gateway.usage``).
 
 This is a bare ASGI handler (no framework objects, one helper task per request) because it is the gateway's hot
 path. Once the body is read, a watcher waits for the client's disconnect and cancels the request's task: wherever
