@@ -4,37 +4,78 @@ A latency signal lags: by the time TTFT P95 breaches, the queue has been growing
 replica can serve turns the arrival rate, which moves first, into a replica count directly. Two observations
 feed the estimate, both from signals every source already reports:
 
-- **Saturation** (on average at least one request waiting per ready replica, so every batch is full): the fleet
+- **Saturation** (a request waiting on every ready replica, so every batch is full): the fleet
   then serves exactly its capacity, and what it serves is what arrived minus what piled up. Over a stretch of at
-  least ``measure_seconds`` the estimate is ``(mean arrival rate - queue growth per second) / mean ready
-  replicas``, blended into a moving average. This is the only observation that can *set* the estimate.
+  least ``measure_seconds`` and 50 arrivals, with the same ready replicas and a steady reported arrival rate
+  (its two halves' means within 10%: a windowed rate still catching up with a step would make the fleet look
+  slower than it is), it is
+  ``(mean arrival rate - queue growth per second) / ready replicas``, blended into a moving average. This is the
+  only observation that can *set* the estimate.
 - **Within the SLO** (no queue to speak of, TTFT P95 within target) for a whole stretch of ``measure_seconds``:
   each ready replica then served the stretch's mean ``arrival / ready`` without trouble, a lower bound; it raises
   an estimate that a lighter request mix made too low, and a saturated measurement below it lowers it again. A
   single observation is not enough: the first second of a step looks fine before its queue has built.
 
-Until the fleet has saturated once the estimate is unknown and the policy relies on its reactive rules alone.
+Until the fleet has saturated once the estimate is unknown and the policy relies on its reactive rules alone,
+and on a **ceiling**: the per-replica arrival rate at which the fleet last breached a target, which a
+consolidation must stay under (a fleet that breached at 1 replica for 1 req/s is not taken back to 1 replica for
+1 req/s: Dynamo's 2-to-1 oscillation). A stretch within the SLO at or above the ceiling lifts it.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+
+# a saturated stretch counts only if the reported arrival rate shows no trend over it: a windowed rate still
+# catching up with a step (the first minute of a burst) would make the fleet look slower than it is
+_STEADY_ARRIVALS = 0.1
+# ... and only once it has seen this many arrivals: over fewer, arrival noise swamps the queue's growth
+_MIN_ARRIVALS = 50.0
+
+
+class _Stretch:
+    """Observations since ``start`` with a constant ready count, and the arrival rates reported over it."""
+
+    __slots__ = ("start", "waiting", "ready", "arrivals")
+
+    def __init__(self, start: float, waiting: float, ready: int, arrival: float) -> None:
+        self.start, self.waiting, self.ready = start, waiting, ready
+        self.arrivals = [arrival]
+
+    def add(self, arrival: float) -> None:
+        self.arrivals.append(arrival)
+
+    @property
+    def mean_arrival(self) -> float:
+        return sum(self.arrivals) / len(self.arrivals)
+
+    @property
+    def steady(self) -> bool:
+        """No trend: the second half's mean arrival rate within the share of the first's (noise averages out,
+        a ramp does not)."""
+        half = len(self.arrivals) // 2
+        if half == 0:
+            return False
+        first = sum(self.arrivals[:half]) / half
+        second = sum(self.arrivals[half:]) / (len(self.arrivals) - half)
+        return abs(second - first) <= _STEADY_ARRIVALS * max(first, second)
 
 
 class CapacityEstimate:
     """Requests/s one ready replica serves at saturation (``per_replica``, None until measured)."""
 
-    __slots__ = ("measure_seconds", "smoothing", "_measured", "_floor", "_stretch", "_comfortable", "_recent")
+    __slots__ = ("measure_seconds", "smoothing", "_measured", "_floor", "_ceiling", "_stretch", "_comfortable",
+                 "_recent")
 
     def __init__(self, measure_seconds: float = 10.0, smoothing: float = 0.3) -> None:
         self.measure_seconds = measure_seconds
         self.smoothing = smoothing
         self._measured: float | None = None
         self._floor = 0.0
-        # stretches being measured, each [start time, start queue, sum of arrival rates, sum of ready, samples]:
-        # saturated, and within the SLO
-        self._stretch: list[float] | None = None
-        self._comfortable: list[float] | None = None
+        self._ceiling = math.inf
+        self._stretch: _Stretch | None = None  # saturated
+        self._comfortable: _Stretch | None = None  # within the SLO
         self._recent: deque[tuple[float, float, int]] = deque()  # (time, waiting, ready) over the last seconds
 
     @property
@@ -43,10 +84,23 @@ class CapacityEstimate:
             return None
         return max(self._measured, self._floor)
 
-    def observe(self, time: float, ready: int, waiting: float, arrival: float, within_slo: bool) -> None:
-        """Feeds one complete observation (every ready replica reported its queue, the arrival rate is known)."""
+    @property
+    def ceiling(self) -> float:
+        """Requests/s per ready replica at which the fleet breached its targets (inf if never): what
+        consolidation must stay under while the capacity itself is unknown."""
+        return self._ceiling
+
+    def breached(self, ready: int, arrival: float) -> None:
+        """The fleet breached a target with ``ready`` replicas serving ``arrival`` requests/s."""
+        if ready and arrival > 0:
+            self._ceiling = min(self._ceiling, arrival / ready)
+
+    def observe(self, time: float, ready: int, waiting: float, arrival: float, within_slo: bool,
+                saturated: bool) -> None:
+        """Feeds one complete observation (every ready replica reported its queue, the arrival rate is known);
+        ``saturated``: every ready replica has a request waiting."""
         self._remember_queue(time, waiting, ready)
-        if ready and waiting >= ready:
+        if saturated:
             self._comfortable = None
             self._observe_saturated(time, ready, waiting, arrival)
             return
@@ -77,30 +131,29 @@ class CapacityEstimate:
 
     def _observe_comfortable(self, time: float, ready: int, arrival: float) -> None:
         stretch = self._comfortable
-        if stretch is None:
-            self._comfortable = [time, 0.0, arrival, ready, 1.0]
+        if stretch is None or stretch.ready != ready:
+            self._comfortable = _Stretch(time, 0.0, ready, arrival)
             return
-        stretch[2] += arrival
-        stretch[3] += ready
-        stretch[4] += 1
-        if time - stretch[0] >= self.measure_seconds:
-            self._floor = max(self._floor, stretch[2] / stretch[3])
-            self._comfortable = [time, 0.0, arrival, ready, 1.0]
+        stretch.add(arrival)
+        if time - stretch.start >= self.measure_seconds:
+            self._floor = max(self._floor, stretch.mean_arrival / ready)
+            if self._floor >= self._ceiling:  # the breach was noise: this load was served well for a whole stretch
+                self._ceiling = math.inf
+            self._comfortable = _Stretch(time, 0.0, ready, arrival)
 
     def _observe_saturated(self, time: float, ready: int, waiting: float, arrival: float) -> None:
         stretch = self._stretch
-        if stretch is None or stretch[3] != ready * stretch[4]:  # a replica came or went: measure afresh
-            self._stretch = [time, waiting, 0.0, 0.0, 0.0]
+        if stretch is None or stretch.ready != ready:  # a replica came or went: measure afresh
+            self._stretch = _Stretch(time, waiting, ready, arrival)
             return
-        stretch[2] += arrival
-        stretch[3] += ready
-        stretch[4] += 1
-        elapsed = time - stretch[0]
-        if elapsed < self.measure_seconds:
+        stretch.add(arrival)
+        elapsed = time - stretch.start
+        if elapsed < self.measure_seconds or stretch.mean_arrival * elapsed < _MIN_ARRIVALS:
             return
-        served = stretch[2] / stretch[4] - (waiting - stretch[1]) / elapsed
-        per_replica = served / (stretch[3] / stretch[4])
-        self._stretch = [time, waiting, 0.0, 0.0, 0.0]
+        self._stretch = _Stretch(time, waiting, ready, arrival)
+        if not stretch.steady:
+            return
+        per_replica = (stretch.mean_arrival - (waiting - stretch.waiting) / elapsed) / ready
         if per_replica <= 0:
             return
         previous = self._measured

@@ -11,7 +11,8 @@ class AutoscalingConfig:
 
     ``tolerance`` is the dead band around the fleet's size in which load changes move nothing (as HPA's 0.1);
     ``target_utilization`` is the share of a replica's measured capacity the fleet is sized to use, the headroom
-    that absorbs arrival noise between decisions."""
+    that absorbs arrival noise between decisions; ``burst_memory_seconds`` is how long the fleet keeps the size a
+    breach needed when replicas could not start in time to answer it (bursts recur; 0 turns this off)."""
 
     min_replicas: int = 1
     max_replicas: int = 4
@@ -22,6 +23,7 @@ class AutoscalingConfig:
     max_step: int = 2
     tolerance: float = 0.1
     target_utilization: float = 0.8
+    burst_memory_seconds: float = 1800.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_replicas <= self.max_replicas:
@@ -32,5 +34,7 @@ class AutoscalingConfig:
             raise ValueError("queue_depth_per_replica and ttft_p95_seconds must be positive")
         if not 0 <= self.tolerance < 1:
             raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance}")
+        if self.burst_memory_seconds < 0:
+            raise ValueError(f"burst_memory_seconds must be >= 0, got {self.burst_memory_seconds}")
         if not 0 < self.target_utilization <= 1:
             raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")

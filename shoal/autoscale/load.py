@@ -14,7 +14,7 @@ from shoal.autoscale.signals import FleetSignals
 @dataclass(frozen=True, slots=True)
 class FleetLoad:
     """``waiting``/``running``/``kv_usage`` are over the ready replicas that reported them (``known`` of ``ready``);
-    ``kv_usage`` is their mean, None when none reported it."""
+    ``kv_usage`` is their mean, None when none reported it; ``queued_replicas`` have at least one request waiting."""
 
     ready: int
     starting: int
@@ -22,6 +22,7 @@ class FleetLoad:
     waiting: float
     running: float
     kv_usage: float | None
+    queued_replicas: int = 0
 
     @property
     def partial(self) -> bool:
@@ -33,12 +34,17 @@ class FleetLoad:
         return self.waiting / self.known if self.known else 0.0
 
     @property
+    def saturated(self) -> bool:
+        """Every ready replica reported a request waiting: all batches are full, the fleet serves its capacity."""
+        return self.ready > 0 and self.queued_replicas == self.ready
+
+    @property
     def busy(self) -> bool:
         return self.waiting > 0 or self.running > 0
 
 
 def fleet_load(signals: FleetSignals) -> FleetLoad:
-    ready = starting = known = kv_known = 0
+    ready = starting = known = kv_known = queued = 0
     waiting = running = kv_total = 0.0
     for replica in signals.replicas:
         if replica.phase == "starting":
@@ -51,7 +57,8 @@ def fleet_load(signals: FleetSignals) -> FleetLoad:
             known += 1
             waiting += replica.waiting
             running += replica.running or 0.0
+            queued += replica.waiting >= 1
         if replica.kv_usage is not None:
             kv_known += 1
             kv_total += replica.kv_usage
-    return FleetLoad(ready, starting, known, waiting, running, kv_total / kv_known if kv_known else None)
+    return FleetLoad(ready, starting, known, waiting, running, kv_total / kv_known if kv_known else None, queued)

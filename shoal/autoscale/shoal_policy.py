@@ -8,9 +8,12 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
 3. **No data, no move.** A source that could not observe (``signals.missing``) holds the size
    (``HoldMissingMetrics``); a firing alert is then the only evidence and adds one replica (``ScaleUpAlert``).
 4. **Up, fast.** Three estimates of the replicas needed, the largest wins, capped at ``max_step`` per decision:
-   queue depth per ready replica over target (``ScaleUpQueue``: ``ready * queue / target``), TTFT P95 over target
-   while requests queue (``ScaleUpTTFT``: ``ready * ttft / target``; with empty queues a slow first token is
-   not a lack of replicas, or it is a latency window still remembering a breach already answered), and the
+   queue depth per ready replica over target on every observation of the last 6 s, the panic window
+   (``ScaleUpQueue``: ``ready * queue / target``, or with a known capacity the demand plus the backlog worked off
+   over a minute), TTFT P95 over target while every ready replica has requests waiting (``ScaleUpTTFT``:
+   one more replica, or the demand sizing when capacity is known; a latency window still remembering a breach
+   already answered must not multiply the fleet, and without queues a slow first token is not a lack of
+   replicas), and the
    demand over the learned capacity (``ScaleUpRate``: ``demand / (capacity * target_utilization)``, see
    :mod:`shoal.autoscale.capacity`), which moves before latency does. The smallest recommendation over
    ``scale_up_stabilization_seconds`` applies (0 by default: the first breached observation acts), except under
@@ -18,14 +21,19 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
 5. **Capacity on its way.** Replicas still starting (or asked for and not yet created) count as capacity: while
    any is loading, the queue and TTFT rules, which keep rising until the new replicas serve, cannot add more
    (``HoldStarting``); only a higher arrival rate can, since that is a new breach, not the same one.
-6. **Down, slowly.** Each observation recommends the replicas the load needs: the minimum when idle, else the
+6. **Burst memory.** A breach still on while the replicas asked for it load means bursts outrun start-up here;
+   for ``burst_memory_seconds`` after it (renewed by each burst as large) the fleet keeps the size the burst's
+   arrival rate needs at full capacity (``HoldSteady`` naming the burst), so a recurring burst finds it ready
+   instead of waiting minutes for it again.
+7. **Down, slowly.** Each observation recommends the replicas the load needs: the minimum when idle, else the
    demand over ``capacity * target_utilization * (1 - tolerance)`` (the tolerance band: steady load never flaps
-   around a boundary), else, before capacity is known, one fewer when the consolidation check passes (no queue,
-   TTFT under half its target, KV usage of the survivors, ``N/(N-1)`` of today's, under 0.8). The largest
+   around a boundary), else, before capacity is known, one fewer when the consolidation check passes (under one
+   request waiting per survivor, each survivor's share of arrivals under the rate per replica at which the fleet
+   last breached, TTFT under half its target, KV usage of the survivors, ``N/(N-1)`` of today's, under 0.8). The largest
    recommendation over ``scale_down_stabilization_seconds`` applies, at most ``max_step`` down. Scale-down is
    held while an alert fires, while data is partial, while a replica is loading (it would be the one removed),
    and until the policy has a full window of its own history (a restarted autoscaler knows nothing).
-7. **Idle to zero.** With ``min: 0``, a fleet with nothing arriving, queued or running for a whole scale-down
+8. **Idle to zero.** With ``min: 0``, a fleet with nothing arriving, queued or running for a whole scale-down
    window goes to zero (``ScaleToZero``).
 
 The object keeps only bounded state (two window deques, the capacity estimate), reads time only from
@@ -49,6 +57,9 @@ _CONSOLIDATE_TTFT_SHARE = 0.5
 # a queue that piled up is sized to drain over about one replica start-up, not at once: replicas asked for now
 # arrive only after loading, by when a fleet sized to the arrival rate has worked most of the backlog off
 _BACKLOG_DRAIN_SECONDS = 60.0
+# Knative's panic window: long enough that one noisy observation of the queue does not add replicas, short enough
+# to act within seconds of a step
+_PANIC_SECONDS = 6.0
 
 
 def _num(value: float | None) -> str:
@@ -66,6 +77,8 @@ class ShoalPolicy:
         self._down = WindowExtreme(config.scale_down_stabilization_seconds, largest=True)
         self._up = WindowExtreme(config.scale_up_stabilization_seconds, largest=False)
         self._since: float | None = None
+        self._panic = WindowExtreme(_PANIC_SECONDS, largest=False)
+        self._burst_demand, self._burst_until = 0.0, -math.inf
 
     def decide(self, signals: FleetSignals) -> ScalingDecision:
         now = signals.time
@@ -132,22 +145,27 @@ class ShoalPolicy:
         ttft, arrival = signals.ttft_p95_seconds, signals.arrival_rate
         queue = load.queue_per_ready
         loading = self._loading(signals, load)
-        queue_breach = queue > cfg.queue_depth_per_replica
-        ttft_breach = ttft is not None and ttft > cfg.ttft_p95_seconds and load.waiting > 0
+        # a breach counts once it has lasted the panic window (the queue over target on every observation of it),
+        # or at once under a firing alert, which is evidence enough
+        lasting = self._panic.add(now, queue)
+        queue_breach = (queue if signals.alert_firing else lasting) > cfg.queue_depth_per_replica
+        ttft_breach = ttft is not None and ttft > cfg.ttft_p95_seconds and load.saturated
         if not load.partial and (ttft is not None or not load.busy) and arrival is not None:
             within_slo = queue < 1 and (ttft is None or ttft <= cfg.ttft_p95_seconds)
-            self.capacity.observe(now, load.ready, load.waiting, arrival, within_slo)
+            self.capacity.observe(now, load.ready, load.waiting, arrival, within_slo, load.saturated)
         capacity = self.capacity.per_replica
         values["capacity_per_replica"] = capacity
         sized: float | None = None
         demand = arrival
         if capacity is not None and arrival is not None and not load.partial:
-            if queue_breach and not loading:
+            if queue_breach:  # the queue's growth shows the arrival rate before a windowed rate does
                 demand = self.capacity.demand(load.ready, load.waiting, arrival)
             assert demand is not None
             sized = demand / (capacity * cfg.target_utilization)
             values["demand"], values["sized_replicas"] = demand, sized
 
+        if (queue_breach or ttft_breach) and arrival is not None:
+            self.capacity.breached(load.ready, arrival)
         need, rule, why = current, "", ""
         if (queue_breach or ttft_breach) and not loading:
             rule = "ScaleUpQueue" if queue_breach else "ScaleUpTTFT"
@@ -158,9 +176,10 @@ class ShoalPolicy:
                 need = math.ceil((demand + backlog) / (capacity * cfg.target_utilization))
                 why += (f"; {demand:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s"
                         f" at {capacity:.3g} req/s each")
-            else:
-                ratio = max(queue / cfg.queue_depth_per_replica, (ttft or 0.0) / cfg.ttft_p95_seconds)
-                need = math.ceil(load.ready * ratio)
+            elif queue_breach:
+                need = math.ceil(load.ready * queue / cfg.queue_depth_per_replica)
+            else:  # latency alone says too little about how many: one more, and look again
+                need = current + 1
         if sized is not None and sized > current * (1 + cfg.tolerance) and math.ceil(sized) > need:
             need, rule = math.ceil(sized), "ScaleUpRate"
             why = f"demand {demand:.3g} req/s needs {sized:.3g} replicas at {capacity:.3g} req/s each"
@@ -174,15 +193,17 @@ class ShoalPolicy:
             return current, "HoldUpStabilization", f"holding {current}: {why}, not yet for the whole up window", current
         if queue_breach or ttft_breach:
             if loading:
+                if arrival is not None and sized is not None:
+                    self._remember_burst(now, arrival)
                 message = (f"holding {current}: queue {queue:.3g} per ready replica, TTFT P95 {_num(ttft)}s, "
                            f"but {current - load.ready} replicas are on their way")
                 return current, "HoldStarting", message, current
             message = f"holding {current}: {why}, and {current} replicas drain it within {_BACKLOG_DRAIN_SECONDS:.0f}s"
             return current, "HoldDraining", message, current
-        return self._down_path(signals, load, sized, loading)
+        return self._down_path(signals, load, sized, demand, loading)
 
     def _down_path(
-        self, signals: FleetSignals, load: FleetLoad, sized: float | None, loading: bool
+        self, signals: FleetSignals, load: FleetLoad, sized: float | None, demand: float | None, loading: bool
     ) -> tuple[int, str, str, int | None]:
         cfg = self.config
         now, current = signals.time, signals.desired
@@ -199,7 +220,11 @@ class ShoalPolicy:
             if ttft is not None and ttft > cfg.ttft_p95_seconds * (1 - cfg.tolerance):
                 need, basis = current, f"TTFT P95 {ttft:.3g}s is within {cfg.tolerance:.0%} of target"
         else:
-            need, basis = self._consolidate(load, ttft, current)
+            need, basis = self._consolidate(load, ttft, arrival, current)
+        burst = self._burst_replicas(now, demand)
+        if not idle and burst > need:
+            need, basis = burst, (f"{basis}, but a burst of {self._burst_demand:.3g} req/s that outran start-up"
+                                  f" needs {burst} (kept {self._burst_until - now:.0f}s more)")
         need = min(max(need, cfg.min_replicas), current)
         if need >= current:
             rule = "HoldTolerance" if sized is not None and math.ceil(sized) < current else "HoldSteady"
@@ -221,14 +246,37 @@ class ShoalPolicy:
         rule = "ScaleToZero" if target == 0 else "ScaleDown"
         return target, rule, f"{basis}, for the last {window:.0f}s: {current} -> {target}", None
 
-    def _consolidate(self, load: FleetLoad, ttft: float | None, current: int) -> tuple[int, str]:
+    def _remember_burst(self, now: float, demand: float) -> None:
+        """A breach still on while replicas load: the fleet was too small for longer than a start-up takes.
+        Keep the size its demand needs for ``burst_memory_seconds``, so the next burst finds it (bursts recur)."""
+        if now >= self._burst_until:
+            self._burst_demand = 0.0
+        self._burst_demand = max(self._burst_demand, demand)
+        self._burst_until = now + self.config.burst_memory_seconds
+
+    def _burst_replicas(self, now: float, demand: float | None) -> int:
+        """Replicas the remembered burst needs at today's capacity estimate (0 once forgotten); a burst as large
+        coming again keeps it remembered."""
+        capacity = self.capacity.per_replica
+        if now >= self._burst_until or capacity is None:
+            return 0
+        if demand is not None and demand >= (1 - self.config.tolerance) * self._burst_demand:
+            self._burst_until = now + self.config.burst_memory_seconds
+        return math.ceil(self._burst_demand / capacity)
+
+    def _consolidate(self, load: FleetLoad, ttft: float | None, arrival: float | None,
+                     current: int) -> tuple[int, str]:
         """Before capacity is known: one fewer if the survivors absorb the leaver's load (N/(N-1)) with room."""
         cfg = self.config
         if load.ready < 2 or current < 2:
             return current, "consolidation needs two ready replicas"
         share = load.ready / (load.ready - 1)
-        if load.waiting > 0:
-            return current, f"{load.waiting:.3g} requests waiting"
+        ceiling = self.capacity.ceiling
+        if arrival is not None and arrival / (load.ready - 1) >= ceiling * (1 - cfg.tolerance):
+            return current, (f"survivors would each get {arrival / (load.ready - 1):.3g} req/s, near the "
+                             f"{ceiling:.3g} req/s per replica that breached before")
+        if load.queue_per_ready * share >= 1:
+            return current, f"survivors would have {load.queue_per_ready * share:.2g} requests waiting each"
         if ttft is not None and ttft > cfg.ttft_p95_seconds * _CONSOLIDATE_TTFT_SHARE:
             return current, f"TTFT P95 {ttft:.3g}s over half the target"
         if load.kv_usage is not None and load.kv_usage * share > _CONSOLIDATE_KV_USAGE:

@@ -1,13 +1,16 @@
 """Building FleetSignals for the policy tests, and a small closed-loop fleet to run a policy against.
 
 The closed loop is a fluid model, not the simulator (``shoal simulate`` is the full one): each ready replica
-serves ``capacity`` requests/s, arrivals are Poisson, new replicas take ``startup`` seconds to become ready. It is
+serves ``capacity`` requests/s, arrivals are Poisson, new replicas take ``startup`` seconds to become ready, and
+the sources' windows are kept: the arrival rate counts the last 10 s of arrivals, TTFT P95 is over the last
+minute of each second's queueing delay. It is
 enough to see a policy settle, flap or not, and react to a step, in milliseconds per simulated hour.
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass, field
 
 from shoal.autoscale import FleetSignals, ReplicaSignals, ScalingDecision, ScalingPolicy
@@ -65,6 +68,8 @@ class FluidFleet:
         self._random = random.Random(self.seed)
         self.replicas = [Replica(f"r{i}", -self.startup, 0.0) for i in range(self.desired)]
         self._serial = self.desired
+        self._delays: deque[float] = deque(maxlen=60)  # TTFT P95 over a minute, as the sources report it
+        self._arrivals: deque[int] = deque(maxlen=10)  # the arrival rate counted over 10 s, as the scrape source does
 
     def run(self, policy: ScalingPolicy, rate: float | object, seconds: int, start: float = 0.0) -> list[int]:
         """Steps one simulated second at a time; returns the desired count after each decision."""
@@ -80,18 +85,22 @@ class FluidFleet:
 
     def step(self, now: float, lam: float) -> FleetSignals:
         ready = [r for r in self.replicas if r.ready_at <= now]
-        self.queue += self._poisson(lam)
+        arrived = self._poisson(lam)
+        self._arrivals.append(arrived)
+        self.queue += arrived
         served = min(self.queue, len(ready) * self.capacity)
         self.queue -= served
         share = self.queue / len(ready) if ready else 0.0
-        ttft = 0.2 + self.queue / (len(ready) * self.capacity) if ready else None
+        if ready:
+            self._delays.append(0.2 + self.queue / (len(ready) * self.capacity))
+        ttft = sorted(self._delays)[int(0.95 * (len(self._delays) - 1))] if self._delays else None
         replicas = tuple(
             ReplicaSignals(r.name, "ready", r.ready_at, waiting=share, running=served / len(ready))
             if r.ready_at <= now else ReplicaSignals(r.name, "starting", r.since)
             for r in self.replicas
         )
         return FleetSignals(time=now, desired=self.desired, replicas=replicas,
-                            ttft_p95_seconds=ttft if served or self.queue else None, arrival_rate=lam)
+                            ttft_p95_seconds=ttft, arrival_rate=sum(self._arrivals) / len(self._arrivals))
 
     def apply(self, now: float, replicas: int) -> None:
         while len(self.replicas) < replicas:
