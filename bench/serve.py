@@ -96,8 +96,10 @@ def main() -> None:
                                                           text=True).stdout.strip())
         gguf = resolve_model(args.model).path
         threads = str(len(os.sched_getaffinity(0)))
+        # --no-repack: this build's AMX matmul (weights repacked for AMX tiles) segfaults at the first decode on
+        # this machine (gdb: ggml_backend_amx_mul_mat); without repacking it runs its AVX-512 Q4_1 kernels.
         llama = LocalProcess([str(binary), "-m", str(gguf), "--host", "127.0.0.1", "-np", "64", "-c", "20480",
-                              "-t", threads, "-tb", threads], args.out_dir / "llama-server.log")
+                              "-t", threads, "-tb", threads, "--no-repack"], args.out_dir / "llama-server.log")
         try:
             llama.wait_ready("/health", timeout=600)
             llama_rows = run_levels(llama.url, args.model, levels, args, "llama")
