@@ -21,17 +21,22 @@ The load measure, in tokens, is the work a replica still has, which is what a si
   first output token arrives); for a replica that announces no capacity, plus each in-flight request's output
   budget until it finishes (its sequences then count through their tokens).
 - ``ReplicaView.sequences``: requests in flight there. A replica that announces its ``Capacity`` (its engine's
-  per-step token budget and maximum running sequences) charges each sequence ``token_budget / max_seqs``
-  tokens: its share of a step, so that the load reaches the token budget exactly when the engine would start
-  to queue, whichever of its two limits is reached first.
+  per-step token budget and maximum running sequences) is measured in sequences, expressed in tokens: each
+  sequence is charged ``token_budget / max_seqs`` (its share of a step) and each token still to prefill
+  ``1 / max_seqs`` (a full budget of pending prompt costs as much as one sequence). A replica's load reaches
+  its token budget when its sequences reach ``max_seqs``, with pending prefill only tipping the balance: the
+  engine chunks a long prompt over several steps, so a prompt as long as the budget does not make a replica
+  full (an earlier measure charged prefill token for token; with a 512-token budget every miss then exceeded
+  the bound on an idle replica and routing fell back to the roomiest replica, losing affinity and TTFT).
 - A request costs, on a given replica, its uncached prompt tokens there (``RouteRequest.block_size`` tokens
-  saved per matched block) plus one sequence's charge, or plus its output budget where no capacity is known.
+  saved per matched block; ``/ max_seqs`` where the capacity is known) plus one sequence's charge, or plus its
+  output budget where no capacity is known.
 
 The floor follows capacity: a replica with a known ``Capacity`` has a floor of ``token_budget /
-bound_factor``, so at low load it keeps taking the requests whose prefix it holds until it would queue, and
-the bound bites before it does; under heavier load the mean governs, as in CHWBL. A replica that announces
-nothing gets the policy's ``load_floor_tokens`` (sized for big GPU engines). With no capacities and no
-``block_size`` this is exactly the earlier token-count policy.
+bound_factor``, so at low load it keeps taking the requests whose prefix it holds until its sequences would
+exceed ``max_seqs``, and the bound bites before it queues; under heavier load the mean governs, as in CHWBL.
+A replica that announces nothing gets the policy's ``load_floor_tokens`` (sized for big GPU engines). With
+no capacities and no ``block_size`` this is exactly the earlier token-count policy.
 """
 
 from __future__ import annotations
@@ -64,6 +69,10 @@ class Capacity:
     def sequence_tokens(self) -> float:
         """What one running sequence is charged: its share of a step's token budget."""
         return self.token_budget / self.max_seqs
+
+    def prefill_charge(self, tokens: float) -> float:
+        """What ``tokens`` still to prefill are charged: a full step's budget of them counts as one sequence."""
+        return tokens / self.max_seqs
 
 
 @dataclass(frozen=True)
@@ -132,16 +141,18 @@ def rendezvous_weight(replica_id: str, key: int) -> int:
 
 
 def load(replica: ReplicaView) -> float:
-    """A replica's load in tokens: what it still has to prefill plus its sequences' charge."""
+    """A replica's load in tokens: its sequences' charge plus what it still has to prefill (charged as above)."""
     if replica.capacity is None:
         return replica.load_tokens
-    return replica.load_tokens + replica.sequences * replica.capacity.sequence_tokens
+    return replica.capacity.prefill_charge(replica.load_tokens) + replica.sequences * replica.capacity.sequence_tokens
 
 
 def cost_on(replica: ReplicaView, request: RouteRequest, matched: int) -> float:
     """What placing ``request`` on ``replica`` adds to its ``load``."""
     tokens = request.tokens_on(replica.capacity, matched)
-    return tokens if replica.capacity is None else tokens + replica.capacity.sequence_tokens
+    if replica.capacity is None:
+        return tokens
+    return replica.capacity.prefill_charge(tokens) + replica.capacity.sequence_tokens
 
 
 def mean_load_after(replicas: Sequence[ReplicaView], cost_tokens: int) -> float:

@@ -1,4 +1,5 @@
-"""The routing load measure: uncached prefill, sequences against announced capacity, a floor that follows it.
+"""The routing load measure: sequences against announced capacity, uncached prefill tipping the balance, a floor
+that follows the capacity.
 
 Pure properties of ``PrefixAware`` (with an oracle written out here, not borrowed from the policy), the gateway's
 lease accounting, and the capacity a real engine announces reaching the gateway.
@@ -57,12 +58,12 @@ def oracle(replicas: list[ReplicaView], request: RouteRequest, policy: PrefixAwa
         return r.capacity.token_budget / r.capacity.max_seqs if r.capacity else 0.0
 
     def held(r: ReplicaView) -> float:
-        return r.load_tokens + r.sequences * charge(r) if r.capacity else r.load_tokens
+        return r.load_tokens / r.capacity.max_seqs + r.sequences * charge(r) if r.capacity else r.load_tokens
 
     def cost(r: ReplicaView) -> float:
         matched = matched_blocks(r.cached, request.block_hashes)
         prefill = max(request.cost_tokens - request.output_tokens - request.block_size * matched, 0)
-        return prefill + charge(r) if r.capacity else prefill + request.output_tokens
+        return prefill / r.capacity.max_seqs + charge(r) if r.capacity else prefill + request.output_tokens
 
     mean = (sum(held(r) for r in replicas) + request.cost_tokens) / len(replicas)
     out = {}
@@ -118,16 +119,32 @@ def test_the_bound_bites_before_a_replica_would_queue(fleet, policy: PrefixAware
 def test_a_holder_is_charged_only_what_it_must_prefill() -> None:
     request = RouteRequest(CHAIN, cost_tokens=200, block_size=BLOCK, output_tokens=50)  # 150 prompt tokens
     holder = ReplicaView("a", cached=frozenset(CHAIN[:4]), capacity=Capacity(512, 4))
-    assert cost_on(holder, request, 4) == 150 - 4 * BLOCK + 128  # uncached prompt + one sequence's share
+    assert cost_on(holder, request, 4) == (150 - 4 * BLOCK) / 4 + 128  # uncached prompt / max_seqs + a sequence
     unknown = ReplicaView("b", cached=frozenset(CHAIN[:4]))
     assert cost_on(unknown, request, 4) == 150 - 4 * BLOCK + 50  # uncached prompt + its output budget
 
 
-def test_a_replica_is_full_when_either_scheduler_limit_is_reached() -> None:
+def test_a_replica_is_full_when_its_sequences_reach_max_seqs_and_a_budget_of_prompt_counts_as_one() -> None:
     capacity = Capacity(token_budget=512, max_seqs=4)
     assert load(ReplicaView("a", sequences=4, capacity=capacity)) == 512
-    assert load(ReplicaView("a", load_tokens=512, capacity=capacity)) == 512
-    assert load(ReplicaView("a", load_tokens=256, sequences=2, capacity=capacity)) == 512
+    assert load(ReplicaView("a", load_tokens=512, capacity=capacity)) == 128
+    assert load(ReplicaView("a", load_tokens=512, sequences=3, capacity=capacity)) == 512
+
+
+def test_a_miss_longer_than_the_budget_still_fits_an_idle_replica_and_a_holder_takes_hits_until_it_is_full() -> None:
+    """The bench's case (512-token budget, 4 sequences, ~445-token prompts): the earlier measure sent every miss
+    and a holder's third hit through load_bound_fallback, to a replica without the prefix."""
+    capacity = Capacity(token_budget=512, max_seqs=4)
+    idle = [ReplicaView(name, capacity=capacity) for name in ("a", "b", "c", "d")]
+    request = RouteRequest(CHAIN, cost_tokens=445 + 32, block_size=BLOCK, output_tokens=32)
+    assert PrefixAware().decide(idle, request).reason == "miss"
+    for running, expected in ((2, "a"), (3, None)):
+        holder = ReplicaView("a", sequences=running, cached=frozenset(CHAIN), capacity=capacity)
+        decision = PrefixAware().decide([holder, *idle[1:]], request)
+        if expected:
+            assert (decision.replica_id, decision.reason) == ("a", "prefix_hit")
+        else:
+            assert decision.replica_id != "a" and decision.reason == "load_bound_fallback"
 
 
 def test_a_busy_holder_spills_before_it_queues_and_keeps_its_prefix_below_that() -> None:
