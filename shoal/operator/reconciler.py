@@ -39,7 +39,7 @@ from shoal.operator.naming import FIELD_MANAGER, Owner
 from shoal.operator.replicas import ScaleDecision, decide_replicas
 from shoal.operator.sources import replica_targets
 from shoal.operator.spec import InferenceDeploymentSpec
-from shoal.operator.status import compute_status, status_patch
+from shoal.operator.status import compute_status, condition, status_patch, timestamp
 
 FRESH_DISCOVERY_SECONDS = 5.0  # a burst of creations shares one lookup
 # "change": create/update (apply everything); "resume": operator start; "refresh": the periodic status timer;
@@ -104,7 +104,7 @@ class Reconciler:
         try:
             spec = InferenceDeploymentSpec.model_validate(dict(body.get("spec") or {}))
         except ValidationError as error:
-            self._report(body, patch, previous, Problem("InvalidSpec", _first_error(error)), announce)
+            self._report(body, patch, previous, Problem("InvalidSpec", _first_error(error)), now, announce)
             return
         if trigger == "refresh" and previous.get("observedGeneration") != meta.get("generation"):
             return  # a change handler has this generation in hand; a refresh must not race it
@@ -181,11 +181,14 @@ class Reconciler:
         return None
 
     def _report(
-        self, body: kopf.Body, patch: kopf.Patch, previous: Mapping[str, Any], problem: Problem, announce: Announce
+        self, body: kopf.Body, patch: kopf.Patch, previous: Mapping[str, Any], problem: Problem, now: datetime,
+        announce: Announce,
     ) -> None:
-        conditions = [c for c in previous.get("conditions", []) if c.get("type") != "Degraded"]
-        degraded = {"type": "Degraded", "status": "True", "reason": problem.reason, "message": problem.message}
-        new = {**previous, "conditions": conditions + [degraded]}
+        """A spec that cannot be parsed: only the Degraded condition changes (nothing else can be computed)."""
+        conditions = list(previous.get("conditions", []))
+        degraded = condition(conditions, "Degraded", (True, problem.reason, problem.message), timestamp(now),
+                             body["metadata"].get("generation", 0))
+        new = {**previous, "conditions": _replaced(conditions, degraded.model_dump(by_alias=True))}
         _announce(body, previous, new, announce)
         patch.status.update(status_patch(previous, new))
 
@@ -199,6 +202,12 @@ def _drifted(children: Children, wanted: list[dict[str, Any]], decision: ScaleDe
     return applied_digest(children.engine) != applied_digest(engine) or (
         children.engine.get("spec", {}).get("replicas") != decision.replicas
     )
+
+
+def _replaced(conditions: list[Mapping[str, Any]], new: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``conditions`` with the one of ``new``'s type replaced in place (or ``new`` appended)."""
+    kept = [new if c.get("type") == new["type"] else c for c in conditions]
+    return kept if new in kept else [*kept, new]
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:

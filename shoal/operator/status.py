@@ -3,56 +3,56 @@
 Conditions follow the Kubernetes conventions: ``Ready`` (the fleet serves now), ``Progressing`` (a rollout or
 scale is under way), ``Degraded`` (something the operator cannot fix by waiting; the reason and message say
 what) and, while autoscaling is on, ``ScalingLimited`` (the autoscaler's wish was clamped, or metrics are
-missing). A condition's ``lastTransitionTime`` changes only when its status does, and the scaling history grows
-only when the desired count does, so recomputing an unchanged world yields an identical status: the reconciler
-then writes nothing.
+missing). Every condition comes from :func:`condition`, so each carries ``observedGeneration`` and a
+``lastTransitionTime`` that changes only when its status does; the scaling history grows only when the desired
+count does. Recomputing an unchanged world therefore yields an identical status: the reconciler then writes
+nothing. The status is built as the typed :class:`.InferenceDeploymentStatus` (the model the CRD's schema is
+generated from) and stored as its camelCase dump.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from shoal.operator.diagnosis import Problem
 from shoal.operator.replicas import ScaleDecision
-from shoal.operator.spec import MAX_SCALING_HISTORY, InferenceDeploymentSpec
+from shoal.operator.spec import (
+    MAX_SCALING_HISTORY,
+    Condition,
+    InferenceDeploymentSpec,
+    InferenceDeploymentStatus,
+    ScalingDecisionStatus,
+    ScalingRecord,
+)
 
 Status = dict[str, Any]
+Verdict = tuple[bool, str, str]  # a condition's (status, reason, message)
 
 
 def timestamp(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _condition(
-    previous: list[Mapping[str, Any]], kind: str, status: bool, reason: str, message: str, now: str, generation: int
-) -> dict[str, Any]:
+def condition(
+    previous: Sequence[Mapping[str, Any]], kind: str, verdict: Verdict, stamp: str, generation: int
+) -> Condition:
+    """The one condition builder: ``lastTransitionTime`` keeps its previous value unless the status flips."""
+    status, reason, message = verdict
     text = "True" if status else "False"
     before = next((c for c in previous if c.get("type") == kind), None)
     moved = before is None or before.get("status") != text
-    return {
-        "type": kind,
-        "status": text,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now if moved else before.get("lastTransitionTime", now),
-        "observedGeneration": generation,
-    }
+    return Condition(
+        type=kind, status=text, reason=reason, message=message,
+        last_transition_time=stamp if moved else before.get("lastTransitionTime", stamp),
+        observed_generation=generation,
+    )
 
 
-def _counts(deployment: Mapping[str, Any] | None) -> tuple[int, int, int]:
-    """(replicas, ready, updated) from a Deployment's status; zeros when it does not exist yet."""
-    status = (deployment or {}).get("status", {})
-    return status.get("replicas", 0), status.get("readyReplicas", 0), status.get("updatedReplicas", 0)
-
-
-def _rolled_out(deployment: Mapping[str, Any] | None, desired: int) -> bool:
-    if deployment is None:
-        return False
-    replicas, _, updated = _counts(deployment)
-    caught_up = deployment.get("status", {}).get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
-    return caught_up and replicas == desired and updated == desired
+def dump(status: InferenceDeploymentStatus) -> Status:
+    """The stored (camelCase) form: only the fields that were set, so records keep the shape they were written in."""
+    return status.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
 
 
 def compute_status(
@@ -71,116 +71,132 @@ def compute_status(
     """The whole new status (camelCase, as stored). ``proposal`` is the autoscaler's latest evaluation (applied as
     ``decision`` in Act mode, only recorded in Recommend mode)."""
     stamp = timestamp(now)
-    old_conditions = list(previous.get("conditions", []))
-    desired = decision.replicas
     replicas, ready, _ = _counts(engine)
-    _, gateway_ready, _ = _counts(gateway)
-    gateways = spec.gateway.replicas
-
-    if problem is not None:
-        ready_cond = (False, problem.reason, problem.message)
-    elif desired == 0:
-        ready_cond = (False, "ScaledToZero", "no engine replicas are wanted")
-    elif ready < desired:
-        ready_cond = (False, "EnginesNotReady", f"{ready}/{desired} engines ready")
-    elif gateway_ready < gateways:
-        ready_cond = (False, "GatewayNotReady", f"{gateway_ready}/{gateways} gateways ready")
-    else:
-        ready_cond = (True, "Ready", f"{ready}/{desired} engines and {gateway_ready}/{gateways} gateways ready")
-
-    if problem is not None and engine is None:
-        progressing = (False, "Blocked", problem.message)
-    elif engine is None:
-        progressing = (True, "Creating", "creating the engine Deployment")
-    elif not _rolled_out(engine, desired):
-        progressing = (True, "RollingOut", f"{replicas} engines running, {desired} wanted")
-    else:
-        progressing = (False, "Stable", f"{desired} engines at the current spec")
-
-    degraded = (True, problem.reason, problem.message) if problem else (False, "AsExpected", "")
-
-    conditions = [
-        _condition(old_conditions, "Ready", *ready_cond, stamp, generation),
-        _condition(old_conditions, "Progressing", *progressing, stamp, generation),
-        _condition(old_conditions, "Degraded", *degraded, stamp, generation),
-    ]
-    if spec.autoscaling.enabled:
-        conditions += _autoscaling_conditions(spec, decision, proposal, old_conditions, stamp, generation)
-
-    status: Status = {
-        "replicas": replicas,
-        "readyReplicas": ready,
-        "desiredReplicas": desired,
-        "conditions": conditions,
-        "observedGeneration": generation,
-        "selector": selector,
-        "history": list(previous.get("history", [])),
+    verdicts = {
+        "Ready": _ready(decision.replicas, ready, _counts(gateway)[1], spec.gateway.replicas, problem),
+        "Progressing": _progressing(engine, decision.replicas, replicas, problem),
+        "Degraded": (True, problem.reason, problem.message) if problem else (False, "AsExpected", ""),
     }
-    if previous.get("lastScaleTime"):
-        status["lastScaleTime"] = previous["lastScaleTime"]
-    observed = proposal or decision
-    if observed.queue_depth is not None:
-        status["queueDepth"] = observed.queue_depth
-    if observed.ttft_p95_seconds is not None:
-        status["ttftP95Seconds"] = observed.ttft_p95_seconds
-    before = previous.get("desiredReplicas")
-    if before != desired and not (before is None and problem is not None):
-        _record(status, _change(stamp, before or 0, desired, decision, applied=True))
-        status["lastScaleTime"] = stamp
+    if spec.autoscaling.enabled:
+        verdicts |= {"ScalingLimited": _scaling_limited(spec, decision), "MetricsAvailable": _metrics(proposal)}
+    old_conditions = list(previous.get("conditions", []))
+    history, last_scale_time = _history(previous, decision, proposal, spec, problem, stamp)
+    fields: dict[str, Any] = {
+        "replicas": replicas,
+        "ready_replicas": ready,
+        "desired_replicas": decision.replicas,
+        "conditions": [condition(old_conditions, kind, v, stamp, generation) for kind, v in verdicts.items()],
+        "observed_generation": generation,
+        "selector": selector,
+        "history": history,
+        "last_scale_time": last_scale_time,
+        **_observed(proposal or decision),
+    }
     if spec.autoscaling.enabled and proposal is not None:
-        act = spec.autoscaling.mode == "Act"
-        last = _last_decision(previous.get("lastDecision"), proposal, stamp, act)
-        status["lastDecision"] = last
-        if not act:
-            recommended = (previous.get("lastDecision") or {}).get("replicas", desired)
-            if recommended != proposal.replicas:
-                _record(status, _change(stamp, recommended, proposal.replicas, proposal, applied=False))
-    return status
+        fields["last_decision"] = _last_decision(previous.get("lastDecision"), proposal, stamp,
+                                                 spec.autoscaling.mode == "Act")
+    return dump(InferenceDeploymentStatus(**fields))
 
 
-def _change(stamp: str, before: int, after: int, decision: ScaleDecision, *, applied: bool) -> dict[str, Any]:
-    record: dict[str, Any] = {"time": stamp, "fromReplicas": before, "toReplicas": after, "reason": decision.reason}
-    if decision.rule is not None:
-        record |= {"rule": decision.rule, "values": dict(decision.values), "applied": applied}
-    return record
+def _counts(deployment: Mapping[str, Any] | None) -> tuple[int, int, int]:
+    """(replicas, ready, updated) from a Deployment's status; zeros when it does not exist yet."""
+    status = (deployment or {}).get("status", {})
+    return status.get("replicas", 0), status.get("readyReplicas", 0), status.get("updatedReplicas", 0)
 
 
-def _record(status: Status, record: dict[str, Any]) -> None:
-    status["history"] = (status["history"] + [record])[-MAX_SCALING_HISTORY:]
+def _rolled_out(deployment: Mapping[str, Any] | None, desired: int) -> bool:
+    if deployment is None:
+        return False
+    replicas, _, updated = _counts(deployment)
+    caught_up = deployment.get("status", {}).get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+    return caught_up and replicas == desired and updated == desired
 
 
-def _last_decision(before: Mapping[str, Any] | None, proposal: ScaleDecision, stamp: str, applied: bool) -> Status:
-    """The autoscaler's latest evaluation; its time moves only when what it says does (no write per pass)."""
-    last = {"time": stamp, "replicas": proposal.replicas, "rule": proposal.rule or "", "message": proposal.reason,
-            "values": dict(proposal.values), "applied": applied}
-    if before is not None and {**before, "time": stamp} == last:
-        return dict(before)
-    return last
+def _ready(desired: int, ready: int, gateway_ready: int, gateways: int, problem: Problem | None) -> Verdict:
+    if problem is not None:
+        return False, problem.reason, problem.message
+    if desired == 0:
+        return False, "ScaledToZero", "no engine replicas are wanted"
+    if ready < desired:
+        return False, "EnginesNotReady", f"{ready}/{desired} engines ready"
+    if gateway_ready < gateways:
+        return False, "GatewayNotReady", f"{gateway_ready}/{gateways} gateways ready"
+    return True, "Ready", f"{ready}/{desired} engines and {gateway_ready}/{gateways} gateways ready"
 
 
-def _autoscaling_conditions(
-    spec: InferenceDeploymentSpec, decision: ScaleDecision, proposal: ScaleDecision | None,
-    old: list[Mapping[str, Any]], stamp: str, generation: int,
-) -> list[dict[str, Any]]:
-    """``ScalingLimited`` (clamped, or nothing to go on) and ``MetricsAvailable`` (whether the source saw the fleet)."""
+def _progressing(engine: Mapping[str, Any] | None, desired: int, replicas: int, problem: Problem | None) -> Verdict:
+    if problem is not None and engine is None:
+        return False, "Blocked", problem.message
+    if engine is None:
+        return True, "Creating", "creating the engine Deployment"
+    if not _rolled_out(engine, desired):
+        return True, "RollingOut", f"{replicas} engines running, {desired} wanted"
+    return False, "Stable", f"{desired} engines at the current spec"
+
+
+def _scaling_limited(spec: InferenceDeploymentSpec, decision: ScaleDecision) -> Verdict:
+    """``ScalingLimited``: the autoscaler's wish was clamped, or it had nothing to go on."""
     desired = decision.replicas
     if decision.limited == "NoGateway" or (spec.replicas.min == 0 and spec.gateway.replicas == 0):
-        limited = (True, "NoGateway", "replicas.min is 0 but gateway.replicas is 0: nothing would hold requests "
-                   f"or report demand at zero engines, so {desired} stays")
-    elif decision.limited:
-        limited = (True, decision.limited, f"{decision.reason}; clamped to {desired}")
-    elif decision.reason.startswith("MetricsMissing"):
-        limited = (True, "MetricsMissing", decision.reason)
-    else:
-        limited = (False, "WithinBounds", decision.reason)
+        return (True, "NoGateway", "replicas.min is 0 but gateway.replicas is 0: nothing would hold requests "
+                f"or report demand at zero engines, so {desired} stays")
+    if decision.limited:
+        return True, decision.limited, f"{decision.reason}; clamped to {desired}"
+    if decision.reason.startswith("MetricsMissing"):
+        return True, "MetricsMissing", decision.reason
+    return False, "WithinBounds", decision.reason
+
+
+def _metrics(proposal: ScaleDecision | None) -> Verdict:
+    """``MetricsAvailable``: whether the metrics source saw the fleet."""
     if proposal is None:
-        metrics = (False, "NoAutoscaler", "no autoscaler evaluates this fleet")
-    elif proposal.missing is not None:
-        metrics = (False, "MetricsMissing", f"{proposal.missing}; the engine count is held")
-    else:
-        metrics = (True, "Observed", "the metrics source observed the fleet")
-    return [_condition(old, "ScalingLimited", *limited, stamp, generation),
-            _condition(old, "MetricsAvailable", *metrics, stamp, generation)]
+        return False, "NoAutoscaler", "no autoscaler evaluates this fleet"
+    if proposal.missing is not None:
+        return False, "MetricsMissing", f"{proposal.missing}; the engine count is held"
+    return True, "Observed", "the metrics source observed the fleet"
+
+
+def _observed(observed: ScaleDecision) -> dict[str, float]:
+    """The demand the count was decided on (the printer columns), where it was measured."""
+    fields = {"queue_depth": observed.queue_depth, "ttft_p95_seconds": observed.ttft_p95_seconds}
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _history(
+    previous: Mapping[str, Any], decision: ScaleDecision, proposal: ScaleDecision | None,
+    spec: InferenceDeploymentSpec, problem: Problem | None, stamp: str,
+) -> tuple[list[ScalingRecord], str | None]:
+    """The scaling history and ``lastScaleTime``: a record per change of the engine count and, in Recommend mode,
+    per change of the recommendation; the first count of an object that cannot run is no change."""
+    history = [ScalingRecord.model_validate(r) for r in previous.get("history", [])]
+    last_scale_time = previous.get("lastScaleTime") or None
+    before, desired = previous.get("desiredReplicas"), decision.replicas
+    if before != desired and not (before is None and problem is not None):
+        history.append(_change(stamp, before or 0, desired, decision, applied=True))
+        last_scale_time = stamp
+    if spec.autoscaling.enabled and proposal is not None and spec.autoscaling.mode != "Act":
+        recommended = (previous.get("lastDecision") or {}).get("replicas", desired)
+        if recommended != proposal.replicas:
+            history.append(_change(stamp, recommended, proposal.replicas, proposal, applied=False))
+    return history[-MAX_SCALING_HISTORY:], last_scale_time
+
+
+def _change(stamp: str, before: int, after: int, decision: ScaleDecision, *, applied: bool) -> ScalingRecord:
+    record: dict[str, Any] = {"time": stamp, "from_replicas": before, "to_replicas": after, "reason": decision.reason}
+    if decision.rule is not None:
+        record |= {"rule": decision.rule, "values": dict(decision.values), "applied": applied}
+    return ScalingRecord(**record)
+
+
+def _last_decision(
+    before: Mapping[str, Any] | None, proposal: ScaleDecision, stamp: str, applied: bool
+) -> ScalingDecisionStatus:
+    """The autoscaler's latest evaluation; its time moves only when what it says does (no write per pass)."""
+    last = ScalingDecisionStatus(time=stamp, replicas=proposal.replicas, rule=proposal.rule or "",
+                                 message=proposal.reason, values=dict(proposal.values), applied=applied)
+    if before is not None and {**before, "time": stamp} == last.model_dump(by_alias=True):
+        return ScalingDecisionStatus.model_validate(before)
+    return last
 
 
 def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,4 +204,3 @@ def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
     patch = {key: value for key, value in new.items() if previous.get(key) != value}
     patch.update({key: None for key in previous if key not in new and previous[key] is not None})
     return patch
-

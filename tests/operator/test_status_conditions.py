@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kopf
 from hypothesis import given
 from hypothesis import strategies as st
 
 from shoal.operator.diagnosis import check_model, diagnose, diagnose_pod
+from shoal.operator.reconciler import Children, Reconciler
 from shoal.operator.replicas import ScaleDecision
 from shoal.operator.spec import MAX_SCALING_HISTORY, InferenceDeploymentSpec
 from shoal.operator.status import compute_status, status_patch
@@ -104,6 +106,28 @@ def test_history_records_each_change_and_stays_bounded(wishes: list[int]) -> Non
     assert history == changes[-MAX_SCALING_HISTORY:]
     assert current["lastScaleTime"] == current["history"][-1]["time"]
 
+
+
+async def test_an_invalid_spec_is_degraded_with_the_same_condition_fields_as_any_other() -> None:
+    """A spec the typed model rejects: Degraded carries lastTransitionTime and observedGeneration like every
+    condition, and a second pass over the same spec writes nothing and announces nothing."""
+    clock = iter([T0, T0 + timedelta(minutes=1)])
+    reconciler = Reconciler(client=None, clock=lambda: next(clock))  # type: ignore[arg-type]  # never called here
+    body = {"metadata": {"name": "x", "namespace": "ns", "uid": "u", "generation": 3},
+            "spec": {"model": {"source": "smollm2-135m"}, "replicas": {"count": -1}}, "status": status({})}
+    events: list[dict[str, Any]] = []
+    patches = []
+    for _ in range(2):
+        patch = kopf.Patch()
+        await reconciler.reconcile(kopf.Body(body), patch, Children(None, None, []), trigger="change",
+                                   announce=lambda _, **event: events.append(event))
+        patches.append(dict(patch.get("status") or {}))
+        body["status"] = {**body["status"], **patches[-1]}
+    degraded = next(c for c in body["status"]["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec") and "spec.replicas" in degraded["message"]
+    assert (degraded["lastTransitionTime"], degraded["observedGeneration"]) == ("2026-01-01T12:00:00Z", 3)
+    assert [c["type"] for c in body["status"]["conditions"]] == ["Ready", "Progressing", "Degraded"]
+    assert patches[1] == {} and [e["reason"] for e in events] == ["InvalidSpec"]
 
 def pod(name: str, **status: Any) -> dict[str, Any]:
     return {"metadata": {"name": name}, "status": status}
