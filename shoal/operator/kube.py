@@ -5,6 +5,21 @@ It reuses kopf's credentials (:class:`kopf.ConnectionInfo`, from the ServiceAcco
 outside), so the operator authenticates one way for both. Server-side apply with the field manager
 ``shoal-operator`` makes a reconcile idempotent: applying what is already there is a no-op for the apiserver
 (no new resourceVersion, no watch event), so re-running a reconcile writes nothing.
+
+Why a client of our own rather than ``kubernetes_asyncio`` (already the gateway's dependency) or lightkube: the
+operator needs exactly six calls, all generic over the kind: server-side apply with the ``shoal-operator``
+field manager and ``force`` for ten kinds, two of them the Prometheus Operator's custom resources; a merge patch
+of the status subresource (the alert pass, outside kopf's handlers); create-unless-exists for the generated
+API-key Secret (never a read of it); a merge patch of one Deployment's replicas; an Event; API discovery.
+Here each is one HTTP request, authenticated with kopf's own :class:`kopf.ConnectionInfo`, so the watches and
+the writes share one credential path and one source of truth for it. ``kubernetes_asyncio`` has a typed method
+per kind and API group (custom objects through a separate API), takes server-side apply only through a
+content-type override, and loads credentials its own way (writing kubeconfig certificate data to temporary files
+too); lightkube would fit the calls better but is a new dependency with its own config loading, to be mapped from
+kopf's. The restart that writes nothing (``tests/operator/test_operator_restart.py``) is the reconciler's doing
+(it applies only on drift), not the client's: replacing this module would have to keep that test green. Its one
+cost: the ``ssl`` module loads a client certificate only from a file, so certificate data is written to a 0700
+temporary directory, removed on :meth:`KubeClient.close`.
 """
 
 from __future__ import annotations
