@@ -1,10 +1,10 @@
 # The Kubernetes test control plane (docs/kube-testbed.md): binaries built from Go modules, and a background
 # instance for people and tools.
 KUBE_TESTBIN_BUILD := hack/kube-testbin/build.sh
-KUBE_UP_DIR := $(SHOAL_CACHE)/kube-up
+KUBE_UP_DIR ?= $(SHOAL_CACHE)/kube-up
 KUBE_UP := PYTHONPATH=tests $(PY) -m support.kube_up
 
-.PHONY: kube-testbin kube-up kube-down
+.PHONY: kube-testbin kube-up kube-down kube-env
 
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler, etcd, helm and kwok once into
 # $(SHOAL_CACHE)/kube-testbin/<version-stamp>/bin; a no-op when the pinned versions are already built.
@@ -18,3 +18,8 @@ kube-up: install kube-testbin
 
 kube-down:
 	@$(KUBE_UP) down --dir $(KUBE_UP_DIR)
+
+# The shell settings for the running plane, for `eval "$(make -s kube-env)"`: its KUBECONFIG, and PATH with the
+# helm that make kube-testbin built.
+kube-env:
+	@$(KUBE_UP) env --dir $(KUBE_UP_DIR)

@@ -2,6 +2,7 @@
 
     PYTHONPATH=tests python -m support.kube_up up [--dir DIR] [--minimal]
     PYTHONPATH=tests python -m support.kube_up down [--dir DIR]
+    PYTHONPATH=tests python -m support.kube_up env [--dir DIR]   # for eval: KUBECONFIG, and PATH with helm
 
 `up` starts a supervisor process (`serve`) in its own session and returns once the plane is ready, printing
 `export KUBECONFIG=DIR/kubeconfig`. `down` stops the supervisor, which stops every component; any component a
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -148,9 +150,20 @@ def down(directory: Path) -> int:
     return 0
 
 
+def env(directory: Path) -> int:
+    """Prints the shell exports that point kubectl and helm at the running plane (for ``eval``)."""
+    state = _read_state(directory)
+    if state is None:
+        print("echo 'error: the kube control plane is not running (make kube-up)' >&2; false")
+        return 1
+    print(f"export KUBECONFIG={shlex.quote(str(directory / 'kubeconfig'))}")
+    print(f'export PATH={shlex.quote(str(state["bin_dir"]))}:"$PATH"')
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["up", "down", "serve"])
+    parser.add_argument("command", choices=["up", "down", "serve", "env"])
     parser.add_argument("--dir", type=Path, default=default_dir(), help="state dir (default $SHOAL_CACHE/kube-up)")
     parser.add_argument("--minimal", action="store_true", help="etcd and kube-apiserver only")
     args = parser.parse_args(argv)
@@ -158,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         return up(args.dir, args.minimal)
     if args.command == "serve":
         return serve(args.dir, args.minimal)
+    if args.command == "env":
+        return env(args.dir)
     return down(args.dir)
 
 
