@@ -32,9 +32,11 @@ The load measure, in tokens, is the work a replica still has, which is what a si
   saved per matched block; ``/ max_seqs`` where the capacity is known) plus one sequence's charge, or plus its
   output budget where no capacity is known.
 
-The floor follows capacity: a replica with a known ``Capacity`` has a floor of ``token_budget /
-bound_factor``, so at low load it keeps taking the requests whose prefix it holds until its sequences would
-exceed ``max_seqs``, and the bound bites before it queues; under heavier load the mean governs, as in CHWBL.
+The floor follows capacity: a replica with a known ``Capacity`` has a floor of ``Capacity.limit_tokens /
+bound_factor``, its limit being ``max_seqs`` sequences running plus a full step of prompt waiting (``token_budget
++ token_budget / max_seqs``), so at low load it keeps taking the requests whose prefix it holds until one more
+would queue (a fifth sequence on a 4-sequence engine, or a second step's worth of prompt), and the bound bites
+before it does; under heavier load the mean governs, as in CHWBL.
 A replica that announces nothing gets the policy's ``load_floor_tokens`` (sized for big GPU engines). With
 no capacities and no ``block_size`` this is exactly the earlier token-count policy.
 """
@@ -69,6 +71,11 @@ class Capacity:
     def sequence_tokens(self) -> float:
         """What one running sequence is charged: its share of a step's token budget."""
         return self.token_budget / self.max_seqs
+
+    @property
+    def limit_tokens(self) -> float:
+        """Where a replica starts to queue: ``max_seqs`` sequences running and a full step of prompt waiting."""
+        return self.token_budget + self.sequence_tokens
 
     def prefill_charge(self, tokens: float) -> float:
         """What ``tokens`` still to prefill are charged: a full step's budget of them counts as one sequence."""
@@ -164,7 +171,7 @@ def floor_tokens(replica: ReplicaView, bound_factor: float, default_floor: int) 
     """Below this mean the bound does not tighten: the replica's capacity over the bound, else the default."""
     if replica.capacity is None:
         return default_floor
-    return replica.capacity.token_budget / bound_factor
+    return replica.capacity.limit_tokens / bound_factor
 
 
 def load_threshold(replicas: Sequence[ReplicaView], cost_tokens: int, bound_factor: float, floor: float) -> float:

@@ -68,7 +68,8 @@ def oracle(replicas: list[ReplicaView], request: RouteRequest, policy: PrefixAwa
     mean = (sum(held(r) for r in replicas) + request.cost_tokens) / len(replicas)
     out = {}
     for r in replicas:
-        floor = r.capacity.token_budget / policy.bound_factor if r.capacity else policy.load_floor_tokens
+        limit = r.capacity.token_budget + charge(r) if r.capacity else 0.0  # max_seqs sequences + a step of prompt
+        floor = limit / policy.bound_factor if r.capacity else policy.load_floor_tokens
         out[r.replica_id] = policy.bound_factor * max(mean, floor) - (held(r) + cost(r))
     return out
 
@@ -92,7 +93,7 @@ def test_affinity_holds_while_the_holder_stays_within_its_capacity(fleet, policy
     replicas, request = fleet
     best = max(matched_blocks(r.cached, request.block_hashes) for r in replicas)
     holders = [r for r in replicas if matched_blocks(r.cached, request.block_hashes) == best]
-    if best == 0 or not any(load(r) + cost_on(r, request, best) <= r.capacity.token_budget for r in holders):
+    if best == 0 or not any(load(r) + cost_on(r, request, best) <= r.capacity.limit_tokens for r in holders):
         return
     decision = policy.decide(replicas, request)
     assert decision.reason == "prefix_hit" and decision.matched_blocks == best
@@ -104,16 +105,16 @@ def test_the_bound_bites_before_a_replica_would_queue(fleet, policy: PrefixAware
     any replica could take the request within its own."""
     replicas, request = fleet
     mean = (sum(load(r) for r in replicas) + request.cost_tokens) / len(replicas)
-    if policy.bound_factor * mean > min(r.capacity.token_budget for r in replicas):
+    if policy.bound_factor * mean > min(r.capacity.limit_tokens for r in replicas):
         return
 
     def after(r: ReplicaView) -> float:
         return load(r) + cost_on(r, request, matched_blocks(r.cached, request.block_hashes))
 
-    if not any(after(r) <= r.capacity.token_budget for r in replicas):
+    if not any(after(r) <= r.capacity.limit_tokens for r in replicas):
         return
     chosen = next(r for r in replicas if r.replica_id == policy.decide(replicas, request).replica_id)
-    assert after(chosen) <= chosen.capacity.token_budget
+    assert after(chosen) <= chosen.capacity.limit_tokens
 
 
 def test_a_holder_is_charged_only_what_it_must_prefill() -> None:
@@ -138,7 +139,7 @@ def test_a_miss_longer_than_the_budget_still_fits_an_idle_replica_and_a_holder_t
     idle = [ReplicaView(name, capacity=capacity) for name in ("a", "b", "c", "d")]
     request = RouteRequest(CHAIN, cost_tokens=445 + 32, block_size=BLOCK, output_tokens=32)
     assert PrefixAware().decide(idle, request).reason == "miss"
-    for running, expected in ((2, "a"), (3, None)):
+    for running, expected in ((3, "a"), (4, None)):
         holder = ReplicaView("a", sequences=running, cached=frozenset(CHAIN), capacity=capacity)
         decision = PrefixAware().decide([holder, *idle[1:]], request)
         if expected:
