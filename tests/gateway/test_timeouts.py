@@ -19,7 +19,7 @@ from shoal.gateway.timeouts import Deadline, client_limit
 pytestmark = pytest.mark.timeout(60)
 
 STREAM = {"model": "tiny", "prompt": "hello", "max_tokens": 8, "stream": True}
-TIMEOUTS = {"first_token_timeout_s": 0.5, "inter_token_timeout_s": 0.3, "request_timeout_s": 20.0}
+TIMEOUTS = {"first_token_timeout_s": 2.0, "inter_token_timeout_s": 1.0, "request_timeout_s": 20.0}  # loaded CI
 
 
 def error_events(response: httpx.Response) -> list[dict]:
@@ -75,7 +75,7 @@ def test_no_first_token_anywhere_is_a_504_naming_the_limit(fake_engines, gateway
     started = time.monotonic()
     with pytest.raises(openai.InternalServerError) as raised:
         client.completions.create(model="tiny", prompt="hello", max_tokens=4, stream=True)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 10
     assert raised.value.status_code == 504
     assert raised.value.body["code"] == "first_token_timeout"
     eventually(lambda: engine.disconnects == 1, 10, "the engine saw its request closed")
@@ -83,35 +83,35 @@ def test_no_first_token_anywhere_is_a_504_naming_the_limit(fake_engines, gateway
 
 def test_a_stream_that_falls_silent_ends_with_an_error_event_and_a_closed_upstream(fake_engines, gateways) -> None:
     (engine, server), = fake_engines(1)
-    engine.tokens, engine.token_delay = 5, 2.0
+    engine.tokens, engine.token_delay = 5, 5.0
     handle = gateways([server.url], **TIMEOUTS)
     handle.wait_healthy(1)
     started = time.monotonic()
     with httpx.stream("POST", handle.url + "/v1/completions", json=STREAM, timeout=10) as response:
         assert response.status_code == 200
         errors = error_events(response)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 4.5
     assert [e["code"] for e in errors] == ["inter_token_timeout"]
     eventually(lambda: engine.disconnects == 1, 10, "the engine saw its stream closed")
 
 
 def test_the_clients_own_limit_cuts_a_stream_short(fake_engines, gateways) -> None:
     (engine, server), = fake_engines(1)
-    engine.tokens, engine.token_delay = 40, 0.1
+    engine.tokens, engine.token_delay = 60, 0.1
     handle = gateways([server.url], **TIMEOUTS)
     handle.wait_healthy(1)
     with httpx.stream("POST", handle.url + "/v1/completions", json=STREAM, timeout=10,
-                      headers={"X-Request-Timeout": "0.8"}) as response:
+                      headers={"X-Request-Timeout": "2.5"}) as response:
         errors = error_events(response)
     assert [e["code"] for e in errors] == ["request_timeout"]
-    assert "0.8 s" in errors[0]["message"]
+    assert "2.5 s" in errors[0]["message"]
     eventually(lambda: engine.disconnects == 1, 10, "the engine saw its stream closed")
 
 
 def test_a_non_streaming_request_is_bounded_by_the_request_limit(fake_engines, gateways) -> None:
     (engine, server), = fake_engines(1)
     engine.mode = "stall"
-    handle = gateways([server.url], **{**TIMEOUTS, "request_timeout_s": 0.6})
+    handle = gateways([server.url], **{**TIMEOUTS, "request_timeout_s": 1.5})
     handle.wait_healthy(1)
     response = httpx.post(handle.url + "/v1/completions", json={"model": "tiny", "prompt": "hi"}, timeout=10,
                           headers={"X-Request-Timeout": "30"})  # asks for more than the server allows
