@@ -1,5 +1,8 @@
 """kopf wiring: thin handlers that gather what kopf knows and hand it to the :class:`.Reconciler`.
 
+What the handlers share (the reconciler with its apiserver client, kopf's live index views, the Alertmanager
+receiver) is an :class:`OperatorState` in kopf's ``memo``, created by a startup handler and closed by a cleanup
+handler, so one registry can run any number of times (the CLI, each test's ``KopfRunner``) without leaking state.
 Two kopf indices follow the children through watches (the operator's Deployments, and the engine pods), so a
 status refresh reads memory, not the apiserver. Spec changes (create, update, the scale subresource) apply every
 child; operator restarts (resume) and a timer every ``resync`` seconds refresh the status from the indices and
@@ -9,6 +12,7 @@ Alertmanager receiver, when configured, runs in the same event loop and calls :f
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from aiohttp import web
 
 from shoal.operator import alert_receiver
 from shoal.operator.autoscaler import FleetAutoscaler
@@ -26,6 +31,7 @@ from shoal.operator.reconciler import Children, Reconciler, Trigger
 from shoal.operator.spec import GROUP, KIND, PLURAL, VERSION
 
 ANNOTATION_PREFIX = GROUP
+OWNED = {MANAGED_BY_LABEL: FIELD_MANAGER}
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,76 @@ class OperatorConfig:
     discovery_seconds: float = 60.0
     autoscaler: FleetAutoscaler | None = None
     alerts: AlertsConfig | None = None
+
+
+@dataclass
+class OperatorState:
+    """The handlers' shared state, kept in kopf's memo as ``memo.shoal`` (each object's memo is a shallow copy of
+    the operator's, so they all hold this one instance)."""
+
+    config: OperatorConfig
+    reconciler: Reconciler
+    indices: Mapping[str, Any] | None = None  # kopf's live index views, once a pass has seen them
+    last_pass: float = float("-inf")  # monotonic time of the last pass: a paused (peering) replica has none
+    alerts: web.AppRunner | None = None
+    stopping: bool = False  # the client is closed: passes return at once
+
+
+def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
+    """All handlers, registered into a fresh registry (so tests and the CLI run exactly the same operator)."""
+    registry = kopf.OperatorRegistry()
+    _register_lifecycle(registry, config)
+    _register_indices(registry)
+    _register_reconcile(registry, config)
+    return registry
+
+
+def credentials(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo | None:
+    """The ServiceAccount in a pod, else the kubeconfig: kopf's watches and our own client use the same."""
+    return kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
+
+
+def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """Login, startup (settings, shared state, the alert receiver) and cleanup."""
+    kopf.on.login(id="login", registry=registry)(credentials)
+
+    @kopf.on.startup(id="configure", registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+        )
+        settings.posting.level = logging.WARNING  # our own Events only, not one per handler run
+
+    @kopf.on.startup(id="state", registry=registry)
+    def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        info = credentials(settings)
+        if info is None:
+            raise kopf.PermanentError("no Kubernetes credentials: neither a ServiceAccount nor a kubeconfig")
+        reconciler = Reconciler(KubeClient(info), autoscaler=config.autoscaler,
+                                discovery_seconds=config.discovery_seconds)
+        memo.shoal = OperatorState(config, reconciler)
+
+    @kopf.on.startup(id="alerts", registry=registry)
+    async def start_alerts(memo: kopf.Memo, **_: Any) -> None:
+        if config.alerts is None or config.autoscaler is None:
+            return
+        state: OperatorState = memo.shoal
+        receiver = alert_receiver.AlertReceiver(config.alerts.token, config.autoscaler,
+                                                functools.partial(evaluate_alert, state))
+        state.alerts = await alert_receiver.serve(receiver, config.alerts.host, config.alerts.port)
+        logging.getLogger(__name__).info("Alertmanager receiver on %s:%d/alerts", config.alerts.host,
+                                         config.alerts.port)
+
+    @kopf.on.cleanup(id="close", registry=registry)
+    async def close(memo: kopf.Memo, **_: Any) -> None:
+        state: OperatorState | None = memo.get("shoal")
+        if state is None:
+            return
+        if state.alerts is not None:
+            await state.alerts.cleanup()
+        state.stopping = True
+        await state.reconciler.client.close()
 
 
 def _first(index: kopf.Index[Any, Any], key: tuple[str, ...]) -> Mapping[str, Any] | None:
@@ -66,35 +142,10 @@ def _replicas_managers(body: Mapping[str, Any]) -> list[str]:
     })
 
 
-def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
-    """All handlers, registered into a fresh registry (so tests and the CLI run exactly the same operator)."""
-    registry = kopf.OperatorRegistry()
-    state: dict[str, Any] = {}  # the reconciler, the live indices, the alert receiver
-    owned = {MANAGED_BY_LABEL: FIELD_MANAGER}
+def _register_indices(registry: kopf.OperatorRegistry) -> None:
+    """The watches' memory: the operator's Deployments, the InferenceDeployments, and the engine pods."""
 
-    @kopf.on.startup(id="configure", registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-        )
-        settings.posting.level = logging.WARNING  # our own Events only, not one per handler run
-
-    @kopf.on.login(id="login", registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-        if info is not None and "reconciler" not in state:
-            state["reconciler"] = Reconciler(
-                KubeClient(info), autoscaler=config.autoscaler, discovery_seconds=config.discovery_seconds
-            )
-        return info
-
-    @kopf.on.cleanup(id="close", registry=registry)
-    async def close(**_: Any) -> None:
-        if "reconciler" in state:
-            await state.pop("reconciler").client.close()
-
-    @kopf.index("apps", "v1", "deployments", labels=owned, id="shoal_deployments", registry=registry)
+    @kopf.index("apps", "v1", "deployments", labels=OWNED, id="shoal_deployments", registry=registry)
     def shoal_deployments(
         namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
     ) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -117,7 +168,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         return {(namespace, name): {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": dict(body["metadata"]),
                                     "spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}}
 
-    @kopf.index("v1", "pods", labels={**owned, COMPONENT_LABEL: "engine"}, id="shoal_engine_pods", registry=registry)
+    @kopf.index("v1", "pods", labels={**OWNED, COMPONENT_LABEL: "engine"}, id="shoal_engine_pods", registry=registry)
     def shoal_engine_pods(
         namespace: str, name: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
     ) -> dict[tuple[str, str], dict[str, Any]]:
@@ -129,81 +180,70 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         }
         return {(namespace, labels[OWNER_LABEL]): view}
 
-    async def run(
-        body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], trigger: Trigger,
-        old: Mapping[str, Any] | None = None,
-    ) -> None:
-        reconciler = state.get("reconciler")
-        if reconciler is None:  # the operator is stopping: its client is closed
-            return
-        state["indices"] = indices  # live views: the alert pass reads them too
-        state["last_pass"] = time.monotonic()
-        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        await reconciler.reconcile(body, patch, _children(indices, ns, name), trigger=trigger, old_spec=old)
 
-    async def evaluate_alert(namespace: str, name: str) -> float | None:
-        """An alert's pass over one InferenceDeployment, outside kopf's handlers: take it from the index, reconcile with
-        ``trigger="alert"`` (only the engine count is written), patch its status, post its Events. Returns the
-        ``perf_counter()`` once the count was written, None when the object does not exist."""
-        reconciler, indices = state.get("reconciler"), state.get("indices")
-        if reconciler is None or indices is None:
-            raise RuntimeError("the operator has not started watching yet")
-        if time.monotonic() - state["last_pass"] > 3 * config.resync_seconds + 5:
-            # a replica paused by kopf peering runs no timers: only the active one writes (a 5xx: retried)
-            raise RuntimeError("this operator replica is not the active one (kopf peering)")
-        raw = _first(indices["shoal_fleets"], (namespace, name))  # the watch's copy: no read, no extra RBAC
-        if raw is None:
-            return None
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-        body, patch = kopf.Body(raw), kopf.Patch()
-        events: list[dict[str, str]] = []
-        await reconciler.reconcile(body, patch, _children(indices, namespace, name), trigger="alert",
-                                   announce=lambda _, **event: events.append(event))
-        written = time.perf_counter()
-        if patch.get("status"):
-            await reconciler.client.patch_status(path, patch["status"])
-        for event in events:
-            await reconciler.client.event(raw, **event)
-        return written
-
-    @kopf.on.startup(id="alerts", registry=registry)
-    async def start_alerts(**_: Any) -> None:
-        if config.alerts is None or config.autoscaler is None:
-            return
-        receiver = alert_receiver.AlertReceiver(config.alerts.token, config.autoscaler, evaluate_alert)
-        state["alerts"] = await alert_receiver.serve(receiver, config.alerts.host, config.alerts.port)
-        logging.getLogger(__name__).info("Alertmanager receiver on %s:%d/alerts", config.alerts.host,
-                                         config.alerts.port)
-
-    @kopf.on.cleanup(id="stop_alerts", registry=registry)
-    async def stop_alerts(**_: Any) -> None:
-        if "alerts" in state:
-            await state.pop("alerts").cleanup()
+def _register_reconcile(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """The passes over an InferenceDeployment: on a spec change, on resume, on each refresh; and its deletion."""
 
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
     async def reconcile(
-        body: kopf.Body, patch: kopf.Patch, old: Mapping[str, Any] | None = None, **indices: Any
+        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, old: Mapping[str, Any] | None = None, **indices: Any
     ) -> None:
-        await run(body, patch, indices, "change", old)
-
-    @kopf.on.delete(GROUP, VERSION, PLURAL, id="forget", optional=True, registry=registry)
-    def forget(namespace: str, name: str, **_: Any) -> None:
-        """A deleted InferenceDeployment leaves no policy, alert or lock behind."""
-        if config.autoscaler is not None:
-            config.autoscaler.forget((namespace, name))
-        if "reconciler" in state:
-            state["reconciler"].forget(namespace, name)
+        await run(memo.shoal, body, patch, indices, "change", old)
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="resume", registry=registry)
-    async def resume(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
-        await run(body, patch, indices, "resume")
+    async def resume(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **indices: Any) -> None:
+        await run(memo.shoal, body, patch, indices, "resume")
 
     @kopf.timer(
         GROUP, VERSION, PLURAL, interval=config.resync_seconds, initial_delay=config.resync_seconds, id="refresh",
         registry=registry,
     )
-    async def refresh(body: kopf.Body, patch: kopf.Patch, **indices: Any) -> None:
-        await run(body, patch, indices, "refresh")
+    async def refresh(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **indices: Any) -> None:
+        await run(memo.shoal, body, patch, indices, "refresh")
 
-    return registry
+    @kopf.on.delete(GROUP, VERSION, PLURAL, id="forget", optional=True, registry=registry)
+    def forget(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+        """A deleted InferenceDeployment leaves no policy, alert or lock behind."""
+        if config.autoscaler is not None:
+            config.autoscaler.forget((namespace, name))
+        memo.shoal.reconciler.forget(namespace, name)
+
+
+async def run(
+    state: OperatorState, body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], trigger: Trigger,
+    old: Mapping[str, Any] | None = None,
+) -> None:
+    """One kopf-driven pass; it also keeps the live index views and the time of the last pass for the alert pass."""
+    if state.stopping:
+        return
+    state.indices = indices
+    state.last_pass = time.monotonic()
+    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    await state.reconciler.reconcile(body, patch, _children(indices, ns, name), trigger=trigger, old_spec=old)
+
+
+async def evaluate_alert(state: OperatorState, namespace: str, name: str) -> float | None:
+    """An alert's pass over one InferenceDeployment, outside kopf's handlers: take it from the index, reconcile with
+    ``trigger="alert"`` (only the engine count is written), patch its status, post its Events. Returns the
+    ``perf_counter()`` once the count was written, None when the object does not exist."""
+    indices, reconciler = state.indices, state.reconciler
+    if indices is None or state.stopping:
+        raise RuntimeError("the operator is not watching (not started yet, or stopping)")
+    if time.monotonic() - state.last_pass > 3 * state.config.resync_seconds + 5:
+        # a replica paused by kopf peering runs no timers: only the active one writes (a 5xx: retried)
+        raise RuntimeError("this operator replica is not the active one (kopf peering)")
+    raw = _first(indices["shoal_fleets"], (namespace, name))  # the watch's copy: no read, no extra RBAC
+    if raw is None:
+        return None
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+    body, patch = kopf.Body(raw), kopf.Patch()
+    events: list[dict[str, str]] = []
+    await reconciler.reconcile(body, patch, _children(indices, namespace, name), trigger="alert",
+                               announce=lambda _, **event: events.append(event))
+    written = time.perf_counter()
+    if patch.get("status"):
+        await reconciler.client.patch_status(path, patch["status"])
+    for event in events:
+        await reconciler.client.event(raw, **event)
+    return written
