@@ -58,6 +58,24 @@ def kube_cluster(kube_apiserver: ControlPlane) -> ControlPlane:
 
 
 @pytest.fixture(scope="session")
+def installed_chart(kube_apiserver: ControlPlane) -> ControlPlane:
+    """charts/shoal installed into the test cluster (CRDs, RBAC, peering object, operator Deployment); shared by
+    the operator and the autoscale tests."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "operator"))
+    from operator_harness import install_chart
+
+    return install_chart(kube_apiserver)
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(installed_chart: ControlPlane) -> Path:
+    """A kubeconfig holding a token of the chart's ServiceAccount: the operator gets exactly the chart's RBAC."""
+    from operator_harness import RELEASE_NAMESPACE, SERVICE_ACCOUNT
+
+    return installed_chart.kubeconfig_for_service_account(RELEASE_NAMESPACE, SERVICE_ACCOUNT, create=False).kubeconfig
+
+
+@pytest.fixture(scope="session")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     """Prometheus scraping itself every second; `apply_config` swaps in a test's scrape configs and rules."""
     server = _require(lambda: start_prometheus(tmp_path_factory.mktemp("prometheus")))

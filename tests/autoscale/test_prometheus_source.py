@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from conftest import ScrapedFleet, paused
+from scraped_fleet import ScrapedFleet, paused
 from support.kube_testbed import free_port
 from support.polling import eventually
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from conftest import ScrapedFleet, paused
+from scraped_fleet import ScrapedFleet, paused
 
 from shoal.autoscale import AutoscalingConfig, ShoalPolicy
 from shoal.autoscale.scrape_source import ScrapeSource

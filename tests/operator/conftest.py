@@ -12,20 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `operator_harness` under any pytest import mode
 
-from operator_harness import RELEASE_NAMESPACE, SERVICE_ACCOUNT, OperatorProcess, install_chart
+from operator_harness import OperatorProcess
 from support.kube_testbed import ControlPlane
-
-
-@pytest.fixture(scope="session")
-def installed_chart(kube_apiserver: ControlPlane) -> ControlPlane:
-    """charts/shoal installed into the test cluster (CRDs, RBAC, peering object, operator Deployment)."""
-    return install_chart(kube_apiserver)
-
-
-@pytest.fixture(scope="session")
-def operator_kubeconfig(installed_chart: ControlPlane) -> Path:
-    """A kubeconfig holding a token of the chart's ServiceAccount: the operator gets exactly the chart's RBAC."""
-    return installed_chart.kubeconfig_for_service_account(RELEASE_NAMESPACE, SERVICE_ACCOUNT, create=False).kubeconfig
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,60 @@
+"""Real engines scraped by the real Prometheus, as the metrics-source tests use them (the fixture is in this
+folder's ``conftest.py``), and a way to make a real process hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+
+from serve_harness import ServeProcess  # noqa: E402
+from support.services import Prometheus  # noqa: E402
+
+from shoal.autoscale.source import ReplicaTarget  # noqa: E402
+
+
+@dataclass
+class ScrapedFleet:
+    """The engines (``engine-0``, ``engine-1``), the name of a target nobody serves, and the Prometheus job."""
+
+    engines: list[ServeProcess]
+    prometheus: Prometheus
+    dead_name: str
+    dead_url: str
+
+    def targets(self, *, dead: bool = False) -> list[ReplicaTarget]:
+        targets = [ReplicaTarget(f"engine-{i}", "ready", 0.0, e.url) for i, e in enumerate(self.engines)]
+        return targets + [ReplicaTarget(self.dead_name, "ready", 0.0, self.dead_url)] if dead else targets
+
+    def load(self, engine: int, requests: int, max_tokens: int = 48) -> list[float]:
+        """Sends ``requests`` concurrent completions to one engine and returns each one's latency."""
+        client = openai.OpenAI(base_url=f"{self.engines[engine].url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+        def one(i: int) -> float:
+            response = client.with_raw_response.completions.create(
+                model="tiny-llama", prompt=f"load {i}", max_tokens=max_tokens, temperature=0.0,
+                extra_body={"ignore_eos": True},
+            )
+            return response.elapsed.total_seconds()
+
+        with ThreadPoolExecutor(requests) as pool:
+            return list(pool.map(one, range(requests)))
+
+
+@contextmanager
+def paused(pid: int) -> Iterator[None]:
+    """SIGSTOPs a real process (its sockets still accept, nothing answers: a hang), SIGCONTs it afterwards."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
