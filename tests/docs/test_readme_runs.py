@@ -12,6 +12,8 @@ terminal). An HTML comment on the line before a block changes how it runs, visib
 - ``<!-- readme-test: background (...) -->``: the block keeps running (a server, a fleet). It is started in the
   background, must still be alive when every later block has run, and is then stopped as Ctrl-C would. With
   ``ready at URL`` in the comment, later blocks wait until URL answers 200.
+- ``<!-- readme-test: after ctrl-c (...) -->``: the background blocks are checked alive and stopped first, as
+  the README tells the user to Ctrl-C them before this block.
 
 The cluster walk-through runs against a fresh ``make kube-up`` (its own state directory, ``KUBE_UP_DIR``); a
 failing block is named by its file and line, with its output.
@@ -35,7 +37,7 @@ from support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", REPO / "docs" / "install.md"]  # in the order a new user reads them
-MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|background|cheaper)\b(.*?)-->")
+MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|background|cheaper|after ctrl-c)\b(.*?)-->")
 READY_AT = re.compile(r"ready at (\S+)")
 
 
@@ -47,7 +49,7 @@ class Block:
     language: str
     line: int
     text: str
-    mode: str  # "run", "skip", "cheaper" or "background"
+    mode: str  # "run", "skip", "cheaper", "background" or "after ctrl-c"
     note: str
 
     def name(self) -> str:
@@ -165,6 +167,7 @@ class Terminal:
             pytest.fail("background blocks stopped by themselves: "
                         + ", ".join(f"{block.name()} (exit {code})" for block, code in died)
                         + self.background_logs(), pytrace=False)
+        self.background.clear()
 
     def stop_background(self) -> None:
         for _, process, _ in reversed(self.background):
@@ -206,8 +209,10 @@ def test_readme_blocks_run_in_order(tmp_path: Path) -> None:
         for block in blocks:
             if block.mode == "background":
                 terminal.start(block)
-            else:
-                terminal.run(block, timeout=600)
+                continue
+            if block.mode == "after ctrl-c":
+                terminal.check_and_stop_background()
+            terminal.run(block, timeout=600)
         terminal.check_and_stop_background()
     finally:
         terminal.stop_background()
