@@ -39,10 +39,10 @@ def load_model(
 ) -> CausalLM:
     """Builds the module without initialising it (meta device), then adopts the checkpoint's tensors.
 
-    ``quantization`` ``int4`` / ``int8`` adds a quantized copy of every projection (``quantize_projections``);
-    a GGUF file's own Q4_0/Q4_1 codes are used for int4 where it has them.
+    ``quantization`` ``int4`` / ``int8`` adds a quantized copy of the projections (``quantize_projections``);
+    for int4 a GGUF file's own Q4_0/Q4_1 codes are used, and its projections stored above 4 bits stay dense.
     """
-    gguf_codes: dict[str, Int4Codes] = {}
+    gguf_codes: dict[str, Int4Codes] | None = None
     if source.format == "hf":
         config = load_config(source)
         weights = iter_safetensors(source.path)
