@@ -6,7 +6,8 @@ feed the estimate, both from signals every source already reports:
 
 - **Saturation** (a request waiting on every ready replica, so every batch is full): the fleet
   then serves exactly its capacity, and what it serves is what arrived minus what piled up. Over a stretch of at
-  least ``measure_seconds`` and 50 arrivals, with the same ready replicas and a steady reported arrival rate
+  least ``measure_seconds`` and 50 arrivals, long enough that arrival noise is under a fifth of what was served,
+  with the same ready replicas and a steady reported arrival rate
   (its two halves' means within 10%: a windowed rate still catching up with a step would make the fleet look
   slower than it is), it is
   ``(mean arrival rate - queue growth per second) / ready replicas``, blended into a moving average. This is the
@@ -150,12 +151,15 @@ class CapacityEstimate:
         elapsed = time - stretch.start
         if elapsed < self.measure_seconds or stretch.mean_arrival * elapsed < _MIN_ARRIVALS:
             return
+        served = stretch.mean_arrival - (waiting - stretch.waiting) / elapsed
+        # far over capacity, what is served is a small difference of two large, noisy rates: keep measuring
+        # until Poisson noise on the arrivals is under a fifth of it
+        if served <= 0 or math.sqrt(stretch.mean_arrival * elapsed) / elapsed > 0.2 * served:
+            return
         self._stretch = _Stretch(time, waiting, ready, arrival)
         if not stretch.steady:
             return
-        per_replica = (stretch.mean_arrival - (waiting - stretch.waiting) / elapsed) / ready
-        if per_replica <= 0:
-            return
+        per_replica = served / ready
         previous = self._measured
         self._measured = per_replica if previous is None else previous + self.smoothing * (per_replica - previous)
         self._floor = min(self._floor, per_replica)
