@@ -135,9 +135,10 @@ def test_recommend_mode_records_decisions_and_scales_nothing(
     with operator(operator_kubeconfig, source, monkeypatch) as autoscaler:
         apply(plane, namespace, fleet("advice", mode="Recommend"))
         infd = eventually(lambda: (i := get(plane, namespace, "infd", "advice"))
-                          and (i.get("status") or {}).get("lastDecision") and i, 60, "a recorded decision")
+                          and ((i.get("status") or {}).get("lastDecision") or {}).get("rule") == "ScaleUpQueue"
+                          and i, 60, "a recorded scale-up decision (a first pass may hold while the pod starts)")
         last = infd["status"]["lastDecision"]
-        assert (last["replicas"], last["rule"], last["applied"]) == (3, "ScaleUpQueue", False)
+        assert (last["replicas"], last["applied"]) == (3, False)
         record = infd["status"]["history"][-1]
         assert (record["fromReplicas"], record["toReplicas"], record["applied"]) == (1, 3, False)
         assert any("recommended" in line for line in events(plane, namespace, "ScaleRecommended"))

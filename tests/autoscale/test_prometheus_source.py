@@ -21,7 +21,7 @@ JOB = 'job="shoal-engines"'
 
 
 async def observe(fleet: ScrapedFleet, *, url: str | None = None, selector: str = JOB, dead: bool = False,
-                  now: float | None = None, timeout: float = 2.0) -> FleetSignals:
+                  now: float | None = None, timeout: float = 10.0) -> FleetSignals:
     async with httpx.AsyncClient() as client:
         source = PrometheusSource(client, url or fleet.prometheus.url, selector, timeout_seconds=timeout)
         return await source.observe(time.time() if now is None else now, 2, fleet.targets(dead=dead))
