@@ -47,6 +47,11 @@ async def test_a_burst_shows_per_replica_queues_ttft_and_arrivals(scraped_fleet:
     assert 0.0 < signals.ttft_p95_seconds <= max(latencies) * 1.5  # type: ignore[operator]
     assert signals.output_tokens_per_second and signals.output_tokens_per_second > 0
 
+    def drained() -> bool:  # the next tests share this fleet and expect Prometheus to see it idle
+        return asyncio.run(observe(scraped_fleet)).replicas[0].waiting == 0.0
+
+    await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(drained, 30, "an idle engine-0"))
+
 
 async def test_a_replica_without_series_is_unreported_not_idle(scraped_fleet: ScrapedFleet) -> None:
     signals = await observe(scraped_fleet, dead=True)
