@@ -4,16 +4,13 @@ writes none of them; and the session-wide scan (``support.secret_scan``) does fi
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from support.polling import eventually
 from support.secret_scan import SecretCatcher, scan_log_files, secrets_in
 
-from shoal.local import free_port
+from shoal.local.process import LocalProcess, shoal_command
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,30 +29,22 @@ def test_a_gateway_at_debug_level_logs_no_key(fake_engine, tmp_path: Path) -> No
     _, server = fake_engine
     keys = tmp_path / "keys.yaml"
     keys.write_text("tenants:\n  acme:\n    api_keys: [sk-secret-acme]\n    requests_per_minute: 1\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp_path / "gateway.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "shoal.cli", "gateway", "--port", str(port), "--backend", server.url,
-             "--api-keys", str(keys), "--log-level", "debug", "--health-interval", "0.2"],
-            stdout=out, stderr=subprocess.STDOUT)
+    gateway = LocalProcess(
+        shoal_command("gateway", "--backend", server.url, "--api-keys", str(keys), "--log-level", "debug",
+                      "--health-interval", "0.2"),
+        tmp_path / "gateway.log",
+    )
+    url, log = gateway.url, gateway.log_path
     try:
-        def ready() -> bool:
-            try:
-                return httpx.get(url + "/ready").status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        eventually(ready, 60, "shoal gateway /ready")
+        gateway.wait_ready(timeout=60)
         body = {"model": "tiny", "prompt": "hi", "max_tokens": 2}
         for authorization in ("Bearer sk-secret-acme", "Bearer sk-secret-wrong", "sk-secret-bare", "Basic sk-x"):
             for _ in range(2):  # the second with the right key is over its quota: a 429 names the tenant only
                 httpx.post(url + "/v1/completions", json=body, headers={"Authorization": authorization})
         httpx.get(url + "/v1/models", headers={"Authorization": "Bearer sk-secret-models"})
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        gateway.terminate()
+        gateway.process.wait(timeout=10)
     text = log.read_text()
     assert '"status": 401' in text and '"status": 429' in text  # the requests were logged...
     assert scan_log_files(tmp_path) == []  # ...and no key with them
