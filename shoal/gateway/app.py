@@ -23,6 +23,7 @@ from shoal.gateway import proxy
 from shoal.gateway.dashboard import dashboard_routes
 from shoal.gateway.gateway import Gateway
 from shoal.protocol.errors import APIError, from_http_status
+from shoal.protocol.openapi import openapi_document
 
 
 class _Generation:
@@ -47,6 +48,10 @@ def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
             return JSONResponse(error.body(), status_code=401)
         data = [{"id": m, "object": "model", "owned_by": "shoal"} for m in sorted(gateway.fleet.models())]
         return JSONResponse({"object": "list", "data": data})
+
+    async def openapi(_: Request) -> Response:
+        """Public, like OpenAI's own spec: it holds no key and nothing of this fleet, and says when a key is needed."""
+        return JSONResponse(openapi_document("shoal gateway", bearer_auth=gateway.api_keys.enabled))
 
     async def health(_: Request) -> Response:
         return PlainTextResponse("ok")
@@ -75,6 +80,7 @@ def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
     routes = [
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in generation.items()),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

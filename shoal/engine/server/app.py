@@ -37,6 +37,7 @@ from shoal.protocol.errors import (
 )
 from shoal.protocol.json_body import parse_json_object
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
+from shoal.protocol.openapi import openapi_document
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -86,7 +87,8 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
         finally:
             engine.stop()
 
-    app = FastAPI(title="shoal engine", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # FastAPI's own document would describe every body as untyped (the handlers parse it): serve the shared one
+    app = FastAPI(title="shoal engine", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(RequestIdMiddleware)
 
     @app.exception_handler(APIError)
@@ -138,6 +140,10 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
                                max_num_seqs=core.config.max_num_seqs, block_size=core.config.block_size)
                      for name in settings.served_model_names]
         return JSONResponse(ModelList(data=cards).model_dump())
+
+    @app.get("/openapi.json")
+    async def openapi() -> JSONResponse:
+        return JSONResponse(openapi_document("shoal engine"))
 
     @app.get("/health")
     async def health() -> JSONResponse:
