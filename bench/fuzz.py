@@ -1,6 +1,7 @@
-"""Fuzzing at length: schemathesis' generated requests (valid and invalid, from the shared request models'
-OpenAPI description) against a real ``shoal serve`` and ``shoal gateway`` in front of it, ``--examples`` per
-operation and mode; exits 1 listing every 5xx, transport failure or hang. The CI smoke is 15 per operation
+"""Fuzzing at length: schemathesis' generated requests (valid and invalid, from the OpenAPI document each server
+serves at ``/openapi.json``) against a real ``shoal serve`` and ``shoal gateway`` in front of it, ``--examples``
+per operation and mode; exits 1 listing every 5xx, transport failure, hang, or answer the document does not
+describe (status, content type, JSON schema). The CI smoke is 15 per operation
 (``tests/reliability/test_hostile_inputs.py``).
 
     .venv/bin/python bench/fuzz.py --examples 1000

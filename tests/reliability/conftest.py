@@ -25,6 +25,22 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
                             max_position_embeddings=2048)
 
 
+@pytest.fixture(scope="session")
+def targets(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A real engine (its own request limit kept short, so a valid but long request cannot look like a hang)
+    and a gateway in front of it, that the hostile-input, fuzzing and served-schema tests share."""
+    engine = EngineProcess(str(tiny_model), tmp_path_factory.mktemp("fuzz") / "engine.log", "tiny",
+                           "--max-model-len", "512", "--request-timeout", "10").wait_ready()
+    handle = GatewayHandle(make_gateway([engine.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model)},
+                                        request_timeout_s=15.0))
+    try:
+        handle.wait_healthy(1)
+        yield {"engine": engine.url, "gateway": handle.url}
+    finally:
+        handle.stop()
+        engine.stop()
+
+
 @pytest.fixture
 def start_engines(tiny_model: Path, tmp_path: Path) -> Iterator[Callable[..., list[EngineProcess]]]:
     """Starts real engines for one test (ready when returned) and stops whatever is left of them after it."""
