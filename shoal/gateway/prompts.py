@@ -1,12 +1,9 @@
 """A request's prompt as the engine will see it: token ids, block hashes and the token cost charged to it.
 
-The gateway must tokenize exactly as the engine does, or its block hashes name nothing the engine holds: a
-completion prompt is ``encode(prompt)`` (special tokens added per the tokenizer's config), a chat is the chat
-template rendered over ``ChatMessage.for_template()`` of each message (what the engine renders) and then
-``encode(text, add_special_tokens=False)``; token-id prompts are taken as they are. A batch of prompts is
-routed by its first and charged for all. Tokenizers load lazily per model (``shoal.tokenizer``, torch-free); a model
-whose tokenizer cannot be found (or is still loading) is still served, routed without prefix information and
-charged an estimate.
+The gateway must tokenize exactly as the engine does, or its block hashes name nothing the engine holds, so both
+call the same functions (``shoal.tokenizer.prompt_tokens``). A batch of prompts is routed by its first and charged
+for all. Tokenizers load lazily per model (``shoal.tokenizer``, torch-free); a model whose tokenizer cannot be found
+(or is still loading) is still served, routed without prefix information and charged an estimate.
 """
 
 from __future__ import annotations
@@ -16,22 +13,16 @@ import logging
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE, hash_blocks
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+from shoal.tokenizer.prompt_tokens import PromptTokenizer, chat_token_ids, completion_prompt_ids
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CHAT_MAX_TOKENS = 256
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 BYTES_PER_TOKEN_ESTIMATE = 4
-
-
-class PromptTokenizer(Protocol):
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
-
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -73,7 +64,7 @@ class PromptReader:
         source = self._sources.get(model, model)
         try:
             tokenizer: PromptTokenizer | None = _load_tokenizer(source)
-        except Exception as exc:  # noqa: BLE001 - any failure means "route without prefix information"
+        except Exception as exc:  # any failure means "route without prefix information"
             log.warning("no tokenizer for model %r (source %r): %s; routing without prefixes", model, source, exc)
             tokenizer = None
         self._tokenizers[model] = tokenizer
@@ -101,23 +92,22 @@ class PromptReader:
         tokenizer = self.tokenizer(request.model)
         if isinstance(request, ChatCompletionRequest):
             max_tokens = request.output_limit() or DEFAULT_CHAT_MAX_TOKENS
-            messages = [m.for_template() for m in request.messages]
             if tokenizer is not None:
                 try:
-                    text = tokenizer.apply_chat_template(messages, add_generation_prompt=request.add_generation_prompt)
-                    ids = tokenizer.encode(text, add_special_tokens=False)
+                    ids = chat_token_ids(tokenizer, request)
                     return Prompt(ids, len(ids) + max_tokens, max_tokens)
-                except Exception:  # noqa: BLE001 - the engine answers a bad chat with a 400; routing needn't
+                except Exception:  # the engine answers a bad chat with a 400; routing needn't
                     log.debug("chat template failed for %r; routing without prefixes", request.model, exc_info=True)
-            size = sum(len(m["content"].encode()) for m in messages)
+            size = sum(len(m.text().encode()) for m in request.messages)
             return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens, max_tokens)
         max_tokens = request.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
         prompts = request.prompts()
         prompt = prompts[0]
-        if isinstance(prompt, list):
-            return Prompt(prompt, len(prompt) * len(prompts) + max_tokens, max_tokens)
         if tokenizer is not None:
-            ids = tokenizer.encode(prompt)
-            return Prompt(ids, len(ids) * len(prompts) + max_tokens, max_tokens)
-        return Prompt(None, len(prompt.encode()) * len(prompts) // BYTES_PER_TOKEN_ESTIMATE + max_tokens,
-                      max_tokens)
+            ids = completion_prompt_ids(tokenizer, prompt)
+        elif isinstance(prompt, list):
+            ids = prompt  # what completion_prompt_ids answers for token ids, with or without a tokenizer
+        else:
+            estimate = len(prompt.encode()) * len(prompts) // BYTES_PER_TOKEN_ESTIMATE
+            return Prompt(None, estimate + max_tokens, max_tokens)
+        return Prompt(ids, len(ids) * len(prompts) + max_tokens, max_tokens)

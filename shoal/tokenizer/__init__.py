@@ -3,12 +3,17 @@
 from shoal.tokenizer.chat_template import ChatTemplateError
 from shoal.tokenizer.detokenizer import IncrementalDetokenizer
 from shoal.tokenizer.gguf_vocab import UnsupportedTokenizerError
+from shoal.tokenizer.prompt_tokens import PromptTokenizer, chat_token_ids, completion_prompt_ids, completion_token_ids
 from shoal.tokenizer.tokenizer import Tokenizer, TokenizerFilesError
 
 __all__ = [
     "ChatTemplateError",
     "IncrementalDetokenizer",
+    "PromptTokenizer",
     "Tokenizer",
     "TokenizerFilesError",
     "UnsupportedTokenizerError",
+    "chat_token_ids",
+    "completion_prompt_ids",
+    "completion_token_ids",
 ]

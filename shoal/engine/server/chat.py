@@ -23,22 +23,15 @@ from shoal.protocol.openai_api import (
     ChatStreamChoice,
     UsageInfo,
 )
-from shoal.tokenizer import ChatTemplateError, Tokenizer
-
-
-def _render_and_encode(tokenizer: Tokenizer, req: ChatCompletionRequest) -> list[int]:
-    """The template already places the special tokens it wants, so encoding adds none."""
-    messages = [m.for_template() for m in req.messages]
-    try:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=req.add_generation_prompt)
-    except ChatTemplateError as exc:
-        raise invalid_request(f"messages: {exc}", param="messages") from None
-    return tokenizer.encode(text, add_special_tokens=False)
+from shoal.tokenizer import ChatTemplateError, Tokenizer, chat_token_ids
 
 
 async def prepare(req: ChatCompletionRequest, request_id: str, tokenizer: Tokenizer, max_model_len: int) -> Prepared:
     started = time.perf_counter()
-    ids = await asyncio.to_thread(_render_and_encode, tokenizer, req)
+    try:
+        ids = await asyncio.to_thread(chat_token_ids, tokenizer, req)
+    except ChatTemplateError as exc:
+        raise invalid_request(f"messages: {exc}", param="messages") from None
     tokenize_s = time.perf_counter() - started
     max_tokens = output_limit(req, len(ids), max_model_len, "messages")
     children = [Child(i, ids, sampling_params(req, max_tokens, i)) for i in range(req.n)]

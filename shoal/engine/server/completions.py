@@ -19,18 +19,17 @@ from shoal.protocol.openai_api import (
     CompletionStreamResponse,
     UsageInfo,
 )
-from shoal.tokenizer import Tokenizer
+from shoal.tokenizer import Tokenizer, completion_token_ids
 
 
 async def prepare(req: CompletionRequest, request_id: str, tokenizer: Tokenizer, max_model_len: int) -> Prepared:
     """Tokenizes every prompt (off the event loop) and builds ``n`` engine requests per prompt."""
     started = time.perf_counter()
-    prompts = req.prompts()
-    token_ids = [p if isinstance(p, list) else await asyncio.to_thread(tokenizer.encode, p) for p in prompts]
+    token_ids = await asyncio.to_thread(completion_token_ids, tokenizer, req)
     tokenize_s = time.perf_counter() - started
     children = []
     for p, ids in enumerate(token_ids):
-        field = "prompt" if len(prompts) == 1 else f"prompt[{p}]"
+        field = "prompt" if len(token_ids) == 1 else f"prompt[{p}]"
         max_tokens = output_limit(req, len(ids), max_model_len, field)
         children += [Child(p * req.n + i, ids, sampling_params(req, max_tokens, i)) for i in range(req.n)]
     return Prepared.of(req, request_id, children, tokenize_s)

@@ -1,0 +1,39 @@
+"""A request's prompt as token ids: the engine's and the gateway's half of the prompt contract, written once.
+
+The gateway hashes the blocks of these ids (``shoal.protocol.block_hash``) to find the replica that holds them,
+so routing is only right while it tokenizes exactly as the engine does; both call these functions. A completion
+prompt is ``encode(prompt)`` (special tokens added per the tokenizer's config) and a token-id prompt is taken as
+it is; a chat is the chat template rendered over ``ChatMessage.for_template()`` of each message and then
+``encode(text, add_special_tokens=False)``, since the template already places the special tokens it wants.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+
+
+class PromptTokenizer(Protocol):
+    """What these functions need of a tokenizer (``shoal.tokenizer.Tokenizer``, or a test's own)."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
+
+
+def completion_prompt_ids(tokenizer: PromptTokenizer, prompt: str | list[int]) -> list[int]:
+    """One completion prompt's ids: text is encoded, token ids are taken as they are."""
+    return list(prompt) if isinstance(prompt, list) else tokenizer.encode(prompt)
+
+
+def completion_token_ids(tokenizer: PromptTokenizer, request: CompletionRequest) -> list[list[int]]:
+    """Every prompt of the batch, in order."""
+    return [completion_prompt_ids(tokenizer, p) for p in request.prompts()]
+
+
+def chat_token_ids(tokenizer: PromptTokenizer, request: ChatCompletionRequest) -> list[int]:
+    """The conversation rendered with the chat template; raises ``ChatTemplateError`` if it cannot be."""
+    messages = [m.for_template() for m in request.messages]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=request.add_generation_prompt)
+    return tokenizer.encode(text, add_special_tokens=False)
