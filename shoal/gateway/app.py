@@ -22,7 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from shoal.gateway import proxy
 from shoal.gateway.dashboard import dashboard_routes
 from shoal.gateway.gateway import Gateway
-from shoal.protocol.errors import APIError, from_http_status
+from shoal.protocol.errors import from_http_status, invalid_api_key
+from shoal.protocol.openai_api import ModelCard, ModelList
 from shoal.protocol.openapi import openapi_document
 
 
@@ -43,11 +44,12 @@ def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
                   "/v1/chat/completions": _Generation(gateway, chat=True)}
 
     async def models(request: Request) -> Response:
+        """The engine's model list type; the scheduler limits are per replica, so the fleet's cards leave them out."""
         if gateway.api_keys.tenant_for(request.headers.get("authorization")) is None:
-            error = APIError(401, "Incorrect or missing API key.", code="invalid_api_key")
-            return JSONResponse(error.body(), status_code=401)
-        data = [{"id": m, "object": "model", "owned_by": "shoal"} for m in sorted(gateway.fleet.models())]
-        return JSONResponse({"object": "list", "data": data})
+            error = invalid_api_key()
+            return JSONResponse(error.body(), status_code=error.status_code)
+        cards = [ModelCard(id=model) for model in sorted(gateway.fleet.models())]
+        return JSONResponse(ModelList(data=cards).model_dump(exclude_none=True))
 
     async def openapi(_: Request) -> Response:
         """Public, like OpenAI's own spec: it holds no key and nothing of this fleet, and says when a key is needed."""

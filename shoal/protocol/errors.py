@@ -62,6 +62,12 @@ def invalid_request(message: str, param: str | None = None, code: str | None = N
     return APIError(400, message, param=param, code=code)
 
 
+def invalid_api_key() -> APIError:
+    """401: no key, or one nobody holds; the SDKs raise ``AuthenticationError``. Never echoes the key sent."""
+    return APIError(401, "Incorrect or missing API key: send it as `Authorization: Bearer <key>`.",
+                    code="invalid_api_key")
+
+
 def model_not_found(model: str) -> APIError:
     """404: the request names a model this server does not serve."""
     return APIError(
