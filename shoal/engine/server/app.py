@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from shoal.engine.server import chat, completions
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
-from shoal.engine.server.sampling import OpenAIRequest
+from shoal.engine.server.request_params import OpenAIRequest
 from shoal.engine.server.serving import ClosingStreamingResponse, respond
 from shoal.protocol.errors import (
     APIError,

@@ -37,7 +37,7 @@ from shoal.engine.core.sampling_params import SamplingParams
 from shoal.engine.server.kv_event_hub import Follower, KVEventHub
 from shoal.engine.server.metrics import ServerMetrics
 from shoal.engine.server.output_stream import Delta, RequestStream
-from shoal.engine.server.sampling import engine_error
+from shoal.engine.server.request_params import engine_error
 from shoal.protocol.errors import invalid_request, service_unavailable
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ class AsyncEngine:
         if any(cid in self._routes for cid in child_ids):
             raise invalid_request(f"Request id {request_id!r} is already in flight.", param="X-Request-Id")
         stream = RequestStream(num_choices=len(children), capacity=self.stream_capacity)
-        for cid, child in zip(child_ids, children):
+        for cid, child in zip(child_ids, children, strict=True):
             self._routes[cid] = (stream, child.index)
         self._idle.clear()
         added: Future[None] = Future()
@@ -277,7 +277,7 @@ class AsyncEngine:
         """Adds every child or none of them (step thread)."""
         added: list[str] = []
         try:
-            for cid, child in zip(child_ids, children):
+            for cid, child in zip(child_ids, children, strict=True):
                 core.add_request(cid, child.prompt_token_ids, child.params, arrival_time=arrival)
                 added.append(cid)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, who turns it into a 4xx/5xx
@@ -300,7 +300,7 @@ class AsyncEngine:
         loop = self._loop
         try:
             core = self._load()
-        except Exception as exc:  # noqa: BLE001 - reported in the log; the process exits via on_dead
+        except Exception as exc:  # reported in the log; the process exits via on_dead
             log.exception("the model failed to load")
             self._die(exc)
             return
@@ -322,7 +322,7 @@ class AsyncEngine:
                 self.kv_hub.publish(core.drain_kv_events())
                 stats = core.stats()
                 self.metrics.observe_step(outputs, stats)
-            except Exception as exc:  # noqa: BLE001 - the engine is broken: fail every request, stay observable
+            except Exception as exc:  # the engine is broken: fail every request, stay observable
                 log.exception("engine step failed; failing all requests")
                 self._die(exc)
                 return

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from shoal.engine.server.async_engine import Child
 from shoal.engine.server.logprobs import chat_logprobs
 from shoal.engine.server.output_stream import Delta
-from shoal.engine.server.sampling import output_limit, sampling_params
+from shoal.engine.server.request_params import output_limit, sampling_params
 from shoal.engine.server.serving import ChoiceState, Outcome, Prepared
 from shoal.protocol.errors import invalid_request
 from shoal.protocol.openai_api import (

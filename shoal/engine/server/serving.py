@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 from shoal.engine.core.outputs import RequestMetrics, SampleLogprobs
 from shoal.engine.server.async_engine import Child, Generation
 from shoal.engine.server.output_stream import Delta, StreamFailed
-from shoal.engine.server.sampling import OpenAIRequest
+from shoal.engine.server.request_params import OpenAIRequest
 from shoal.protocol.errors import internal_error
 from shoal.protocol.openai_api import PromptTokensDetails, UsageInfo
 
