@@ -56,7 +56,7 @@ def engine_page(fleets: int) -> bytes:
 
 def serve_page(page: bytes) -> tuple[ThreadingHTTPServer, int]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.end_headers()
@@ -179,7 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fleets", type=int, default=60)
     args = parser.parse_args()
-    print(json.dumps(run(args.fleets), indent=2))  # noqa: T201
+    print(json.dumps(run(args.fleets), indent=2))
 
 
 if __name__ == "__main__":

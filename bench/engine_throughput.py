@@ -32,7 +32,7 @@ from shoal.cpu_features import cpu_info
 class Timer:
     """Wall and CPU seconds of a block."""
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         self.wall, self.cpu = time.perf_counter(), time.process_time()
         return self
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-
 from shoal.local import LocalProcess, shoal_command
 
 

@@ -36,11 +36,10 @@ from typing import Any
 
 import aiohttp
 import uvloop
+from gateway_fleet import start_gateway
 
 from shoal.bench.report import percentile
 from shoal.local import LocalProcess, free_port
-
-from gateway_fleet import start_gateway
 
 HERE = Path(__file__).resolve().parent
 CHUNKS = 8  # SSE events per stream, then [DONE]

@@ -29,15 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-from shoal.local import LocalProcess, metric
-from shoal.local.metrics import samples_named
-
 from gateway_fleet import start_engines, start_gateway
 
 from shoal.bench.datasets import shared_prefix_dataset
 from shoal.bench.report import summarize
 from shoal.bench.runner import BenchConfig, run_benchmark
+from shoal.local import LocalProcess, metric
+from shoal.local.metrics import samples_named
 
 SERVED = "bench"
 POLICIES = ("round-robin", "least-load", "prefix-aware")
@@ -101,7 +99,7 @@ def scenario(name: str, replicas: int, policy: str | None, model: str, args: arg
     finally:
         for process in [*engines, *([gateway] if gateway else [])]:
             process.stop()
-    delta = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before)]
+    delta = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before, strict=True)]
     hits = sum(d["prefix_cache_hits_tokens_total"] for d in delta)
     queries = sum(d["prefix_cache_queries_tokens_total"] for d in delta)
     return {

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 # Nominal HBM bandwidth in GB/s by device-name fragment (vendor data sheets).
 PEAK_HBM_GBPS = {"H200": 4800, "H100 SXM": 3350, "H100 NVL": 3900, "H100 PCIe": 2000, "H100": 3350,
@@ -103,11 +104,11 @@ def bench_decode(shapes: Shapes, dtype, device: str, repeats: int, peak: float |
         query, k_cache, v_cache, meta = paged_batch(shapes, [1] * num_seqs, [context] * num_seqs, dtype, device)
         scale = shapes.head_dim**-0.5
         err = max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale)
-        ours = timed(lambda: triton_ops.attention(query, k_cache, v_cache, meta, scale), device, repeats)
-        ref = timed(lambda: torch_ops.attention(query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
+        ours = timed(partial(triton_ops.attention, query, k_cache, v_cache, meta, scale), device, repeats)
+        ref = timed(partial(torch_ops.attention, query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
         moved = 2 * k_cache.numel() * k_cache.element_size() + 2 * query.numel() * query.element_size()
         flat = torch.empty(moved // 2, dtype=torch.uint8, device=device)
-        copy = timed(lambda: flat.clone(), device, repeats)  # reads and writes moved/2 bytes: moved in all
+        copy = timed(flat.clone, device, repeats)  # reads and writes moved/2 bytes: moved in all
         gbps = moved / ours / 1e9
         vs_peak = f"{gbps / peak:.0%}" if peak else "n/a"
         rows.append(
@@ -135,12 +136,12 @@ def bench_prefill(shapes: Shapes, dtype, device: str, repeats: int) -> list[str]
         # causal: query i sees i + 1 keys; QK^T and PV are 2 flops per multiply-add each
         flops = 4 * num_seqs * h * d * length * (length + 1) / 2
         err = max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale)
-        ours = timed(lambda: triton_ops.attention(query, k_cache, v_cache, meta, scale), device, repeats)
-        ref = timed(lambda: torch_ops.attention(query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
+        ours = timed(partial(triton_ops.attention, query, k_cache, v_cache, meta, scale), device, repeats)
+        ref = timed(partial(torch_ops.attention, query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
         q = query.view(num_seqs, length, h, d).transpose(1, 2)
         k = torch.randn(num_seqs, h, length, d, dtype=dtype, device=device)  # GQA expanded, as SDPA wants it
         v = torch.randn_like(k)
-        sdpa = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), device, repeats)
+        sdpa = timed(partial(F.scaled_dot_product_attention, q, k, v, is_causal=True, scale=scale), device, repeats)
         rows.append(
             f"| {num_seqs} x {length} | {err:.1e} | {flops / ours / 1e12:.1f} | {flops / sdpa / 1e12:.1f} | "
             f"{sdpa / ours:.0%} | {flops / ref / 1e12:.2f} |"

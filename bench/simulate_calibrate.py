@@ -82,7 +82,7 @@ def main() -> None:
     profile = profile_from_bench(records, args.name, source, args.max_num_batched_tokens, args.max_num_seqs,
                                  kv_tokens, (round(startup, 1), round(startup, 1)))
     print(f"{'run':<22}{'steps':>7}{'prefill':>9}{'seq-steps':>10}{'measured s':>12}{'fitted s':>10}")
-    for record, (c, words, output) in zip(records, RUNS):
+    for record, (c, words, output) in zip(records, RUNS, strict=True):
         features, seconds = observation(record, args.max_num_batched_tokens)
         steps, prefill, seq_steps, context, pairs = features
         step = profile.step

@@ -56,7 +56,7 @@ async def run_benchmark(
 
             start = time.perf_counter()
             tasks = []
-            for req, gap in zip(requests, gaps):
+            for req, gap in zip(requests, gaps, strict=True):
                 if gap > 0:
                     await asyncio.sleep(gap)
                 tasks.append(asyncio.create_task(one(req)))

@@ -53,7 +53,7 @@ class ModelConfig:
             raise UnsupportedModelError(f"rope_scaling.rope_type={rope_type!r} is not one of {', '.join(ROPE_TYPES)}")
 
     @staticmethod
-    def from_hf(config: dict[str, Any]) -> "ModelConfig":
+    def from_hf(config: dict[str, Any]) -> ModelConfig:
         """From a parsed ``config.json`` (transformers 4 and 5 spellings of the RoPE settings)."""
         names = config.get("architectures") or [config.get("model_type")]
         arch = HF_ARCHITECTURES.get(names[0]) or (names[0] if names[0] in HF_ARCHITECTURES.values() else None)
@@ -93,7 +93,7 @@ class ModelConfig:
         )
 
     @staticmethod
-    def from_gguf(metadata: dict[str, Any], has_output_weight: bool) -> "ModelConfig":
+    def from_gguf(metadata: dict[str, Any], has_output_weight: bool) -> ModelConfig:
         """From GGUF metadata; ``has_output_weight`` says whether the file stores an LM head of its own."""
         arch = metadata.get("general.architecture")
         if arch not in GGUF_ARCHITECTURES:

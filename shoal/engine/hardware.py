@@ -58,7 +58,7 @@ def choose_dtype(
         return Choice(requested, "asked for (--dtype)", _slow_dtype_warning(requested, device, cpu_flags))
     if device == "cuda":
         if checkpoint_dtype in ("bfloat16", "float16"):
-            return Choice(checkpoint_dtype, f"the checkpoint's dtype on CUDA")
+            return Choice(checkpoint_dtype, "the checkpoint's dtype on CUDA")
         half = "bfloat16" if cuda_bf16 else "float16"
         return Choice(half, f"CUDA runs a {checkpoint_dtype or 'quantized'} checkpoint in half precision")
     if checkpoint_dtype == "float32":

@@ -5,4 +5,4 @@ from shoal.kernels.metadata import AttentionMetadata
 from shoal.kernels.ops import KernelOps
 from shoal.kernels.reference import TorchOps
 
-__all__ = ["AttentionMetadata", "BACKENDS", "KernelOps", "TorchOps", "default_backend", "get_ops"]
+__all__ = ["BACKENDS", "AttentionMetadata", "KernelOps", "TorchOps", "default_backend", "get_ops"]

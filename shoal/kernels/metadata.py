@@ -41,7 +41,7 @@ class AttentionMetadata:
         block_tables: list[list[int]],
         block_size: int,
         device: torch.device | str = "cpu",
-    ) -> "AttentionMetadata":
+    ) -> AttentionMetadata:
         """Builds the tensors from per-sequence host lists (the scheduler's view of the batch)."""
         if not (len(query_lens) == len(seq_lens) == len(block_tables)):
             raise ValueError("query_lens, seq_lens and block_tables must have one entry per sequence")
@@ -49,7 +49,7 @@ class AttentionMetadata:
         table = torch.zeros((len(block_tables), width), dtype=torch.int32)
         slots: list[int] = []
         starts = [0]
-        for s, (qlen, slen, blocks) in enumerate(zip(query_lens, seq_lens, block_tables)):
+        for s, (qlen, slen, blocks) in enumerate(zip(query_lens, seq_lens, block_tables, strict=True)):
             if qlen < 1 or slen < qlen:
                 raise ValueError(f"sequence {s}: query_len={qlen} must be in [1, seq_len={slen}]")
             if len(blocks) * block_size < slen:

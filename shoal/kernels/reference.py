@@ -57,7 +57,7 @@ class TorchOps:
                     (meta.max_query_len, int(meta.seq_lens[rest].max()), rest),
                 ]
         for max_q, max_s, select in groups:
-            pick = (lambda t: t) if select is None else (lambda t: t[select])
+            pick = (lambda t: t) if select is None else (lambda t, rows=select: t[rows])
             rows, values = _padded_attention(
                 query, k_cache, v_cache, pick(starts), pick(query_lens), pick(meta.seq_lens.long()),
                 pick(meta.block_tables), max_q, max_s, scale,

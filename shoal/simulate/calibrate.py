@@ -25,7 +25,6 @@ import numpy as np
 
 from shoal.simulate.profile import EngineProfile, ProfileError, StepCost
 
-
 Features = tuple[float, float, float, float, float]
 
 

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def _reversals(run: SimRun) -> int:
         if previous is not None and decision.replicas != previous:
             changes.append((decision.time, 1 if decision.replicas > previous else -1))
         previous = decision.replicas
-    flip_times = [later[0] for earlier, later in zip(changes, changes[1:]) if earlier[1] != later[1]]
+    flip_times = [later[0] for earlier, later in pairwise(changes) if earlier[1] != later[1]]
     most, start = 0, 0
     for end, time in enumerate(flip_times):
         while flip_times[start] <= time - REVERSAL_WINDOW_S:
@@ -92,7 +93,7 @@ def summarize_run(run: SimRun, slo_ttft_p95_s: float, bursts: tuple[float, ...] 
     decoded = served & (run.output_tokens > 1)
     itl = (run.finish - run.first_token)[decoded] / (run.output_tokens[decoded] - 1)
     _, p95s = window_ttft_p95(run)
-    scale_events = sum(1 for a, b in zip(run.decisions, run.decisions[1:]) if a.replicas != b.replicas)
+    scale_events = sum(1 for a, b in pairwise(run.decisions) if a.replicas != b.replicas)
     decided, ready = _burst_response(run, bursts)
     requests = run.per_replica_requests
     summary: dict[str, object] = {
@@ -106,7 +107,7 @@ def summarize_run(run: SimRun, slo_ttft_p95_s: float, bursts: tuple[float, ...] 
         "burst_ready_s": ready,
         "peak_replicas": int(run.timeline[:, 1].max()) if len(run.timeline) else 0,
         "requests": {
-            "arrived": int(len(run.arrival)),
+            "arrived": len(run.arrival),
             "served": int(served.sum()),
             "dropped": dict(Counter(run.dropped.values())),
             "in_flight": run.in_flight,

@@ -24,7 +24,7 @@ class ChatTemplateError(ValueError):
 
 
 class _GenerationBlock(jinja2.ext.Extension):
-    tags = {"generation"}
+    tags = {"generation"}  # noqa: RUF012 - jinja2.ext.Extension declares tags a mutable set
 
     def parse(self, parser: Any) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno

@@ -64,14 +64,14 @@ def build_gguf_tokenizer(metadata: dict[str, Any]) -> HFTokenizer:
     tokenizer.add_special_tokens(
         [
             AddedToken(token, special=True, normalized=False)
-            for token, kind in zip(tokens, types)
+            for token, kind in zip(tokens, types, strict=False)
             if kind == _CONTROL and set(token) <= alphabet
         ]
     )
     tokenizer.add_tokens(
         [
             AddedToken(token, special=False, normalized=False)
-            for token, kind in zip(tokens, types)
+            for token, kind in zip(tokens, types, strict=False)
             if kind == _USER_DEFINED
         ]
     )

@@ -39,13 +39,13 @@ class Tokenizer:
     chat_template: str | None = None
 
     @staticmethod
-    def from_source(source: ModelSource) -> "Tokenizer":
+    def from_source(source: ModelSource) -> Tokenizer:
         if source.format == "gguf":
             return Tokenizer.from_gguf(source.path)
         return Tokenizer.from_hf_dir(source.path)
 
     @staticmethod
-    def from_hf_dir(directory: Path) -> "Tokenizer":
+    def from_hf_dir(directory: Path) -> Tokenizer:
         path = directory / "tokenizer.json"
         if not path.is_file():
             raise TokenizerFilesError(f"no tokenizer.json in {str(directory)!r}")
@@ -65,12 +65,12 @@ class Tokenizer:
         )
 
     @staticmethod
-    def from_gguf(path: Path) -> "Tokenizer":
+    def from_gguf(path: Path) -> Tokenizer:
         metadata = read_gguf_metadata(path)
         tokens: list[str] = metadata.get("tokenizer.ggml.tokens") or []
         ids = {
             name: metadata.get(f"tokenizer.ggml.{key}")
-            for name, key in zip(_SPECIAL_NAMES, _GGUF_SPECIAL_KEYS)
+            for name, key in zip(_SPECIAL_NAMES, _GGUF_SPECIAL_KEYS, strict=True)
         }
         return Tokenizer(
             backend=build_gguf_tokenizer(metadata),

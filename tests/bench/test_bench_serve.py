@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from serve_harness import ServeProcess
+
 from shoal.local import metric
 
 pytestmark = pytest.mark.timeout(180)

@@ -90,9 +90,9 @@ def test_quantization_default_per_source_format() -> None:
 
 def test_quantization_that_cannot_run_is_an_error_naming_the_option() -> None:
     assert choose_quantization("int8", "cpu", "bfloat16", "hf", frozenset()).value == "int8"
-    with pytest.raises(ValueError, match="--quantization.*--dtype bfloat16"):
+    with pytest.raises(ValueError, match=r"--quantization.*--dtype bfloat16"):
         choose_quantization("int4", "cpu", "float32", "gguf", frozenset({"Q4_1"}))
-    with pytest.raises(ValueError, match="--quantization.*CPU kernels"):
+    with pytest.raises(ValueError, match=r"--quantization.*CPU kernels"):
         choose_quantization("int8", "cuda", "bfloat16", "hf", frozenset())
     with pytest.raises(ValueError, match="quantization must be one of"):
         choose_quantization("fp8", "cpu", "bfloat16", "hf", frozenset())

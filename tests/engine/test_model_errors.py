@@ -45,7 +45,7 @@ def test_directory_without_config_is_named(tmp_path: Path) -> None:
 def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
     weights = tmp_path / "model.bin"
     weights.write_bytes(b"\0" * 16)
-    with pytest.raises(ModelNotFoundError, match="not a .gguf"):
+    with pytest.raises(ModelNotFoundError, match=r"not a .gguf"):
         resolve_model(str(weights))
 
 
@@ -116,7 +116,7 @@ def test_missing_shard_is_named(tiny_llama_dir: Path, tmp_path: Path) -> None:
     directory = copy_checkpoint(tiny_llama_dir, tmp_path)
     index = {"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}}
     (directory / "model.safetensors.index.json").write_text(json.dumps(index))
-    with pytest.raises(WeightsError, match="model-00002-of-00002.safetensors"):
+    with pytest.raises(WeightsError, match=r"model-00002-of-00002.safetensors"):
         load(directory)
 
 
@@ -162,7 +162,7 @@ def test_gguf_of_another_architecture_is_named(tmp_path: Path) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(UnsupportedModelError, match="general.architecture='falcon'"):
+    with pytest.raises(UnsupportedModelError, match=r"general.architecture='falcon'"):
         load(path)
 
 
@@ -175,7 +175,7 @@ def test_gguf_with_a_sentencepiece_vocabulary_is_named(tmp_path: Path) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(UnsupportedTokenizerError, match="tokenizer.ggml.model='llama'"):
+    with pytest.raises(UnsupportedTokenizerError, match=r"tokenizer.ggml.model='llama'"):
         Tokenizer.from_gguf(path)
 
 
@@ -189,5 +189,5 @@ def test_directory_without_tokenizer_json_is_named(tiny_llama_dir: Path, tmp_pat
 def test_corrupt_gguf_is_named(tmp_path: Path) -> None:
     path = tmp_path / "broken.gguf"
     path.write_bytes(b"GGUF" + b"\xff" * 64)
-    with pytest.raises(ValueError, match="broken.gguf"):
+    with pytest.raises(ValueError, match=r"broken.gguf"):
         load(path)

@@ -73,7 +73,7 @@ def assert_parity(
     lengths = [sum(step[s] for step in SCHEDULE) for s in range(len(SCHEDULE[0]))]
     sequences = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths]
     ours = paged_logits(model, sequences, SCHEDULE, seed)
-    for seq, got in zip(sequences, ours):
+    for seq, got in zip(sequences, ours, strict=True):
         expected = reference_logits(hf_model, seq)
         torch.testing.assert_close(got, expected, atol=atol, rtol=1e-4)
         assert torch.equal(got.argmax(-1), expected.argmax(-1))

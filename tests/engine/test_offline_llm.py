@@ -54,7 +54,7 @@ def test_kv_events_replay_to_the_snapshot(llm: LLM) -> None:
     before = set(engine.kv_snapshot())
     hits_before = engine.stats().prefix_hit_tokens
     shared = list(range(20, 60))
-    llm.generate([shared + [5], shared + [6]], SamplingParams(max_tokens=3, ignore_eos=True))
+    llm.generate([[*shared, 5], [*shared, 6]], SamplingParams(max_tokens=3, ignore_eos=True))
     events = engine.drain_kv_events()
     assert [e.seq for e in events] == list(range(events[0].seq, events[0].seq + len(events)))
     held = set(before)

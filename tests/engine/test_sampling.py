@@ -36,7 +36,7 @@ def test_top_k_and_top_p_keep_what_a_plain_reference_keeps() -> None:
         by_k = set(ranked[: top_k[row]])
         probs = torch.softmax(torch.tensor([logits[row, t].item() for t in ranked if t in by_k]), dim=0).tolist()
         nucleus, mass = set(), 0.0
-        for token, p in zip([t for t in ranked if t in by_k], probs):
+        for token, p in zip([t for t in ranked if t in by_k], probs, strict=True):
             nucleus.add(token)
             mass += p
             if mass >= top_p[row].item():
@@ -121,7 +121,7 @@ def test_top_k_one_is_greedy_even_when_sampling() -> None:
 
 @pytest.fixture(scope="module")
 def engine(tiny_gqa_llama_dir: Path) -> EngineCore:
-    return EngineCore(EngineConfig(model=str(tiny_gqa_llama_dir), dtype="float32", block_size=4, num_kv_blocks=64))
+    return EngineCore.from_config(EngineConfig(model=str(tiny_gqa_llama_dir), dtype="float32", block_size=4, num_kv_blocks=64))
 
 
 def _run(engine: EngineCore, requests: dict[str, tuple[list[int] | str, SamplingParams]]) -> dict[str, dict]:

@@ -18,7 +18,7 @@ import torch
 
 os.environ["TRITON_INTERPRET"] = "1"
 
-from shoal.kernels import AttentionMetadata, KernelOps, TorchOps, get_ops  # noqa: E402
+from shoal.kernels import AttentionMetadata, KernelOps, TorchOps, get_ops
 
 # atol per dtype for outputs of magnitude ~1: fp16 keeps 11 bits, and attention casts probabilities to fp16.
 ATOL = {torch.float32: 2e-5, torch.float16: 4e-3}

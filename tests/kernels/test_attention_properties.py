@@ -28,7 +28,7 @@ def test_any_batch_matches_reference(
     paged_batch, close, triton_ops, torch_ops, sequences, decode_only, block_size, group, seed
 ):
     query_lens = [1 if decode_only else new for _, new in sequences]
-    seq_lens = [ctx + q for (ctx, _), q in zip(sequences, query_lens)]
+    seq_lens = [ctx + q for (ctx, _), q in zip(sequences, query_lens, strict=True)]
     b = paged_batch(query_lens, seq_lens, 2 * group, 2, 64, torch.float32, block_size=block_size, seed=seed)
 
     out = triton_ops.attention(b.query, b.k_cache, b.v_cache, b.meta, b.scale)

@@ -52,7 +52,7 @@ def _greedy(model_dir: Path, backend: str) -> tuple[list[list[int]], int]:
     ]
     params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
     outputs = llm.generate(prompts, params)
-    outputs += llm.generate([prompts[0][:13] + [7, 250, 3]], params)
+    outputs += llm.generate([[*prompts[0][:13], 7, 250, 3]], params)
     return [out.token_ids for out in outputs], outputs[-1].num_cached_tokens
 
 

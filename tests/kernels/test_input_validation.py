@@ -83,21 +83,21 @@ def test_elementwise_ops_reject_bad_input(triton_ops):
     x = torch.zeros(3, 64)
     with pytest.raises(ValueError, match=r"weight shape \(32,\) must be \(64,\)"):
         triton_ops.rms_norm(x, torch.ones(32), 1e-6)
-    with pytest.raises(ValueError, match="residual .* must match x"):
+    with pytest.raises(ValueError, match=r"residual .* must match x"):
         triton_ops.add_rms_norm(x, torch.zeros(3, 32), torch.ones(64), 1e-6)
-    with pytest.raises(ValueError, match="x dtype torch.float64 is not supported"):
+    with pytest.raises(ValueError, match=r"x dtype torch.float64 is not supported"):
         triton_ops.rms_norm(x.double(), torch.ones(64), 1e-6)
     with pytest.raises(ValueError, match="gate and up halves"):
         triton_ops.silu_and_mul(torch.zeros(3, 7))
     q, k = torch.zeros(2, 4, 64), torch.zeros(2, 2, 64)
-    with pytest.raises(ValueError, match="rotary_dim 96 .* must be even and <= head_dim"):
+    with pytest.raises(ValueError, match=r"rotary_dim 96 .* must be even and <= head_dim"):
         triton_ops.rotary(torch.tensor([0, 1]), q, k, torch.zeros(16, 96))
     with pytest.raises(ValueError, match="one row per token, got 3, 2 and 2"):
         triton_ops.rotary(torch.tensor([0, 1, 2]), q, k, torch.zeros(16, 64))
 
 
 def test_tensors_on_a_device_the_kernels_cannot_reach_are_refused(triton_ops):
-    with pytest.raises(ValueError, match="need (cpu|cuda) tensors, got one on meta"):
+    with pytest.raises(ValueError, match=r"need (cpu|cuda) tensors, got one on meta"):
         triton_ops.rms_norm(torch.zeros(2, 64, device="meta"), torch.ones(64, device="meta"), 1e-6)
 
 

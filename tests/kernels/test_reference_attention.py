@@ -16,7 +16,7 @@ def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale
     group = query.shape[1] // num_kv_heads
     out = torch.zeros(query.shape, dtype=torch.float64)
     row = 0
-    for qlen, slen, table in zip(query_lens, seq_lens, tables):
+    for qlen, slen, table in zip(query_lens, seq_lens, tables, strict=True):
         for i in range(qlen):
             pos = slen - qlen + i
             for h in range(query.shape[1]):
@@ -27,7 +27,7 @@ def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale
                 top = max(scores)
                 weights = [math.exp(s - top) for s in scores]
                 total = sum(weights)
-                out[row, h] = sum(w / total * v for w, v in zip(weights, values))
+                out[row, h] = sum(w / total * v for w, v in zip(weights, values, strict=True))
             row += 1
     return out
 

@@ -59,7 +59,7 @@ def test_engine_deployment_runs_shoal_serve_with_the_spec() -> None:
     assert container["command"] == ["shoal"]
     args = container["args"]
     assert args[0] == "serve"
-    flags = dict(zip(args[1::2], args[2::2]))
+    flags = dict(zip(args[1::2], args[2::2], strict=False))
     assert flags["--model"] == "smollm2-135m" and flags["--host"] == "0.0.0.0" and flags["--port"] == "8000"
     assert flags["--dtype"] == "bfloat16" and flags["--block-size"] == "32" and flags["--max-model-len"] == "4096"
     assert flags["--max-num-seqs"] == "128" and flags["--kv-cache-bytes"] == str(8 * 2**30)

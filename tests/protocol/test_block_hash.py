@@ -24,7 +24,7 @@ def test_blocks_match_exactly_as_far_as_the_prefixes_match(a: list[int], b: list
     while common < min(len(a), len(b)) and a[common] == b[common]:
         common += 1
     ha, hb = hash_blocks(a, block_size), hash_blocks(b, block_size)
-    shared = sum(1 for x, y in zip(ha, hb) if x == y)
+    shared = sum(1 for x, y in zip(ha, hb, strict=False) if x == y)
     assert shared == min(common // block_size, len(ha), len(hb))
 
 

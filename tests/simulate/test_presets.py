@@ -35,5 +35,5 @@ def test_diurnal_rises_fourfold_to_its_peak_and_falls_back(profile: EngineProfil
 def test_an_azure_preset_without_its_files_says_where_to_put_them(profile: EngineProfile, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHOAL_AZURE_TRACE_DIR", str(tmp_path))
-    with pytest.raises(TraceError, match="AzureLLMInferenceTrace_conv.csv is missing"):
+    with pytest.raises(TraceError, match=r"AzureLLMInferenceTrace_conv.csv is missing"):
         resolve_trace("azure-conv", profile)

@@ -62,7 +62,7 @@ def test_every_row_of_a_good_trace_is_kept(tmp_path: Path) -> None:
 def test_a_bad_profile_names_the_field(tmp_path: Path) -> None:
     good = json.loads(load_profile("gpu-8b-h100").to_json())
     del good["step"]["per_decode_seq_s"]
-    with pytest.raises(ProfileError, match="missing field 'step.per_decode_seq_s'"):
+    with pytest.raises(ProfileError, match=r"missing field 'step.per_decode_seq_s'"):
         load_profile(str(_write(tmp_path, "p.json", json.dumps(good))))
     with pytest.raises(ProfileError, match="neither a shipped profile"):
         load_profile(str(tmp_path / "nope.json"))
@@ -70,9 +70,9 @@ def test_a_bad_profile_names_the_field(tmp_path: Path) -> None:
 
 def test_a_profile_that_does_not_cover_the_batch_asked_for_is_refused() -> None:
     profile = small_profile()
-    with pytest.raises(ProfileError, match="max_num_seqs 64 is beyond the decode batches.*covered_decode_seqs 16"):
+    with pytest.raises(ProfileError, match=r"max_num_seqs 64 is beyond the decode batches.*covered_decode_seqs 16"):
         profile.with_engine(max_num_seqs=64)
-    with pytest.raises(ProfileError, match="max_num_batched_tokens 4096 is beyond.*covered_batch_tokens 1024"):
+    with pytest.raises(ProfileError, match=r"max_num_batched_tokens 4096 is beyond.*covered_batch_tokens 1024"):
         profile.with_engine(max_num_batched_tokens=4096)
 
 

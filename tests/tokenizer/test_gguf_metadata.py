@@ -59,5 +59,5 @@ def test_every_value_type_round_trips(tmp_path: Path) -> None:
 def test_a_malformed_file_is_an_error_naming_it(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / "broken.gguf"
     path.write_bytes(data)
-    with pytest.raises(ValueError, match="broken.gguf"):
+    with pytest.raises(ValueError, match=r"broken.gguf"):
         read_gguf_metadata(path)

@@ -66,8 +66,8 @@ class ModelRunner:
         if not sampling:
             return {}, {}
         token_ids, logprobs = self.sampler.sample(logits, sampling)
-        tokens = {r.request_id: t for r, t in zip(sampling, token_ids)}
-        return tokens, {r.request_id: lp for r, lp in zip(sampling, logprobs) if lp is not None}
+        tokens = {r.request_id: t for r, t in zip(sampling, token_ids, strict=True)}
+        return tokens, {r.request_id: lp for r, lp in zip(sampling, logprobs, strict=True) if lp is not None}
 
 
 def _positions(query_lens: list[int], seq_lens: list[int]) -> torch.Tensor:

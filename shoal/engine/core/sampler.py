@@ -113,7 +113,7 @@ class Sampler:
         top_values, top_ids = top_values.tolist(), top_ids.tolist()
         for row, i in enumerate(wanted):
             n = requests[i].params.logprobs or 0
-            top = [TokenLogprob(t, v) for t, v in zip(top_ids[row][:n], top_values[row][:n])]
+            top = [TokenLogprob(t, v) for t, v in zip(top_ids[row][:n], top_values[row][:n], strict=True)]
             result[i] = SampleLogprobs(token_ids[i], chosen[row], top)
         return result
 

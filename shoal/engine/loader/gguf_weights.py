@@ -88,7 +88,7 @@ def gguf_int4_codes(reader: gguf.GGUFReader, config: ModelConfig) -> dict[str, I
         name = hf_name(tensor.name)
         shape = (int(tensor.shape[1]), int(tensor.shape[0]))
         blocks = int4_from_gguf_blocks(tensor.data, tensor.tensor_type.name, shape)
-        codes[name] = blocks.map_rows(lambda rows: _unpermute(name, rows, config).contiguous())
+        codes[name] = blocks.map_rows(lambda rows, name=name: _unpermute(name, rows, config).contiguous())
     return codes
 
 

@@ -38,12 +38,12 @@ class Int4Codes:
         grouped = self.codes.view(out, cols // INT4_GROUP, INT4_GROUP).float()
         return (grouped * self.scales[..., None] + self.lows[..., None]).view(out, cols)
 
-    def map_rows(self, fn) -> "Int4Codes":
+    def map_rows(self, fn) -> Int4Codes:
         """The same row permutation applied to codes, scales and lows (undoing llama.cpp's Q/K interleave)."""
         return Int4Codes(fn(self.codes), fn(self.scales), fn(self.lows))
 
     @staticmethod
-    def cat(parts: list["Int4Codes"]) -> "Int4Codes":
+    def cat(parts: list[Int4Codes]) -> Int4Codes:
         return Int4Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("codes", "scales", "lows")))
 
 

@@ -35,7 +35,7 @@ def iter_safetensors(directory: Path) -> Iterator[tuple[str, torch.Tensor]]:
     for path in shard_files(directory):
         try:
             with safe_open(path, framework="pt") as shard:
-                for name in shard.keys():
+                for name in shard.keys():  # noqa: SIM118 - safe_open is not iterable, only its keys()
                     yield name, shard.get_tensor(name)
         except OSError as exc:
             raise WeightsError(f"cannot read {str(path)!r}: {exc}") from exc

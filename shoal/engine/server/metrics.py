@@ -21,7 +21,7 @@ from shoal.engine.core.outputs import EngineStats, RequestOutput
 PREFIX = "shoal_engine"
 FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 SLOW_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
-TTFT_BUCKETS = FAST_BUCKETS + (5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+TTFT_BUCKETS = (*FAST_BUCKETS, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 
 
 class _StatsCollector(Collector):

@@ -99,11 +99,11 @@ def _merge_kernel(
     s_mask = offs_s < NUM_SPLITS
     part = (seq * tl.num_programs(1) + head) * NUM_SPLITS + offs_s
     m = tl.load(part_max_ptr + part, mask=s_mask, other=float("-inf"))
-    l = tl.load(part_sum_ptr + part, mask=s_mask, other=0.0)
+    sums = tl.load(part_sum_ptr + part, mask=s_mask, other=0.0)
     acc = tl.load(part_acc_ptr + part[:, None] * BLOCK_D + offs_d[None, :], mask=s_mask[:, None], other=0.0)
     m_all = tl.max(m, 0)
     weight = tl.where(m > float("-inf"), tl.exp2(m - m_all), 0.0)  # empty segments weigh nothing
-    out = tl.sum(acc * weight[:, None], 0) / tl.sum(l * weight, 0)
+    out = tl.sum(acc * weight[:, None], 0) / tl.sum(sums * weight, 0)
     tl.store(
         out_ptr + seq * stride_ot + head * stride_oh + offs_d,
         out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM,
