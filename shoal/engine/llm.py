@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.engine_core import EngineCore
@@ -43,7 +43,7 @@ class LLM:
     """
 
     def __init__(self, model: str, **options: Any) -> None:
-        self.engine = EngineCore(EngineConfig(model=model, **options))
+        self.engine = EngineCore.from_config(EngineConfig(model=model, **options))
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()
 
@@ -60,7 +60,7 @@ class LLM:
             raise ValueError(f"params: got {len(params)} for {len(batch)} prompts")
         results: dict[str, GenerationOutput] = {}
         try:
-            for prompt, p in zip(batch, params):
+            for prompt, p in zip(batch, params, strict=True):
                 request_id = str(next(self._ids))
                 token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
                 self.engine.add_request(request_id, token_ids, p)
@@ -84,10 +84,11 @@ class LLM:
     ) -> list[GenerationOutput]:
         """Renders each conversation with the model's chat template and completes it."""
         if conversations and isinstance(conversations[0], dict):
-            conversations = [conversations]  # type: ignore[list-item]
-        prompts = [
-            self.tokenizer.encode(self.tokenizer.apply_chat_template(c), add_special_tokens=False)
-            for c in conversations
+            batch = [cast(list[dict[str, Any]], conversations)]  # one conversation
+        else:
+            batch = list(cast(Sequence[list[dict[str, Any]]], conversations))
+        prompts: list[Prompt] = [
+            self.tokenizer.encode(self.tokenizer.apply_chat_template(c), add_special_tokens=False) for c in batch
         ]
         return self.generate(prompts, params)
 
@@ -95,10 +96,10 @@ class LLM:
 def _as_batch(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     if isinstance(prompts, str):
         return [prompts]
-    prompts = list(prompts)
-    if prompts and all(isinstance(t, int) for t in prompts):
-        return [prompts]  # one prompt as token ids
-    return prompts
+    items = list(prompts)
+    if items and all(isinstance(t, int) for t in items):
+        return [cast(list[int], items)]  # one prompt as token ids
+    return cast(list[Prompt], items)
 
 
 def _accumulate(result: GenerationOutput, out: RequestOutput) -> None:

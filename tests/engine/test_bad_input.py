@@ -15,7 +15,7 @@ GOOD = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def engine(tiny_llama_dir: Path) -> EngineCore:
-    return EngineCore(
+    return EngineCore.from_config(
         EngineConfig(model=str(tiny_llama_dir), dtype="float32", block_size=4, num_kv_blocks=32, max_model_len=40)
     )
 
@@ -97,21 +97,23 @@ def test_abort_frees_blocks_at_once_and_reports_abort(engine: EngineCore) -> Non
 
 def test_unknown_model_names_the_model() -> None:
     with pytest.raises(ModelNotFoundError, match="no-such-model"):
-        EngineCore(EngineConfig(model="no-such-model"))
+        EngineCore.from_config(EngineConfig(model="no-such-model"))
 
 
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "gone.gguf"
     with pytest.raises(ModelNotFoundError, match=str(missing)):
-        EngineCore(EngineConfig(model=str(missing)))
+        EngineCore.from_config(EngineConfig(model=str(missing)))
     incomplete = tmp_path / "incomplete"
     incomplete.mkdir()
-    with pytest.raises(ModelNotFoundError, match="config.json"):
-        EngineCore(EngineConfig(model=str(incomplete)))
+    with pytest.raises(ModelNotFoundError, match=r"config.json"):
+        EngineCore.from_config(EngineConfig(model=str(incomplete)))
 
 
 def test_engine_options_the_kernels_cannot_serve_name_the_option(tiny_llama_dir: Path) -> None:
-    with pytest.raises(ValueError, match="block_size must be a power of two.*12"):
+    with pytest.raises(ValueError, match=r"block_size must be a power of two.*12"):
         EngineConfig(model=str(tiny_llama_dir), block_size=12)
     with pytest.raises(ValueError, match="max_model_len 100000 exceeds the model's context length"):
-        EngineCore(EngineConfig(model=str(tiny_llama_dir), dtype="float32", num_kv_blocks=8, max_model_len=100000))
+        EngineCore.from_config(
+            EngineConfig(model=str(tiny_llama_dir), dtype="float32", num_kv_blocks=8, max_model_len=100000)
+        )

@@ -64,7 +64,7 @@ def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemptio
     checkpoint: str, request: pytest.FixtureRequest
 ) -> None:
     model_dir: Path = request.getfixturevalue(checkpoint)
-    engine = EngineCore(
+    engine = EngineCore.from_config(
         EngineConfig(
             model=str(model_dir), dtype="float32", block_size=4, max_num_batched_tokens=16, max_num_seqs=6,
             num_kv_blocks=28, seed=0,
@@ -86,7 +86,7 @@ def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemptio
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_smollm2_matches_transformers_on_the_bundled_gguf(smollm2_hf_model: torch.nn.Module) -> None:
-    engine = EngineCore(
+    engine = EngineCore.from_config(
         EngineConfig(model="smollm2-135m", dtype="float32", max_num_batched_tokens=24, num_kv_blocks=5, seed=0)
     )
     preamble = "You are a helpful assistant who answers questions about the geography and history of Europe. "

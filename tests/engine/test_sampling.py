@@ -121,7 +121,9 @@ def test_top_k_one_is_greedy_even_when_sampling() -> None:
 
 @pytest.fixture(scope="module")
 def engine(tiny_gqa_llama_dir: Path) -> EngineCore:
-    return EngineCore.from_config(EngineConfig(model=str(tiny_gqa_llama_dir), dtype="float32", block_size=4, num_kv_blocks=64))
+    return EngineCore.from_config(
+        EngineConfig(model=str(tiny_gqa_llama_dir), dtype="float32", block_size=4, num_kv_blocks=64)
+    )
 
 
 def _run(engine: EngineCore, requests: dict[str, tuple[list[int] | str, SamplingParams]]) -> dict[str, dict]:

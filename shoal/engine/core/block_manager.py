@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from shoal.engine.core.request import Request
 from shoal.protocol.block_hash import ROOT_HASH, hash_block
+from shoal.protocol.kv_events import KVEventType
 
 
 @dataclass
@@ -46,7 +47,7 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[int, int] = {}  # block hash -> block id
-        self.events: list[tuple[str, list[int]]] = []  # ("stored" | "removed", hashes), drained by the engine
+        self.events: list[tuple[KVEventType, list[int]]] = []  # ("stored" | "removed", hashes), drained by the engine
         self.prefix_queried_tokens = 0
         self.prefix_hit_tokens = 0
 
@@ -62,7 +63,7 @@ class BlockManager:
         """Every hash the cache can serve right now (blocks in use and free blocks not yet reused)."""
         return list(self.cached)
 
-    def drain_events(self) -> list[tuple[str, list[int]]]:
+    def drain_events(self) -> list[tuple[KVEventType, list[int]]]:
         events, self.events = self.events, []
         return events
 

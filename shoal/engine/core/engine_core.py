@@ -3,24 +3,31 @@
 Single-threaded by design: the HTTP server drives it from its own step thread, the offline ``LLM`` calls
 ``step()`` until nothing is left. Requests are validated completely in ``add_request`` before anything
 changes, so a bad request is refused with an error naming the field and never disturbs its batch mates.
+
+``EngineCore.from_config`` does the slow, hardware-bound part (resolve and load the model, choose device and
+dtype, size and allocate the KV cache); the constructor takes those parts ready-made, so ``step()`` runs the
+same in tests with a stand-in runner that picks the tokens (``tests/engine/test_engine_step.py``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Protocol
+
+import torch
 
 from shoal.engine.config import ModelConfig
 from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.errors import InvalidRequestError
-from shoal.engine.core.hardware_plan import log_plan, plan_hardware
+from shoal.engine.core.hardware_plan import HardwarePlan, log_plan, plan_hardware
 from shoal.engine.core.model_runner import ModelRunner
 from shoal.engine.core.outputs import EngineStats, RequestOutput, SampleLogprobs
 from shoal.engine.core.request import Request, RequestStatus
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.sampling_params import SamplingParams
-from shoal.engine.core.scheduler import Scheduler
+from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
 from shoal.engine.core.stop_checker import TextState, token_stop
 from shoal.engine.loader import load_model
 from shoal.engine.model import allocate_kv_cache, kv_cache_bytes_per_block
@@ -40,44 +47,84 @@ class _Tracked:
         self.detokenizer = detokenizer
         self.text = TextState(request.params.stop)
 
-class EngineCore:
-    """Owns the model, the KV cache, the scheduler and every request in flight."""
 
-    def __init__(self, config: EngineConfig) -> None:
+class BatchRunner(Protocol):
+    """Runs one scheduled batch: ``ModelRunner`` in production, a stand-in that picks tokens in tests."""
+
+    def execute(self, batch: SchedulerOutput) -> tuple[dict[str, int], dict[str, SampleLogprobs]]: ...
+
+
+class EngineCore:
+    """Owns the scheduler, the model runner and every request in flight; ``from_config`` builds it for a model."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        model_name: str,
+        tokenizer: Tokenizer,
+        model_config: ModelConfig,
+        plan: HardwarePlan,
+        max_model_len: int,
+        scheduler: Scheduler,
+        sampler: Sampler,
+        runner: BatchRunner,
+    ) -> None:
         self.config = config
-        source = resolve_model(config.model)
-        self.model_name = source.served_name
-        self.tokenizer = Tokenizer.from_source(source)
-        plan = plan_hardware(config, source)
-        log_plan(plan)
-        self.device, self.dtype, self.quantization = plan.device, plan.dtype, plan.quantization
-        ops = get_ops(config.attention_backend, self.device)
-        model = load_model(source, self.dtype, ops, self.device, self.quantization)
-        self.model_config: ModelConfig = model.config
-        num_blocks = config.num_kv_blocks or max(
-            (config.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES)
-            // kv_cache_bytes_per_block(self.model_config, config.block_size, self.dtype),
-            1,
-        )
-        context = self.model_config.max_position_embeddings
-        if config.max_model_len is not None and config.max_model_len > context:
-            raise ValueError(
-                f"max_model_len {config.max_model_len} exceeds the model's context length "
-                f"(max_position_embeddings = {context})"
-            )
-        self.max_model_len = min(config.max_model_len or context, num_blocks * config.block_size)
-        self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(self.model_config.eos_token_ids)
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, config.max_num_batched_tokens, config.max_num_seqs)
-        self.sampler = Sampler(sorted(self.eos_token_ids), config.seed, self.device)
-        kv_caches = allocate_kv_cache(self.model_config, num_blocks, config.block_size, self.dtype, self.device)
-        self.runner = ModelRunner(model, kv_caches, config.block_size, self.sampler, self.device)
+        self.model_name = model_name
+        self.tokenizer = tokenizer
+        self.model_config = model_config
+        self.plan = plan
+        self.max_model_len = max_model_len
+        self.eos_token_ids = stop_token_ids(tokenizer, model_config)
+        self.scheduler = scheduler
+        self.block_manager = scheduler.block_manager
+        self.sampler = sampler
+        self.runner = runner
         self._tracked: dict[str, _Tracked] = {}
         self._aborted: list[Request] = []
         self._kv_event_seq = 0
         self._prompt_tokens = 0
         self._generation_tokens = 0
         self._finished_by_reason: dict[str, int] = {}
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> EngineCore:
+        """Resolves and loads the model on the hardware chosen for it, sizes and allocates its KV cache."""
+        source = resolve_model(config.model)
+        tokenizer = Tokenizer.from_source(source)
+        plan = plan_hardware(config, source)
+        log_plan(plan)
+        model = load_model(source, plan.dtype, get_ops(config.attention_backend, plan.device), plan.device,
+                           plan.quantization)
+        num_blocks = kv_cache_blocks(config, model.config, plan.dtype)
+        length = max_model_len(config, model.config, num_blocks)
+        block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, plan.device)
+        kv_caches = allocate_kv_cache(model.config, num_blocks, config.block_size, plan.dtype, plan.device)
+        return cls(
+            config,
+            model_name=source.served_name,
+            tokenizer=tokenizer,
+            model_config=model.config,
+            plan=plan,
+            max_model_len=length,
+            scheduler=Scheduler(block_manager, config.max_num_batched_tokens, config.max_num_seqs),
+            sampler=sampler,
+            runner=ModelRunner(model, kv_caches, config.block_size, sampler, plan.device),
+        )
+
+    @property
+    def device(self) -> str:
+        return self.plan.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.plan.dtype
+
+    @property
+    def quantization(self) -> str:
+        return self.plan.quantization
 
     def add_request(
         self,
@@ -135,9 +182,9 @@ class EngineCore:
             if request.metrics.first_scheduled_time is None:
                 request.metrics.first_scheduled_time = now
         tokens, logprobs = self.runner.execute(batch)
-        grew = self.scheduler.update_from_output(batch, tokens)
+        got_token = self.scheduler.update_from_output(batch, tokens)
         now = time.monotonic()
-        for request in grew:
+        for request in got_token:
             outputs.append(self._on_token(request, logprobs.get(request.request_id), now))
         return outputs
 
@@ -191,7 +238,7 @@ class EngineCore:
         metrics.last_token_time = now
         self._generation_tokens += 1
         tracked = self._tracked[request.request_id]
-        stop = token_stop(request, token_id, self.eos_token_ids)
+        stop: tuple[RequestStatus, str | int | None] | None = token_stop(request, token_id, self.eos_token_ids)
         if stop is None or stop[0] == RequestStatus.FINISHED_LENGTH:
             new_text = tracked.detokenizer.push([token_id])
             if stop is not None:  # the length limit: release a character still waiting for its last byte
@@ -228,3 +275,26 @@ class EngineCore:
             metrics=request.metrics,
         )
 
+
+def stop_token_ids(tokenizer: Tokenizer, model_config: ModelConfig) -> frozenset[int]:
+    """End-of-sequence ids from both the tokenizer and the model's config (checkpoints name them in either)."""
+    return frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
+
+
+def kv_cache_blocks(config: EngineConfig, model_config: ModelConfig, dtype: torch.dtype) -> int:
+    """The KV budget in blocks: ``num_kv_blocks``, else ``kv_cache_bytes`` (512 MiB by default) over a block's size."""
+    if config.num_kv_blocks:
+        return config.num_kv_blocks
+    per_block = kv_cache_bytes_per_block(model_config, config.block_size, dtype)
+    return max((config.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES) // per_block, 1)
+
+
+def max_model_len(config: EngineConfig, model_config: ModelConfig, num_blocks: int) -> int:
+    """The asked length (the model's context by default), capped by the cache so a request alone always fits."""
+    context = model_config.max_position_embeddings
+    if config.max_model_len is not None and config.max_model_len > context:
+        raise ValueError(
+            f"max_model_len {config.max_model_len} exceeds the model's context length "
+            f"(max_position_embeddings = {context})"
+        )
+    return min(config.max_model_len or context, num_blocks * config.block_size)

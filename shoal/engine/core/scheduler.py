@@ -17,12 +17,11 @@ its own); the engine core feeds it sampled tokens and tells it which requests fi
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from dataclasses import dataclass, field
 
 from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.request import Request, RequestStatus
+from shoal.engine.core.request_queue import RequestQueue
 
 
 @dataclass
@@ -50,10 +49,7 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.running: list[Request] = []
-        self.waiting: list[tuple[tuple[int, int], Request]] = []  # sorted by (priority, arrival order)
-        self.requests: dict[str, Request] = {}
-        self._order: dict[str, int] = {}
-        self._counter = itertools.count()
+        self.waiting = RequestQueue()
         self.num_preemptions = 0
 
     @property
@@ -68,33 +64,26 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     def add_request(self, request: Request) -> None:
-        if request.request_id in self.requests:
-            raise ValueError(f"request_id {request.request_id!r} is already in the engine")
-        self.requests[request.request_id] = request
-        self._order[request.request_id] = next(self._counter)
-        self._enqueue(request)
+        self.waiting.add(request)
 
     def finish_request(self, request: Request, status: RequestStatus) -> None:
         """Takes a request out of the queues (if still there) and frees its blocks at once."""
         if request.status == RequestStatus.RUNNING:
             self.running.remove(request)
-        elif request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-            self.waiting.remove((self._key(request), request))
+        self.waiting.remove(request)
         self.block_manager.free(request)
         request.status = status
-        del self.requests[request.request_id]
-        del self._order[request.request_id]
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
-        bm = self.block_manager
+        blocks = self.block_manager
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
             num_new = min(request.num_tokens - request.num_computed_tokens, budget)
-            while not bm.allocate_slots(request, num_new):
-                victim = max(self.running[i:], key=self._key)
+            while not blocks.allocate_slots(request, num_new):
+                victim = max(self.running[i:], key=self.waiting.rank)
                 self._preempt(victim)
                 out.preempted.append(victim)
                 if victim is request:
@@ -107,13 +96,13 @@ class Scheduler:
         if out.preempted:
             return out
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            request = self.waiting[0][1]
-            computed_blocks, num_cached = bm.get_computed_blocks(request)
+            request = self.waiting.peek()
+            computed_blocks, num_cached = blocks.get_computed_blocks(request)
             num_new = min(request.num_tokens - num_cached, budget)
-            if not bm.allocate_slots(request, num_new, computed_blocks):
+            if not blocks.allocate_slots(request, num_new, computed_blocks):
                 break
-            bm.record_prefix_query(request.num_tokens, num_cached)
-            self.waiting.pop(0)
+            blocks.record_prefix_query(request.num_tokens, num_cached)
+            self.waiting.pop()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             out.scheduled.append(request)
@@ -123,14 +112,14 @@ class Scheduler:
 
     def update_from_output(self, output: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
         """Advances computed counters and appends the sampled tokens; returns the requests that got one."""
-        grew: list[Request] = []
+        got_token: list[Request] = []
         for request in output.scheduled:
             request.num_computed_tokens += output.num_scheduled_tokens[request.request_id]
             token = sampled.get(request.request_id)
             if token is not None:
                 request.append_token(token)
-                grew.append(request)
-        return grew
+                got_token.append(request)
+        return got_token
 
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)
@@ -138,10 +127,4 @@ class Scheduler:
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED
         self.num_preemptions += 1
-        self._enqueue(request)
-
-    def _enqueue(self, request: Request) -> None:
-        bisect.insort(self.waiting, (self._key(request), request), key=lambda item: item[0])
-
-    def _key(self, request: Request) -> tuple[int, int]:
-        return (request.priority, self._order[request.request_id])
+        self.waiting.prepend(request)

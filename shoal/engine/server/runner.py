@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = ServerMetrics(names[0])
     hub = KVEventHub(config.block_size, engine_id=uuid.uuid4().hex)
     engine = AsyncEngine(
-        lambda: EngineCore(config),
+        lambda: EngineCore.from_config(config),
         metrics,
         hub,
         max_waiting=args.max_waiting_requests,
