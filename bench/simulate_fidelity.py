@@ -11,12 +11,14 @@ Everything happens in one run, because this machine is shared and its speed chan
    written as a simulator CSV trace, which step 4 reads back.
 3. **Replay** against ``shoal up`` (gateway, SmolLM2 engines, Shoal's autoscaler on the direct-scrape source;
    replicas min 1, max 3): every request streamed at its timestamp, TTFT timed by the client; every second the
-   fleet's desired / ready / starting / draining count, its scaling decisions and each engine's CPU time, read
-   from the dashboard file ``shoal up`` writes.
+   fleet's desired / ready / starting / draining count, its scaling decisions, which engines have work and
+   each engine's CPU time, read from the dashboard file ``shoal up`` writes and ``/proc``.
 4. **Simulate** the trace file with the same manifest's ShoalPolicy asked at ``shoal up``'s interval, the same
    routing policy, engine batch and hold queue, one replica to start with, and start-up drawn from the range
-   measured on the real engines in step 3; twice: with the calibrated engine (a core each) and with it slowed
-   by the share measured in step 1.
+   measured on the real engines in step 3; with the calibrated engine (a core each), with it slowed by the
+   share measured in step 1, and, after the fact, slowed by the share of a core a busy engine got during the
+   replay (CPU seconds of serving engines per second an engine had work): what is left between that run and
+   the measured one is not the engines' speed.
 5. **Report**: overall and per-minute TTFT P50 / P95, ready replicas, scale events, side by side; ``--json``;
    the simulator's own timeline and CDF plots with the measured fleet as one more run.
 
@@ -69,6 +71,7 @@ from simulate_calibrate import measure
 MEASURED = "measured"
 SIM_CALIBRATED = "sim-calibrated"
 SIM_LOADED = "sim-loaded"
+SIM_REPLAY_SHARE = "sim-replay-share"  # after the fact: the engine slowed by the share it got during the replay
 CALIBRATION_MAX_SEQS = 16  # the calibration's largest batch: the profile then covers the fleet's smaller one
 SAMPLE_S = 1.0
 
@@ -157,8 +160,9 @@ class FleetWatch:
     ready: dict[str, float] = field(default_factory=dict)
     gone: dict[str, float] = field(default_factory=dict)
     decisions: dict[tuple[float, int], dict[str, object]] = field(default_factory=dict)
-    engine_cpu: dict[int, float] = field(default_factory=dict)
-    cpu_rows: list[tuple[float, float]] = field(default_factory=list)  # (time, CPU seconds of every engine so far)
+    engine_cpu: dict[int, float] = field(default_factory=dict)  # last CPU seconds read, per engine process
+    serving_cpu: float = 0.0  # CPU seconds engines used while ready or draining (loading a model is not serving)
+    usage: list[tuple[float, float, int]] = field(default_factory=list)  # (time, serving_cpu, engines with work)
     load: list[tuple[float, float]] = field(default_factory=list)
 
     def sample(self, now: float) -> None:
@@ -169,7 +173,7 @@ class FleetWatch:
         phases = [r["phase"] for r in snapshot["replicas"]]
         self.rows.append((now, int(snapshot["desired"]), phases.count("ready"),
                           phases.count("starting") + phases.count("backoff"), phases.count("draining")))
-        names = set()
+        names, busy = set(), 0
         for replica in snapshot["replicas"]:
             name = replica["name"]
             names.add(name)
@@ -177,14 +181,19 @@ class FleetWatch:
                 self.started.setdefault(name, float(replica["since"]))
             elif replica["phase"] == "ready":
                 self.ready.setdefault(name, float(replica["since"]))
+            serving = replica["phase"] in ("ready", "draining")
+            busy += serving and bool(replica["waiting"] or replica["running"])
             if replica["pid"] is not None and (cpu := process_cpu_seconds(int(replica["pid"]))) is not None:
-                self.engine_cpu[int(replica["pid"])] = cpu
+                pid = int(replica["pid"])
+                if serving:
+                    self.serving_cpu += cpu - self.engine_cpu.get(pid, cpu)
+                self.engine_cpu[pid] = cpu
         for name in set(self.started) | set(self.ready):
             if name not in names:
                 self.gone.setdefault(name, now)
         for row in snapshot["decisions"]:
             self.decisions.setdefault((float(row["time"]), int(row["to_replicas"])), row)
-        self.cpu_rows.append((now, sum(self.engine_cpu.values())))
+        self.usage.append((now, self.serving_cpu, busy))
         self.load.append((now, os.getloadavg()[0]))
 
     async def follow(self, stop: asyncio.Event) -> None:
@@ -192,6 +201,25 @@ class FleetWatch:
             self.sample(time.time())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), SAMPLE_S)
+
+    def busy_core_share(self, since: float) -> float | None:
+        """CPU seconds the serving engines used per second that an engine had work, after ``since``: the share
+        of a core a busy engine really got (None without busy samples)."""
+        usage = [row for row in self.usage if row[0] >= since]
+        engine_s = sum(busy * (t2 - t1) for (t1, _, busy), (t2, _, _) in itertools.pairwise(usage))
+        return (usage[-1][1] - usage[0][1]) / engine_s if engine_s > 0 else None
+
+    def cores_per_window(self, since: float, window_s: float = WINDOW_S) -> list[float]:
+        """Cores the serving engines used in each window after ``since``."""
+        usage = [row for row in self.usage if row[0] >= since]
+        if len(usage) < 2:
+            return []
+        times = np.asarray([t for t, _, _ in usage]) - since
+        cpu = np.asarray([c for _, c, _ in usage])
+        edges = np.arange(0.0, times[-1] + window_s, window_s)
+        at_edges = np.interp(np.minimum(edges, times[-1]), times, cpu)
+        spans = np.diff(np.minimum(edges, times[-1]))
+        return [float(c / s) for c, s in zip(np.diff(at_edges), spans, strict=True) if s > 0]
 
     def startups(self, after: float = -math.inf) -> dict[str, float]:
         """Seconds from start to ready of each engine started at or after ``after``."""
@@ -475,27 +503,30 @@ def main() -> None:
 
     print("4. simulating the trace file ...", flush=True)
     replayed = load_trace(trace_path)
-    replayed = Trace(replayed.name, replayed.arrival, replayed.prompt_tokens, replayed.output_tokens,
+    replayed = Trace(trace.name, replayed.arrival, replayed.prompt_tokens, replayed.output_tokens,
                      replayed.prefix_group, replayed.prefix_tokens, trace.bursts)
     runs = {
         MEASURED: measured,
         SIM_CALIBRATED: simulate_fleet(replayed, profile, manifest, startup_range, args.seed),
         SIM_LOADED: simulate_fleet(replayed, slowed(profile, slowdown), manifest, startup_range, args.seed),
     }
+    replay_share = watch.busy_core_share(replay.t0)
+    if replay_share:
+        runs[SIM_REPLAY_SHARE] = simulate_fleet(replayed, slowed(profile, max(1.0, 1 / replay_share)), manifest,
+                                                startup_range, args.seed)
     report = side_by_side(runs, replayed, args.slo_ttft_p95)
     sim_capacity = replica_capacity(fleet_engine, replayed, args.slo_ttft_p95, args.seed)
     comparison = Comparison(replayed, fleet_engine, args.slo_ttft_p95, sim_capacity,
                             Sizing(sim_capacity.concurrency, replicas_for(peak_rate(replayed), sim_capacity)),
                             autoscaling_config(manifest.spec), runs,
                             {name: entry["summary"] for name, entry in report.items()})  # type: ignore[index]
-    engine_cpu = watch.cpu_rows
-    cores = [(t - replay.t0, (c2 - c1) / (t2 - t)) for (t, c1), (t2, c2) in itertools.pairwise(engine_cpu)
-             if t >= replay.t0 and t2 > t]
+    cores = watch.cores_per_window(replay.t0)
     load_after = os.getloadavg()
     print(format_table(comparison))
     print(format_side_by_side(report))
-    print(f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; engines used "
-          f"{np.mean([c for _, c in cores]) if cores else float('nan'):.2f} cores on average during the replay")
+    print(f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; serving engines used "
+          f"{' '.join(f'{c:.2f}' for c in cores)} cores per minute; a busy engine got "
+          f"{_cell(replay_share)} of a core (calibration: {1 / slowdown:.2f})")
     document = {
         "command": " ".join(sys.argv), "cpu_flags": cpu_flags(), "cores": os.cpu_count(),
         "load_average": {"before": load_before, "after": load_after, "during": watch.load},
@@ -503,7 +534,7 @@ def main() -> None:
         "trace": {"path": str(trace_path), "requests": len(trace), "phases": [asdict(p) for p in phases]},
         "startup_s": {"measured": first_startup, "during_trace": startups, "simulated_range": startup_range},
         "sent_late_max_s": late, "prompt_count_mismatches": mismatched,
-        "engine_cores_used": cores, "runs": report,
+        "serving_engine_cores_per_minute": cores, "busy_engine_core_share": replay_share, "runs": report,
     }
     if args.json_out:
         args.json_out.write_text(json.dumps(document, indent=1, default=str))

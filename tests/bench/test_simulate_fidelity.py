@@ -63,8 +63,8 @@ def _snapshot(now: float, desired: int, rows: list[ReplicaRow], decisions: list[
                          metrics_missing=None)
 
 
-def _row(name: str, phase: str, since: float) -> ReplicaRow:
-    return ReplicaRow(name, phase, since, None, None, None, None, None, 0, None)
+def _row(name: str, phase: str, since: float, running: float | None = None) -> ReplicaRow:
+    return ReplicaRow(name, phase, since, None, None, 0.0 if running is not None else None, running, None, 0, None)
 
 
 def test_the_watch_reads_counts_start_ups_and_decisions_from_the_dashboard_file(tmp_path: Path) -> None:
@@ -76,8 +76,8 @@ def test_the_watch_reads_counts_start_ups_and_decisions_from_the_dashboard_file(
     for now, desired, rows, decisions in [
         (100.0, 1, [_row("engine-0", "starting", 100.0)], []),
         (101.0, 1, [_row("engine-0", "ready", 101.0)], []),
-        (105.0, 2, [_row("engine-0", "ready", 101.0), _row("engine-1", "starting", 104.5)], [up]),
-        (112.0, 2, [_row("engine-0", "ready", 101.0), _row("engine-1", "ready", 111.0)], [up]),
+        (105.0, 2, [_row("engine-0", "ready", 101.0, running=3), _row("engine-1", "starting", 104.5)], [up]),
+        (112.0, 2, [_row("engine-0", "ready", 101.0, running=2), _row("engine-1", "ready", 111.0, running=1)], [up]),
         (130.0, 1, [_row("engine-0", "draining", 129.0), _row("engine-1", "ready", 111.0)], [up]),
         (140.0, 1, [_row("engine-1", "ready", 111.0)], [up]),
     ]:
@@ -89,6 +89,17 @@ def test_the_watch_reads_counts_start_ups_and_decisions_from_the_dashboard_file(
     assert watch.startups(after=102.0) == {"engine-1": 6.5}
     assert watch.gone == {"engine-0": 140.0}
     assert list(watch.decisions) == [(104.0, 2)]
+    assert [busy for _, _, busy in watch.usage] == [0, 0, 1, 2, 0, 0]
+
+
+def test_busy_core_share_and_cores_per_minute_come_from_serving_cpu_time() -> None:
+    watch = fidelity.FleetWatch(Path("/nonexistent"))
+    # 0-60 s: one busy engine using half a core; 60-120 s: two busy engines using 0.8 cores between them
+    watch.usage = [(t, 0.5 * t, 1) for t in range(60)] + [(60 + t, 30 + 0.8 * t, 2) for t in range(61)]
+    assert watch.cores_per_window(0.0) == pytest.approx([0.5, 0.8])
+    assert watch.busy_core_share(0.0) == pytest.approx((30 + 48) / (60 + 120))
+    assert watch.busy_core_share(60.0) == pytest.approx(0.4)
+    assert watch.busy_core_share(200.0) is None
 
 
 def test_the_measured_run_reads_as_a_simulated_one() -> None:
