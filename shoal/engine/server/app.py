@@ -3,14 +3,16 @@
 Handlers read the body themselves (capped before parsing, then ``parse_json_object``, then the pydantic
 model), so that every bad input becomes an OpenAI-style 4xx naming the problem; FastAPI's 422 and its HTML
 404/405 are rewritten to the same shape, and an unexpected exception becomes a bare 500 whose details go to
-the log only.
+the log only. ``build_app`` reads as the app's parts in request order: the engine's lifespan, the error
+handlers, the generation path (``_generate``: read, validate, check the model, tokenize, admit, respond), the
+model list, the probes and the KV event stream.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
@@ -77,7 +79,20 @@ def parse(model: type[M], data: dict[str, Any]) -> M:
 
 
 def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
-    """The FastAPI application around a (not yet started) ``AsyncEngine``."""
+    """The FastAPI application around a (not yet started) ``AsyncEngine``, assembled in request order."""
+    # FastAPI's own document would describe every body as untyped (the handlers parse it): serve the shared one
+    app = FastAPI(title="shoal engine", lifespan=_lifespan(engine), docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(RequestIdMiddleware)
+    _add_error_handlers(app)
+    _add_generation_routes(app, engine, settings)
+    _add_model_routes(app, engine, settings)
+    _add_probes(app, engine)
+    _add_kv_events(app, engine)
+    return app
+
+
+def _lifespan(engine: AsyncEngine) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The engine's step thread runs while the app does; the model loads on it after the port opens."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -87,9 +102,11 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
         finally:
             engine.stop()
 
-    # FastAPI's own document would describe every body as untyped (the handlers parse it): serve the shared one
-    app = FastAPI(title="shoal engine", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(RequestIdMiddleware)
+    return lifespan
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every failure leaves as an OpenAI error body: ours, FastAPI's 422, Starlette's 404/405, and a bare 500."""
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -108,43 +125,53 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
         log.error("unhandled error in request %s", current_request_id(), exc_info=exc)
         return _error_response(internal_error())
 
-    def check_model(name: str) -> None:
-        if name not in settings.served_model_names:
-            raise model_not_found(name)
 
-    async def serve(request: Request, model: type[OpenAIRequest], endpoint: ModuleType) -> Response:
-        """The path both endpoints share: parse, check the model, tokenize, admit, respond."""
-        req = parse(model, await read_json_object(request, settings.max_body_bytes))
-        check_model(req.model)
-        core = engine.loaded_core()
-        prepared = await endpoint.prepare(req, current_request_id(), core.tokenizer, core.max_model_len)
-        generation = await engine.submit(prepared.request_id, prepared.children)
-        return await respond(request, generation, prepared, endpoint.Formatter(core.tokenizer, prepared), req.stream)
+async def _generate(request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest],
+                    endpoint: ModuleType) -> Response:
+    """The path both generation endpoints share: read, validate, check the model, tokenize, admit, respond."""
+    req = parse(model, await read_json_object(request, settings.max_body_bytes))
+    if req.model not in settings.served_model_names:
+        raise model_not_found(req.model)
+    core = engine.loaded_core()
+    prepared = await endpoint.prepare(req, current_request_id(), core.tokenizer, core.max_model_len)
+    generation = await engine.submit(prepared.request_id, prepared.children)
+    return await respond(request, generation, prepared, endpoint.Formatter(core.tokenizer, prepared), req.stream)
 
+
+def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:
     @app.post("/v1/completions")
     async def create_completion(request: Request) -> Response:
-        return await serve(request, CompletionRequest, completions)
+        return await _generate(request, engine, settings, CompletionRequest, completions)
 
     @app.post("/v1/chat/completions")
     async def create_chat_completion(request: Request) -> Response:
-        return await serve(request, ChatCompletionRequest, chat)
+        return await _generate(request, engine, settings, ChatCompletionRequest, chat)
 
+
+def _model_list(engine: AsyncEngine, settings: ServerSettings) -> ModelList:
+    """The served names; once loaded, with the scheduler's limits, from which a gateway reads the capacity."""
+    core = engine.core
+    if core is None:
+        return ModelList(data=[ModelCard(id=name) for name in settings.served_model_names])
+    config = core.config
+    return ModelList(data=[
+        ModelCard(id=name, max_model_len=core.max_model_len, max_num_batched_tokens=config.max_num_batched_tokens,
+                  max_num_seqs=config.max_num_seqs, block_size=config.block_size)
+        for name in settings.served_model_names
+    ])
+
+
+def _add_model_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:
-        core = engine.core
-        if core is None:
-            cards = [ModelCard(id=name) for name in settings.served_model_names]
-        else:  # the scheduler's limits: a gateway reads the replica's capacity from them
-            cards = [ModelCard(id=name, max_model_len=core.max_model_len,
-                               max_num_batched_tokens=core.config.max_num_batched_tokens,
-                               max_num_seqs=core.config.max_num_seqs, block_size=core.config.block_size)
-                     for name in settings.served_model_names]
-        return JSONResponse(ModelList(data=cards).model_dump())
+        return JSONResponse(_model_list(engine, settings).model_dump())
 
     @app.get("/openapi.json")
     async def openapi() -> JSONResponse:
         return JSONResponse(openapi_document("shoal engine"))
 
+
+def _add_probes(app: FastAPI, engine: AsyncEngine) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
         """Alive, loading included; 503 once the engine is dead (the pod should be restarted)."""
@@ -164,8 +191,11 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+
+def _add_kv_events(app: FastAPI, engine: AsyncEngine) -> None:
     @app.get("/kv/events")
     async def kv_events() -> Response:
+        """A snapshot of the cached block hashes, then every change, as SSE until the client leaves."""
         follower = await engine.follow_kv_events()
 
         async def body() -> AsyncIterator[str]:
@@ -179,5 +209,3 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
         return ClosingStreamingResponse(
             body(), on_close=close, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
-
-    return app
