@@ -44,9 +44,11 @@ def main() -> None:
     parser.add_argument("--suffix-len", type=int, default=40)
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--in-flight", type=float, default=8.0)
+    parser.add_argument("--max-num-seqs", type=int, help="the engines' limit (default: the profile's)")
+    parser.add_argument("--max-num-batched-tokens", type=int, help="the engines' token budget (default: the profile's)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    profile = load_profile(args.profile)
+    profile = load_profile(args.profile).with_engine(args.max_num_batched_tokens, args.max_num_seqs)
 
     def run(trace: Trace, replicas: int, routing: str) -> dict:
         result = simulate(trace, profile, FixedForPeak(replicas), make_policy(routing),
@@ -63,12 +65,13 @@ def main() -> None:
     print(f"{args.requests} requests at {args.in_flight / latency:.2f} req/s (~{args.in_flight:g} in flight), "
           f"{args.groups} groups x {args.prefix_len}-token prefixes, {args.replicas} replicas, profile {profile.name}; "
           f"one replica's hit rate {single['prefix_hit_rate']:.3f}")
-    print("| routing | hit rate | vs one replica | max/mean requests | TTFT p95 (s) | vs round-robin |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| routing | hit rate | vs one replica | max/mean requests | TTFT p95 (s) | vs round-robin | reasons |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     base = rows["round-robin"]["ttft_p95_s"]
     for name, r in rows.items():
         print(f"| {name} | {r['prefix_hit_rate']:.3f} | {r['prefix_hit_rate'] / single['prefix_hit_rate']:.2f}x | "
-              f"{r['routing']['max_over_mean_requests']:.2f} | {r['ttft_p95_s']:.3f} | {r['ttft_p95_s'] / base:.2f}x |")
+              f"{r['routing']['max_over_mean_requests']:.2f} | {r['ttft_p95_s']:.3f} | {r['ttft_p95_s'] / base:.2f}x | "
+              f"{', '.join(f'{k} {v}' for k, v in sorted(r['routing']['reasons'].items()))} |")
 
 
 if __name__ == "__main__":

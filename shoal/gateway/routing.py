@@ -8,11 +8,15 @@ Prefix-aware routing works like consistent hashing with bounded loads (CHWBL), b
 they really hold instead of by a hash ring. A replica is *eligible* while its load plus this request stays
 within ``bound_factor`` x the fleet's mean load after placement, where the mean never counts below the
 replica's *floor*. Among eligible replicas the longest cached prefix of the request's chained block hashes
-wins; ties go to the replica left furthest under its bound. A request nobody holds any of (a miss) is placed
-by rendezvous hashing of its first block among the eligible replicas, so that every gateway replica
-(active-active, each following the same KV events) sends a new prefix to the same engine even before that
-engine has reported storing it. Ties that remain are broken by the same rendezvous weight, never by arrival
-order or dict order, so two gateways fed the same snapshot decide the same.
+wins; ties go to the replica left furthest under its bound. A request nobody holds any of (a miss) goes the
+same way: to the eligible replica left furthest under its bound, so new prefixes find their homes on the
+least busy replicas and the homes spread with the load (placed by hash alone, one replica could be home to
+three of eight prefixes and spill their requests to replicas without them, each spill a prefill of the whole
+prefix: 7 of 64 requests in one run of ``bench/gateway_routing.py``). Replicas equally far under it (an idle fleet) are ranked by rendezvous hashing
+of the request's first block, never by arrival order or dict order, so two gateways fed the same snapshot
+decide the same, and every gateway replica (active-active, each following the same KV events) sends a new
+prefix to the same idle engine even before that engine has reported storing it; gateways whose own in-flight
+counts differ may give a new prefix two homes, one extra prefill.
 
 The load measure, in tokens, is the work a replica still has, which is what a simulator must feed as well:
 
@@ -46,6 +50,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Literal, Protocol
 
 Reason = Literal["prefix_hit", "load_bound_fallback", "miss", "round_robin", "least_load"]
@@ -82,9 +87,13 @@ class Capacity:
         return tokens / self.max_seqs
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ReplicaView:
-    """What a policy may know about one replica at decision time (the load measure: module docstring)."""
+    """What a policy may know about one replica at decision time (the load measure: module docstring).
+
+    Policies only read it. A caller may update one in place between decisions instead of building a new one:
+    the simulator keeps one per replica and changes its load as the gateway's leases would.
+    """
 
     replica_id: str
     load_tokens: int = 0
@@ -133,12 +142,7 @@ class RoutingPolicy(Protocol):
 
 def matched_blocks(cached: Container[int], block_hashes: Sequence[int]) -> int:
     """Length of the leading run of ``block_hashes`` that ``cached`` holds (the reusable prefix, in blocks)."""
-    count = 0
-    for block_hash in block_hashes:
-        if block_hash not in cached:
-            break
-        count += 1
-    return count
+    return len(list(takewhile(cached.__contains__, block_hashes)))  # one C loop: prompts run to hundreds of blocks
 
 
 def rendezvous_weight(replica_id: str, key: int) -> int:
@@ -179,8 +183,23 @@ def load_threshold(replicas: Sequence[ReplicaView], cost_tokens: int, bound_fact
     return bound_factor * max(mean_load_after(replicas, cost_tokens), float(floor))
 
 
+class IdOrdered(list[ReplicaView]):
+    """Views their caller keeps in replica-id order, so a policy that needs that order does not sort them per
+    request (the simulator keeps one across a thousand replicas; a plain sequence is sorted when needed)."""
+
+
+def _replica_id(replica: ReplicaView) -> str:
+    return replica.replica_id
+
+
+def by_id(replicas: Sequence[ReplicaView]) -> Sequence[ReplicaView]:
+    """``replicas`` in replica-id order: as given when the caller keeps them so (``IdOrdered``), else sorted."""
+    return replicas if isinstance(replicas, IdOrdered) else sorted(replicas, key=_replica_id)
+
+
 class RoundRobin:
-    """Each replica in turn (by sorted id, so the order does not depend on discovery order)."""
+    """Each replica in turn (by sorted id, so the order does not depend on discovery order): a cursor over
+    that order, O(1) per request when the views come ``IdOrdered``."""
 
     name = "round-robin"
 
@@ -188,7 +207,7 @@ class RoundRobin:
         self._counter = 0
 
     def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
-        ordered = sorted(replicas, key=lambda r: r.replica_id)
+        ordered = by_id(replicas)
         chosen = ordered[self._counter % len(ordered)]
         self._counter += 1
         return Decision(chosen.replica_id, "round_robin", matched_blocks(chosen.cached, request.block_hashes))
@@ -203,9 +222,11 @@ class LeastLoad:
         self._counter = 0
 
     def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
-        lightest = min(load(r) for r in replicas)
-        tied = sorted((r for r in replicas if load(r) == lightest), key=lambda r: r.replica_id)
-        chosen = tied[self._counter % len(tied)]
+        loads = [load(r) for r in replicas]
+        lightest = min(loads)
+        tied = [r for r, value in zip(replicas, loads, strict=True) if value == lightest]
+        ordered = by_id(IdOrdered(tied) if isinstance(replicas, IdOrdered) else tied)
+        chosen = ordered[self._counter % len(ordered)]
         self._counter += 1
         return Decision(chosen.replica_id, "least_load", matched_blocks(chosen.cached, request.block_hashes))
 
@@ -227,32 +248,33 @@ class PrefixAware:
     def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
         hashes = request.block_hashes
         key = hashes[0] if hashes else 0
-        mean = mean_load_after(replicas, request.cost_tokens)
-        matches: dict[str, int] = {}
-        headroom: dict[str, float] = {}  # limit minus load after taking the request: >= 0 means eligible
-        for r in replicas:
-            matches[r.replica_id] = matched = matched_blocks(r.cached, hashes)
-            limit = self.bound_factor * max(mean, floor_tokens(r, self.bound_factor, self.load_floor_tokens))
-            headroom[r.replica_id] = limit - (load(r) + cost_on(r, request, matched))
+        loads = [load(r) for r in replicas]
+        mean = (sum(loads) + request.cost_tokens) / len(replicas)  # mean_load_after, each load computed once
+        matches = [matched_blocks(r.cached, hashes) for r in replicas] if hashes else [0] * len(replicas)
+        headroom = [  # limit minus load after taking the request: >= 0 means eligible
+            self.bound_factor * max(mean, floor_tokens(r, self.bound_factor, self.load_floor_tokens))
+            - (held + cost_on(r, request, matched))
+            for r, held, matched in zip(replicas, loads, matches, strict=True)]
 
-        def roomiest(candidates: Sequence[ReplicaView]) -> ReplicaView:
-            return max(candidates, key=lambda r: (headroom[r.replica_id], rendezvous_weight(r.replica_id, key),
-                                                  r.replica_id))
+        def roomiest(candidates: list[int]) -> int:
+            """The candidate left furthest under its bound; equals by rendezvous weight, hashed only for them."""
+            top = max(headroom[i] for i in candidates)
+            tied = [i for i in candidates if headroom[i] == top]
+            if len(tied) == 1:
+                return tied[0]
+            return max(tied, key=lambda i: (rendezvous_weight(replicas[i].replica_id, key), replicas[i].replica_id))
 
-        eligible = [r for r in replicas if headroom[r.replica_id] >= 0]
+        eligible = [i for i, room in enumerate(headroom) if room >= 0]
         if not eligible:
-            chosen = roomiest(replicas)
-            return Decision(chosen.replica_id, "load_bound_fallback", matches[chosen.replica_id])
-        best = max(matches[r.replica_id] for r in eligible)
+            chosen = roomiest(list(range(len(replicas))))
+            return Decision(replicas[chosen].replica_id, "load_bound_fallback", matches[chosen])
+        best = max(matches[i] for i in eligible)
         if best > 0:
-            chosen = roomiest([r for r in eligible if matches[r.replica_id] == best])
-            return Decision(chosen.replica_id, "prefix_hit", best)
-        if hashes:
-            chosen = max(eligible, key=lambda r: (rendezvous_weight(r.replica_id, key), r.replica_id))
-        else:
-            chosen = roomiest(eligible)
-        reason: Reason = "load_bound_fallback" if any(matches.values()) else "miss"
-        return Decision(chosen.replica_id, reason, 0)
+            chosen = roomiest([i for i in eligible if matches[i] == best])
+            return Decision(replicas[chosen].replica_id, "prefix_hit", best)
+        chosen = roomiest(eligible)
+        reason: Reason = "load_bound_fallback" if any(matches) else "miss"
+        return Decision(replicas[chosen].replica_id, reason, 0)
 
 
 def make_policy(name: str, bound_factor: float = DEFAULT_BOUND_FACTOR,

@@ -20,6 +20,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 
+from shoal.gateway.routing import Capacity, ReplicaView
 from shoal.simulate.profile import EngineProfile
 
 GROUP_SHIFT = 24  # a prefix block's hash is (group << GROUP_SHIFT) | block index
@@ -34,7 +35,7 @@ class PrefixCache:
     of requests in flight there (routed, not yet finished), as ``shoal.gateway.prefix_index`` counts them.
     """
 
-    __slots__ = ("stored", "in_flight", "blocks", "_extent", "_stored_tokens")
+    __slots__ = ("_extent", "_stored_tokens", "blocks", "in_flight", "stored")
 
     def __init__(self) -> None:
         self.stored: OrderedDict[int, int] = OrderedDict()  # group -> cached prefix tokens
@@ -93,9 +94,28 @@ class PrefixCache:
 class SimReplica:
     """Engine state of one replica; the simulator owns the clock and calls ``plan`` and ``finish_step``."""
 
-    __slots__ = ("name", "profile", "phase", "created", "since", "ended", "waiting", "prefill", "decoding",
-                 "steps", "context", "reserved", "load_tokens", "in_flight", "version", "segment", "pending",
-                 "busy_until", "cache", "slot")
+    __slots__ = (
+        "busy_until",
+        "cache",
+        "context",
+        "created",
+        "decoding",
+        "ended",
+        "in_flight",
+        "load_tokens",
+        "name",
+        "pending",
+        "phase",
+        "prefill",
+        "profile",
+        "reserved",
+        "segment",
+        "since",
+        "steps",
+        "version",
+        "view",
+        "waiting",
+    )
 
     def __init__(self, name: str, profile: EngineProfile, created: float) -> None:
         self.name = name
@@ -117,7 +137,8 @@ class SimReplica:
         self.pending: list[tuple[list[int], int]] | None = None     # this prefill step's chunks
         self.busy_until: float | None = None
         self.cache = PrefixCache()
-        self.slot = -1  # index in the simulator's routing views while in rotation
+        self.view = ReplicaView(name, 0, self.cache.blocks, 0, Capacity(profile.max_num_batched_tokens,
+                                                                           profile.max_num_seqs))
 
     @property
     def running(self) -> int:

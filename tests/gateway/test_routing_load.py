@@ -11,6 +11,7 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.polling import eventually
 
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.gateway.replicas import Fleet, Replica
@@ -23,9 +24,9 @@ from shoal.gateway.routing import (
     cost_on,
     load,
     matched_blocks,
+    rendezvous_weight,
 )
 from shoal.protocol.block_hash import hash_blocks
-from support.polling import eventually
 
 BLOCK = 16
 CHAIN = hash_blocks(list(range(BLOCK * 8)))  # 8 chained block hashes of one prompt
@@ -115,6 +116,29 @@ def test_the_bound_bites_before_a_replica_would_queue(fleet, policy: PrefixAware
         return
     chosen = next(r for r in replicas if r.replica_id == policy.decide(replicas, request).replica_id)
     assert after(chosen) <= chosen.capacity.limit_tokens
+
+
+@given(fleets(), policies)
+def test_a_miss_goes_to_the_replica_left_furthest_under_its_bound(fleet, policy: PrefixAware) -> None:
+    replicas, request = fleet
+    decision = policy.decide(replicas, request)
+    if decision.reason == "miss":
+        headroom = oracle(replicas, request, policy)
+        assert headroom[decision.replica_id] == pytest.approx(max(headroom.values()))
+
+
+def test_a_new_prefix_goes_to_the_least_busy_replica_and_idle_ones_rank_by_rendezvous() -> None:
+    """Homes spread with the load; an idle fleet (all alike) still sends a new prefix where every gateway would."""
+    capacity = Capacity(token_budget=512, max_seqs=4)
+    request = RouteRequest(CHAIN, cost_tokens=445 + 32, block_size=BLOCK, output_tokens=32)
+    idle = [ReplicaView(name, capacity=capacity) for name in ("a", "b", "c", "d")]
+    home = PrefixAware().decide(idle, request).replica_id
+    assert home == max("abcd", key=lambda name: rendezvous_weight(name, CHAIN[0]))
+    busy_home = [ReplicaView(v.replica_id, sequences=int(v.replica_id == home), capacity=capacity) for v in idle]
+    moved = PrefixAware().decide(busy_home, request)
+    assert moved.reason == "miss"
+    assert moved.replica_id == max((v.replica_id for v in idle if v.replica_id != home),
+                                   key=lambda name: rendezvous_weight(name, CHAIN[0]))
 
 
 def test_a_holder_is_charged_only_what_it_must_prefill() -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sim_fixtures import poisson_trace
 
 import shoal.autoscale
 import shoal.gateway.routing
 from shoal.autoscale import AutoscalingConfig, FleetSignals, ScalingDecision
+from shoal.gateway.routing import Decision, IdOrdered, ReplicaView, RouteRequest
 from shoal.simulate.policies import POLICY_NAMES, Sizing, make_scaling_policy
 from shoal.simulate.profile import EngineProfile
-from shoal.simulate.simulator import SimConfig, simulate
+from shoal.simulate.replica import SimReplica
+from shoal.simulate.simulator import FleetSimulator, SimConfig, simulate
 
 
 class RecordingShoalPolicy(shoal.autoscale.ShoalPolicy):
@@ -45,3 +49,40 @@ def test_every_decision_applied_is_the_policy_objects_own(profile: EngineProfile
     assert all(r.waiting is not None and r.running is not None for s in ready for r in s.ready)
     assert any(s.ttft_p95_seconds is not None and s.arrival_rate for s in policy.seen)
     assert routing._counter == len(trace)  # the routing object itself placed every request
+
+
+class CheckingRouting:
+    """Prefix-aware routing, unchanged, checking each snapshot against the simulated replicas as it goes."""
+
+    name = "prefix-aware"
+
+    def __init__(self) -> None:
+        self.inner = shoal.gateway.routing.PrefixAware()
+        self.by_name: dict[str, SimReplica] = {}
+        self.calls = 0
+        self.sizes: set[int] = set()
+
+    def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
+        ids = [view.replica_id for view in replicas]
+        assert isinstance(replicas, IdOrdered) and ids == sorted(ids)
+        for view in replicas:
+            replica = self.by_name[view.replica_id]
+            assert replica.phase == "ready"
+            assert (view.load_tokens, view.sequences, view.cached) == (replica.load_tokens, replica.in_flight,
+                                                                       replica.cache.blocks)
+        self.calls += 1
+        self.sizes.add(len(replicas))
+        return self.inner.decide(replicas, request)
+
+
+def test_views_updated_in_place_are_what_the_gateway_would_build(profile: EngineProfile) -> None:
+    """The simulator keeps one view per replica and changes it as leases would; the policy must see the same
+    snapshot a fresh build gives, in replica-id order, only ready replicas, through scale-ups and downs."""
+    routing = CheckingRouting()
+    policy = shoal.autoscale.ShoalPolicy(AutoscalingConfig(min_replicas=1, max_replicas=6))
+    simulator = FleetSimulator(poisson_trace(30.0, 3000, groups=4), profile, policy, routing,
+                               SimConfig(initial_replicas=1, tail_s=60.0))
+    routing.by_name = simulator.by_name
+    simulator.run()
+    assert routing.calls == sum(r is not None for r in simulator.routed_to) > 0  # the checks ran on every decision
+    assert len(routing.sizes) > 1  # the rotation changed while requests were routed
