@@ -47,6 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from shoal.engine.server.runner import run
+    from shoal.engine.server.serve_main import run
 
     return run(args)

@@ -1,4 +1,4 @@
-"""Builds the engine, the app and uvicorn from ``shoal serve``'s options, and drains on SIGTERM.
+"""The ``shoal serve`` process: builds the engine, the app and uvicorn from its options, and drains on SIGTERM.
 
 uvicorn's own SIGTERM handling closes the listening socket and waits for open connections, so clients of a
 terminating pod would see refused connections instead of a clean 503. ``DrainingServer`` takes the first
