@@ -13,13 +13,13 @@ import torch
 from kv_invariants import assert_all_free
 from tiny_checkpoints import save_tokenizer, train_tokenizer
 
-from shoal.engine.config import ModelConfig
 from shoal.engine.core import EngineConfig, EngineCore, RequestOutput, SamplingParams
 from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.hardware_plan import HardwarePlan
 from shoal.engine.core.outputs import SampleLogprobs
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
+from shoal.engine.model_config import ModelConfig
 from shoal.tokenizer import Tokenizer
 
 FIRST_ORDINARY_ID = 3  # 0-2 are the tokenizer's special tokens

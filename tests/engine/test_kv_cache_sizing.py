@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from shoal.engine.config import ModelConfig
 from shoal.engine.model import allocate_kv_cache, kv_cache_bytes_per_block
+from shoal.engine.model_config import ModelConfig
 
 CONFIG = ModelConfig(
     architecture="llama",

@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from shoal.engine.config import ModelConfig, UnsupportedModelError
 from shoal.engine.loader import WeightsError, load_model
+from shoal.engine.model_config import ModelConfig, UnsupportedModelError
 from shoal.kernels import TorchOps
 from shoal.model_registry import ModelNotFoundError, resolve_model
 from shoal.tokenizer import Tokenizer, TokenizerFilesError, UnsupportedTokenizerError

@@ -17,7 +17,6 @@ from typing import Protocol
 
 import torch
 
-from shoal.engine.config import ModelConfig
 from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.errors import InvalidRequestError
@@ -31,6 +30,7 @@ from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
 from shoal.engine.core.stop_checker import TextState, token_stop
 from shoal.engine.loader import load_model
 from shoal.engine.model import allocate_kv_cache, kv_cache_bytes_per_block
+from shoal.engine.model_config import ModelConfig
 from shoal.kernels import get_ops
 from shoal.model_registry import resolve_model
 from shoal.protocol.kv_events import KVEvent

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from gguf.quants import dequantize
 
-from shoal.engine.config import ModelConfig
 from shoal.engine.loader.errors import WeightsError
 from shoal.engine.loader.quantize import Int4Codes, int4_from_gguf_blocks
+from shoal.engine.model_config import ModelConfig
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",

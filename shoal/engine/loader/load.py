@@ -6,13 +6,13 @@ import json
 
 import torch
 
-from shoal.engine.config import ModelConfig
 from shoal.engine.loader.errors import WeightsError
 from shoal.engine.loader.gguf_weights import gguf_int4_codes, iter_gguf
 from shoal.engine.loader.quantize import Int4Codes, quantize_projections
 from shoal.engine.loader.safetensors_weights import iter_safetensors
 from shoal.engine.loader.state_dict import build_state_dict, fuse_by_parameter
 from shoal.engine.model import CausalLM
+from shoal.engine.model_config import ModelConfig
 from shoal.gguf_metadata import open_gguf, read_gguf_metadata
 from shoal.kernels import KernelOps
 from shoal.model_registry import ModelSource

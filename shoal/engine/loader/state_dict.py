@@ -12,8 +12,8 @@ from typing import TypeVar
 
 import torch
 
-from shoal.engine.config import ModelConfig
 from shoal.engine.loader.errors import WeightsError
+from shoal.engine.model_config import ModelConfig
 
 # Fused parameter -> the Hugging Face parts concatenated (in this order) along the output dimension.
 _FUSED = {

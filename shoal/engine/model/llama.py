@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from shoal.engine.config import ModelConfig
 from shoal.engine.model.rotary import cos_sin_cache
+from shoal.engine.model_config import ModelConfig
 from shoal.kernels import AttentionMetadata, KernelOps
 
 KVCache = tuple[Tensor, Tensor]

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from shoal.engine.config import ModelConfig
+from shoal.engine.model_config import ModelConfig
 
 
 def inverse_frequencies(config: ModelConfig) -> torch.Tensor:

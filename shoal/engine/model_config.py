@@ -2,7 +2,8 @@
 
 One dataclass drives the model, the loader and the KV-cache sizing, whatever format the checkpoint came in.
 Anything the model cannot run faithfully (another architecture, sliding-window attention, an unknown RoPE
-scaling) is refused here with an error naming the field, rather than producing wrong logits later.
+scaling) is refused here with an error naming the field, rather than producing wrong logits later. How the
+engine runs a model (device, batch limits, KV blocks) is ``shoal.engine.core.engine_config``, not this.
 """
 
 from __future__ import annotations
