@@ -11,13 +11,16 @@ feed the estimate, both from signals every source already reports:
   (its two halves' means within 10%: a windowed rate still catching up with a step would make the fleet look
   slower than it is), it is
   ``(mean arrival rate - queue growth per second) / ready replicas``, blended into a moving average. This is the
-  only observation that can *set* the estimate.
+  only observation that can *set* the estimate, and only when the queue grew by more than twice the arrival
+  count's Poisson spread: full batches over a queue that held its size (a replica admitting at every step always
+  shows a request waiting) say only that the replicas kept up, a lower bound like the one below. Taking that for
+  the capacity sized a fleet that one replica served at two (Azure conv trace).
 - **Within the SLO** (no queue to speak of, TTFT P95 within target) for a whole stretch of ``measure_seconds``:
   each ready replica then served the stretch's mean ``arrival / ready`` without trouble, a lower bound; it raises
   an estimate that a lighter request mix made too low, and a saturated measurement below it lowers it again. A
   single observation is not enough: the first second of a step looks fine before its queue has built.
 
-Until the fleet has saturated once the estimate is unknown and the policy relies on its reactive rules alone,
+Until the queue has outgrown the fleet once the estimate is unknown and the policy relies on its reactive rules alone,
 and on a **ceiling**: the per-replica arrival rate at which the fleet last breached a target, which a
 consolidation must stay under (a fleet that breached at 1 replica for 1 req/s is not taken back to 1 replica for
 1 req/s: Dynamo's 2-to-1 oscillation). A stretch within the SLO at or above the ceiling lifts it.
@@ -33,12 +36,15 @@ from collections import deque
 _STEADY_ARRIVALS = 0.1
 # ... and only once it has seen this many arrivals: over fewer, arrival noise swamps the queue's growth
 _MIN_ARRIVALS = 50.0
+# the queue must grow by more than this many standard deviations of the arrival count for a saturated stretch to
+# measure the capacity; a queue that held its size only shows the replicas kept up
+_GROWTH_NOISE = 2.0
 
 
 class _Stretch:
     """Observations since ``start`` with a constant ready count, and the arrival rates reported over it."""
 
-    __slots__ = ("start", "waiting", "ready", "arrivals")
+    __slots__ = ("arrivals", "ready", "start", "waiting")
 
     def __init__(self, start: float, waiting: float, ready: int, arrival: float) -> None:
         self.start, self.waiting, self.ready = start, waiting, ready
@@ -66,8 +72,16 @@ class _Stretch:
 class CapacityEstimate:
     """Requests/s one ready replica serves at saturation (``per_replica``, None until measured)."""
 
-    __slots__ = ("measure_seconds", "smoothing", "_measured", "_floor", "_ceiling", "_stretch", "_comfortable",
-                 "_recent")
+    __slots__ = (
+        "_ceiling",
+        "_comfortable",
+        "_floor",
+        "_measured",
+        "_recent",
+        "_stretch",
+        "measure_seconds",
+        "smoothing",
+    )
 
     def __init__(self, measure_seconds: float = 10.0, smoothing: float = 0.3) -> None:
         self.measure_seconds = measure_seconds
@@ -84,6 +98,12 @@ class CapacityEstimate:
         if self._measured is None:
             return None
         return max(self._measured, self._floor)
+
+    @property
+    def floor(self) -> float | None:
+        """Requests/s per ready replica the fleet has been seen to serve without its queue growing (None if never):
+        at most the capacity, so a fleet sized on it is never too small, only maybe too large."""
+        return self._floor or None
 
     @property
     def ceiling(self) -> float:
@@ -151,12 +171,19 @@ class CapacityEstimate:
         elapsed = time - stretch.start
         if elapsed < self.measure_seconds or stretch.mean_arrival * elapsed < _MIN_ARRIVALS:
             return
-        served = stretch.mean_arrival - (waiting - stretch.waiting) / elapsed
+        growth = waiting - stretch.waiting
+        served = stretch.mean_arrival - growth / elapsed
+        noise = math.sqrt(stretch.mean_arrival * elapsed)  # Poisson spread of the stretch's arrival count
         # far over capacity, what is served is a small difference of two large, noisy rates: keep measuring
         # until Poisson noise on the arrivals is under a fifth of it
-        if served <= 0 or math.sqrt(stretch.mean_arrival * elapsed) / elapsed > 0.2 * served:
+        if served <= 0 or noise / elapsed > 0.2 * served:
             return
         self._stretch = _Stretch(time, waiting, ready, arrival)
+        if growth < _GROWTH_NOISE * noise:
+            # full batches but a queue that did not grow: the replicas kept up with what arrived, so this is what
+            # they serve at least, not what they can serve (a replica admitting at every step always shows a wait)
+            self._floor = max(self._floor, served / ready)
+            return
         if not stretch.steady:
             return
         per_replica = served / ready

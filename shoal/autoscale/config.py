@@ -12,7 +12,9 @@ class AutoscalingConfig:
     ``tolerance`` is the dead band around the fleet's size in which load changes move nothing (as HPA's 0.1);
     ``target_utilization`` is the share of a replica's measured capacity the fleet is sized to use, the headroom
     that absorbs arrival noise between decisions; ``burst_memory_seconds`` is how long the fleet keeps the size a
-    breach needed when replicas could not start in time to answer it (bursts recur; 0 turns this off)."""
+    breach needed when replicas could not start in time to answer it (bursts recur; 0 turns this off);
+    ``startup_timeout_seconds`` is how long a replica may stay starting before it stops counting as capacity on
+    its way (a pod that never loads must not block every later scale-up)."""
 
     min_replicas: int = 1
     max_replicas: int = 4
@@ -22,8 +24,9 @@ class AutoscalingConfig:
     scale_down_stabilization_seconds: float = 300.0
     max_step: int = 2
     tolerance: float = 0.1
-    target_utilization: float = 0.8
+    target_utilization: float = 0.9
     burst_memory_seconds: float = 1800.0
+    startup_timeout_seconds: float = 900.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_replicas <= self.max_replicas:
@@ -36,5 +39,7 @@ class AutoscalingConfig:
             raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance}")
         if self.burst_memory_seconds < 0:
             raise ValueError(f"burst_memory_seconds must be >= 0, got {self.burst_memory_seconds}")
+        if self.startup_timeout_seconds <= 0:
+            raise ValueError(f"startup_timeout_seconds must be > 0, got {self.startup_timeout_seconds}")
         if not 0 < self.target_utilization <= 1:
             raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")

@@ -1,7 +1,8 @@
 """One pass over a :class:`FleetSignals` snapshot: the totals the control law reasons with.
 
 Replicas that report no queue (their scrape failed) are counted apart, so the policy can scale up on what the
-others show but never scale down on a partial view.
+others show but never scale down on a partial view; so are replicas still starting after the start-up timeout
+(``stuck``): a pod that never loads must not count as capacity on its way forever.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from shoal.autoscale.signals import FleetSignals
 @dataclass(frozen=True, slots=True)
 class FleetLoad:
     """``waiting``/``running``/``kv_usage`` are over the ready replicas that reported them (``known`` of ``ready``);
-    ``kv_usage`` is their mean, None when none reported it; ``queued_replicas`` have at least one request waiting."""
+    ``kv_usage`` is their mean, None when none reported it; ``queued_replicas`` have at least one request waiting;
+    ``starting`` are loading within the start-up timeout, ``stuck`` past it."""
 
     ready: int
     starting: int
@@ -23,6 +25,7 @@ class FleetLoad:
     running: float
     kv_usage: float | None
     queued_replicas: int = 0
+    stuck: int = 0
 
     @property
     def partial(self) -> bool:
@@ -43,12 +46,15 @@ class FleetLoad:
         return self.waiting > 0 or self.running > 0
 
 
-def fleet_load(signals: FleetSignals) -> FleetLoad:
-    ready = starting = known = kv_known = queued = 0
+def fleet_load(signals: FleetSignals, startup_timeout_seconds: float = float("inf")) -> FleetLoad:
+    ready = starting = stuck = known = kv_known = queued = 0
     waiting = running = kv_total = 0.0
     for replica in signals.replicas:
         if replica.phase == "starting":
-            starting += 1
+            if signals.time - replica.since > startup_timeout_seconds:
+                stuck += 1
+            else:
+                starting += 1
             continue
         if replica.phase != "ready":
             continue
@@ -61,4 +67,5 @@ def fleet_load(signals: FleetSignals) -> FleetLoad:
         if replica.kv_usage is not None:
             kv_known += 1
             kv_total += replica.kv_usage
-    return FleetLoad(ready, starting, known, waiting, running, kv_total / kv_known if kv_known else None, queued)
+    kv_usage = kv_total / kv_known if kv_known else None
+    return FleetLoad(ready, starting, known, waiting, running, kv_usage, queued, stuck)

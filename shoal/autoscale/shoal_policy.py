@@ -7,20 +7,25 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    (``ScaleFromZero``), sized to the held requests; otherwise it stays there (``HoldAtZero``).
 3. **No data, no move.** A source that could not observe (``signals.missing``) holds the size
    (``HoldMissingMetrics``); a firing alert is then the only evidence and adds one replica (``ScaleUpAlert``).
-4. **Up, fast.** Three estimates of the replicas needed, the largest wins, capped at ``max_step`` per decision:
-   queue depth per ready replica over target on every observation of the last 6 s, the panic window
-   (``ScaleUpQueue``: ``ready * queue / target``, or with a known capacity the demand plus the backlog worked off
-   over a minute), TTFT P95 over target while every ready replica has requests waiting (``ScaleUpTTFT``:
-   one more replica, or the demand sizing when capacity is known; a latency window still remembering a breach
-   already answered must not multiply the fleet, and without queues a slow first token is not a lack of
-   replicas), and the
-   demand over the learned capacity (``ScaleUpRate``: ``demand / (capacity * target_utilization)``, see
-   :mod:`shoal.autoscale.capacity`), which moves before latency does. The smallest recommendation over
+4. **Up, fast.** Three estimates of the replicas needed, the largest wins: queue depth per ready replica over
+   target on every observation of the last 6 s, the panic window (``ScaleUpQueue``: ``ready * queue / target``,
+   or with a known capacity the demand plus the backlog worked off over a minute, or before that at the rate per
+   replica the fleet has served without its queue growing, a lower bound of the capacity), TTFT P95 over target
+   while every ready replica has requests waiting (``ScaleUpTTFT``: one more replica, or the demand sizing when
+   capacity is known; a latency window still remembering a breach already answered must not multiply the fleet,
+   and without queues a slow first token is not a lack of replicas), and the demand over the learned capacity
+   (``ScaleUpRate``: ``demand / (capacity * target_utilization)``, see :mod:`shoal.autoscale.capacity`), which
+   moves before latency does. A count guessed from the queue's proportion or from latency moves at most
+   ``max_step`` per decision; a breach sized from measured rates (**panic**, Knative's word) goes to that size in
+   one decision, since a 3x step needs twice the fleet added at once. The smallest recommendation over
    ``scale_up_stabilization_seconds`` applies (0 by default: the first breached observation acts), except under
    a firing alert, which acts at once.
 5. **Capacity on its way.** Replicas still starting (or asked for and not yet created) count as capacity: while
    any is loading, the queue and TTFT rules, which keep rising until the new replicas serve, cannot add more
-   (``HoldStarting``); only a higher arrival rate can, since that is a new breach, not the same one.
+   (``HoldStarting``); only a higher arrival rate can, since that is a new breach, not the same one. A replica
+   starting for longer than ``startup_timeout_seconds`` is presumed stuck: it counts neither as capacity nor as
+   loading (a pod that never loads must not block every later scale-up, nor every scale-down, which removes it
+   first as a ReplicaSet removes unready pods first), and scale-ups add to it.
 6. **Burst memory.** A breach still on while the replicas asked for it load means bursts outrun start-up here;
    for ``burst_memory_seconds`` after it (renewed by each burst as large) the fleet keeps the size the burst's
    arrival rate needs at full capacity (``HoldSteady`` naming the burst), so a recurring burst finds it ready
@@ -84,13 +89,16 @@ class ShoalPolicy:
         now = signals.time
         if self._since is None:
             self._since = now
-        load = fleet_load(signals)
+        load = fleet_load(signals, self.config.startup_timeout_seconds)
         values: dict[str, float | None] = {
             "desired": float(signals.desired),
             "ready": float(load.ready),
             "starting": float(load.starting),
+            "stuck": float(load.stuck),
             "waiting": load.waiting,
             "queue_per_ready": load.queue_per_ready,
+            "running": load.running,
+            "kv_usage": load.kv_usage,
             "ttft_p95_seconds": signals.ttft_p95_seconds,
             "arrival_rate": signals.arrival_rate,
             "held_requests": float(signals.held_requests),
@@ -121,7 +129,8 @@ class ShoalPolicy:
                 return target, "ScaleUpAlert", f"alert firing and metrics missing ({signals.missing}): {current} -> {target}", target
             return current, "HoldMissingMetrics", f"holding {current}: {signals.missing}", current
         if load.ready == 0:
-            return current, "HoldStarting", f"holding {current}: no replica ready yet ({load.starting} starting)", current
+            message = f"holding {current}: no replica ready yet ({load.starting} starting, {load.stuck} past the start-up timeout)"
+            return current, "HoldStarting", message, current
         return self._with_data(signals, load, values)
 
     def _from_zero(self, signals: FleetSignals, load: FleetLoad) -> tuple[int, str, str]:
@@ -134,8 +143,8 @@ class ShoalPolicy:
         return target, "ScaleFromZero", message
 
     def _loading(self, signals: FleetSignals, load: FleetLoad) -> bool:
-        """Capacity on its way: a replica starting, or more asked for than exist."""
-        return load.starting > 0 or signals.desired > load.ready + load.starting
+        """Capacity on its way: a replica starting (within the start-up timeout), or more asked for than exist."""
+        return load.starting > 0 or signals.desired > load.ready + load.starting + load.stuck
 
     def _with_data(
         self, signals: FleetSignals, load: FleetLoad, values: dict[str, float | None]
@@ -154,11 +163,11 @@ class ShoalPolicy:
             within_slo = queue < 1 and (ttft is None or ttft <= cfg.ttft_p95_seconds)
             self.capacity.observe(now, load.ready, load.waiting, arrival, within_slo, load.saturated)
         capacity = self.capacity.per_replica
-        values["capacity_per_replica"] = capacity
+        values["capacity_per_replica"], values["capacity_floor"] = capacity, self.capacity.floor
         sized: float | None = None
         demand = arrival
         if capacity is not None and arrival is not None and not load.partial:
-            if queue_breach:  # the queue's growth shows the arrival rate before a windowed rate does
+            if queue_breach or ttft_breach:  # the queue's growth shows the arrival rate before a windowed rate does
                 demand = self.capacity.demand(load.ready, load.waiting, arrival)
             assert demand is not None
             sized = demand / (capacity * cfg.target_utilization)
@@ -167,28 +176,44 @@ class ShoalPolicy:
         if (queue_breach or ttft_breach) and arrival is not None:
             self.capacity.breached(load.ready, arrival)
         need, rule, why = current, "", ""
+        # panic (Knative's word): a breach with measured rates to size by goes to that size in one decision; a 3x
+        # step needs twice the fleet added at once, which maxStep, meant for guesses, would take several decisions to
+        panic = False
         if (queue_breach or ttft_breach) and not loading:
             rule = "ScaleUpQueue" if queue_breach else "ScaleUpTTFT"
             why = (f"queue {queue:.3g} per ready replica > target {cfg.queue_depth_per_replica:.3g}" if queue_breach
                    else f"TTFT P95 {ttft:.3g}s > target {cfg.ttft_p95_seconds:.3g}s with {load.waiting:.3g} waiting")
+            backlog = load.waiting / _BACKLOG_DRAIN_SECONDS
+            floor = self.capacity.floor
             if sized is not None and capacity is not None and demand is not None:
-                backlog = load.waiting / _BACKLOG_DRAIN_SECONDS
-                need = math.ceil((demand + backlog) / (capacity * cfg.target_utilization))
+                need = math.ceil((demand + backlog) / (capacity * cfg.target_utilization)) + load.stuck
                 why += (f"; {demand:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s"
                         f" at {capacity:.3g} req/s each")
+                panic = True
+            elif queue_breach and floor is not None and arrival is not None:
+                need = math.ceil((arrival + backlog) / floor) + load.stuck
+                why += (f"; {arrival:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s at the"
+                        f" {floor:.3g} req/s each the fleet served without a queue")
+                panic = True
             elif queue_breach:
-                need = math.ceil(load.ready * queue / cfg.queue_depth_per_replica)
+                need = math.ceil(load.ready * queue / cfg.queue_depth_per_replica) + load.stuck
             else:  # latency alone says too little about how many: one more, and look again
                 need = current + 1
-        if sized is not None and sized > current * (1 + cfg.tolerance) and math.ceil(sized) > need:
-            need, rule = math.ceil(sized), "ScaleUpRate"
+        if sized is not None and sized > (current - load.stuck) * (1 + cfg.tolerance) and math.ceil(sized) + load.stuck > need:
+            need, rule = math.ceil(sized) + load.stuck, "ScaleUpRate"
             why = f"demand {demand:.3g} req/s needs {sized:.3g} replicas at {capacity:.3g} req/s each"
+            panic = queue_breach or ttft_breach
+        if load.stuck and need > current:
+            why += f" (and {load.stuck} stuck starting for over {cfg.startup_timeout_seconds:.0f}s, not counted)"
         up = self._up.add(now, need)
         if need > current:
             if not signals.alert_firing:
-                need = max(up, current)
-            target = min(need, current + cfg.max_step, cfg.max_replicas)
+                need = max(int(up), current)
+            step = cfg.max_replicas if panic else cfg.max_step
+            target = min(need, current + step, cfg.max_replicas)
             if target > current:
+                if panic and target > current + cfg.max_step:
+                    why += f"; panic: past maxStep {cfg.max_step}"
                 return target, rule, f"{why} over {load.ready} ready: {current} -> {target}", target
             return current, "HoldUpStabilization", f"holding {current}: {why}, not yet for the whole up window", current
         if queue_breach or ttft_breach:

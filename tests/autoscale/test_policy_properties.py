@@ -97,10 +97,16 @@ def loops(draw: st.DrawFn) -> tuple[AutoscalingConfig, int, list[Moment]]:
 def test_every_decision_stays_in_bounds_moves_at_most_max_step_and_names_its_rule(
     loop: tuple[AutoscalingConfig, int, list[Moment]],
 ) -> None:
+    """maxStep bounds every move except a panic scale-up: a breach sized from rates the policy measured."""
     config, start, sequence = loop
     for signals, decision in run_loop(ShoalPolicy(config), start, sequence):
         assert config.min_replicas <= decision.replicas <= config.max_replicas
-        assert abs(decision.replicas - signals.desired) <= config.max_step
+        assert signals.desired - decision.replicas <= config.max_step
+        if decision.replicas - signals.desired > config.max_step:
+            values = decision.values
+            assert "panic: past maxStep" in decision.message and decision.rule.startswith("ScaleUp"), decision
+            assert values["capacity_per_replica"] is not None or values["capacity_floor"] is not None
+            assert values["waiting"] and values["arrival_rate"] is not None
         assert decision.rule and decision.message and decision.time == signals.time
 
 

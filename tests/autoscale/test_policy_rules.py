@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from fleets import FluidFleet, observe
 
-from shoal.autoscale import AutoscalingConfig, ShoalPolicy
+from shoal.autoscale import AutoscalingConfig, FleetSignals, ReplicaSignals, ShoalPolicy
 
 CONFIG = AutoscalingConfig(min_replicas=1, max_replicas=10, queue_depth_per_replica=4.0, ttft_p95_seconds=2.0,
                            scale_down_stabilization_seconds=300.0, max_step=3)
@@ -96,7 +98,7 @@ def test_scale_down_waits_for_a_full_window_of_history_after_a_restart() -> None
 
 def test_scale_down_waits_out_the_stabilization_window_after_a_peak() -> None:
     policy = ShoalPolicy(AutoscalingConfig(min_replicas=1, max_replicas=10, scale_down_stabilization_seconds=120.0))
-    for t in range(0, 200):
+    for t in range(200):
         policy.decide(observe(float(t), desired=4, arrival=0.0))
     assert policy.decide(observe(200.0, desired=4, waiting=40.0, arrival=None)).replicas == 4  # one look: noise
     assert policy.decide(observe(206.0, desired=4, waiting=40.0, arrival=None)).replicas == 6  # the panic window
@@ -123,15 +125,61 @@ def test_bounds_are_restored_first() -> None:
 
 
 def test_capacity_is_learned_at_saturation_and_sizes_the_fleet_to_the_arrival_rate() -> None:
-    config = AutoscalingConfig(min_replicas=1, max_replicas=40, max_step=40, target_utilization=0.8)
+    config = AutoscalingConfig(min_replicas=1, max_replicas=40, target_utilization=0.8)  # maxStep: the default 2
     policy, fleet = ShoalPolicy(config), FluidFleet(capacity=5.0, startup=30.0, seed=3)
     fleet.run(policy, 10.0, 600)
     assert policy.capacity.per_replica == pytest.approx(5.0, rel=0.2)
-    # a 3x step: within 10 s one decision sized by the arrival rate reaches 90% of the new target
+    before = fleet.desired
+    # a 3x step: within 10 s one decision sized by the arrival rate reaches 90% of what the new rate needs at the
+    # fleet's real capacity, past maxStep (panic: the breach has measured rates to size by)
     fleet.run(policy, 30.0, 20, start=600.0)
-    ups = [d for d in fleet.decisions[600:610] if d.replicas > d.values["desired"]]  # type: ignore[operator]
-    assert ups and {d.rule for d in ups} <= {"ScaleUpRate", "ScaleUpQueue"}
-    assert max(d.replicas for d in ups) >= 0.9 * 30.0 / (5.0 * 0.8)
+    final = math.ceil(30.0 / (5.0 * 0.8))
+    ups = [d for d in fleet.decisions[600:610] if d.replicas >= 0.9 * final]
+    assert ups and ups[0].rule in {"ScaleUpRate", "ScaleUpQueue", "ScaleUpTTFT"}, fleet.decisions[600:610]
+    assert ups[0].replicas - before > config.max_step and "panic: past maxStep 2" in ups[0].message
+
+
+def test_a_queue_breach_without_a_measured_rate_moves_at_most_max_step() -> None:
+    """Before any rate is known the queue's proportion is a guess: maxStep bounds it."""
+    decision = ShoalPolicy(AutoscalingConfig(max_replicas=40)).decide(observe(0.0, desired=2, waiting=400.0))
+    assert (decision.replicas, decision.rule) == (4, "ScaleUpQueue") and "panic" not in decision.message
+
+
+def test_a_queue_breach_is_sized_on_the_rate_served_without_a_queue_before_capacity_is_measured() -> None:
+    """A fleet that served 10 req/s on 2 replicas without a queue serves 5 each at least: 30 req/s needs 6."""
+    policy = ShoalPolicy(AutoscalingConfig(max_replicas=40))
+    for t in range(30):
+        policy.decide(observe(float(t), desired=2, running=4.0, arrival=10.0))
+    assert policy.capacity.per_replica is None and policy.capacity.floor == pytest.approx(5.0)
+    policy.decide(observe(30.0, desired=2, waiting=40.0, running=8.0, arrival=30.0))  # one look: noise
+    decision = policy.decide(observe(36.0, desired=2, waiting=40.0, running=8.0, arrival=30.0))  # the panic window
+    assert (decision.replicas, decision.rule) == (7, "ScaleUpQueue"), decision  # (30 + 40 / 60) / 5, rounded up
+    assert "served without a queue" in decision.message and "panic" in decision.message
+
+
+def test_a_full_batch_whose_queue_keeps_its_size_is_a_lower_bound_not_the_capacity() -> None:
+    """One request waiting on every replica at every look, served as fast as it arrives: the replicas kept up,
+    which says nothing of how much more they could serve (the Azure conv trace's second replica)."""
+    policy = ShoalPolicy(AutoscalingConfig(max_replicas=4))
+    for t in range(120):
+        decision = policy.decide(observe(float(t), desired=1, waiting=1.0, running=8.0, arrival=7.0))
+        assert decision.replicas == 1, decision
+    assert policy.capacity.per_replica is None and policy.capacity.floor == pytest.approx(7.0, rel=0.05)
+
+
+def test_a_replica_stuck_starting_stops_blocking_scale_ups_after_the_start_up_timeout() -> None:
+    config = AutoscalingConfig(max_replicas=10, startup_timeout_seconds=600.0)
+    policy = ShoalPolicy(config)
+    stuck = ReplicaSignals("s0", "starting", 0.0)
+
+    def look(time: float) -> FleetSignals:
+        busy = tuple(ReplicaSignals(f"r{i}", "ready", 0.0, waiting=10.0, running=4.0) for i in range(2))
+        return FleetSignals(time=time, desired=3, replicas=(*busy, stuck), ttft_p95_seconds=5.0, arrival_rate=None)
+
+    assert policy.decide(look(590.0)).rule == "HoldStarting"  # still counts as capacity on its way
+    decision = policy.decide(look(610.0))
+    assert (decision.replicas, decision.rule) == (5, "ScaleUpQueue"), decision  # 2 ready * 10 / 4 = 5, +1 stuck
+    assert "1 stuck starting for over 600s" in decision.message and decision.values["stuck"] == 1.0
 
 
 @pytest.mark.parametrize("bad", [{"min_replicas": 3, "max_replicas": 2}, {"max_step": 0}, {"tolerance": 1.0},
