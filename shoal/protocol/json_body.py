@@ -1,18 +1,61 @@
-"""A request body read as a JSON object, the same way by the engine server and the gateway.
+"""A request body read, parsed and validated the same way by the engine server and the gateway.
 
-Every way a body can fail to be one becomes a 400 naming the problem: bytes that are not UTF-8, malformed JSON,
+Reading (``read_body``, over the ASGI ``receive`` both servers have) is capped: past the limit the answer is a
+413 and nothing more is kept. The gateway, which faces the clients, stops reading there; the engine reads and
+drops up to ``drain_limit`` first, so that a client still writing its body reads the 413 rather than a reset
+connection. Parsing (``parse_json_object``) turns every way a body can fail to be a JSON object into a 400 naming
+the problem: bytes that are not UTF-8, malformed JSON,
 JSON nested deeper than the decoder's recursion limit (Python's ``json`` raises ``RecursionError`` there, which
 would otherwise surface as a 500), an integer literal longer than Python converts (``ValueError``), a string
 escaping half of a surrogate pair (``"\ud800"``: valid JSON, but no text: a tokenizer fails on it), and a value
-that is not an object.
+that is not an object. Validation (``validated``) checks it against the shared request models, a 400 naming
+the first bad field.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
-from shoal.protocol.errors import invalid_request
+from pydantic import BaseModel, ValidationError
+
+from shoal.protocol.errors import from_validation_errors, invalid_request, payload_too_large
+
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]  # ASGI's, without depending on a server package here
+M = TypeVar("M", bound=BaseModel)
+
+
+class ClientDisconnected(Exception):
+    """The client left before its body was complete: there is nobody left to answer."""
+
+
+async def read_body(receive: Receive, declared_length: bytes | str | None, limit: int,
+                    drain_limit: int | None = None) -> bytes:
+    """The whole body, or a 413 once it passes ``limit`` bytes (at ``drain_limit``, if given, having read that far).
+
+    A ``Content-Length`` past the point where reading would stop is refused before anything is read.
+    """
+    stop_at = limit if drain_limit is None else max(limit, drain_limit)
+    if declared_length is not None and declared_length.isdigit() and int(declared_length) > stop_at:
+        raise payload_too_large(limit)
+    body = bytearray()
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > stop_at:
+            raise payload_too_large(limit)
+        if size <= limit:
+            body += chunk
+        if not message.get("more_body", False):
+            break
+    if size > limit:
+        raise payload_too_large(limit)
+    return bytes(body)
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -48,3 +91,11 @@ def _has_lone_surrogate(data: dict[str, Any]) -> bool:
     except RecursionError:  # too deep to check here: the request models refuse such nesting anyway
         return False
     return False
+
+
+def validated(model: type[M], data: dict[str, Any]) -> M:
+    """``data`` as one of the shared request models, or a 400 naming the first field that is wrong."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_errors(exc.errors()) from None

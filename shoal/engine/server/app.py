@@ -1,9 +1,9 @@
 """The engine's HTTP API: OpenAI-compatible endpoints plus health, readiness, metrics and KV events.
 
-Handlers read the body themselves (capped before parsing, then ``parse_json_object``, then the pydantic
-model), so that every bad input becomes an OpenAI-style 4xx naming the problem; FastAPI's 422 and its HTML
-404/405 are rewritten to the same shape, and an unexpected exception becomes a bare 500 whose details go to
-the log only. ``build_app`` reads as the app's parts in request order: the engine's lifespan, the error
+Handlers read the body themselves (``shoal.protocol.json_body``, as the gateway does: capped, parsed, validated
+against the shared request models), so that every bad input becomes an OpenAI-style 4xx naming the problem;
+FastAPI's 422 and its HTML 404/405 are rewritten to the same shape, and an unexpected exception becomes a bare
+500 whose details go to the log only. ``build_app`` reads as the app's parts in request order: the engine's lifespan, the error
 handlers, the generation path (``_generate``: read, validate, check the model, tokenize, admit, respond), the
 model list, the probes and the KV event stream.
 """
@@ -15,12 +15,10 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
@@ -35,14 +33,13 @@ from shoal.protocol.errors import (
     from_validation_errors,
     internal_error,
     model_not_found,
-    payload_too_large,
 )
-from shoal.protocol.json_body import parse_json_object
+from shoal.protocol.json_body import parse_json_object, read_body, validated
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from shoal.protocol.openapi import openapi_document
 
 log = logging.getLogger(__name__)
-M = TypeVar("M", bound=BaseModel)
+DRAIN_FACTOR = 64  # an oversized body is read and dropped up to this many times the limit, so its sender sees the 413
 
 
 @dataclass(frozen=True)
@@ -53,29 +50,6 @@ class ServerSettings:
 
 def _error_response(error: APIError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
-
-
-async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object; 413 past ``limit`` bytes (the excess is read and dropped, not kept)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > 64 * limit:
-        raise payload_too_large(limit)
-    body = bytearray()
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size <= limit:
-            body += chunk
-    if size > limit:
-        raise payload_too_large(limit)
-    return parse_json_object(bytes(body))
-
-
-def parse(model: type[M], data: dict[str, Any]) -> M:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise from_validation_errors(exc.errors()) from None
 
 
 def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
@@ -129,7 +103,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 async def _generate(request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest],
                     endpoint: ModuleType) -> Response:
     """The path both generation endpoints share: read, validate, check the model, tokenize, admit, respond."""
-    req = parse(model, await read_json_object(request, settings.max_body_bytes))
+    limit = settings.max_body_bytes
+    raw = await read_body(request.receive, request.headers.get("content-length"), limit, drain_limit=DRAIN_FACTOR * limit)
+    req = validated(model, parse_json_object(raw))
     if req.model not in settings.served_model_names:
         raise model_not_found(req.model)
     core = engine.loaded_core()
