@@ -9,17 +9,18 @@ short, a server disconnected), and discovery that stopped on one would freeze th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 from kubernetes_asyncio import client, config, watch
 
 from shoal.gateway.discovery import Discovery, Publish
+from shoal.protocol.backoff import Backoff, Retry
 
 log = logging.getLogger(__name__)
 
 SERVICE_LABEL = "kubernetes.io/service-name"
+RELIST = Backoff(initial_s=1.0, cap_s=30.0, jitter=0.2)  # a long apiserver outage is not polled every second
 
 
 def slice_urls(endpoint_slice: Any, port_name: str | None) -> set[str]:
@@ -48,17 +49,19 @@ async def _load_config(kubeconfig: str | None) -> client.ApiClient:
 
 
 def endpoint_slices(namespace: str, service: str, port_name: str | None = None,
-                    kubeconfig: str | None = None, retry_delay: float = 1.0) -> Discovery:
+                    kubeconfig: str | None = None, backoff: Backoff = RELIST) -> Discovery:
     """Watches the slices labelled with ``service`` in ``namespace`` and publishes their ready URLs."""
 
     async def run(publish: Publish) -> None:
         api_client = await _load_config(kubeconfig)
         api = client.DiscoveryV1Api(api_client)
         selector = f"{SERVICE_LABEL}={service}"
+        retry = Retry(backoff)
         try:
             while True:
                 try:
                     listing = await api.list_namespaced_endpoint_slice(namespace, label_selector=selector)
+                    retry.succeeded()
                     slices = {s.metadata.name: slice_urls(s, port_name) for s in listing.items}
                     publish(sorted(set().union(*slices.values())))
                     stream = watch.Watch().stream(
@@ -75,7 +78,7 @@ def endpoint_slices(namespace: str, service: str, port_name: str | None = None,
                 except Exception as exc:  # noqa: BLE001 - any failure of one connection; the watch must go on
                     log.warning("EndpointSlice watch for %s/%s interrupted (%s: %s); listing again",
                                 namespace, service, type(exc).__name__, exc)
-                    await asyncio.sleep(retry_delay)
+                    await retry.failed()
         finally:
             await api_client.close()
 

@@ -9,7 +9,6 @@ would never match and would only look like misses. The snapshot's block size is 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -18,12 +17,14 @@ from pydantic import ValidationError
 
 from shoal.gateway.prefix_index import EventGap
 from shoal.gateway.replicas import Replica
+from shoal.protocol.backoff import Backoff, Retry
 from shoal.protocol.block_hash import BLOCK_HASH_SCHEME
 from shoal.protocol.kv_events import KVEvent
 
 log = logging.getLogger(__name__)
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
+RECONNECT = Backoff(initial_s=0.5, cap_s=10.0, jitter=0.2)  # jittered: a restarted engine's gateways spread out
 
 
 class IncompatibleHashes(Exception):
@@ -50,10 +51,10 @@ def _check(event: KVEvent) -> None:
 
 
 async def follow(session: aiohttp.ClientSession, replica: Replica,
-                 on_sync: Callable[[Replica, bool], None], retry_delay: float = 0.5, max_delay: float = 10.0) -> None:
+                 on_sync: Callable[[Replica, bool], None], backoff: Backoff = RECONNECT) -> None:
     """Runs until cancelled, keeping ``replica.index`` in step with the engine; backs off while it fails."""
     timeout = aiohttp.ClientTimeout(total=None, connect=2.0, sock_read=None)
-    delay = retry_delay
+    retry = Retry(backoff)
     while True:
         try:
             async with session.get(replica.url + "/kv/events", timeout=timeout) as response:
@@ -66,15 +67,14 @@ async def follow(session: aiohttp.ClientSession, replica: Replica,
                     if event.type == "snapshot":
                         replica.block_size = event.block_size or replica.block_size
                         on_sync(replica, True)
-                        delay = retry_delay
+                        retry.succeeded()
         except IncompatibleHashes as exc:
             log.error("not following %s/kv/events: %s", replica.url, exc)
             replica.index.desync()
             on_sync(replica, False)
             return
-        except (EventGap, ValidationError, ValueError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, EventGap, ValidationError, ValueError, aiohttp.ClientError) as exc:
             log.info("kv events from %s interrupted (%s); resyncing", replica.url, exc)
         replica.index.desync()
         on_sync(replica, False)
-        await asyncio.sleep(delay)
-        delay = min(2 * delay, max_delay)
+        await retry.failed()

@@ -9,7 +9,10 @@ no first token in time is retried on another replica within ``max_attempts`` and
 nothing is retried, and an upstream that dies mid-stream or falls silent past the inter-token limit ends the
 client's stream with an OpenAI error event (the time limits: ``shoal.gateway.timeouts``). Non-streaming
 bodies are checked to be JSON, so a backend answering garbage becomes a 502 rather than garbage passed on; the
-usage the engine reports settles the tenant's quota (``shoal.gateway.usage``).
+usage the engine reports settles the tenant's quota (``shoal.gateway.usage``). ``_handle`` reads as those stages,
+one function each: ``_authenticate``, ``read_body``, ``_validate``, ``_tokenize``, ``_admit``, ``forward`` (hold,
+route, attempts under ``shoal.protocol.backoff.Retry``, first byte), then ``_relay`` or ``_respond_whole``; and
+``_finish`` gives back the replica, settles the quota and writes the log line, however the request ended.
 
 This is a bare ASGI handler (no framework objects, one helper task per request) because it is the gateway's hot
 path. Once the body is read, a watcher waits for the client's disconnect and cancels the request's task: wherever
@@ -32,19 +35,23 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
+from shoal.gateway.auth import Tenant
 from shoal.gateway.block_size import hashing_block_size
 from shoal.gateway.gateway import Gateway
+from shoal.gateway.prompts import Prompt
 from shoal.gateway.quota import admission_estimate
 from shoal.gateway.replicas import Fleet, Lease
 from shoal.gateway.routing import Decision, RouteRequest
 from shoal.gateway.timeouts import REQUEST_TIMEOUT_HEADER, Deadline, TimeoutCode, client_limit
 from shoal.gateway.timing import StageTimer
-from shoal.gateway.usage import take_usage, total_tokens, with_usage_requested
 from shoal.gateway.upstream import UpstreamConnectError, UpstreamError, UpstreamResponse, UpstreamTimeout
+from shoal.gateway.usage import take_usage, total_tokens, with_usage_requested
+from shoal.protocol.backoff import Retry
 from shoal.protocol.errors import (
     APIError,
     from_validation_errors,
     internal_error,
+    invalid_api_key,
     invalid_request,
     model_not_found,
     payload_too_large,
@@ -168,12 +175,32 @@ def parse_request(data: dict[str, Any], chat: bool) -> CompletionRequest | ChatC
 
 async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receive, send: Send, chat: bool,
                   state: RequestState, watch: Callable[[], None]) -> None:
+    """The request's stages in the order it meets them; each refuses with an ``APIError`` that ``serve`` answers."""
+    tenant = _authenticate(gateway, headers, state)
+    raw = await read_body(receive, headers.get(b"content-length"), gateway.config.max_body_bytes)
+    watch()
+    data, body = _validate(gateway, raw, chat, state)
+    prompt, route = _tokenize(gateway, body, state)
+    await _admit(gateway, tenant, body, prompt, state)
+    raw = _with_usage(raw, data, state)
+    state.timer.mark("quota")
+    gateway.metrics.overhead.observe(state.timer.elapsed())
+    upstream, first = await forward(gateway, state, raw, _upstream_headers(headers, state), route, body.stream)
+    gateway.metrics.ttfb.labels(state.model).observe(state.timer.elapsed())
+    response_headers, streaming = _response_headers(state, upstream, body.stream)
+    if streaming:
+        await _relay(gateway, state, send, response_headers, first)
+    else:
+        await _respond_whole(gateway, state, send, response_headers, first)
+
+
+def _authenticate(gateway: Gateway, headers: dict[bytes, bytes], state: RequestState) -> Tenant:
+    """The API key's tenant (401 without one), and the request's time limits from its arrival."""
     config = gateway.config
     authorization = headers.get(b"authorization")
     tenant = gateway.api_keys.tenant_for(authorization.decode("latin-1") if authorization else None)
     if tenant is None:
-        raise APIError(401, "Incorrect or missing API key: send it as `Authorization: Bearer <key>`.",
-                       type="invalid_request_error", code="invalid_api_key")
+        raise invalid_api_key()
     state.tenant = tenant.name
     try:
         limit_s = client_limit(headers.get(b"x-request-timeout"), config.request_timeout_s)
@@ -182,23 +209,40 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
     arrived = time.monotonic() - state.timer.elapsed()
     state.deadline = Deadline.starting(arrived, limit_s, config.first_token_timeout_s, config.inter_token_timeout_s)
     state.timer.mark("auth")
-    raw = await read_body(receive, headers.get(b"content-length"), config.max_body_bytes)
-    watch()
+    return tenant
+
+
+def _validate(gateway: Gateway, raw: bytes, chat: bool,
+              state: RequestState) -> tuple[dict[str, Any], CompletionRequest | ChatCompletionRequest]:
+    """The body as JSON and as the shared request model, for a model some replica may serve (404 if none can)."""
     data = parse_json_object(raw)
     body = parse_request(data, chat)
     state.model = body.model
     replicas = gateway.fleet.replicas.values()
     every_replica_listed = bool(replicas) and all(r.models for r in replicas)
     if every_replica_listed and state.model not in gateway.fleet.known_models() \
-            and state.model not in config.tokenizers:
+            and state.model not in gateway.config.tokenizers:
         raise model_not_found(state.model)  # else a replica yet unheard of may serve it: 503 until it is
     state.timer.mark("validate")
+    return data, body
+
+
+def _tokenize(gateway: Gateway, body: CompletionRequest | ChatCompletionRequest,
+              state: RequestState) -> tuple[Prompt, RouteRequest]:
+    """The prompt's tokens as the engine will see them, and its block hashes at the replicas' block size."""
     prompt = gateway.prompts.read(body)
     block_size = hashing_block_size((r.block_size for r in gateway.fleet.candidates(state.model)),
-                                    config.block_size)
+                                    gateway.config.block_size)
     route = RouteRequest(prompt.block_hashes(block_size), prompt.cost_tokens, block_size, prompt.output_tokens)
     state.prompt_tokens = len(prompt.token_ids) if prompt.token_ids is not None else None
     state.timer.mark("tokenize")
+    return prompt, route
+
+
+async def _admit(gateway: Gateway, tenant: Tenant, body: CompletionRequest | ChatCompletionRequest, prompt: Prompt,
+                 state: RequestState) -> None:
+    """Charges the tenant's quota for the request's estimate (429 over it, 503 if the store is down)."""
+    config = gateway.config
     sequences = body.n * (len(body.prompts()) if isinstance(body, CompletionRequest) else 1)
     admission = await gateway.quota.admit(
         tenant.name, tenant.limits, admission_estimate(prompt.cost_tokens, prompt.output_tokens, sequences))
@@ -212,73 +256,23 @@ async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receiv
                        type="rate_limit_error", param=admission.limit, code="rate_limit_exceeded",
                        headers={"Retry-After": admission.retry_after_header})
     state.release_quota = lambda used: gateway.quota.release(admission, used)
+
+
+def _with_usage(raw: bytes, data: dict[str, Any], state: RequestState) -> bytes:
+    """The body to forward: a stream is asked for its usage event, which settles the quota charge."""
     with_usage = with_usage_requested(data)
-    if with_usage is not None:
-        raw, state.strip_usage = with_usage, True
-    state.timer.mark("quota")
-    gateway.metrics.overhead.observe(state.timer.elapsed())
+    if with_usage is None:
+        return raw
+    state.strip_usage = True  # the client did not ask for it: it is not passed on
+    return with_usage
+
+
+def _upstream_headers(headers: dict[bytes, bytes], state: RequestState) -> dict[str, str]:
     upstream_headers = {"Content-Type": "application/json", "X-Request-Id": state.request_id}
     accept = headers.get(b"accept")
     if accept:
         upstream_headers["Accept"] = accept.decode("latin-1")
-    upstream, first = await forward(gateway, state, raw, upstream_headers, route, body.stream)
-    gateway.metrics.ttfb.labels(state.model).observe(state.timer.elapsed())
-    content_type = upstream.headers.get("content-type", "application/json")
-    streaming = "text/event-stream" in content_type
-    if upstream.status == 200 and body.stream != streaming:
-        raise _garbage(state, "a response of the wrong content type")
-    response_headers = [(b"content-type", content_type.encode("latin-1")),
-                        (b"x-request-id", state.request_id.encode("latin-1")),
-                        (b"server-timing", state.timer.header().encode("latin-1"))]
-    if streaming:
-        await _relay(gateway, state, send, response_headers + [(b"cache-control", b"no-cache")], first)
-        return
-    try:
-        payload = first + await upstream.read_all(state.deadline.end)
-    except UpstreamTimeout:
-        raise _timed_out(state.deadline, "request_timeout") from None
-    except UpstreamError:
-        raise _garbage(state, "a truncated response") from None
-    try:
-        state.used_tokens = total_tokens(json.loads(payload))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise _garbage(state, "a body that is not JSON") from None
-    upstream.release()
-    state.upstream = None
-    await _finish(gateway, state, upstream.status, "ok")
-    await send({"type": "http.response.start", "status": upstream.status,
-                "headers": response_headers + [(b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})
-
-
-async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: list[tuple[bytes, bytes]],
-                 first: bytes) -> None:
-    """Passes the upstream's SSE stream on as it arrives; an upstream dying mid-stream ends it with an error event."""
-    upstream, deadline = state.upstream, state.deadline
-    assert upstream is not None and deadline is not None
-    state.response_started = True
-    await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
-    outcome = "ok"
-    chunk = _read_usage(state, first)
-    try:
-        while not upstream.at_end:  # the last chunk goes out with the end of the body, in one write
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            wait = deadline.next_chunk(time.monotonic())
-            try:
-                chunk = _read_usage(state, await upstream.read(wait.seconds))
-            except UpstreamTimeout:  # the upstream is closed by _finish: the engine aborts the request
-                gateway.metrics.timeouts.labels(wait.code).inc()
-                outcome, chunk = wait.code, _sse(_timed_out(deadline, wait.code))
-                break
-    except UpstreamError:
-        outcome = "upstream_broke"
-        chunk = _sse(APIError(502, "The backend serving this request failed mid-stream.", type="server_error",
-                              code="upstream_error"))
-    if outcome == "ok":
-        upstream.release()
-        state.upstream = None  # back in the pool; _finish closes a broken one
-    await _finish(gateway, state, upstream.status, outcome)
-    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+    return upstream_headers
 
 
 async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: dict[str, str],
@@ -289,17 +283,19 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
     if not gateway.fleet.candidates(state.model):  # none ready: hold it for scale from zero (or 503)
         await gateway.hold.wait(state.model, lambda: bool(gateway.fleet.candidates(state.model)))
         state.timer.mark("hold")
-    deadline = time.monotonic() + config.retry_budget_s
+    retry = Retry(max_attempts=config.max_attempts, deadline=min(time.monotonic() + config.retry_budget_s,
+                                                                 limits.end))
     tried: set[str] = set()
     refused: APIError | None = None
-    while state.attempts < config.max_attempts and time.monotonic() < min(deadline, limits.end):
+    while retry.allows_another():
         candidates = gateway.fleet.candidates(state.model, tried)
         if not candidates:
             break
         decision = gateway.policy(state.model).decide([r.view() for r in candidates], route)
         replica = gateway.fleet.replicas[decision.replica_id]
         state.timer.mark("route")
-        state.attempts += 1
+        retry.begin()
+        state.attempts = retry.attempts
         tried.add(replica.url)
         state.lease = Fleet.acquire(replica, route, decision.matched_blocks)
         response: UpstreamResponse | None = None
@@ -346,6 +342,74 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
                               config.unavailable_retry_after_s)
 
 
+def _response_headers(state: RequestState, upstream: UpstreamResponse,
+                      stream: bool) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """The client's response headers, and whether it streams (a 200 of the other kind than asked is a 502)."""
+    content_type = upstream.headers.get("content-type", "application/json")
+    streaming = "text/event-stream" in content_type
+    if upstream.status == 200 and stream != streaming:
+        raise _bad_response(state, "a response of the wrong content type")
+    headers = [(b"content-type", content_type.encode("latin-1")),
+               (b"x-request-id", state.request_id.encode("latin-1")),
+               (b"server-timing", state.timer.header().encode("latin-1"))]
+    if streaming:
+        headers.append((b"cache-control", b"no-cache"))
+    return headers, streaming
+
+
+async def _respond_whole(gateway: Gateway, state: RequestState, send: Send, headers: list[tuple[bytes, bytes]],
+                         first: bytes) -> None:
+    """A non-streaming answer: read to its end, checked to be JSON, its usage settling the quota, then sent."""
+    upstream, deadline = state.upstream, state.deadline
+    assert upstream is not None and deadline is not None
+    try:
+        payload = first + await upstream.read_all(deadline.end)
+    except UpstreamTimeout:
+        raise _timed_out(deadline, "request_timeout") from None
+    except UpstreamError:
+        raise _bad_response(state, "a truncated response") from None
+    try:
+        state.used_tokens = total_tokens(json.loads(payload))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise _bad_response(state, "a body that is not JSON") from None
+    upstream.release()
+    state.upstream = None
+    await _finish(gateway, state, upstream.status, "ok")
+    await send({"type": "http.response.start", "status": upstream.status,
+                "headers": [*headers, (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: list[tuple[bytes, bytes]],
+                 first: bytes) -> None:
+    """Passes the upstream's SSE stream on as it arrives; an upstream dying mid-stream ends it with an error event."""
+    upstream, deadline = state.upstream, state.deadline
+    assert upstream is not None and deadline is not None
+    state.response_started = True
+    await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
+    outcome = "ok"
+    chunk = _read_usage(state, first)
+    try:
+        while not upstream.at_end:  # the last chunk goes out with the end of the body, in one write
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            wait = deadline.next_chunk(time.monotonic())
+            try:
+                chunk = _read_usage(state, await upstream.read(wait.seconds))
+            except UpstreamTimeout:  # the upstream is closed by _finish: the engine aborts the request
+                gateway.metrics.timeouts.labels(wait.code).inc()
+                outcome, chunk = wait.code, _sse(_timed_out(deadline, wait.code))
+                break
+    except UpstreamError:
+        outcome = "upstream_broke"
+        chunk = _sse(APIError(502, "The backend serving this request failed mid-stream.", type="server_error",
+                              code="upstream_error"))
+    if outcome == "ok":
+        upstream.release()
+        state.upstream = None  # back in the pool; _finish closes a broken one
+    await _finish(gateway, state, upstream.status, outcome)
+    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+
+
 def _read_usage(state: RequestState, chunk: bytes) -> bytes:
     """Notes the usage a stream's chunk reports (settling the quota), without the event if the gateway asked."""
     chunk, used = take_usage(chunk, state.strip_usage)
@@ -378,7 +442,8 @@ def _timed_out(deadline: Deadline, code: TimeoutCode) -> APIError:
     return APIError(504, deadline.message(code), type="timeout_error", code=code)
 
 
-def _garbage(state: RequestState, what: str) -> APIError:
+def _bad_response(state: RequestState, what: str) -> APIError:
+    """502: the backend answered, but not with something that can be passed on."""
     return APIError(502, f"The backend {state.backend} answered with {what}.", type="server_error",
                     code="bad_gateway")
 

@@ -15,6 +15,7 @@ from kubernetes_asyncio import client, config
 from support.cuttable_relay import CuttableRelay
 
 from shoal.gateway.kube_discovery import SERVICE_LABEL, endpoint_slices
+from shoal.protocol.backoff import Backoff
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
@@ -86,7 +87,7 @@ async def test_a_watch_cut_mid_stream_is_resumed(kube_apiserver, tmp_path) -> No
     published: list[list[str]] = []
     namespace = "default"
     await api.create_namespaced_endpoint_slice(namespace, endpoint_slice("cut-a", "cut", {"10.2.0.1": True}))
-    task = asyncio.create_task(endpoint_slices(namespace, "cut", "http", str(relayed), retry_delay=0.1)(
+    task = asyncio.create_task(endpoint_slices(namespace, "cut", "http", str(relayed), Backoff(0.1, 1.0))(
         published.append))
 
     async def published_eventually(expected: list[str]) -> None:
