@@ -126,7 +126,7 @@ def write_trace(trace: Trace, path: Path) -> None:
 
 # -- the real fleet ----------------------------------------------------------------------------------------------
 def manifest_text(name: str, model: str, max_num_seqs: int, replicas_max: int, slo_ttft_p95_s: float,
-                  queue_per_replica: int, scale_down_s: int) -> str:
+                  queue_per_replica: int, scale_down_s: int, first_token_timeout_s: float) -> str:
     """An InferenceDeployment whose engines run as the calibrated one does (default dtype and budget)."""
     return yaml.safe_dump({
         "apiVersion": "shoal.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": name},
@@ -136,7 +136,7 @@ def manifest_text(name: str, model: str, max_num_seqs: int, replicas_max: int, s
             "replicas": {"min": 1, "max": replicas_max},
             "autoscaling": {"enabled": True, "queueDepthPerReplica": queue_per_replica,
                             "ttftP95Seconds": slo_ttft_p95_s, "scaleDownStabilizationSeconds": scale_down_s},
-            "gateway": {"routingPolicy": "prefix-aware"},
+            "gateway": {"routingPolicy": "prefix-aware", "timeouts": {"firstTokenSeconds": first_token_timeout_s}},
         },
     }, sort_keys=False)
 
@@ -445,6 +445,9 @@ def main() -> None:
     parser.add_argument("--queue-per-replica", type=int, default=4)
     parser.add_argument("--scale-down-s", type=int, default=60)
     parser.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")
+    parser.add_argument("--first-token-timeout", type=float, default=600.0,
+                        help="the gateway's first-token limit (its default is 60 s; the simulator has none, so the "
+                             "default here lets a slow first token be measured instead of answered 504)")
     args = parser.parse_args()
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -473,7 +476,8 @@ def main() -> None:
 
     manifest_path = out / "fidelity.yaml"
     manifest_path.write_text(manifest_text("fidelity", args.model, args.max_num_seqs, args.replicas_max,
-                                           args.slo_ttft_p95, args.queue_per_replica, args.scale_down_s))
+                                           args.slo_ttft_p95, args.queue_per_replica, args.scale_down_s,
+                                           args.first_token_timeout))
     manifest = load_manifest(manifest_path)
     log_dir = out / "up"
     up = LocalProcess(shoal_command("up", str(manifest_path), "--no-tui", "--log-dir", str(log_dir)),

@@ -126,8 +126,9 @@ def test_the_measured_run_reads_as_a_simulated_one() -> None:
 
 def test_the_simulated_local_fleet_runs_shoal_up_policy_interval_and_scales_on_a_step(tmp_path: Path) -> None:
     manifest_path = tmp_path / "fleet.yaml"
-    manifest_path.write_text(fidelity.manifest_text("f", "smollm2-135m", 8, 3, 2.0, 4, 60))
+    manifest_path.write_text(fidelity.manifest_text("f", "smollm2-135m", 8, 3, 2.0, 4, 60, 600))
     manifest = load_manifest(manifest_path)
+    assert manifest.spec.gateway.timeouts.first_token_seconds == 600
     profile = load_profile("smollm2-135m-cpu")
     capacity = profile.with_engine(max_num_seqs=8).capacity_rps(96, 32)
     phases = fidelity.burst_phases(0.5 * capacity, 3.0, 30, 60, 30)
