@@ -37,8 +37,9 @@ def main() -> None:
         try:
             for name, url in (("engine", engine.url), ("gateway", gateway.url)):
                 started = time.monotonic()
-                failures = fuzz(url, args.examples, seed=args.seed)
-                report[name] = {"seconds": round(time.monotonic() - started, 1), "failures": failures}
+                found = fuzz(url, args.examples, "tiny", seed_value=args.seed)
+                report[name] = {"seconds": round(time.monotonic() - started, 1), "requests": found.answers.total(),
+                                "answers": dict(sorted(found.answers.items())), "failures": found.failures}
         finally:
             gateway.stop()
             engine.stop()

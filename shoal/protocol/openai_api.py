@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 MAX_N = 128
 MAX_LOGPROBS = 20
 MAX_STOP_SEQUENCES = 16
+MAX_TOKEN_ID = 2**31 - 1  # past any vocabulary; the gateway hashes ids as 32-bit, the engine indexes int32/int64
 
 
 class _Request(BaseModel):
@@ -49,7 +50,7 @@ class _SamplingFields(_Request):
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
     ignore_eos: bool = False
     min_tokens: int = Field(0, ge=0)
-    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    stop_token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = None
     skip_special_tokens: bool = True
 
     @field_validator("stop")
@@ -67,7 +68,7 @@ class _SamplingFields(_Request):
         return self
 
 
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]], Field(min_length=1)]
 
 
 class CompletionRequest(_SamplingFields):

@@ -42,6 +42,8 @@ HOSTILE: list[tuple[str, str, bytes]] = [
     ("infinite top_p", "completions", b'{"model": "tiny", "prompt": "x", "top_p": Infinity}'),
     ("negative token id", "completions", _json({"model": M, "prompt": [-1, 5]})),
     ("token id past int64", "completions", _json({"model": M, "prompt": [2**70]})),
+    # found by schemathesis: a full block of ids past 32 bits was a 500 in the gateway (its block hash)
+    ("token ids past 32 bits", "completions", _json({"model": M, "prompt": [2**33] * 20})),
     ("huge stop_token_ids", "completions", _json({"model": M, "prompt": "x", "stop_token_ids": [2**70]})),
     ("thousands of messages", "chat/completions",
      _json({"model": M, "messages": [{"role": "user", "content": "hi"}] * 20_000})),

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from support.fuzzing import fuzz
 from hostile_inputs import HOSTILE
+from support.fuzzing import fuzz
 
 from shoal.local import metric
 
@@ -32,8 +32,11 @@ def test_a_hostile_request_is_a_client_error(targets: dict[str, str], target: st
 
 @pytest.mark.parametrize("target", ["engine", "gateway"])
 def test_generated_requests_never_get_a_server_error(targets: dict[str, str], target: str) -> None:
-    failures = fuzz(targets[target], examples=15)
-    assert failures == [], failures[:5]
+    report = fuzz(targets[target], examples=15, model="tiny", max_tokens=4)
+    assert report.failures == [], report.failures[:5]
+    sent = {answer.rsplit(" ", 1)[0] for answer in report.answers}
+    assert {f"POST /v1/{path} {mode}" for path in ("completions", "chat/completions")
+            for mode in ("positive", "negative")} <= sent, report.answers
 
 
 def test_the_servers_still_serve_and_hold_nothing(targets: dict[str, str]) -> None:
