@@ -52,9 +52,7 @@ def parse_engine_page(text: str) -> EnginePage:
             for sample in family.samples:
                 if family.name in (WAITING, RUNNING, KV_USAGE):
                     gauges[family.name] = gauges.get(family.name, 0.0) + sample.value
-                elif family.name == FINISHED and sample.name.endswith("_total"):
-                    ended += sample.value
-                elif (family.name == REJECTED and sample.name.endswith("_total")
+                elif (family.name == FINISHED and sample.name.endswith("_total")) or (family.name == REJECTED and sample.name.endswith("_total")
                       and sample.labels.get("reason") == UNSERVED_REASON):
                     ended += sample.value
                 elif family.name == GENERATED and sample.name.endswith("_total"):

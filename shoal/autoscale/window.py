@@ -13,7 +13,7 @@ from collections import deque
 class WindowExtreme:
     """Max (or min, ``largest=False``) of the values added in the last ``seconds`` seconds."""
 
-    __slots__ = ("seconds", "_largest", "_samples")
+    __slots__ = ("_largest", "_samples", "seconds")
 
     def __init__(self, seconds: float, largest: bool = True) -> None:
         self.seconds = seconds

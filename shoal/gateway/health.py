@@ -8,7 +8,6 @@ the next good check brings it back).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -49,7 +48,7 @@ async def probe(session: aiohttp.ClientSession, replica: Replica,
             listing = await response.json(content_type=None)
         models = frozenset(str(card["id"]) for card in listing["data"])  # a card that is no object: TypeError
         return models, capacity_of(listing["data"]), block_size_of(listing["data"])
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
+    except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, TypeError):
         return None
 
 

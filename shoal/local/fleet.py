@@ -136,7 +136,7 @@ class EngineFleet:
     async def _observe(self, now: float, client: httpx.AsyncClient) -> None:
         starting = [r for r in self.replicas if r.phase == "starting" and r.process is not None]
         answers = await asyncio.gather(*(_is_ready(client, r.url or "") for r in starting))
-        for replica, ready in zip(starting, answers):
+        for replica, ready in zip(starting, answers, strict=True):
             assert replica.process is not None
             if replica.exited():
                 code = replica.process.process.returncode

@@ -35,7 +35,11 @@ async def _run(up: Up, console: Console | None, demo: bool) -> int:
     if demo:
         from shoal.local.demo import run_demo
 
-        asyncio.create_task(run_demo(up, up.say))
+        demo_run = asyncio.create_task(run_demo(up, up.say))  # held: the loop keeps only a weak reference
+        try:
+            return await up.run(console)
+        finally:
+            demo_run.cancel()  # a no-op once the demo has stopped the fleet, as it does when it ends
     return await up.run(console)
 
 

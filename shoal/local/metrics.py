@@ -22,7 +22,7 @@ def _label_text(labels: dict[str, str]) -> str:
     if not labels:
         return ""
     escaped = (value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"') for value in labels.values())
-    return "{" + ",".join(f'{key}="{value}"' for key, value in zip(labels, escaped)) + "}"
+    return "{" + ",".join(f'{key}="{value}"' for key, value in zip(labels, escaped, strict=True)) + "}"
 
 
 def metric_values(url: str, name: str) -> dict[str, float]:

@@ -15,7 +15,6 @@ from shoal.autoscale.source import MetricsSource
 from shoal.operator.autoscaler import autoscaling_config
 from shoal.operator.spec import InferenceDeploymentSpec
 
-
 SourceFactory = Callable[[httpx.AsyncClient], MetricsSource]
 
 

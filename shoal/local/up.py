@@ -11,6 +11,7 @@ Ctrl-C or SIGTERM stops the gateway and drains the engines; a second one stops a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -194,10 +195,8 @@ class Up:
                 while not self.stopping.is_set():
                     self.snapshot = await self.tick(client)
                     self._show(self.snapshot, live)
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.stopping.wait(), TICK_S)
-                    except TimeoutError:
-                        pass
         finally:
             if live is not None:
                 live.stop()

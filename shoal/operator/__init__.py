@@ -4,8 +4,8 @@ Run it with ``shoal operator``; print the CRD with ``shoal crd``. With ``autosca
 :class:`FleetAutoscaler` (one pure policy per InferenceDeployment, fed by a metrics source) owns the engine count.
 """
 
-from shoal.operator.crd import build_crd, render_crd
 from shoal.operator.autoscaler import FleetAutoscaler, FleetRef
+from shoal.operator.crd import build_crd, render_crd
 from shoal.operator.replicas import ScaleDecision, decide_replicas
 from shoal.operator.spec import InferenceDeploymentSpec, InferenceDeploymentStatus
 

@@ -29,12 +29,12 @@ from typing import Any, Literal
 import kopf
 from pydantic import ValidationError
 
+from shoal.operator.autoscaler import FleetAutoscaler, FleetRef
 from shoal.operator.builders import applied_digest, build_children
 from shoal.operator.builders.api_keys import generated_api_key_secret, new_api_key
 from shoal.operator.builders.monitoring import MONITORING_GROUP
 from shoal.operator.diagnosis import Problem, check_model, diagnose
 from shoal.operator.kube import KubeClient, KubeError
-from shoal.operator.autoscaler import FleetAutoscaler, FleetRef
 from shoal.operator.naming import FIELD_MANAGER, Owner
 from shoal.operator.replicas import ScaleDecision, decide_replicas
 from shoal.operator.sources import replica_targets

@@ -18,11 +18,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))  # the operator tests' harness
 
-from serve_harness import ServeProcess, build_tiny_model  # noqa: E402
-from support.kube_testbed import ControlPlane, free_port  # noqa: E402
-from scraped_fleet import ScrapedFleet  # noqa: E402
-from support.polling import eventually  # noqa: E402
-from support.services import Prometheus  # noqa: E402
+from scraped_fleet import ScrapedFleet
+from serve_harness import ServeProcess, build_tiny_model
+from support.kube_testbed import ControlPlane, free_port
+from support.polling import eventually
+from support.services import Prometheus
 
 ENGINE_COUNT = 2
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from operator_harness import OperatorProcess, get
 from support.kube_testbed import ControlPlane
 from support.services import Prometheus

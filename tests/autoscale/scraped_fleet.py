@@ -16,10 +16,10 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
-from serve_harness import ServeProcess  # noqa: E402
-from support.services import Prometheus  # noqa: E402
+from serve_harness import ServeProcess
+from support.services import Prometheus
 
-from shoal.autoscale.source import ReplicaTarget  # noqa: E402
+from shoal.autoscale.source import ReplicaTarget
 
 
 @dataclass
@@ -33,7 +33,7 @@ class ScrapedFleet:
 
     def targets(self, *, dead: bool = False) -> list[ReplicaTarget]:
         targets = [ReplicaTarget(f"engine-{i}", "ready", 0.0, e.url) for i, e in enumerate(self.engines)]
-        return targets + [ReplicaTarget(self.dead_name, "ready", 0.0, self.dead_url)] if dead else targets
+        return [*targets, ReplicaTarget(self.dead_name, "ready", 0.0, self.dead_url)] if dead else targets
 
     def load(self, engine: int, requests: int, max_tokens: int = 48) -> list[float]:
         """Sends ``requests`` concurrent completions to one engine and returns each one's latency."""

@@ -18,13 +18,13 @@ import httpx
 import pytest
 import yaml
 from aiohttp import web
+from support.kube_testbed import free_port
+from support.polling import eventually
+from support.services import Service, http_json
 
 from shoal.autoscale import FleetSignals
 from shoal.operator.alert_receiver import AlertReceiver, read_token, serve
 from shoal.operator.autoscaler import FleetAutoscaler, FleetRef
-from support.kube_testbed import free_port
-from support.polling import eventually
-from support.services import Service, http_json
 
 TOKEN = "s3cret-token"
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 from kopf.testing import KopfRunner
-
 from operator_harness import apply, condition, example, get
+from support.kube_testbed import ControlPlane
+from support.polling import eventually
+
 from shoal.autoscale import FleetSignals, ReplicaSignals
 from shoal.operator.autoscaler import FleetAutoscaler, FleetRef
 from shoal.operator.handlers import OperatorConfig, build_registry
-from support.kube_testbed import ControlPlane
-from support.polling import eventually
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(240)]
 

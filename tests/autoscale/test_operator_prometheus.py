@@ -20,15 +20,15 @@ from typing import Any
 
 import pytest
 import yaml
-
 from operator_harness import apply, condition, example, get
 from pod_scrapes import engines, load, pod_scrapes, start_operator
-from shoal.operator.builders.monitoring import prometheus_rule
-from shoal.operator.naming import Owner
-from shoal.operator.spec import InferenceDeploymentSpec
 from support.kube_testbed import ControlPlane, free_port
 from support.polling import eventually
 from support.services import Prometheus, Service
+
+from shoal.operator.builders.monitoring import prometheus_rule
+from shoal.operator.naming import Owner
+from shoal.operator.spec import InferenceDeploymentSpec
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -69,7 +69,7 @@ def test_a_burst_scales_up_through_prometheus_and_down_only_after_its_window(
             assert any("engines 1 -> 2" in e for e in plane.kubectl(
                 "get", "events", "-n", namespace, "--field-selector", "reason=Scaled",
                 "-o", "jsonpath={.items[*].message}").stdout.split("\n"))
-            print(f"burst start -> scale-up written: {reaction:.1f} s")  # noqa: T201 - the figure for the docs
+            print(f"burst start -> scale-up written: {reaction:.1f} s")
 
             eventually(lambda: (i := get(plane, namespace, "infd", "burst"))
                        and i["status"].get("queueDepth") is not None and i["status"].get("ttftP95Seconds") and i,
@@ -138,7 +138,7 @@ def test_the_shipped_alert_rule_routed_by_alertmanager_scales_up_at_once(
             history = get(plane, namespace, "infd", "alerted")["status"]["history"]
             record = next(r for r in history if r["fromReplicas"] == 1 and r["toReplicas"] == 2)
             assert record["values"].get("alert_firing") == 1.0, record
-            print(f"burst -> alert firing {fired - started:.1f} s; firing -> scale written {scaled - fired:.1f} s")  # noqa: T201
+            print(f"burst -> alert firing {fired - started:.1f} s; firing -> scale written {scaled - fired:.1f} s")
             assert "Alertmanager receiver" in operator.log()
     finally:
         operator.stop()

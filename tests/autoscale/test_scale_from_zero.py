@@ -19,13 +19,13 @@ from typing import Any
 
 import openai
 import pytest
-
 from operator_harness import apply, condition, example, get
 from pod_scrapes import engine_pods, engines, pod_scrapes, start_operator
-from shoal.local import LocalProcess, metric, shoal_command
 from support.kube_testbed import ControlPlane, free_port
 from support.polling import eventually
 from support.services import Prometheus
+
+from shoal.local import LocalProcess, metric, shoal_command
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -86,7 +86,7 @@ def test_a_request_at_zero_engines_is_held_scales_the_fleet_to_one_and_is_served
             record = get(plane, namespace, "infd", "cold")["status"]["history"][-1]
             assert (record["fromReplicas"], record["toReplicas"], record["rule"]) == (0, 1, "ScaleFromZero"), record
             assert record["values"]["held_requests"] >= 1
-            print(f"request held -> engine Deployment at 1: {scaled:.1f} s (pod {pod})")  # noqa: T201
+            print(f"request held -> engine Deployment at 1: {scaled:.1f} s (pod {pod})")
     finally:
         operator.stop()
         gateway.stop()

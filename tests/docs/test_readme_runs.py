@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fake_engine import FakeEngine
 from gateway_harness import EngineProcess, GatewayHandle, ServerThread, make_gateway
 
@@ -44,7 +43,7 @@ def fake_engines() -> Iterator[Callable[..., list[tuple[FakeEngine, ServerThread
 
     def start(count: int, models: tuple[str, ...] = ("tiny",)) -> list[tuple[FakeEngine, ServerThread]]:
         out = []
-        for i in range(count):
+        for _ in range(count):
             engine = FakeEngine(f"fake-{len(started)}", models)
             server = ServerThread(engine.app).start()
             started.append(server)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from support.polling import eventually
 
 from shoal.gateway.app import create_app
 from shoal.gateway.auth import ApiKeys
@@ -16,7 +17,6 @@ from shoal.gateway.gateway import Gateway, GatewayConfig
 from shoal.gateway.prompts import PromptReader
 from shoal.gateway.quota import QuotaStore
 from shoal.local import LocalProcess, free_port, shoal_command
-from support.polling import eventually
 
 
 class ServerThread:

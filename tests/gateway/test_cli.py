@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.polling import eventually
 
 from shoal.local import free_port
-from support.polling import eventually
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -102,7 +102,7 @@ def test_tenant_over_quota_gets_429_with_retry_after_and_others_are_unaffected(g
 
 
 def test_every_backend_down_is_503_with_retry_after(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    (_, server), = fake_engines(1)
     handle = gateways([server.url])
     handle.wait_healthy(1)
     server.stop()

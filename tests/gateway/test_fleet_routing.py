@@ -7,11 +7,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from gateway_harness import ByteTokenizer
+from support.polling import eventually
+
 from shoal.gateway.discovery import from_file
 from shoal.protocol.block_hash import hash_blocks
-from support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,7 +44,7 @@ def test_two_gateways_following_the_same_kv_events_choose_the_same_replica(fake_
     for handle in pair:
         handle.wait_healthy(4)
         replicas = handle.gateway.fleet.replicas.values()
-        eventually(lambda: all(r.index.synced for r in replicas), 10, "every KV stream in sync")
+        eventually(lambda replicas=replicas: all(r.index.synced for r in replicas), 10, "every KV stream in sync")
     assert [served_by(h.url, "tiny", PROMPT + "question one") for h in pair] == [holder_engine.name] * 2
     fresh = "A different system prompt that no replica has seen before, long enough for blocks. " * 2
     first, second = (served_by(h.url, "tiny", fresh) for h in pair)

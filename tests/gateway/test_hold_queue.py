@@ -13,14 +13,14 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from prometheus_client import CollectorRegistry, Gauge
-
 from gateway_harness import GatewayHandle, make_gateway
+from prometheus_client import CollectorRegistry, Gauge
+from support.polling import eventually
+
 from shoal.gateway.discovery import from_file
 from shoal.gateway.hold_queue import HoldQueue
 from shoal.local import metric, metric_values
 from shoal.protocol.errors import APIError
-from support.polling import eventually
 
 
 def _queue(size: int = 8, wait_s: float = 5.0) -> tuple[HoldQueue, Gauge]:

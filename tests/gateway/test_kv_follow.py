@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from support.polling import eventually
 
 from shoal.gateway.block_size import hashing_block_size, mismatch
 from shoal.protocol.kv_events import KVEvent
-from support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,7 +21,7 @@ def test_the_index_follows_events_and_resyncs_after_a_gap(fake_engines, gateways
     engine.kv_events.append(KVEvent(type="stored", seq=1, hashes=[13]))
     engine.kv_events.append(KVEvent(type="removed", seq=2, hashes=[11]))
     eventually(lambda: index.cached == {12, 13}, 10, "stored and removed events")
-    assert "shoal_gateway_backend_kv_events_synced{backend=\"%s\"} 1.0" % server.url in \
+    assert f'shoal_gateway_backend_kv_events_synced{{backend="{server.url}"}} 1.0' in \
         httpx.get(handle.url + "/metrics").text
     engine.kv_snapshot = [20]
     engine.kv_events.append(KVEvent(type="stored", seq=9, hashes=[14]))  # seq 3..8 lost

@@ -7,9 +7,9 @@ import threading
 import httpx
 import pytest
 from gateway_harness import ByteTokenizer
+from support.polling import eventually
 
 from shoal.gateway import prompts
-from support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,13 +8,13 @@ import time
 import httpx
 import openai
 import pytest
-
 from gateway_harness import EngineProcess, GatewayHandle
+from support.polling import eventually
+
 from shoal.local import metric
 from shoal.model_registry import resolve_model
 from shoal.protocol.block_hash import hash_blocks
 from shoal.tokenizer import Tokenizer
-from support.polling import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -136,7 +136,7 @@ def test_a_client_disconnect_aborts_the_engine_request_and_frees_its_blocks(flee
     eventually(lambda: sum(metric(e.url, "shoal_engine_requests_aborted_total") for e in engines[:2]) == before + 1,
                10, "the engine to count the abort")
     for engine in engines[:2]:
-        eventually(lambda: metric(engine.url, "shoal_engine_requests_running") == 0
+        eventually(lambda engine=engine: metric(engine.url, "shoal_engine_requests_running") == 0
                    and metric(engine.url, "shoal_engine_kv_cache_usage_ratio") == 0, 10, "the engine's KV blocks to be freed")
 
 

@@ -11,8 +11,6 @@ import httpx
 import pytest
 from support.polling import eventually
 
-
-
 pytestmark = pytest.mark.timeout(60)
 
 STREAM = {"model": "tiny", "prompt": "hello", "max_tokens": 8, "stream": True}

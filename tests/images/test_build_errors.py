@@ -8,9 +8,9 @@ import os
 import stat
 from pathlib import Path
 
-from shoal.operator.spec import DEFAULT_ENGINE_IMAGE, DEFAULT_GATEWAY_IMAGE
-
 from image_harness import buildah, run_build
+
+from shoal.operator.spec import DEFAULT_ENGINE_IMAGE, DEFAULT_GATEWAY_IMAGE
 
 NEVER_BUILT = "localhost/shoal-never-built:test"
 

@@ -9,12 +9,11 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-
-from shoal.operator.spec import DEFAULT_GATEWAY_IMAGE
+from image_harness import BUILDAH, buildah, run_build
 from support.kube_testbed import free_port
 from support.polling import eventually
 
-from image_harness import BUILDAH, buildah, run_build
+from shoal.operator.spec import DEFAULT_GATEWAY_IMAGE
 
 pytestmark = pytest.mark.slow
 NON_ROOT_UID = "65532"

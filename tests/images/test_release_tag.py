@@ -6,11 +6,10 @@ from __future__ import annotations
 import tomllib
 
 import yaml
+from image_harness import REPO
 
 from shoal import __version__
 from shoal.operator.spec import DEFAULT_ENGINE_IMAGE, DEFAULT_GATEWAY_IMAGE
-
-from image_harness import REPO
 
 
 def test_chart_and_package_carry_the_release_tag() -> None:

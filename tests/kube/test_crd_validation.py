@@ -12,7 +12,6 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-
 from support.kube_testbed import ControlPlane
 
 pytestmark = pytest.mark.kube

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from support.kube_testbed import ControlPlane
 from support.polling import eventually
 

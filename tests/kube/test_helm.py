@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from support.kube_testbed import ControlPlane
 
 pytestmark = pytest.mark.kube

@@ -8,8 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from support.kube_testbed import REPO_ROOT, kubectl_binary, kube_testbin_dir
+from support.kube_testbed import REPO_ROOT, kube_testbin_dir, kubectl_binary
 
 pytestmark = pytest.mark.kube
 

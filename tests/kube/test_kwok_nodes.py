@@ -6,7 +6,6 @@ Deployment that was not yet available stays unavailable, and an InferenceDeploym
 from __future__ import annotations
 
 import pytest
-
 from support.kube_testbed import NODE_LEASE_SECONDS, ControlPlane
 from support.polling import eventually
 

@@ -6,10 +6,9 @@ from typing import Any
 
 import pytest
 import redis
-
 from support.kube_testbed import ControlPlane
-from support.services import Prometheus, Service, http_json
 from support.polling import eventually
+from support.services import Prometheus, Service, http_json
 
 
 def self_scrape(prometheus: Prometheus) -> dict[str, Any]:

@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from support.kube_testbed import BUILD_SCRIPT, KubeTestbinMissing, kube_testbin_dir
 
 

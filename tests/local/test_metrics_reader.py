@@ -35,7 +35,7 @@ def test_values_are_keyed_by_their_labels_as_the_page_writes_them(page) -> None:
 
 
 def test_samples_named_picks_one_series_of_a_histogram_with_its_labels(page) -> None:
-    url, registry = page
+    _, registry = page
     latency = Histogram("demo_latency_seconds", "Latency.", ["model"], buckets=(0.1, 1.0), registry=registry)
     for value in (0.05, 0.5, 5.0):
         latency.labels("tiny").observe(value)

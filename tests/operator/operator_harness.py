@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from support.kube_testbed import ControlPlane, free_port
 from support.polling import eventually
 

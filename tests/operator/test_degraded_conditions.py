@@ -4,10 +4,8 @@ Event, no crash loop, and recovery once the spec is fixed."""
 from __future__ import annotations
 
 import pytest
-
-from support.kube_testbed import ControlPlane
-
 from operator_harness import OperatorProcess, apply, condition, eventually, example, get, wait_ready
+from support.kube_testbed import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 

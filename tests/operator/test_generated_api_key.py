@@ -8,11 +8,10 @@ import base64
 from pathlib import Path
 
 import pytest
-
-from shoal.gateway.auth import ApiKeys
+from operator_harness import OperatorProcess, apply, eventually, example, get, wait_ready
 from support.kube_testbed import ControlPlane
 
-from operator_harness import OperatorProcess, apply, eventually, example, get, wait_ready
+from shoal.gateway.auth import ApiKeys
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 

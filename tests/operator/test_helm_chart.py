@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from support.kube_testbed import ControlPlane, kube_testbin_dir
-
 from operator_harness import CHART, RELEASE, RELEASE_NAMESPACE
+from support.kube_testbed import ControlPlane, kube_testbin_dir
 
 pytestmark = pytest.mark.kube
 ALL_FEATURES = ["--set", "prometheusRule.enabled=true,grafanaDashboard.enabled=true"]

@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from support.kube_testbed import ControlPlane
-
 from operator_harness import REPO, apply, example
+from support.kube_testbed import ControlPlane
 
 pytestmark = pytest.mark.kube
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-
 from shoal.gateway.auth import ApiKeys
 from shoal.operator.builders import build_children
 from shoal.operator.builders.api_keys import api_key_secret_ref, generated_api_key_secret, new_api_key

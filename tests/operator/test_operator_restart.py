@@ -5,10 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from support.kube_testbed import ControlPlane
-
 from operator_harness import RESYNC_SECONDS, OperatorProcess, apply, example, wait_ready
+from support.kube_testbed import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 

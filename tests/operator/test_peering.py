@@ -7,10 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from support.kube_testbed import ControlPlane
-
 from operator_harness import OperatorProcess, apply, eventually, example, get, wait_ready
+from support.kube_testbed import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 

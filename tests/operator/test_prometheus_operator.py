@@ -7,10 +7,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import yaml
-
-from support.kube_testbed import ControlPlane
-
 from operator_harness import OperatorProcess, apply, eventually, example, get, wait_ready
+from support.kube_testbed import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
@@ -49,9 +47,9 @@ def test_pod_monitor_and_rules_once_the_crds_exist(
     install_prometheus_operator_crds()
     apply(installed_chart, namespace, example("watched"))
     for name in ("watched", "early"):  # created after, and before, the Prometheus Operator arrived
-        monitor = eventually(lambda: get(installed_chart, namespace, "podmonitor", f"{name}-engine"), 30,
+        monitor = eventually(lambda name=name: get(installed_chart, namespace, "podmonitor", f"{name}-engine"), 30,
                              f"PodMonitor of {name}")
-        rule = eventually(lambda: get(installed_chart, namespace, "prometheusrule", name), 30,
+        rule = eventually(lambda name=name: get(installed_chart, namespace, "prometheusrule", name), 30,
                           f"PrometheusRule of {name}")
         engine = get(installed_chart, namespace, "deployment", f"{name}-engine")
         assert monitor["spec"]["selector"]["matchLabels"] == engine["spec"]["selector"]["matchLabels"]

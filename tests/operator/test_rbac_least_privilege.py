@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from operator_harness import CHART, RELEASE, RELEASE_NAMESPACE
+from test_helm_chart import helm
 
 from shoal.operator.builders import build_children
 from shoal.operator.builders.access import role
@@ -17,9 +19,6 @@ from shoal.operator.handlers import OperatorConfig, build_registry
 from shoal.operator.kube import PLURALS
 from shoal.operator.naming import Owner
 from shoal.operator.spec import GROUP, PLURAL, InferenceDeploymentSpec
-
-from operator_harness import CHART, RELEASE, RELEASE_NAMESPACE
-from test_helm_chart import helm
 
 pytestmark = pytest.mark.kube
 Permission = tuple[str, str, str]  # (API group, resource, verb)

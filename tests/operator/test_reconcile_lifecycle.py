@@ -4,10 +4,8 @@ children with owner references, printer columns, conditions, spec changes, `kube
 from __future__ import annotations
 
 import pytest
-
-from support.kube_testbed import ControlPlane
-
 from operator_harness import OperatorProcess, apply, children_of, condition, eventually, example, get, wait_ready
+from support.kube_testbed import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 

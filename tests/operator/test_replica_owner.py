@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from shoal.operator.replicas import ScaleDecision, decide_replicas
 from shoal.operator.spec import ROUTING_POLICIES, InferenceDeploymentSpec
 
+
 def spec(**overrides: Any) -> InferenceDeploymentSpec:
     return InferenceDeploymentSpec.model_validate({"model": {"source": "smollm2-135m"}, **overrides})
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from cancellation_storm import storm, wait_until_idle  # noqa: E402
+from cancellation_storm import storm, wait_until_idle
 
 pytestmark = pytest.mark.timeout(300)
 

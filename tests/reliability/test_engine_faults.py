@@ -53,7 +53,7 @@ def test_an_engine_killed_under_load(start_engines, gateway_over, tiny_model) ->
     handle = gateway_over([doomed.url, survivor.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model)},
                           policy="round-robin", **LIMITS)
     handle.wait_healthy(2)
-    threads, outcomes = start_streams(handle.url, 8)  # round-robin: 4 on each
+    _, outcomes = start_streams(handle.url, 8)  # round-robin: 4 on each
     killed_at = time.monotonic()
     os.kill(doomed.process.pid, signal.SIGKILL)
     eventually(lambda: len(outcomes) >= 4, 30, "the killed engine's streams to end")

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from shoal.local import LocalProcess, shoal_command
 
 ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"

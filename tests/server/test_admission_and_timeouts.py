@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from serve_harness import ServeProcess, wait_for
+
 from shoal.local import metric, metric_values
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,6 +7,7 @@ import random
 import httpx
 import pytest
 from serve_harness import TINY_MODEL_NAME, ServeProcess, wait_for
+
 from shoal.local import metric
 
 pytestmark = pytest.mark.timeout(180)

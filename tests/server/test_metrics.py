@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 from serve_harness import ServeProcess
+
 from shoal.local import metric, metric_values
 
 pytestmark = pytest.mark.timeout(120)

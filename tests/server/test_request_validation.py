@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 from serve_harness import TINY_MODEL_NAME, ServeProcess
+
 from shoal.local import metric
 
 pytestmark = pytest.mark.timeout(120)

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 from serve_harness import ServeProcess, wait_for
+
 from shoal.local import metric
 
 pytestmark = pytest.mark.timeout(180)

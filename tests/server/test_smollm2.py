@@ -7,6 +7,7 @@ import asyncio
 import openai
 import pytest
 from serve_harness import ServeProcess
+
 from shoal.local import metric
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
