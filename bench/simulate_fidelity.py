@@ -340,12 +340,12 @@ def simulate_fleet(trace: Trace, profile: EngineProfile, manifest: LocalManifest
 
 
 # -- the report --------------------------------------------------------------------------------------------------
-def scale_events(run: SimRun) -> list[tuple[float, int, int]]:
-    """(time, from, to) of every decision that changed the count."""
+def scale_events(run: SimRun) -> list[tuple[float, int, int, str]]:
+    """(time, from, to, rule) of every decision that changed the count."""
     events = []
     for before, after in itertools.pairwise(run.decisions):
         if after.replicas != before.replicas:
-            events.append((round(after.time, 1), before.replicas, after.replicas))
+            events.append((round(after.time, 1), before.replicas, after.replicas, after.rule))
     return events
 
 
@@ -360,7 +360,8 @@ def per_minute(run: SimRun, window_s: float = WINDOW_S) -> list[dict[str, float 
         during = timeline[(timeline[:, 0] >= w * window_s) & (timeline[:, 0] < (w + 1) * window_s)]
         p50, p95 = np.percentile(inside, [50, 95], method="higher") if len(inside) else (None, None)
         rows.append({"minute": w, "requests": len(inside),
-                     "ttft_p50_s": None if p50 is None else float(p50), "ttft_p95_s": None if p95 is None else float(p95),
+                     "ttft_p50_s": None if p50 is None else float(p50),
+                     "ttft_p95_s": None if p95 is None else float(p95),
                      "ready_mean": float(during[:, 2].mean()) if len(during) else None})
     return rows
 
@@ -397,7 +398,8 @@ def format_side_by_side(report: dict[str, object]) -> str:
             cells.append(f"{_cell(r['ttft_p50_s'])} / {_cell(r['ttft_p95_s'])} / {_cell(r['ready_mean'], '{:.1f}')}")
         lines.append(f"{row['minute']:>4}{row['requests']:>6}" + "".join(f"{c:>34}" for c in cells))
     for name in names:
-        events = ", ".join(f"{t:.0f}s {a}->{b}" for t, a, b in report[name]["scale_events"])  # type: ignore[index]
+        rows = report[name]["scale_events"]  # type: ignore[index]
+        events = ", ".join(f"{t:.0f}s {a}->{b} {rule}" for t, a, b, rule in rows)
         lines.append(f"scale events {name}: {events or 'none'}")
     return "\n".join(lines)
 
@@ -460,7 +462,8 @@ def main() -> None:
     capacity = fleet_engine.capacity_rps(args.input_len, args.output_len)
     base_rate = args.base_load * capacity
     print(f"   step {profile.step}; engine got {1 / slowdown:.2f} of a core (slowdown {slowdown:.2f}); one engine "
-          f"serves ~{capacity:.2f} req/s of this shape now; base {base_rate:.2f} req/s, step {args.step:g}x", flush=True)
+          f"serves ~{capacity:.2f} req/s of this shape now; base {base_rate:.2f} req/s, step {args.step:g}x",
+          flush=True)
 
     from shoal.model_registry import resolve_model
     from shoal.tokenizer.tokenizer import Tokenizer
@@ -496,7 +499,8 @@ def main() -> None:
     measured = measured_run(trace, replay, manifest.spec.gateway.routing_policy)
     late = max(s - a for s, a in zip(replay.sent, trace.arrival.tolist(), strict=True))
     usage = [r.prompt_tokens for r in replay.results if r.success]
-    mismatched = sum(1 for r, p in zip(replay.results, trace.prompt_tokens, strict=True) if r.success and r.prompt_tokens != p)
+    mismatched = sum(1 for r, p in zip(replay.results, trace.prompt_tokens, strict=True)
+                     if r.success and r.prompt_tokens != p)
     startups = watch.startups(after=replay.t0)
     first_startup = watch.startups()
     measured_startups = list(startups.values()) or list(first_startup.values())

@@ -117,7 +117,7 @@ def test_the_measured_run_reads_as_a_simulated_one() -> None:
     assert summary["ttft_p50_s"] == pytest.approx(0.5)
     assert summary["requests"] == {"arrived": 4, "served": 3, "dropped": {"failed: HTTP 504: first token": 1},
                                    "in_flight": 0}
-    assert fidelity.scale_events(run) == [(1.5, 1, 2)]
+    assert fidelity.scale_events(run) == [(1.5, 1, 2, "ScaleUpQueue")]
     assert run.timeline[:, 0].tolist() == [0.0, 2.0, 9.0]
     assert sorted(run.replica_spans) == [(0.0, 9.0), (1.5, 9.0)]
     minutes = fidelity.per_minute(run)
