@@ -61,7 +61,7 @@ class Formatter:
             index=delta.index,
             delta=ChatDelta(content=delta.text) if delta.text or not delta.finished else ChatDelta(),
             logprobs=chat_logprobs(self._tokenizer, delta.logprobs) if delta.logprobs else None,
-            finish_reason=delta.finish_reason if delta.finished else None,  # type: ignore[arg-type]
+            finish_reason=delta.finish_reason if delta.finished else None,
             stop_reason=delta.stop_reason if delta.finished else None,
         )
         return self._chunk([out])
@@ -75,7 +75,7 @@ class Formatter:
                 index=c.index,
                 message=ChatResponseMessage(content=c.text),
                 logprobs=chat_logprobs(self._tokenizer, c.logprobs) if c.logprobs else None,
-                finish_reason=c.finish_reason,  # type: ignore[arg-type]
+                finish_reason=c.finish_reason,
                 stop_reason=c.stop_reason,
             )
             for c in outcome.choices

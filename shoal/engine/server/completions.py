@@ -54,7 +54,7 @@ class Formatter:
             index=delta.index,
             text=delta.text,
             logprobs=logprobs,
-            finish_reason=delta.finish_reason if delta.finished else None,  # type: ignore[arg-type]
+            finish_reason=delta.finish_reason if delta.finished else None,
             stop_reason=delta.stop_reason if delta.finished else None,
         )
         return CompletionStreamResponse(id=self._id, model=self._model, choices=[out])
@@ -68,7 +68,7 @@ class Formatter:
                 index=c.index,
                 text=c.text,
                 logprobs=completion_logprobs(self._tokenizer, c.logprobs, 0) if c.logprobs else None,
-                finish_reason=c.finish_reason,  # type: ignore[arg-type]
+                finish_reason=c.finish_reason,
                 stop_reason=c.stop_reason,
             )
             for c in outcome.choices

@@ -48,7 +48,7 @@ class DrainingServer(uvicorn.Server):
         self.exit_code = 1
         self.should_exit = True
 
-    async def serve(self, sockets: list | None = None) -> None:  # type: ignore[override]
+    async def serve(self, sockets: list | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
 
