@@ -64,7 +64,7 @@ class PromptReader:
         source = self._sources.get(model, model)
         try:
             tokenizer: PromptTokenizer | None = _load_tokenizer(source)
-        except Exception as exc:  # any failure means "route without prefix information"
+        except Exception as exc:  # noqa: BLE001 - any failure means "route without prefix information"
             log.warning("no tokenizer for model %r (source %r): %s; routing without prefixes", model, source, exc)
             tokenizer = None
         self._tokenizers[model] = tokenizer
