@@ -40,7 +40,7 @@ from shoal.gateway.block_size import hashing_block_size
 from shoal.gateway.gateway import Gateway
 from shoal.gateway.prompts import Prompt
 from shoal.gateway.quota import admission_estimate
-from shoal.gateway.replicas import Fleet, Lease
+from shoal.gateway.replicas import Fleet, Lease, Replica
 from shoal.gateway.routing import Decision, RouteRequest
 from shoal.gateway.timeouts import REQUEST_TIMEOUT_HEADER, Deadline, TimeoutCode, client_limit
 from shoal.gateway.timing import StageTimer
@@ -298,48 +298,58 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
         state.attempts = retry.attempts
         tried.add(replica.url)
         state.lease = Fleet.acquire(replica, route, decision.matched_blocks)
-        response: UpstreamResponse | None = None
-        wait = limits.first_byte(time.monotonic(), stream)
-        first_byte_by = time.monotonic() + wait.seconds
-        try:
-            state.upstream = response = await gateway.upstreams.post(replica.url, state.endpoint, raw, headers,
-                                                                     first_byte_by)
-            state.timer.mark("upstream")
-            if response.status == 503:
-                retry_after = response.headers.get("retry-after", "")
-                refused = service_unavailable(
-                    f"Backend {replica.url} is overloaded or draining.",
-                    int(retry_after) if retry_after.isdigit() else config.unavailable_retry_after_s)
-                gateway.metrics.retries.labels("unavailable").inc()
-                _close_attempt(state, response)
-                continue
-            first = await response.read(first_byte_by - time.monotonic())
-            state.timer.mark("ttfb")
-            Fleet.prefilled(state.lease)
-        except UpstreamTimeout:  # slow, not gone: close it (the engine aborts) and try another, not ejecting it
-            _close_attempt(state, response)
-            gateway.metrics.timeouts.labels(wait.code).inc()
-            access_log.info(json.dumps({"request_id": state.request_id, "event": "upstream_timed_out",
-                                        "backend": replica.url, "limit": wait.code}))
-            refused = _timed_out(limits, wait.code)
-            continue
-        except UpstreamError as exc:  # before the first byte: the replica is gone, try another
-            _close_attempt(state, response)
-            gateway.eject(replica)
-            gateway.metrics.retries.labels("connect" if isinstance(exc, UpstreamConnectError) else "dropped").inc()
-            access_log.info(json.dumps({"request_id": state.request_id, "event": "upstream_failed",
-                                        "backend": replica.url, "error": str(exc)}))
-            continue
-        state.decision, state.backend = decision, replica.url
-        gateway.metrics.decisions.labels(state.model, gateway.policy(state.model).name, decision.reason).inc()
-        gateway.metrics.matched_blocks.labels(state.model).inc(decision.matched_blocks)
-        return response, first
+        answer = await _attempt(gateway, state, replica, raw, headers, stream)
+        if isinstance(answer, tuple):
+            state.decision, state.backend = decision, replica.url
+            gateway.metrics.decisions.labels(state.model, gateway.policy(state.model).name, decision.reason).inc()
+            gateway.metrics.matched_blocks.labels(state.model).inc(decision.matched_blocks)
+            return answer
+        refused = answer or refused
     if refused is not None:
         raise refused
     if time.monotonic() >= limits.end:
         raise _timed_out(limits, "request_timeout")
     raise service_unavailable(f"No healthy backend is available for model `{state.model}`.",
                               config.unavailable_retry_after_s)
+
+
+async def _attempt(gateway: Gateway, state: RequestState, replica: Replica, raw: bytes, headers: dict[str, str],
+                   stream: bool) -> tuple[UpstreamResponse, bytes] | APIError | None:
+    """One replica, up to the first body byte: the response and that byte; else what to answer if no other replica
+    does (the replica refused or was too slow), or None if it is gone (ejected). A failed attempt is closed."""
+    assert gateway.upstreams is not None and state.deadline is not None and state.lease is not None
+    limits = state.deadline
+    response: UpstreamResponse | None = None
+    wait = limits.first_byte(time.monotonic(), stream)
+    first_byte_by = time.monotonic() + wait.seconds
+    try:
+        state.upstream = response = await gateway.upstreams.post(replica.url, state.endpoint, raw, headers,
+                                                                 first_byte_by)
+        state.timer.mark("upstream")
+        if response.status == 503:
+            retry_after = response.headers.get("retry-after", "")
+            gateway.metrics.retries.labels("unavailable").inc()
+            _close_attempt(state, response)
+            return service_unavailable(
+                f"Backend {replica.url} is overloaded or draining.",
+                int(retry_after) if retry_after.isdigit() else gateway.config.unavailable_retry_after_s)
+        first = await response.read(first_byte_by - time.monotonic())
+    except UpstreamTimeout:  # slow, not gone: close it (the engine aborts) and try another, not ejecting it
+        _close_attempt(state, response)
+        gateway.metrics.timeouts.labels(wait.code).inc()
+        access_log.info(json.dumps({"request_id": state.request_id, "event": "upstream_timed_out",
+                                    "backend": replica.url, "limit": wait.code}))
+        return _timed_out(limits, wait.code)
+    except UpstreamError as exc:  # before the first byte: the replica is gone, try another
+        _close_attempt(state, response)
+        gateway.eject(replica)
+        gateway.metrics.retries.labels("connect" if isinstance(exc, UpstreamConnectError) else "dropped").inc()
+        access_log.info(json.dumps({"request_id": state.request_id, "event": "upstream_failed",
+                                    "backend": replica.url, "error": str(exc)}))
+        return None
+    state.timer.mark("ttfb")
+    Fleet.prefilled(state.lease)
+    return response, first
 
 
 def _response_headers(state: RequestState, upstream: UpstreamResponse,
