@@ -6,7 +6,8 @@ the cache's dtype. Padding costs some wasted work on ragged batches, but it
 keeps the whole step to a handful of large tensor operations, which is what a CPU needs. Two measures keep the
 waste small: a mixed batch attends its decodes and its longer chunks as two groups (padding 31 decodes to a
 256-token chunk would do 256 times their work), and the query heads sharing a KV head are folded into the
-matrix rows, so gathered keys and values are never copied once per query head.
+matrix rows, so gathered keys and values are never copied once per query head. Decodes (one new token per
+sequence) take a shorter road: one ``scaled_dot_product_attention`` call over the gathered blocks.
 """
 
 from __future__ import annotations
@@ -45,24 +46,28 @@ class TorchOps:
         if meta.num_seqs == 0:
             return out
         starts = meta.query_start_loc[:-1].long()
+        if meta.max_query_len == 1:
+            out[starts] = _decode_attention(query[starts], k_cache, v_cache, meta.block_tables, meta.seq_lens,
+                                            meta.max_seq_len, scale)
+            return out
         query_lens = meta.query_start_loc[1:].long() - starts
-        groups = [(meta.max_query_len, meta.max_seq_len, None)]
-        if meta.max_query_len > 1:
-            decode = query_lens == 1
-            if bool(decode.any()):
-                # decodes padded to the longest chunk would multiply the work: attend them on their own
-                rest = ~decode
-                groups = [
-                    (1, int(meta.seq_lens[decode].max()), decode),
-                    (meta.max_query_len, int(meta.seq_lens[rest].max()), rest),
-                ]
-        for max_q, max_s, select in groups:
-            pick = (lambda t: t) if select is None else (lambda t, rows=select: t[rows])
+        decode = query_lens == 1
+        if bool(decode.any()):
+            # decodes padded to the longest chunk would multiply the work: attend them on their own
+            rows = starts[decode]
+            out[rows] = _decode_attention(query[rows], k_cache, v_cache, meta.block_tables[decode],
+                                          meta.seq_lens[decode], int(meta.seq_lens[decode].max()), scale)
+            chunks = ~decode
             rows, values = _padded_attention(
-                query, k_cache, v_cache, pick(starts), pick(query_lens), pick(meta.seq_lens.long()),
-                pick(meta.block_tables), max_q, max_s, scale,
+                query, k_cache, v_cache, starts[chunks], query_lens[chunks], meta.seq_lens[chunks].long(),
+                meta.block_tables[chunks], meta.max_query_len, int(meta.seq_lens[chunks].max()), scale,
             )
-            out[rows] = values
+        else:
+            rows, values = _padded_attention(
+                query, k_cache, v_cache, starts, query_lens, meta.seq_lens.long(), meta.block_tables,
+                meta.max_query_len, meta.max_seq_len, scale,
+            )
+        out[rows] = values
         return out
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -131,16 +136,48 @@ def _padded_attention(
     return index[valid_q], out[valid_q].to(query.dtype)
 
 
+def _decode_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_s: int,
+    scale: float,
+) -> torch.Tensor:
+    """One new token per sequence (``query`` ``[S, H, D]``): one SDPA call over each sequence's gathered blocks.
+
+    torch's fused CPU attention reads the gathered cache in place (query heads grouped over KV heads, fp32
+    accumulation), where two bf16 matmuls would cost oneDNN a new primitive for every new context length: at
+    batch 1 that was most of a decode step's attention. Keys past a sequence's length are masked only when the
+    batch has sequences of different lengths.
+    """
+    num_seqs = query.shape[0]
+    keys = _gather_tokens(k_cache, block_tables, max_s).transpose(1, 2)  # [S, KVH, max_s, D]
+    values = _gather_tokens(v_cache, block_tables, max_s).transpose(1, 2)
+    mask = None
+    if num_seqs > 1:
+        mask = (torch.arange(max_s, device=query.device)[None, :] < seq_lens[:, None])[:, None, None, :]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.to(keys.dtype)[:, :, None, :], keys, values, attn_mask=mask, scale=scale, enable_gqa=True
+    )
+    return out[:, :, 0, :].to(query.dtype)
+
+
 def _gather(cache: torch.Tensor, block_tables: torch.Tensor, max_s: int) -> torch.Tensor:
-    """The first ``max_s`` cached tokens of each sequence as ``[S, KV heads, max_s, D]``, contiguous.
+    """The first ``max_s`` cached tokens of each sequence as ``[S, KV heads, max_s, D]``, contiguous."""
+    return _gather_tokens(cache, block_tables, max_s).transpose(1, 2).contiguous()
+
+
+def _gather_tokens(cache: torch.Tensor, block_tables: torch.Tensor, max_s: int) -> torch.Tensor:
+    """The first ``max_s`` cached tokens of each sequence as ``[S, max_s, KV heads, D]`` (a fresh tensor's view).
 
     ``index_select`` over whole blocks is a memcpy per block, many times faster than advanced indexing.
     """
     num_blocks, block_size, num_kv_heads, head_dim = cache.shape
     blocks = block_tables[:, : (max_s + block_size - 1) // block_size].reshape(-1).long()
     gathered = torch.index_select(cache.view(num_blocks, -1), 0, blocks)
-    gathered = gathered.view(block_tables.shape[0], -1, num_kv_heads, head_dim)[:, :max_s]
-    return gathered.transpose(1, 2).contiguous()
+    return gathered.view(block_tables.shape[0], -1, num_kv_heads, head_dim)[:, :max_s]
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
