@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import kopf
 from aiohttp import web
 
@@ -32,6 +33,7 @@ from shoal.operator.spec import GROUP, KIND, PLURAL, VERSION
 
 ANNOTATION_PREFIX = GROUP
 OWNED = {MANAGED_BY_LABEL: FIELD_MANAGER}
+UNREACHABLE_RETRY_SECONDS = 30.0  # the longest wait between passes while the apiserver cannot be reached
 
 
 @dataclass(frozen=True)
@@ -187,13 +189,14 @@ def _register_reconcile(registry: kopf.OperatorRegistry, config: OperatorConfig)
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
     async def reconcile(
-        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, old: Mapping[str, Any] | None = None, **indices: Any
+        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, old: Mapping[str, Any] | None = None, retry: int = 0,
+        **indices: Any,
     ) -> None:
-        await run(memo.shoal, body, patch, indices, "change", old)
+        await run(memo.shoal, body, patch, indices, "change", old, retry=retry)
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="resume", registry=registry)
-    async def resume(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **indices: Any) -> None:
-        await run(memo.shoal, body, patch, indices, "resume")
+    async def resume(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int = 0, **indices: Any) -> None:
+        await run(memo.shoal, body, patch, indices, "resume", retry=retry)
 
     @kopf.timer(
         GROUP, VERSION, PLURAL, interval=config.resync_seconds, initial_delay=config.resync_seconds, id="refresh",
@@ -212,15 +215,22 @@ def _register_reconcile(registry: kopf.OperatorRegistry, config: OperatorConfig)
 
 async def run(
     state: OperatorState, body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], trigger: Trigger,
-    old: Mapping[str, Any] | None = None,
+    old: Mapping[str, Any] | None = None, retry: int = 0,
 ) -> None:
-    """One kopf-driven pass; it also keeps the live index views and the time of the last pass for the alert pass."""
+    """One kopf-driven pass; it also keeps the live index views and the time of the last pass for the alert pass.
+
+    An apiserver that cannot be reached (restarting, a network cut) fails the pass with a retry 1, 2, 4 ... 30 s
+    later: kopf would retry any other exception after 60 s, a minute's delay of a change after a blip of seconds."""
     if state.stopping:
         return
     state.indices = indices
     state.last_pass = time.monotonic()
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    await state.reconciler.reconcile(body, patch, _children(indices, ns, name), trigger=trigger, old_spec=old)
+    try:
+        await state.reconciler.reconcile(body, patch, _children(indices, ns, name), trigger=trigger, old_spec=old)
+    except httpx.TransportError as error:
+        delay = min(2.0**retry, UNREACHABLE_RETRY_SECONDS)
+        raise kopf.TemporaryError(f"the apiserver could not be reached ({error!r})", delay=delay) from error
 
 
 async def evaluate_alert(state: OperatorState, namespace: str, name: str) -> float | None:

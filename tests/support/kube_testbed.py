@@ -101,7 +101,7 @@ class CertificateAuthority:
     def __init__(self, common_name: str = "shoal-test-ca") -> None:
         self.key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self.cert = (
             x509.CertificateBuilder()
             .subject_name(name)
@@ -143,7 +143,7 @@ class CertificateAuthority:
         key = ec.generate_private_key(ec.SECP256R1())
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
         attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
         builder = (
             x509.CertificateBuilder()
@@ -418,7 +418,7 @@ class ControlPlane:
             {"client-certificate-data": _b64(admin_cert), "client-key-data": _b64(admin_key)},
         )
         admission = [] if self.service_account_admission else ["--disable-admission-plugins=ServiceAccount"]
-        apiserver = self._spawn("kube-apiserver", [
+        self._apiserver_argv = [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers={self.etcd_url}",
             "--bind-address=127.0.0.1",
@@ -445,9 +445,29 @@ class ControlPlane:
             f"--proxy-client-key-file={paths['front-proxy.key']}",
             "--profiling=false",
             "--v=1",
-        ])
+        ]
+        self._wait_apiserver(self._spawn("kube-apiserver", self._apiserver_argv))
+
+    def _wait_apiserver(self, apiserver: Component) -> None:
         wait_for(lambda: self.get("/readyz") == b"ok", what="kube-apiserver /readyz", timeout=120, component=apiserver)
         wait_for(self._default_namespace_exists, what="the default namespace", timeout=60, component=apiserver)
+
+    def stop_apiserver(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Stops the apiserver alone (SIGKILL by default: a crash); etcd and every client keep running."""
+        apiserver = next(c for c in self.components if c.name == "kube-apiserver")
+        os.killpg(apiserver.process.pid, sig)
+        apiserver.process.wait(30)
+
+    def restart_apiserver(self) -> None:
+        """Starts the apiserver again on the same address, certificates and etcd, and waits until it is ready:
+        clients must reconnect by themselves (the fault tests check that the operator does)."""
+        index = next(i for i, c in enumerate(self.components) if c.name == "kube-apiserver")
+        if self.components[index].process.poll() is None:
+            self.stop_apiserver()
+        self.components.pop(index)
+        apiserver = self._spawn("kube-apiserver", self._apiserver_argv)
+        self.components.insert(index, self.components.pop())  # its old place: stop() ends it after its clients
+        self._wait_apiserver(apiserver)
 
     def _default_namespace_exists(self) -> bool:
         self.get("/api/v1/namespaces/default")
@@ -505,7 +525,7 @@ class ControlPlane:
                  what="the default ServiceAccount (controller-manager running)", timeout=90, component=kcm)
         for index in range(gpu_nodes):
             self.add_gpu_node(f"gpu-node-{index}", gpus_per_node)
-        wait_for(self._nodes_ready, what="kwok to mark the GPU nodes Ready", timeout=60, component=kwok)
+        wait_for(self.nodes_ready, what="kwok to mark the GPU nodes Ready", timeout=60, component=kwok)
 
     def _write_kwok_config(self) -> Path:
         """An explicit kwok config, so a person's ~/.kwok/kwok.yaml never leaks into the tests.
@@ -528,7 +548,8 @@ class ControlPlane:
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=context, timeout=2) as response:
             return response.read() == b"ok"
 
-    def _nodes_ready(self) -> bool:
+    def nodes_ready(self) -> bool:
+        """Every kwok node reports Ready."""
         out = self.kubectl(
             "get", "nodes", "-l", "type=kwok",
             "-o", "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}",
