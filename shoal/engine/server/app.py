@@ -37,6 +37,7 @@ from shoal.protocol.errors import (
 from shoal.protocol.json_body import parse_json_object, read_body, validated
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from shoal.protocol.openapi import openapi_document
+from shoal.protocol.sse import sse_event
 
 log = logging.getLogger(__name__)
 DRAIN_FACTOR = 64  # an oversized body is read and dropped up to this many times the limit, so its sender sees the 413
@@ -176,7 +177,7 @@ def _add_kv_events(app: FastAPI, engine: AsyncEngine) -> None:
 
         async def body() -> AsyncIterator[str]:
             async for event in follower.events():
-                yield f"data: {event.model_dump_json()}\n\n"
+                yield sse_event(event)
 
         def close() -> None:
             engine.kv_hub.detach(follower)

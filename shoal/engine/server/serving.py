@@ -27,6 +27,7 @@ from shoal.engine.server.output_stream import Delta, StreamFailed
 from shoal.engine.server.request_params import OpenAIRequest
 from shoal.protocol.errors import internal_error
 from shoal.protocol.openai_api import PromptTokensDetails, UsageInfo
+from shoal.protocol.sse import DONE, sse_event
 
 request_log = logging.getLogger("shoal.engine.server.requests")
 
@@ -149,11 +150,6 @@ class Formatter(Protocol):
     def response(self, outcome: Outcome) -> BaseModel: ...
 
 
-def sse(payload: BaseModel | dict) -> str:
-    body = payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload)
-    return f"data: {body}\n\n"
-
-
 class ClosingStreamingResponse(StreamingResponse):
     """A streaming response that runs ``on_close`` however it ends, even if its body never started."""
 
@@ -209,24 +205,24 @@ async def _events(generation: Generation, outcome: Outcome, formatter: Formatter
     """The stream's events. The opening events go out with the first token, not before it, so that a stream's
     first byte is its first token: what a gateway's time-to-first-token limit watches, and until which it may
     still retry the request elsewhere."""
-    opening = "".join(sse(event) for event in formatter.opening(outcome))
+    opening = "".join(sse_event(event) for event in formatter.opening(outcome))
     try:
         async for batch in generation:
             for delta in batch:
                 choice = outcome.update(delta)
                 chunk = formatter.chunk(delta, choice)
                 if chunk is not None:
-                    yield opening + sse(chunk)
+                    yield opening + sse_event(chunk)
                     opening = ""
     except StreamFailed:
         outcome.status = "error"
-        yield sse(internal_error().body())
+        yield sse_event(internal_error().body())
         return
     if opening:
         yield opening
     if outcome.prepared.include_usage:
-        yield sse(formatter.usage_chunk(outcome.usage()))
-    yield "data: [DONE]\n\n"
+        yield sse_event(formatter.usage_chunk(outcome.usage()))
+    yield DONE
 
 
 async def _collect_unless_disconnected(request: Request, generation: Generation, outcome: Outcome) -> bool:
