@@ -45,7 +45,7 @@ async def sse_data_lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
             raise ValueError(f"an event line is longer than {MAX_LINE_BYTES} bytes")
 
 
-def _check(event: KVEvent) -> None:
+def _refuse_foreign_hashes(event: KVEvent) -> None:
     if event.hash_scheme != BLOCK_HASH_SCHEME:
         raise IncompatibleHashes(f"engine hashes with {event.hash_scheme!r}, the gateway with {BLOCK_HASH_SCHEME!r}")
 
@@ -62,7 +62,7 @@ async def follow(session: aiohttp.ClientSession, replica: Replica,
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
                 async for data in sse_data_lines(response.content):
                     event = KVEvent.model_validate_json(data)
-                    _check(event)
+                    _refuse_foreign_hashes(event)
                     replica.index.apply(event)
                     if event.type == "snapshot":
                         replica.block_size = event.block_size or replica.block_size

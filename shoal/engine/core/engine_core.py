@@ -189,15 +189,15 @@ class EngineCore:
         return outputs
 
     def stats(self) -> EngineStats:
-        bm = self.block_manager
+        blocks = self.block_manager
         return EngineStats(
             num_running=self.scheduler.num_running,
             num_waiting=self.scheduler.num_waiting,
-            kv_usage=bm.usage,
-            num_free_blocks=bm.num_free_blocks,
-            num_total_blocks=bm.num_blocks,
-            prefix_queried_tokens=bm.prefix_queried_tokens,
-            prefix_hit_tokens=bm.prefix_hit_tokens,
+            kv_usage=blocks.usage,
+            num_free_blocks=blocks.num_free_blocks,
+            num_total_blocks=blocks.num_blocks,
+            prefix_queried_tokens=blocks.prefix_queried_tokens,
+            prefix_hit_tokens=blocks.prefix_hit_tokens,
             num_preemptions=self.scheduler.num_preemptions,
             prompt_tokens=self._prompt_tokens,
             generation_tokens=self._generation_tokens,
