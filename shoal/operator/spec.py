@@ -159,7 +159,9 @@ class AutoscalingSpec(_Wire):
     ttft_p95_seconds: float = Field(2.0, gt=0, description="Target P95 time to first token.")
     scale_up_stabilization_seconds: int = Field(0, ge=0, le=3600)
     scale_down_stabilization_seconds: int = Field(300, ge=0, le=3600)
-    max_step: int = Field(2, ge=1, description="Most replicas added or removed in one decision.")
+    max_step: int = Field(
+        2, ge=1, description="Most replicas removed in one decision, or added on a count guessed from the queue or "
+        "latency; a breach sized from measured rates adds what it needs at once (panic).")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
 
 
