@@ -5,6 +5,11 @@ an engine restart the index falls back to the routing history and the follower r
 An engine that hashes blocks with another scheme than the gateway computes is not followed at all: its hashes
 would never match and would only look like misses. The snapshot's block size is the replica's
 (``Replica.block_size``): the gateway hashes prompts for it with that size (``shoal.gateway.block_size``).
+Reconnects back off with ``shoal.protocol.backoff`` (reset by each snapshot).
+
+The SSE parsing stays hand-written: the stream is the engine's own and uses only ``data:`` lines (one JSON event
+each, no ``event``/``id``/``retry`` fields), which ``sse_data_lines`` reads with a bound on line length; the
+maintained SSE client on offer here (httpx-sse) wraps httpx, while the followers share the gateway's aiohttp session.
 """
 
 from __future__ import annotations
