@@ -10,8 +10,9 @@ nothing is retried, and an upstream that dies mid-stream or falls silent past th
 client's stream with an OpenAI error event (the time limits: ``shoal.gateway.timeouts``). Non-streaming
 bodies are checked to be JSON, so a backend answering garbage becomes a 502 rather than garbage passed on; the
 usage the engine reports settles the tenant's quota (``shoal.gateway.usage``). ``_handle`` reads as those stages,
-one function each: ``_authenticate``, ``read_body``, ``_validate``, ``_tokenize``, ``_admit``, ``forward`` (hold,
-route, attempts under ``shoal.protocol.backoff.Retry``, first byte), then ``_relay`` or ``_respond_whole``; and
+one function each: ``_authenticate``, ``read_body`` and ``validated`` (``shoal.protocol.json_body``, as the engine
+reads its bodies), ``_validate``, ``_tokenize``, ``_admit``, ``forward`` (hold, route, attempts under
+``shoal.protocol.backoff.Retry``, first byte), then ``_relay`` or ``_respond_whole``; and
 ``_finish`` gives back the replica, settles the quota and writes the log line, however the request ended.
 
 This is a bare ASGI handler (no framework objects, one helper task per request) because it is the gateway's hot
@@ -32,7 +33,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from shoal.gateway.auth import Tenant
@@ -49,16 +49,15 @@ from shoal.gateway.usage import take_usage, total_tokens, with_usage_requested
 from shoal.protocol.backoff import Retry
 from shoal.protocol.errors import (
     APIError,
-    from_validation_errors,
     internal_error,
     invalid_api_key,
     invalid_request,
     model_not_found,
-    payload_too_large,
     service_unavailable,
 )
-from shoal.protocol.json_body import parse_json_object
+from shoal.protocol.json_body import ClientDisconnected, parse_json_object, read_body, validated
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+from shoal.protocol.sse import sse_event
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("shoal.gateway.access")
@@ -66,10 +65,6 @@ access_log = logging.getLogger("shoal.gateway.access")
 _ID_PREFIX = uuid.uuid4().hex[:12]  # request ids: unique per gateway process, then a counter (no syscall each)
 _ids = itertools.count(1)
 _WANTED_HEADERS = frozenset((b"authorization", b"x-request-id", b"accept", b"content-length", b"x-request-timeout"))
-
-
-class ClientGone(Exception):
-    """The client disconnected before the response was complete."""
 
 
 @dataclass
@@ -122,7 +117,7 @@ async def serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, ch
     except APIError as error:
         await _finish(gateway, state, error.status_code, "error")
         await _send_error(send, error, state)
-    except ClientGone:
+    except ClientDisconnected:
         await _finish(gateway, state, 499, "client_disconnected")
     except asyncio.CancelledError:
         if not state.client_gone:  # the server is shutting down: give everything back, then stop
@@ -147,30 +142,6 @@ async def _watch_disconnect(receive: Receive, state: RequestState, task: asyncio
     if not state.finished:  # from _finish on, the request has nothing left to cancel
         state.client_gone = True
         task.cancel()
-
-
-async def read_body(receive: Receive, declared: bytes | None, limit: int) -> bytes:
-    """The whole body, refusing (413) as soon as it exceeds ``limit`` bytes rather than after reading it all."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise payload_too_large(limit)
-    body = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone()
-        body += message.get("body", b"")
-        if len(body) > limit:
-            raise payload_too_large(limit)
-        if not message.get("more_body", False):
-            return bytes(body)
-
-
-def parse_request(data: dict[str, Any], chat: bool) -> CompletionRequest | ChatCompletionRequest:
-    """The body validated against the same request models the engine uses (it is forwarded as it came)."""
-    try:
-        return (ChatCompletionRequest if chat else CompletionRequest).model_validate(data)
-    except ValidationError as exc:
-        raise from_validation_errors(exc.errors()) from None
 
 
 async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receive, send: Send, chat: bool,
@@ -216,7 +187,8 @@ def _validate(gateway: Gateway, raw: bytes, chat: bool,
               state: RequestState) -> tuple[dict[str, Any], CompletionRequest | ChatCompletionRequest]:
     """The body as JSON and as the shared request model, for a model some replica may serve (404 if none can)."""
     data = parse_json_object(raw)
-    body = parse_request(data, chat)
+    body: CompletionRequest | ChatCompletionRequest = (
+        validated(ChatCompletionRequest, data) if chat else validated(CompletionRequest, data))
     state.model = body.model
     replicas = gateway.fleet.replicas.values()
     every_replica_listed = bool(replicas) and all(r.models for r in replicas)
@@ -444,7 +416,7 @@ def _give_back(state: RequestState) -> None:
 
 def _sse(error: APIError) -> bytes:
     """An error as the last event of a stream already started (its status can no longer change)."""
-    return b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+    return sse_event(error.body()).encode()
 
 
 def _timed_out(deadline: Deadline, code: TimeoutCode) -> APIError:
