@@ -6,7 +6,7 @@
   until its ``/ready`` answers 200, then ``ready``. Only ready engines are written to the backends file the
   gateway follows (``shoal gateway --backends-file``), so nothing is routed to an engine still loading.
 - **crash**: an engine that exits (or is not ready within ``startup_timeout_s``) goes to ``backoff`` with the
-  last line of its log as the reason, and is started again after a doubling delay (:mod:`shoal.local.backoff`).
+  last line of its log as the reason, and is started again after a doubling delay (``RESTART_BACKOFF``, :mod:`shoal.protocol.backoff`).
 - **drain**: an engine to remove leaves the backends file first, gets SIGTERM once the gateway has re-read the
   file (``discovery_delay_s``), finishes its in-flight requests (the engine's own SIGTERM drain) and exits.
 - **reconcile**: fewer engines than ``desired`` -> start more; more -> remove, in the order that loses least
@@ -27,11 +27,14 @@ from typing import Literal
 
 import httpx
 
-from shoal.local.backoff import Backoff
 from shoal.local.process import LocalProcess
+from shoal.protocol.backoff import Backoff
 
 Phase = Literal["starting", "ready", "draining", "backoff"]
 EVENTS_KEPT = 50
+# Doubling like a kubelet's CrashLoopBackOff, so a broken model does not spin the machine while a one-off crash
+# recovers at once; no jitter: one supervisor restarts its own engines.
+RESTART_BACKOFF = Backoff(initial_s=1.0, cap_s=30.0)
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def _last_line(process: LocalProcess) -> str:
 class EngineFleet:
     launch: EngineLaunch
     backends_file: Path
-    backoff: Backoff = Backoff()
+    backoff: Backoff = RESTART_BACKOFF
     discovery_delay_s: float = 2.5
     drain_timeout_s: float = 45.0
     on_event: Callable[[Event], None] | None = None
@@ -129,7 +132,7 @@ class EngineFleet:
     def _crashed(self, replica: EngineReplica, now: float, why: str) -> None:
         replica.failures += 1
         replica.error = why
-        delay = self.backoff.delay(replica.failures)
+        delay = self.backoff.base(replica.failures)
         replica.phase, replica.since, replica.retry_at = "backoff", now, now + delay
         self.emit(now, "error", f"{replica.name} {why}; restart {replica.starts} in {delay:.0f} s")
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from up_harness import manifest, write_manifest
 
-from shoal.local.backoff import Backoff
+from shoal.local.fleet import RESTART_BACKOFF
 from shoal.local.manifest import ManifestError, load_manifest
 from shoal.local.threads import threads_per_engine
 
@@ -123,7 +123,7 @@ def test_a_cpu_quantity_without_meaning_leaves_only_the_core_share() -> None:
 
 @given(failures=st.integers(1, 100))
 def test_restart_delays_double_up_to_the_ceiling(failures: int) -> None:
-    backoff = Backoff(initial_s=1.0, ceiling_s=30.0)
-    assert backoff.delay(failures) <= 30.0
-    assert backoff.delay(failures + 1) >= backoff.delay(failures)
-    assert backoff.delay(1) == 1.0 and backoff.delay(3) == 4.0
+    backoff = RESTART_BACKOFF
+    assert backoff.base(failures) <= 30.0
+    assert backoff.base(failures + 1) >= backoff.base(failures)
+    assert backoff.base(1) == 1.0 and backoff.base(3) == 4.0
