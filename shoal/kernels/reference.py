@@ -84,7 +84,8 @@ class TorchOps:
     def rotary(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = cos_sin_cache[positions.long()].chunk(2, dim=-1)  # [T, rot/2] each
+        # gathered and cast once for both (HF casts the fp32 table to the activations' dtype too)
+        cos, sin = cos_sin_cache[positions.long()][:, None, :].to(query.dtype).chunk(2, dim=-1)  # [T, 1, rot/2]
         return _rotate(query, cos, sin), _rotate(key, cos, sin)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
@@ -181,11 +182,9 @@ def _gather_tokens(cache: torch.Tensor, block_tables: torch.Tensor, max_s: int) 
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE on the first ``rotary_dim`` features, in the input's dtype like Hugging Face."""
+    """Rotate-half RoPE on the first ``rotary_dim`` features (``cos``/``sin``: ``[T, 1, rot/2]`` in ``x``'s dtype)."""
     rot = cos.shape[-1] * 2
     x_rot, x_pass = x[..., :rot], x[..., rot:]
-    cos = cos[:, None, :].to(x.dtype)
-    sin = sin[:, None, :].to(x.dtype)
     x1, x2 = x_rot.chunk(2, dim=-1)
     rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
     if x_pass.shape[-1] == 0:
