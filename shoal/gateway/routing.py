@@ -40,15 +40,9 @@ The floor follows capacity: a replica with a known ``Capacity`` has a floor of `
 bound_factor``, its limit being ``max_seqs`` sequences running plus a full step of prompt waiting (``token_budget
 + token_budget / max_seqs``), so at low load it keeps taking the requests whose prefix it holds until one more
 would queue (a fifth sequence on a 4-sequence engine, or a second step's worth of prompt), and the bound bites
-before it does; under heavier load the mean governs, as in CHWBL.
-
-A holder's bound carries a *credit*: the prefill its cache saves the fleet (its matched tokens, charged
-``1 / max_seqs`` as any prefill), at most one sequence's charge. Sending the request elsewhere would add that
-work to the fleet, and under a limit that bites exactly at ``max_seqs`` every burst on a holder spilled to a
-replica without the prefix, each spill a prefill of the whole prefix (with 8 prefixes over 4 four-sequence
-replicas and 8 requests in flight, 5 to 8 of 64 requests spilled, and the hit rate fell to 0.84-0.89x one
-replica's). With the credit, a holder may hold one request waiting behind ``max_seqs`` running ones when its
-prefix is worth it, never two.
+before it does; under heavier load the mean governs, as in CHWBL. (Letting a holder keep one request waiting,
+credited with the prefill its cache saves, raised the hit rate in ``bench/gateway_routing.py`` but made TTFT p95
+worse than round-robin's in two runs of three: waiting for a slot cost more than prefilling elsewhere.)
 A replica that announces nothing gets the policy's ``load_floor_tokens`` (sized for big GPU engines). With
 no capacities and no ``block_size`` this is exactly the earlier token-count policy.
 """
@@ -174,13 +168,6 @@ def cost_on(replica: ReplicaView, request: RouteRequest, matched: int) -> float:
     return replica.capacity.prefill_charge(tokens) + replica.capacity.sequence_tokens
 
 
-def credit(replica: ReplicaView, request: RouteRequest, matched: int) -> float:
-    """How far past its limit a holder may go: the prefill its cache saves, charged as load, up to one sequence."""
-    if replica.capacity is None or not matched:
-        return 0.0
-    return min(replica.capacity.prefill_charge(matched * request.block_size), replica.capacity.sequence_tokens)
-
-
 def mean_load_after(replicas: Sequence[ReplicaView], cost_tokens: int) -> float:
     """The fleet's mean load once a request of ``cost_tokens`` is placed (charged at its full cost)."""
     return (sum(load(r) for r in replicas) + cost_tokens) / len(replicas)
@@ -268,7 +255,7 @@ class PrefixAware:
         matches = [matched_blocks(r.cached, hashes) for r in replicas] if hashes else [0] * len(replicas)
         headroom = [  # limit minus load after taking the request: >= 0 means eligible
             self.bound_factor * max(mean, floor_tokens(r, self.bound_factor, self.load_floor_tokens))
-            + credit(r, request, matched) - (held + cost_on(r, request, matched))
+            - (held + cost_on(r, request, matched))
             for r, held, matched in zip(replicas, loads, matches, strict=True)]
 
         def roomiest(candidates: list[int]) -> int:
