@@ -110,7 +110,7 @@ class HPAStyle:
             limit = max(current + HPA_SCALE_UP_PODS, math.ceil(current * (1 + HPA_SCALE_UP_PERCENT / 100)))
             wanted, rule = min(raw, limit), "ScaleUp"
         elif raw < current:
-            wanted, rule = min(stabilized, current), "ScaleDown" if stabilized < current else "HoldStabilization"
+            wanted, rule = min(int(stabilized), current), "ScaleDown" if stabilized < current else "HoldStabilization"
         else:
             wanted, rule = current, "HoldTolerance"
         replicas = _clamp(wanted, self.config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 
 def _slos(items: list[str] | None) -> dict[str, float]:
@@ -81,7 +82,9 @@ def _serve(args: argparse.Namespace) -> int:
     summary = summarize(results, duration, percentiles, slos)
     print(format_summary(summary))
     if args.json_out:
-        record = {"config": {**vars(args), "func": None, "request_rate": str(args.request_rate)}, "summary": summary}
+        record: dict[str, Any] = {
+            "config": {**vars(args), "func": None, "request_rate": str(args.request_rate)}, "summary": summary
+        }
         record["results"] = [asdict(r) for r in results]
         with open(args.json_out, "w") as out:
             json.dump(record, out, indent=2)

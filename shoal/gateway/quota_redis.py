@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -93,7 +94,7 @@ class RedisQuota:
             self._tokens_key(tenant, window),
             self._concurrency_key(tenant),
         ]
-        args = [
+        args: list[float | int | str] = [
             now, _arg(limits.requests_per_minute), _arg(limits.tokens_per_minute), _arg(limits.max_concurrent),
             cost_tokens, lease_id, int(2 * WINDOW_SECONDS), self._lease_ttl,
         ]
@@ -107,7 +108,7 @@ class RedisQuota:
         self._succeeded()
         if allowed:
             return Admission(True, lease_id=lease_id, tenant=tenant, window=window, tokens=cost_tokens)
-        name: LimitName = limit.decode() if isinstance(limit, bytes) else limit
+        name = cast(LimitName, limit.decode() if isinstance(limit, bytes) else limit)  # the script returns a LimitName
         return rejection(name, now)
 
     async def release(self, admission: Admission, used_tokens: int | None = None) -> None:

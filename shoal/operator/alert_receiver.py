@@ -152,8 +152,8 @@ class AlertReceiver:
                 log.info("alert for %s/%s, which no longer exists: acknowledged, nothing scaled", namespace, name)
                 self.autoscaler.forget((namespace, name))
                 outcome.gone += 1
-        for seen_key, state in fresh:
-            self._remember(seen_key, state)
+        for handled_key, handled_state in fresh:
+            self._remember(handled_key, handled_state)
         return outcome
 
     def _remember(self, key: tuple[str, str], state: tuple[str, str]) -> None:

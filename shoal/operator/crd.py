@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 import yaml
+from pydantic import BaseModel
 
 from shoal.operator.spec import (
     CATEGORIES,
@@ -77,7 +76,7 @@ def structural(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
-def model_schema(model: type, *, with_defaults: bool = True) -> dict[str, Any]:
+def model_schema(model: type[BaseModel], *, with_defaults: bool = True) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     schema = structural(raw, raw.get("$defs", {}))
     if not with_defaults:
@@ -106,7 +105,7 @@ def _with_section_defaults(schema: dict[str, Any], model: type[BaseModel]) -> di
         sub_schema = schema["properties"][info.alias or name]
         _with_section_defaults(sub_schema, sub_model)
         if info.default_factory is not None:
-            sub_schema["default"] = info.default_factory().model_dump(by_alias=True, exclude_none=True)
+            sub_schema["default"] = info.get_default(call_default_factory=True).model_dump(by_alias=True, exclude_none=True)
     return schema
 
 

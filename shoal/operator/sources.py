@@ -48,7 +48,7 @@ def replica_targets(pods: Iterable[Mapping[str, Any]]) -> tuple[ReplicaTarget, .
     targets = []
     for pod in pods:
         meta, status = pod.get("metadata", {}), pod.get("status") or {}
-        ready = next((c for c in status.get("conditions", []) if c.get("type") == "Ready"), {})
+        ready: Mapping[str, Any] = next((c for c in status.get("conditions", []) if c.get("type") == "Ready"), {})
         phase: ReplicaPhase = "starting"
         since = _seconds(meta.get("creationTimestamp"))
         if meta.get("deletionTimestamp"):

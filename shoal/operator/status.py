@@ -42,10 +42,10 @@ def condition(
     status, reason, message = verdict
     text = "True" if status else "False"
     before = next((c for c in previous if c.get("type") == kind), None)
-    moved = before is None or before.get("status") != text
+    since = stamp if before is None or before.get("status") != text else before.get("lastTransitionTime", stamp)
     return Condition(
         type=kind, status=text, reason=reason, message=message,
-        last_transition_time=stamp if moved else before.get("lastTransitionTime", stamp),
+        last_transition_time=since,
         observed_generation=generation,
     )
 

@@ -21,6 +21,7 @@ import json
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 PROFILES = resources.files("shoal.simulate").joinpath("profiles")
 SHIPPED = tuple(sorted(p.name.removesuffix(".json") for p in PROFILES.iterdir() if p.name.endswith(".json")))
@@ -137,7 +138,7 @@ def profile_from_dict(data: object, origin: str) -> EngineProfile:
         raise ProfileError(f"{origin}: {exc}") from None
 
 
-def _field(data: dict, key: str, origin: str, prefix: str = "") -> object:
+def _field(data: dict, key: str, origin: str, prefix: str = "") -> Any:
     if key not in data:
         raise ProfileError(f"{origin}: missing field '{prefix}{key}'")
     return data[key]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -165,13 +165,13 @@ def _jsonl_rows(path: Path) -> Iterator[dict[str, object]]:
 
 def _number(name: str, line: int, key: str, value: object, kind: type) -> float | int:
     try:
-        return kind(value)  # type: ignore[call-arg]
+        return kind(value)
     except (TypeError, ValueError):
         raise TraceError(f"{name}: line {line}: field {key} is not a{'n integer' if kind is int else ' number'}: "
                          f"{value!r}") from None
 
 
-def _from_rows(name: str, rows: Iterable[dict[str, object]], first_line: int) -> Trace:
+def _from_rows(name: str, rows: Iterable[Mapping[str, object]], first_line: int) -> Trace:
     arrival: list[float] = []
     prompt: list[int] = []
     output: list[int] = []
@@ -187,7 +187,7 @@ def _from_rows(name: str, rows: Iterable[dict[str, object]], first_line: int) ->
         prefix.append(0 if p in (None, "") else int(_number(name, line, "prefix_tokens", p, int)))
     if not arrival:
         raise TraceError(f"{name}: no requests")
-    columns = [np.asarray(c) for c in (arrival, prompt, output, group, prefix)]
+    columns = (np.asarray(arrival), np.asarray(prompt), np.asarray(output), np.asarray(group), np.asarray(prefix))
     _check_columns(name, *columns, first_line=first_line)
     return Trace(name, *columns)
 

@@ -81,7 +81,8 @@ def build_gguf_tokenizer(metadata: dict[str, Any]) -> HFTokenizer:
     add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token")) and bos_id is not None
     add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token")) and eos_id is not None
     if add_bos or add_eos:
-        bos, eos = (tokens[bos_id] if add_bos else None), (tokens[eos_id] if add_eos else None)
+        bos = tokens[bos_id] if add_bos and bos_id is not None else None
+        eos = tokens[eos_id] if add_eos and eos_id is not None else None
         single = " ".join(p for p in (bos and f"{bos}:0", "$A:0", eos and f"{eos}:0") if p)
         pair = " ".join(p for p in (single, bos and f"{bos}:1", "$B:1", eos and f"{eos}:1") if p)
         specials = [(t, tokens.index(t)) for t in dict.fromkeys(t for t in (bos, eos) if t)]

@@ -110,10 +110,10 @@ class Sampler:
         top_values, top_ids = logprobs.topk(top_n, dim=-1) if top_n else (logprobs[:, :0], logprobs[:, :0].long())
         picked = torch.tensor([token_ids[i] for i in wanted], device=raw.device)
         chosen = logprobs.gather(1, picked[:, None])[:, 0].tolist()
-        top_values, top_ids = top_values.tolist(), top_ids.tolist()
+        value_rows, id_rows = top_values.tolist(), top_ids.tolist()
         for row, i in enumerate(wanted):
             n = requests[i].params.logprobs or 0
-            top = [TokenLogprob(t, v) for t, v in zip(top_ids[row][:n], top_values[row][:n], strict=True)]
+            top = [TokenLogprob(t, v) for t, v in zip(id_rows[row][:n], value_rows[row][:n], strict=True)]
             result[i] = SampleLogprobs(token_ids[i], chosen[row], top)
         return result
 

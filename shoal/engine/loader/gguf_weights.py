@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import gguf
@@ -69,6 +70,11 @@ def projection_types(reader: gguf.GGUFReader) -> frozenset[str]:
     return frozenset(t.tensor_type.name for t in reader.tensors if _is_projection(t.name))
 
 
+def _unpermuted(name: str, config: ModelConfig, rows: torch.Tensor) -> torch.Tensor:
+    """A projection's int4 code, scale or low rows in Hugging Face's order, contiguous."""
+    return _unpermute(name, rows, config).contiguous()
+
+
 def _unpermute(name: str, rows: Any, config: ModelConfig) -> Any:
     """Q/K projection rows (numpy or torch) back in Hugging Face's order."""
     if config.architecture == "llama":
@@ -88,7 +94,7 @@ def gguf_int4_codes(reader: gguf.GGUFReader, config: ModelConfig) -> dict[str, I
         name = hf_name(tensor.name)
         shape = (int(tensor.shape[1]), int(tensor.shape[0]))
         blocks = int4_from_gguf_blocks(tensor.data, tensor.tensor_type.name, shape)
-        codes[name] = blocks.map_rows(lambda rows, name=name: _unpermute(name, rows, config).contiguous())
+        codes[name] = blocks.map_rows(partial(_unpermuted, name, config))
     return codes
 
 

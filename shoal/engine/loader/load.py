@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import gguf
 import torch
 
 from shoal.engine.loader.errors import WeightsError
@@ -66,5 +67,5 @@ def load_model(
     return model
 
 
-def _has_output(reader) -> bool:
+def _has_output(reader: gguf.GGUFReader) -> bool:
     return any(t.name == "output.weight" for t in reader.tensors)

@@ -12,6 +12,7 @@ symmetric, one scale per output row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +39,7 @@ class Int4Codes:
         grouped = self.codes.view(out, cols // INT4_GROUP, INT4_GROUP).float()
         return (grouped * self.scales[..., None] + self.lows[..., None]).view(out, cols)
 
-    def map_rows(self, fn) -> Int4Codes:
+    def map_rows(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Int4Codes:
         """The same row permutation applied to codes, scales and lows (undoing llama.cpp's Q/K interleave)."""
         return Int4Codes(fn(self.codes), fn(self.scales), fn(self.lows))
 

@@ -54,9 +54,9 @@ class _StatsCollector(Collector):
             ("generation_tokens", "Tokens generated.", stats.generation_tokens),
         )
         for name, doc, value in counters:
-            family = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
-            family.add_metric([self._model], value)
-            yield family
+            counter = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
+            counter.add_metric([self._model], value)
+            yield counter
 
 
 class ServerMetrics:
