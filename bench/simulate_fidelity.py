@@ -164,6 +164,7 @@ class FleetWatch:
     serving_cpu: float = 0.0  # CPU seconds engines used while ready or draining (loading a model is not serving)
     usage: list[tuple[float, float, int]] = field(default_factory=list)  # (time, serving_cpu, engines with work)
     load: list[tuple[float, float]] = field(default_factory=list)
+    engine_ttft_p95: list[tuple[float, float | None]] = field(default_factory=list)  # what the autoscaler saw
 
     def sample(self, now: float) -> None:
         try:
@@ -195,6 +196,7 @@ class FleetWatch:
             self.decisions.setdefault((float(row["time"]), int(row["to_replicas"])), row)
         self.usage.append((now, self.serving_cpu, busy))
         self.load.append((now, os.getloadavg()[0]))
+        self.engine_ttft_p95.append((now, snapshot["ttft_p95_seconds"]))
 
     async def follow(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -220,6 +222,17 @@ class FleetWatch:
         at_edges = np.interp(np.minimum(edges, times[-1]), times, cpu)
         spans = np.diff(np.minimum(edges, times[-1]))
         return [float(c / s) for c, s in zip(np.diff(at_edges), spans, strict=True) if s > 0]
+
+    def engine_ttft_per_window(self, since: float, window_s: float = WINDOW_S) -> list[float | None]:
+        """The highest engine-side TTFT P95 (the scrape source's 30 s window) sampled in each window after
+        ``since``: the engines' own view, without the gateway, the client and the hops between them."""
+        highest: dict[int, float | None] = {}
+        for t, value in self.engine_ttft_p95:
+            if t >= since:
+                w = int((t - since) // window_s)
+                best = highest.get(w)
+                highest[w] = value if best is None or (value is not None and value > best) else best
+        return [highest.get(w) for w in range(max(highest) + 1)] if highest else []
 
     def startups(self, after: float = -math.inf) -> dict[str, float]:
         """Seconds from start to ready of each engine started at or after ``after``."""
@@ -532,6 +545,9 @@ def main() -> None:
     load_after = os.getloadavg()
     print(format_table(comparison))
     print(format_side_by_side(report))
+    engine_ttft = watch.engine_ttft_per_window(replay.t0)
+    print(f"engine-side TTFT P95 per minute (the autoscaler's 30 s window, highest sample): "
+          f"{' '.join(_cell(v) for v in engine_ttft)}")
     print(f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; serving engines used "
           f"{' '.join(f'{c:.2f}' for c in cores)} cores per minute; a busy engine got "
           f"{_cell(replay_share)} of a core (calibration: {1 / slowdown:.2f})")
@@ -542,7 +558,8 @@ def main() -> None:
         "trace": {"path": str(trace_path), "requests": len(trace), "phases": [asdict(p) for p in phases]},
         "startup_s": {"measured": first_startup, "during_trace": startups, "simulated_range": startup_range},
         "sent_late_max_s": late, "prompt_count_mismatches": mismatched,
-        "serving_engine_cores_per_minute": cores, "busy_engine_core_share": replay_share, "runs": report,
+        "serving_engine_cores_per_minute": cores, "engine_ttft_p95_per_minute": engine_ttft,
+        "busy_engine_core_share": replay_share, "runs": report,
     }
     if args.json_out:
         args.json_out.write_text(json.dumps(document, indent=1, default=str))

@@ -56,9 +56,10 @@ def test_the_written_trace_is_what_the_simulator_reads(tmp_path: Path) -> None:
     assert list(back.output_tokens) == [3, 9, 1]
 
 
-def _snapshot(now: float, desired: int, rows: list[ReplicaRow], decisions: list[DecisionRow]) -> FleetSnapshot:
+def _snapshot(now: float, desired: int, rows: list[ReplicaRow], decisions: list[DecisionRow],
+              ttft: float | None = None) -> FleetSnapshot:
     return FleetSnapshot(time=now, name="f", model="m", url="http://x", desired=desired, autoscaling=True,
-                         replicas=tuple(rows), ttft_p95_seconds=None, output_tokens_per_second=None,
+                         replicas=tuple(rows), ttft_p95_seconds=ttft, output_tokens_per_second=None,
                          arrival_rate=None, prefix_hit_rate=None, routing={}, decisions=tuple(decisions), events=(),
                          metrics_missing=None)
 
@@ -73,15 +74,16 @@ def test_the_watch_reads_counts_start_ups_and_decisions_from_the_dashboard_file(
     watch = fidelity.FleetWatch(tmp_path / "dashboard.json")
     watch.sample(99.0)  # no file yet: nothing recorded
     up = DecisionRow(104.0, 1, 2, "ScaleUpQueue", "queue 9 > 4 per ready")
-    for now, desired, rows, decisions in [
-        (100.0, 1, [_row("engine-0", "starting", 100.0)], []),
-        (101.0, 1, [_row("engine-0", "ready", 101.0)], []),
-        (105.0, 2, [_row("engine-0", "ready", 101.0, running=3), _row("engine-1", "starting", 104.5)], [up]),
-        (112.0, 2, [_row("engine-0", "ready", 101.0, running=2), _row("engine-1", "ready", 111.0, running=1)], [up]),
-        (130.0, 1, [_row("engine-0", "draining", 129.0), _row("engine-1", "ready", 111.0)], [up]),
-        (140.0, 1, [_row("engine-1", "ready", 111.0)], [up]),
+    for now, desired, rows, decisions, ttft in [
+        (100.0, 1, [_row("engine-0", "starting", 100.0)], [], None),
+        (101.0, 1, [_row("engine-0", "ready", 101.0)], [], None),
+        (105.0, 2, [_row("engine-0", "ready", 101.0, running=3), _row("engine-1", "starting", 104.5)], [up], 3.0),
+        (112.0, 2, [_row("engine-0", "ready", 101.0, running=2), _row("engine-1", "ready", 111.0, running=1)], [up],
+         2.0),
+        (130.0, 1, [_row("engine-0", "draining", 129.0), _row("engine-1", "ready", 111.0)], [up], None),
+        (140.0, 1, [_row("engine-1", "ready", 111.0)], [up], None),
     ]:
-        timeline.write(_snapshot(now, desired, rows, decisions))
+        timeline.write(_snapshot(now, desired, rows, decisions, ttft))
         watch.sample(now)
     assert [r[1:] for r in watch.rows] == [(1, 0, 1, 0), (1, 1, 0, 0), (2, 1, 1, 0), (2, 2, 0, 0), (1, 1, 0, 1),
                                            (1, 1, 0, 0)]
@@ -90,6 +92,7 @@ def test_the_watch_reads_counts_start_ups_and_decisions_from_the_dashboard_file(
     assert watch.gone == {"engine-0": 140.0}
     assert list(watch.decisions) == [(104.0, 2)]
     assert [busy for _, _, busy in watch.usage] == [0, 0, 1, 2, 0, 0]
+    assert watch.engine_ttft_per_window(100.0, window_s=10.0) == [3.0, 2.0, None, None, None]
 
 
 def test_busy_core_share_and_cores_per_minute_come_from_serving_cpu_time() -> None:
