@@ -78,7 +78,8 @@ def _sender(operation: Any, mode: GenerationMode, base_url: str, model: str, max
         try:
             case.validate_response(response, checks=CHECKS)
         except (AssertionError, FailureGroup) as failure:
-            found = " ".join(str(failure).split())  # schemathesis' report, on one line
+            # schemathesis' report on one line, without its curl command (it would carry the API key)
+            found = " ".join(str(failure).split("Reproduce with")[0].split())
             report.failures.append(f"{where}: {response.status_code} not as documented: {found:.400}")
 
     return send
