@@ -36,6 +36,7 @@ def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale
     ("query_lens", "seq_lens", "num_heads", "num_kv_heads"),
     [
         ([1, 1, 1], [1, 9, 20], 4, 4),  # decode only, partial last blocks
+        ([1], [7], 6, 2),  # one decode (batch 1: no padding mask), GQA 3
         ([5, 1, 12], [5, 14, 20], 6, 2),  # prefill, decode and a chunk after cached blocks, GQA 3
         ([3], [3], 4, 1),  # one short prompt, MQA
         ([1, 6, 1, 3], [9, 6, 20, 11], 8, 2),  # decodes between chunks, GQA 4: attended as two groups
