@@ -6,13 +6,13 @@ simulator, trace, profile, start-up draws and bounds as ``shoal simulate``:
 
 - ``fixed-N``: N replicas throughout, for N from 1 to ``--replicas-max``: what each constant size buys. The
   largest is what any policy bounded by ``replicas.max`` could reach at best (more replicas never queue more).
-- ``reactive-oracle``: at every 10 s tick it sizes the fleet for the arrival rate of the 10 s that are starting,
-  read from the trace, at one replica's SLO capacity from the same load test the baselines are given
-  (``shoal.simulate.sizing``), and scales down the moment that rate falls. No measurement lag and no noise: a
-  policy that must first observe a step (every real one) does no better on a step. Its replicas still take the
-  profile's start-up (60-300 s for the GPU profile).
-- ``clairvoyant``: the same sizing for the busiest 10 s of the next ``start-up max + 60 s``, so replicas are
-  ready before the load comes: what foresight buys.
+- ``reactive-oracle``: at every 10 s tick it sizes the fleet for the busiest minute so far, the one just starting
+  included, read from the trace, at one replica's SLO capacity from the same load test the baselines are given
+  (``shoal.simulate.sizing``), and never scales down. It learns of a step the instant it begins, without
+  measurement lag or noise, and forgets no burst: what it cannot serve, no policy that must first observe a step
+  serves (its replicas still take the profile's start-up, 60-300 s for the GPU profile). Its hours mean nothing.
+- ``clairvoyant``: sizes for the busiest 10 s of the next ``start-up max + 60 s``, so replicas are ready before
+  the load comes, and scales down as soon as that falls: what foresight buys.
 
 The load test sizes for Poisson arrivals of the trace's own requests; where a trace is burstier than that within
 10 s (the Azure code trace), the oracles' sizing is too small and the fixed sizes are the evidence.
@@ -47,18 +47,22 @@ MINUTE_S = 60.0
 
 @dataclass
 class Oracle:
-    """Sizes the fleet for the busiest 10 s in ``[now, now + lookahead_s)`` of the trace."""
+    """Sizes the fleet for the busiest bin of ``bin_s`` seconds in ``[now, now + lookahead_s)`` of the trace, or,
+    with ``memory``, in everything up to the bin that holds ``now``."""
 
     name: str
-    per_bin: np.ndarray  # arrivals per second in each 10 s of the trace
+    per_bin: np.ndarray  # arrivals per second in each bin of the trace
+    bin_s: float
     capacity: ReplicaCapacity
     lookahead_s: float
     max_replicas: int
+    memory: bool = False
     period_seconds: float = 10.0
 
     def decide(self, signals: FleetSignals) -> ScalingDecision:
-        first = int(signals.time // BIN_S)
-        window = self.per_bin[first:first + max(1, math.ceil(self.lookahead_s / BIN_S))]
+        now = int(signals.time // self.bin_s)
+        first = 0 if self.memory else now
+        window = self.per_bin[first:now + max(1, math.ceil(self.lookahead_s / self.bin_s))]
         rate = float(window.max()) if len(window) else 0.0
         target = min(replicas_for(rate, self.capacity), self.max_replicas)
         return ScalingDecision(signals.time, target, "Oracle", f"{self.name}: {rate:.3g} req/s ahead -> {target}")
@@ -78,11 +82,13 @@ def main() -> None:
     capacity, config = baseline.capacity, baseline.config
     hpa = baseline.results["hpa"]
     hpa_hours = float(hpa["replica_hours"])  # type: ignore[arg-type]
-    per_bin = np.bincount((trace.arrival // BIN_S).astype(np.int64)) / BIN_S
+    def rates(bin_s: float) -> np.ndarray:
+        return np.bincount((trace.arrival // bin_s).astype(np.int64)) / bin_s
+
     routing = "prefix-aware"
     rows: list[tuple[str, dict[str, object]]] = [("hpa", hpa)]
-    oracles = [Oracle("reactive-oracle", per_bin, capacity, BIN_S, config.max_replicas),
-               Oracle("clairvoyant", per_bin, capacity, profile.startup_s[1] + MINUTE_S, config.max_replicas)]
+    oracles = [Oracle("reactive-oracle", rates(MINUTE_S), MINUTE_S, capacity, MINUTE_S, config.max_replicas, True),
+               Oracle("clairvoyant", rates(BIN_S), BIN_S, capacity, profile.startup_s[1] + MINUTE_S, config.max_replicas)]
     for oracle in oracles:
         initial = oracle.decide(FleetSignals(time=0.0, desired=0)).replicas
         run = simulate(trace, profile, oracle, make_policy(routing), SimConfig(seed=args.seed, initial_replicas=initial))
