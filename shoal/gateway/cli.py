@@ -8,13 +8,13 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, POLICY_NAMES
-    from shoal.gateway.timeouts import (
+    from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
+    from shoal.protocol.gateway_timeouts import (
         DEFAULT_CONNECT_TIMEOUT_S,
         DEFAULT_FIRST_TOKEN_TIMEOUT_S,
         DEFAULT_INTER_TOKEN_TIMEOUT_S,
         DEFAULT_REQUEST_TIMEOUT_S,
     )
-    from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
 
     p = subparsers.add_parser("gateway", help="Run the OpenAI-compatible routing gateway.",
                               description="Auth, quotas, streaming and prefix-aware routing over engine replicas.")

@@ -28,14 +28,14 @@ from shoal.gateway.prompts import PromptReader
 from shoal.gateway.quota import MemoryQuota, QuotaStore
 from shoal.gateway.replicas import Fleet, Replica
 from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, RoutingPolicy, make_policy
-from shoal.gateway.timeouts import (
+from shoal.gateway.upstream import UpstreamPool
+from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
+from shoal.protocol.gateway_timeouts import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_FIRST_TOKEN_TIMEOUT_S,
     DEFAULT_INTER_TOKEN_TIMEOUT_S,
     DEFAULT_REQUEST_TIMEOUT_S,
 )
-from shoal.gateway.upstream import UpstreamPool
-from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
 
 log = logging.getLogger(__name__)
 

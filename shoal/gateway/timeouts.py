@@ -10,8 +10,8 @@ come within the inter-token timeout; missing it ends the client's stream with an
 upstream. Over all of it runs the request limit: the server's, or shorter if the client asks for less in the
 ``X-Request-Timeout`` header (seconds), never longer.
 
-``Deadline`` is pure (the caller passes ``now``), so its rule is tested without a clock. Nothing here imports
-more than the standard library: the CLI reads the defaults while building its parser.
+``Deadline`` is pure (the caller passes ``now``), so its rule is tested without a clock. The default limits live in
+``shoal.protocol.gateway_timeouts``, which the CRD's defaults share.
 """
 
 from __future__ import annotations
@@ -21,10 +21,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 REQUEST_TIMEOUT_HEADER = "X-Request-Timeout"
-DEFAULT_CONNECT_TIMEOUT_S = 2.0
-DEFAULT_FIRST_TOKEN_TIMEOUT_S = 60.0
-DEFAULT_INTER_TOKEN_TIMEOUT_S = 30.0
-DEFAULT_REQUEST_TIMEOUT_S = 600.0
 
 TimeoutCode = Literal["first_token_timeout", "inter_token_timeout", "request_timeout"]
 

@@ -15,7 +15,7 @@ from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 
 from shoal import __version__
-from shoal.gateway.timeouts import (
+from shoal.protocol.gateway_timeouts import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_FIRST_TOKEN_TIMEOUT_S,
     DEFAULT_INTER_TOKEN_TIMEOUT_S,

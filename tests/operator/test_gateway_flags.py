@@ -10,15 +10,15 @@ import pytest
 from pydantic import ValidationError
 
 from shoal.cli import build_parser
-from shoal.gateway.timeouts import (
+from shoal.operator.builders.gateway import gateway_args, gateway_settings
+from shoal.operator.naming import Owner
+from shoal.operator.spec import InferenceDeploymentSpec
+from shoal.protocol.gateway_timeouts import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_FIRST_TOKEN_TIMEOUT_S,
     DEFAULT_INTER_TOKEN_TIMEOUT_S,
     DEFAULT_REQUEST_TIMEOUT_S,
 )
-from shoal.operator.builders.gateway import gateway_args, gateway_settings
-from shoal.operator.naming import Owner
-from shoal.operator.spec import InferenceDeploymentSpec
 
 OWNER = Owner("chat", "team-a", "0b7d3f52-0000-4000-8000-000000000001")
 
