@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import kopf
@@ -147,7 +147,7 @@ def _replicas_managers(body: Mapping[str, Any]) -> list[str]:
 def _register_indices(registry: kopf.OperatorRegistry) -> None:
     """The watches' memory: the operator's Deployments, the InferenceDeployments, and the engine pods."""
 
-    @kopf.index("apps", "v1", "deployments", labels=OWNED, id="shoal_deployments", registry=registry)
+    @kopf.index("apps", "v1", "deployments", labels=OWNED, id="shoal_deployments", registry=registry)  # type: ignore[arg-type]  # kopf types namespace Optional (for cluster-scoped objects); these are namespaced
     def shoal_deployments(
         namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
     ) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -162,7 +162,7 @@ def _register_indices(registry: kopf.OperatorRegistry) -> None:
         }
         return {(namespace, labels[OWNER_LABEL], labels[COMPONENT_LABEL]): view}
 
-    @kopf.index(GROUP, VERSION, PLURAL, id="shoal_fleets", registry=registry)
+    @kopf.index(GROUP, VERSION, PLURAL, id="shoal_fleets", registry=registry)  # type: ignore[arg-type]  # kopf types namespace Optional (for cluster-scoped objects); these are namespaced
     def shoal_fleets(
         namespace: str, name: str, body: kopf.Body, **_: Any
     ) -> dict[tuple[str, str], dict[str, Any]]:
@@ -170,7 +170,7 @@ def _register_indices(registry: kopf.OperatorRegistry) -> None:
         return {(namespace, name): {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": dict(body["metadata"]),
                                     "spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}}
 
-    @kopf.index("v1", "pods", labels={**OWNED, COMPONENT_LABEL: "engine"}, id="shoal_engine_pods", registry=registry)
+    @kopf.index("v1", "pods", labels={**OWNED, COMPONENT_LABEL: "engine"}, id="shoal_engine_pods", registry=registry)  # type: ignore[arg-type]  # kopf types namespace Optional (for cluster-scoped objects); these are namespaced
     def shoal_engine_pods(
         namespace: str, name: str, labels: Mapping[str, str], body: kopf.Body, **_: Any
     ) -> dict[tuple[str, str], dict[str, Any]]:
@@ -205,7 +205,7 @@ def _register_reconcile(registry: kopf.OperatorRegistry, config: OperatorConfig)
     async def refresh(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **indices: Any) -> None:
         await run(memo.shoal, body, patch, indices, "refresh")
 
-    @kopf.on.delete(GROUP, VERSION, PLURAL, id="forget", optional=True, registry=registry)
+    @kopf.on.delete(GROUP, VERSION, PLURAL, id="forget", optional=True, registry=registry)  # type: ignore[arg-type]  # kopf types namespace Optional (for cluster-scoped objects); these are namespaced
     def forget(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
         """A deleted InferenceDeployment leaves no policy, alert or lock behind."""
         if config.autoscaler is not None:
@@ -247,7 +247,7 @@ async def evaluate_alert(state: OperatorState, namespace: str, name: str) -> flo
     if raw is None:
         return None
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-    body, patch = kopf.Body(raw), kopf.Patch()
+    body, patch = kopf.Body(cast(kopf.RawBody, raw)), kopf.Patch()  # the index keeps the object as kopf gave it
     events: list[dict[str, str]] = []
     await reconciler.reconcile(body, patch, _children(indices, namespace, name), trigger="alert",
                                announce=lambda _, **event: events.append(event))
