@@ -104,9 +104,12 @@ class ReplicaView:
     capacity: Capacity | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RouteRequest:
     """The part of a request routing looks at: its prompt's chained block hashes and its token cost.
+
+    Like ``Decision``, a plain slotted dataclass: a frozen one costs about 2.5x as much to build, and the
+    simulator builds one of each per request, a million times in a run.
 
     ``cost_tokens`` is prompt plus output budget; ``output_tokens`` the output part of it; ``block_size`` the
     tokens each block hash covers, which a replica holding that block need not compute (0: not known).
@@ -127,7 +130,7 @@ class RouteRequest:
         return prefill if capacity is not None else prefill + self.output_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Decision:
     replica_id: str
     reason: Reason

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import itertools
 import math
 from collections import Counter, deque
 from collections.abc import Callable
@@ -127,7 +128,7 @@ class FleetSimulator:
         self.route_reasons: Counter[str] = Counter()
         self.prefill_saved = 0
         self.heap: list[tuple[float, int, int, object, int]] = []
-        self._seq = 0
+        self._seq = itertools.count(1)  # ties in time go in the order pushed
         self._names = 0
         self._hashes: dict[int, tuple[int, ...]] = {}
         self.outstanding = 0
@@ -135,8 +136,7 @@ class FleetSimulator:
 
     # -- the event queue -------------------------------------------------------------------------------------
     def _push(self, time: float, kind: int, obj: object = None, version: int = 0) -> None:
-        self._seq += 1
-        heapq.heappush(self.heap, (time, self._seq, kind, obj, version))
+        heapq.heappush(self.heap, (time, next(self._seq), kind, obj, version))
 
     def run(self) -> SimRun:
         """Replays the trace. The cyclic garbage collector is off meanwhile: the loop allocates millions of
@@ -158,12 +158,12 @@ class FleetSimulator:
         self._push(period, _TICK, period)  # the first decision sees one period of traffic, as a running fleet would
         self._push(0.0, _SAMPLE)
         stop_at = (arrival[-1] if n else 0.0) + self.config.tail_s
-        heap = self.heap
+        heap, heappop = self.heap, heapq.heappop
         ai = 0
         while True:
             next_arrival = arrival[ai] if ai < n else math.inf
             if heap and heap[0][0] <= next_arrival:
-                time, _, kind, obj, version = heapq.heappop(heap)
+                time, _, kind, obj, version = heappop(heap)
                 if time > stop_at:
                     break
                 self.now = time
@@ -217,7 +217,7 @@ class FleetSimulator:
         if prefix is None:
             prefix = tuple((group << GROUP_SHIFT) | i for i in range(blocks))
             self._hashes[key] = prefix
-        return prefix + (unique,)
+        return (*prefix, unique)
 
     @staticmethod
     def _refresh(replica: SimReplica) -> None:
@@ -259,9 +259,10 @@ class FleetSimulator:
                     self._push(end, _STEP, replica, replica.version)
 
     def _plan(self, replica: SimReplica) -> None:
-        before = replica.context
-        replica.admit(self.prompt, self.output, self.group, self.prefix)
-        self.prefill_saved += replica.context - before
+        if replica.waiting:
+            before = replica.context
+            replica.admit(self.prompt, self.output, self.group, self.prefix)
+            self.prefill_saved += replica.context - before
         end = replica.plan(self.now, self.prompt)
         if end is not None:
             self._push(end, _STEP, replica, replica.version)
