@@ -38,7 +38,7 @@ class AdmissionGate:
         self.resources, self.api_group = resources, api_group
         self.name = f"shoal-test-gate-{namespace}"
         self.held: list[dict[str, str]] = []
-        self.seen_admin = False
+        self._probed = False  # the apiserver called us for a dry run: the configuration is in force
         self._open = threading.Event()
         self._allow = True
         self._lock = threading.Lock()
@@ -86,7 +86,7 @@ class AdmissionGate:
     def _decide(self, request: dict[str, Any]) -> bool:
         user = request.get("userInfo", {}).get("username")
         if user != self.user:
-            self.seen_admin = self.seen_admin or bool(request.get("dryRun"))
+            self._probed = self._probed or bool(request.get("dryRun"))
             return True
         with self._lock:
             self.held.append({"operation": request["operation"], "kind": request["kind"]["kind"],
@@ -120,7 +120,7 @@ class AdmissionGate:
                      "metadata": {"labels": {"app": "probe"}},
                      "spec": {"containers": [{"name": "probe", "image": "probe"}]}}}}
         self.plane.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(probe), check=False)
-        return self.seen_admin
+        return self._probed
 
     def wait_held(self, timeout: float = 90.0) -> dict[str, str]:
         """The first request held."""
