@@ -22,7 +22,7 @@ Everything happens in one run, because this machine is shared and its speed chan
 5. **Report**: overall and per-minute TTFT P50 / P95, ready replicas, scale events, side by side; ``--json``;
    the simulator's own timeline and CDF plots with the measured fleet as one more run.
 
-    .venv/bin/python bench/simulate_fidelity.py --out-dir /tmp/shoal-fidelity --plots docs/simulator/fidelity
+    .venv/bin/python bench/simulate_fidelity.py --out-dir /tmp/shoal-fidelity --base-load 0.25 --plots docs/simulator
 """
 
 from __future__ import annotations
