@@ -10,10 +10,10 @@ import copy
 from dataclasses import dataclass
 
 from fleets import FluidFleet, observe, reversals
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from shoal.autoscale import AutoscalingConfig, FleetSignals, ScalingDecision, ShoalPolicy
+from shoal.autoscale import AutoscalingConfig, FleetSignals, ReplicaSignals, ScalingDecision, ShoalPolicy
 
 SCALE_DOWN_RULES = {"ScaleDown", "ScaleToZero"}
 
@@ -214,3 +214,43 @@ def test_idle_fleet_goes_to_zero_after_its_window_and_comes_back_for_held_reques
     woken = policy.decide(observe(time + 1, 0, ttft=None, arrival=None, held_requests=held))
     assert 1 <= woken.replicas <= config.max_step
     assert woken.rule == "ScaleFromZero"
+
+
+@settings(max_examples=100, deadline=None)
+@given(waiting=st.integers(1, 50), running=st.floats(1, 200), arrivals=st.lists(st.floats(1, 100), min_size=5, max_size=200),
+       gap=st.sampled_from([1.0, 2.0, 10.0]))
+def test_a_queue_that_never_grows_never_sets_the_capacity(
+    waiting: int, running: float, arrivals: list[float], gap: float
+) -> None:
+    """Full batches over a queue of constant size only show the replicas kept up: a lower bound, never the
+    capacity the rate rule sizes by (whatever the arrival rates reported)."""
+    policy = ShoalPolicy(AutoscalingConfig(max_replicas=8))
+    for i, arrival in enumerate(arrivals):
+        policy.decide(observe(i * gap, desired=2, waiting=2.0 * waiting, running=running, arrival=arrival, ttft=0.5))
+    assert policy.capacity.per_replica is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(config=configs(), ready=st.integers(1, 6), stuck=st.integers(1, 3), late=st.floats(0, 3600),
+       per_ready=st.floats(0, 50))
+def test_a_replica_past_its_start_up_timeout_never_holds_a_scale_up(
+    config: AutoscalingConfig, ready: int, stuck: int, late: float, per_ready: float
+) -> None:
+    """The same queue breach with the same ready replicas gets the same count added whether the other replicas
+    never existed or are stuck starting: stuck ones are neither capacity nor on their way."""
+    now = config.startup_timeout_seconds + late + 1.0
+    desired = min(ready + stuck, config.max_replicas)
+    ready = min(ready, desired)
+    stuck = desired - ready
+    assume(ready >= config.min_replicas)  # else the bounds rule, not the breach, answers the fleet without them
+
+    def breach(policy: ShoalPolicy, with_stuck: bool) -> int:
+        replicas = tuple(ReplicaSignals(f"r{i}", "ready", 0.0, waiting=per_ready, running=1.0) for i in range(ready))
+        if with_stuck:
+            replicas += tuple(ReplicaSignals(f"s{i}", "starting", 0.0) for i in range(stuck))
+        count = desired if with_stuck else ready
+        decision = policy.decide(FleetSignals(time=now, desired=count, replicas=replicas, ttft_p95_seconds=1.0,
+                                              arrival_rate=None, alert_firing=True))
+        return decision.replicas - count
+
+    assert breach(ShoalPolicy(config), True) >= min(breach(ShoalPolicy(config), False), config.max_replicas - desired)
