@@ -88,18 +88,21 @@ def main() -> None:
     routing = "prefix-aware"
     rows: list[tuple[str, dict[str, object]]] = [("hpa", hpa)]
     oracles = [Oracle("reactive-oracle", rates(MINUTE_S), MINUTE_S, capacity, MINUTE_S, config.max_replicas, True),
-               Oracle("clairvoyant", rates(BIN_S), BIN_S, capacity, profile.startup_s[1] + MINUTE_S, config.max_replicas)]
+               Oracle("clairvoyant", rates(BIN_S), BIN_S, capacity, profile.startup_s[1] + MINUTE_S,
+                      config.max_replicas)]
     for oracle in oracles:
         initial = oracle.decide(FleetSignals(time=0.0, desired=0)).replicas
-        run = simulate(trace, profile, oracle, make_policy(routing), SimConfig(seed=args.seed, initial_replicas=initial))
+        config_run = SimConfig(seed=args.seed, initial_replicas=initial)
+        run = simulate(trace, profile, oracle, make_policy(routing), config_run)
         rows.append((oracle.name, summarize_run(run, args.slo_ttft_p95, trace.bursts)))
     sizes = range(1, config.max_replicas + 1) if args.fixed is None else [int(n) for n in args.fixed.split(",")]
     for n in sizes:
-        run = simulate(trace, profile, FixedForPeak(n), make_policy(routing), SimConfig(seed=args.seed, initial_replicas=n))
+        run = simulate(trace, profile, FixedForPeak(n), make_policy(routing),
+                       SimConfig(seed=args.seed, initial_replicas=n))
         rows.append((f"fixed-{n}", summarize_run(run, args.slo_ttft_p95, trace.bursts)))
-    print(f"trace {trace.name}, profile {profile.name}, start-up {profile.startup_s[0]:.0f}-{profile.startup_s[1]:.0f} s, "
-          f"one replica meets the SLO up to {capacity.max_rps:.2f} req/s; replicas {config.min_replicas}.."
-          f"{config.max_replicas}")
+    low, high = profile.startup_s
+    print(f"trace {trace.name}, profile {profile.name}, start-up {low:.0f}-{high:.0f} s, one replica meets the SLO "
+          f"up to {capacity.max_rps:.2f} req/s; replicas {config.min_replicas}..{config.max_replicas}")
     print("| policy | SLO windows met | replica-hours | vs HPA |")
     print("|---|---|---|---|")
     for name, result in rows:

@@ -129,7 +129,8 @@ class ShoalPolicy:
                 return target, "ScaleUpAlert", f"alert firing and metrics missing ({signals.missing}): {current} -> {target}", target
             return current, "HoldMissingMetrics", f"holding {current}: {signals.missing}", current
         if load.ready == 0:
-            message = f"holding {current}: no replica ready yet ({load.starting} starting, {load.stuck} past the start-up timeout)"
+            message = (f"holding {current}: no replica ready yet ({load.starting} starting, {load.stuck} past the"
+                       " start-up timeout)")
             return current, "HoldStarting", message, current
         return self._with_data(signals, load, values)
 
@@ -199,7 +200,8 @@ class ShoalPolicy:
                 need = math.ceil(load.ready * queue / cfg.queue_depth_per_replica) + load.stuck
             else:  # latency alone says too little about how many: one more, and look again
                 need = current + 1
-        if sized is not None and sized > (current - load.stuck) * (1 + cfg.tolerance) and math.ceil(sized) + load.stuck > need:
+        usable = current - load.stuck
+        if sized is not None and sized > usable * (1 + cfg.tolerance) and math.ceil(sized) + load.stuck > need:
             need, rule = math.ceil(sized) + load.stuck, "ScaleUpRate"
             why = f"demand {demand:.3g} req/s needs {sized:.3g} replicas at {capacity:.3g} req/s each"
             panic = queue_breach or ttft_breach

@@ -217,8 +217,8 @@ def test_idle_fleet_goes_to_zero_after_its_window_and_comes_back_for_held_reques
 
 
 @settings(max_examples=100, deadline=None)
-@given(waiting=st.integers(1, 50), running=st.floats(1, 200), arrivals=st.lists(st.floats(1, 100), min_size=5, max_size=200),
-       gap=st.sampled_from([1.0, 2.0, 10.0]))
+@given(waiting=st.integers(1, 50), running=st.floats(1, 200), gap=st.sampled_from([1.0, 2.0, 10.0]),
+       arrivals=st.lists(st.floats(1, 100), min_size=5, max_size=200))
 def test_a_queue_that_never_grows_never_sets_the_capacity(
     waiting: int, running: float, arrivals: list[float], gap: float
 ) -> None:
