@@ -34,7 +34,7 @@ from shoal.protocol.errors import (
     internal_error,
     model_not_found,
 )
-from shoal.protocol.json_body import parse_json_object, read_body, validated
+from shoal.protocol.json_body import ClientDisconnected, parse_json_object, read_body, validated
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from shoal.protocol.openapi import openapi_document
 from shoal.protocol.sse import sse_event
@@ -81,11 +81,18 @@ def _lifespan(engine: AsyncEngine) -> Callable[[FastAPI], AbstractAsyncContextMa
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    """Every failure leaves as an OpenAI error body: ours, FastAPI's 422, Starlette's 404/405, and a bare 500."""
+    """Every failure leaves as an OpenAI error body: ours, FastAPI's 422, Starlette's 404/405, and a bare 500;
+    a client that left mid-body gets nothing (it cannot read it) and is logged as gone."""
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
         return _error_response(exc)
+
+    @app.exception_handler(ClientDisconnected)
+    async def client_left(_: Request, exc: ClientDisconnected) -> Response:
+        """Nobody is left to read an answer: a departure, not an error with a traceback in the log."""
+        log.info("the client left before its body was complete")
+        return Response(status_code=499)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
