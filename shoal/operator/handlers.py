@@ -30,10 +30,11 @@ from shoal.operator.kube import KubeClient
 from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
 from shoal.operator.reconciler import Children, Reconciler, Trigger
 from shoal.operator.spec import GROUP, KIND, PLURAL, VERSION
+from shoal.protocol.backoff import Backoff
 
 ANNOTATION_PREFIX = GROUP
 OWNED = {MANAGED_BY_LABEL: FIELD_MANAGER}
-UNREACHABLE_RETRY_SECONDS = 30.0  # the longest wait between passes while the apiserver cannot be reached
+UNREACHABLE_RETRY = Backoff(initial_s=1.0, cap_s=30.0)  # passes while the apiserver cannot be reached
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,7 @@ async def run(
     try:
         await state.reconciler.reconcile(body, patch, _children(indices, ns, name), trigger=trigger, old_spec=old)
     except httpx.TransportError as error:
-        delay = min(2.0**retry, UNREACHABLE_RETRY_SECONDS)
+        delay = UNREACHABLE_RETRY.base(retry + 1)
         raise kopf.TemporaryError(f"the apiserver could not be reached ({error!r})", delay=delay) from error
 
 
