@@ -7,7 +7,7 @@ run, ``llama-server`` on the same GGUF with 64 slots (``-np 64 -c 20480``, built
 quantization the engine chose (from its start-up log), and each figure as a ratio to llama-server's. The
 offline ``LLM`` on the same prompts (``--offline``) shows what HTTP and streaming cost.
 
-    .venv/bin/python bench/serve.py [--model smollm2-135m] [--levels 1:4 64:64] [--serve-arg=--threads=1]
+    .venv/bin/python bench/serve.py [--model smollm2-135m] [--levels 1:4 64:64] [--serve-arg=--threads=1] [--rounds 2] [--llama-threads 1]
 """
 
 from __future__ import annotations
@@ -65,6 +65,34 @@ def engine_choices(log: str) -> str:
     return "; ".join(dict.fromkeys(found)) or "(not logged)"
 
 
+def run_shoal(args: argparse.Namespace, levels: list[tuple[int, int]], serve_args: list[str], tag: str) -> tuple:
+    """Starts ``shoal serve``, runs every level, stops it; returns the rows and its logged choices."""
+    server = LocalProcess([*shoal_command("serve", "--model", args.model), *serve_args], args.out_dir / f"{tag}.log")
+    try:
+        server.wait_ready(timeout=900)
+        rows = run_levels(server.url, args.model, levels, args, tag)
+        return rows, engine_choices(server.log(200_000))
+    finally:
+        server.terminate()
+        server.process.wait(timeout=60)
+
+
+def run_llama(args: argparse.Namespace, levels: list[tuple[int, int]], binary: Path, tag: str) -> list:
+    """The same levels against ``llama-server`` on the same GGUF with 64 slots."""
+    gguf = resolve_model(args.model).path
+    threads = str(args.llama_threads)
+    # --no-repack: this build's AMX matmul (weights repacked for AMX tiles) segfaults at the first decode on
+    # this machine (gdb: ggml_backend_amx_mul_mat); without repacking it runs its AVX-512 Q4_1 kernels.
+    llama = LocalProcess([str(binary), "-m", str(gguf), "--host", "127.0.0.1", "-np", "64", "-c", "20480",
+                          "-t", threads, "-tb", threads, "--no-repack"], args.out_dir / f"{tag}.log")
+    try:
+        llama.wait_ready("/health", timeout=600)
+        return run_levels(llama.url, args.model, levels, args, tag)
+    finally:
+        llama.terminate()
+        llama.process.wait(timeout=60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
@@ -74,6 +102,9 @@ def main() -> None:
     parser.add_argument("--serve-arg", action="append", default=[], help="extra shoal serve argument (repeatable)")
     parser.add_argument("--llama-server", type=Path, default=None, help="binary (default: build.sh's cached one)")
     parser.add_argument("--no-llama-server", action="store_true")
+    parser.add_argument("--llama-threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="llama-server's -t/-tb (default: every CPU, as a user would run it)")
+    parser.add_argument("--rounds", type=int, default=1, help="alternate the two servers this many times")
     parser.add_argument("--offline", action="store_true", help="also time the offline LLM at the first/last level")
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/shoal-bench-serve"))
     args = parser.parse_args()
@@ -81,31 +112,19 @@ def main() -> None:
     levels = [tuple(int(x) for x in level.split(":")) for level in args.levels]
     serve_args = [a for arg in args.serve_arg for a in arg.split("=", 1)]
 
-    server = LocalProcess([*shoal_command("serve", "--model", args.model), *serve_args], args.out_dir / "serve.log")
-    try:
-        server.wait_ready(timeout=900)
-        shoal_rows = run_levels(server.url, args.model, levels, args, "shoal")
-        choices = engine_choices(server.log(200_000))
-    finally:
-        server.terminate()
-        server.process.wait(timeout=60)
-
-    llama_rows = None
+    binary = None
     if not args.no_llama_server:
         binary = args.llama_server or Path(subprocess.run([str(BUILD_SCRIPT)], check=True, capture_output=True,
                                                           text=True).stdout.strip())
-        gguf = resolve_model(args.model).path
-        threads = str(len(os.sched_getaffinity(0)))
-        # --no-repack: this build's AMX matmul (weights repacked for AMX tiles) segfaults at the first decode on
-        # this machine (gdb: ggml_backend_amx_mul_mat); without repacking it runs its AVX-512 Q4_1 kernels.
-        llama = LocalProcess([str(binary), "-m", str(gguf), "--host", "127.0.0.1", "-np", "64", "-c", "20480",
-                              "-t", threads, "-tb", threads, "--no-repack"], args.out_dir / "llama-server.log")
-        try:
-            llama.wait_ready("/health", timeout=600)
-            llama_rows = run_levels(llama.url, args.model, levels, args, "llama")
-        finally:
-            llama.terminate()
-            llama.process.wait(timeout=60)
+    results: list[tuple[str, list, list | None]] = []  # name, rows, llama-server's rows of the same round
+    choices = "(not logged)"
+    for round_ in range(1, args.rounds + 1):
+        tag = f"r{round_}" if args.rounds > 1 else ""
+        shoal_rows, choices = run_shoal(args, levels, serve_args, f"shoal{tag}")
+        llama_rows = run_llama(args, levels, binary, f"llama{tag}") if binary is not None else None
+        results.append((f"shoal serve{' ' + tag if tag else ''}", shoal_rows, llama_rows))
+        if llama_rows is not None:
+            results.append((f"llama-server -t {args.llama_threads}{' ' + tag if tag else ''}", llama_rows, llama_rows))
 
     print(f"CPU: {cpu_info().summary()}; load average at the end {os.getloadavg()[0]:.1f}")
     print(f"shoal serve {' '.join(serve_args) or '(defaults)'}: {choices}")
@@ -113,9 +132,9 @@ def main() -> None:
     print()
     print("| server | concurrency | requests | output tok/s | vs llama-server | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for name, rows in (("shoal serve", shoal_rows), ("llama-server -np 64", llama_rows)):
-        for i, (concurrency, requests, s) in enumerate(rows or []):
-            base = llama_rows[i][2]["output_throughput_tok_s"] if llama_rows else None
+    for name, rows, llama_rows in results:  # each ratio is against llama-server's figure of the same round
+        for j, (concurrency, requests, s) in enumerate(rows):
+            base = llama_rows[j][2]["output_throughput_tok_s"] if llama_rows else None
             ratio = f"{s['output_throughput_tok_s'] / base:.2f}x" if base else "-"
             print(
                 f"| {name} | {concurrency} | {requests} | {s['output_throughput_tok_s']:.1f} | {ratio} | "
@@ -123,6 +142,7 @@ def main() -> None:
             )
     if args.offline:
         print()
+        shoal_rows = results[0][1]
         for concurrency, requests, s in (shoal_rows[0], shoal_rows[-1]):
             offline = offline_throughput(args.model, args.input_len, args.output_len, requests, concurrency)
             served = s["output_throughput_tok_s"]
