@@ -53,8 +53,10 @@ def run_levels(url: str, model: str, levels: list[tuple[int, int]], args: argpar
                 "--input-len", str(args.input_len), "--output-len", str(args.output_len), "--warmup", "2",
                 "--no-progress", "--json", str(out),
             ],
-            check=True,
+            check=False,  # it exits 1 when a request failed: the row still counts, with its failures shown
         )
+        if not out.exists():
+            raise SystemExit(f"shoal bench serve wrote no results for {tag} at concurrency {concurrency}")
         rows.append((concurrency, requests, json.loads(out.read_text())["summary"]))
     return rows
 
@@ -130,14 +132,14 @@ def main() -> None:
     print(f"shoal serve {' '.join(serve_args) or '(defaults)'}: {choices}")
     print(f"workload: {args.input_len}-word random prompts, {args.output_len} output tokens (ignore_eos)")
     print()
-    print("| server | concurrency | requests | output tok/s | vs llama-server | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |")
+    print("| server | concurrency | requests (failed) | output tok/s | vs llama-server | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, rows, llama_rows in results:  # each ratio is against llama-server's figure of the same round
         for j, (concurrency, requests, s) in enumerate(rows):
             base = llama_rows[j][2]["output_throughput_tok_s"] if llama_rows else None
             ratio = f"{s['output_throughput_tok_s'] / base:.2f}x" if base else "-"
             print(
-                f"| {name} | {concurrency} | {requests} | {s['output_throughput_tok_s']:.1f} | {ratio} | "
+                f"| {name} | {concurrency} | {requests} ({s['failed']}) | {s['output_throughput_tok_s']:.1f} | {ratio} | "
                 f"{s['ttft']['p50_ms']:.0f} / {s['ttft']['p99_ms']:.0f} | {s['itl']['p50_ms']:.0f} / {s['itl']['p99_ms']:.0f} |"
             )
     if args.offline:
