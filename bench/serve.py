@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/shoal-bench-serve"))
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    levels = [tuple(int(x) for x in level.split(":")) for level in args.levels]
+    levels = [(int(c), int(n)) for c, n in (level.split(":", 1) for level in args.levels)]
     serve_args = [a for arg in args.serve_arg for a in arg.split("=", 1)]
 
     binary = None
