@@ -27,9 +27,10 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(VENV)/bin/shoal up examples/smollm2-autoscaling.yaml --demo $(DEMO_ARGS)
 
-# ruff (lint rules), mypy (shoal/, every def annotated) and import-linter (layering); settings in pyproject.toml.
+# ruff (format and lint rules), mypy (shoal/, every def annotated) and import-linter (layering); settings in pyproject.toml.
 # A cold mypy takes about a minute of CPU (it reads torch's types); .mypy_cache makes the next run seconds.
 lint: install
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports

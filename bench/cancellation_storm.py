@@ -26,8 +26,13 @@ import httpx
 
 from shoal.local import metric
 
-BODY = {"model": "tiny", "prompt": "Once upon a time, in a land far away,", "max_tokens": 1500, "stream": True,
-        "ignore_eos": True}
+BODY = {
+    "model": "tiny",
+    "prompt": "Once upon a time, in a land far away,",
+    "max_tokens": 1500,
+    "stream": True,
+    "ignore_eos": True,
+}
 
 
 @dataclass
@@ -48,8 +53,9 @@ def cancel_time(rng: random.Random, max_cancel_s: float) -> float:
     return rng.uniform(0, EARLY_S) if rng.random() < EARLY_SHARE else rng.uniform(0, max_cancel_s)
 
 
-async def storm(gateway_url: str, requests: int, concurrency: int, max_cancel_s: float, seed: int = 0,
-                model: str = "tiny") -> StormResult:
+async def storm(
+    gateway_url: str, requests: int, concurrency: int, max_cancel_s: float, seed: int = 0, model: str = "tiny"
+) -> StormResult:
     """Sends ``requests`` streams, ``concurrency`` at a time, each abandoned after a random time."""
     rng = random.Random(seed)
     counts = {"before": 0, "mid": 0, "done": 0, "errors": 0}
@@ -80,14 +86,22 @@ async def storm(gateway_url: str, requests: int, concurrency: int, max_cancel_s:
     started = time.monotonic()
     async with httpx.AsyncClient(limits=limits, timeout=60) as client:
         await asyncio.gather(*(one(client, cancel_time(rng, max_cancel_s)) for _ in range(requests)))
-    return StormResult(requests, counts["before"], counts["mid"], counts["done"], counts["errors"],
-                       round(time.monotonic() - started, 2))
+    return StormResult(
+        requests,
+        counts["before"],
+        counts["mid"],
+        counts["done"],
+        counts["errors"],
+        round(time.monotonic() - started, 2),
+    )
 
 
 def engine_leftovers(url: str) -> dict[str, float]:
     """What an engine still holds: running and waiting requests, and the share of its KV blocks in use."""
-    return {name: metric(url, f"shoal_engine_{name}") for name in
-            ("requests_running", "requests_waiting", "kv_cache_usage_ratio")}
+    return {
+        name: metric(url, f"shoal_engine_{name}")
+        for name in ("requests_running", "requests_waiting", "kv_cache_usage_ratio")
+    }
 
 
 def gateway_leftovers(url: str) -> dict[str, float]:

@@ -33,8 +33,12 @@ def main() -> int:
     args = parser.parse_args()
     if not args.no_build:
         started = time.monotonic()
-        subprocess.run(["bash", str(REPO / "hack" / "images" / "build.sh"), "engine"], check=True, cwd=REPO,
-                       env={"PATH": "/usr/local/bin:/usr/bin:/bin", "PY": sys.executable, "BUILDER": "buildah"})
+        subprocess.run(
+            ["bash", str(REPO / "hack" / "images" / "build.sh"), "engine"],
+            check=True,
+            cwd=REPO,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "PY": sys.executable, "BUILDER": "buildah"},
+        )
         print(f"build: {time.monotonic() - started:.0f} s")
     for image in (DEFAULT_GATEWAY_IMAGE, DEFAULT_ENGINE_IMAGE):
         print(f"size: {image} {buildah('images', '--format', '{{.Size}}', image).splitlines()[0]}")
@@ -42,16 +46,33 @@ def main() -> int:
     try:
         print(f"user: {buildah('run', '--isolation', 'chroot', container, '--', 'id', '-u')}")
         with tempfile.TemporaryDirectory() as logs:
-            argv = [*BUILDAH, "run", "--isolation", "chroot", container, "--", "shoal", "serve", "--model",
-                    "smollm2-135m", "--host", "127.0.0.1", "--dtype", "float32"]
+            argv = [
+                *BUILDAH,
+                "run",
+                "--isolation",
+                "chroot",
+                container,
+                "--",
+                "shoal",
+                "serve",
+                "--model",
+                "smollm2-135m",
+                "--host",
+                "127.0.0.1",
+                "--dtype",
+                "float32",
+            ]
             engine = LocalProcess(argv, Path(logs) / "engine.log")
             try:
                 started = time.monotonic()
                 engine.wait_ready(timeout=900)
                 print(f"ready: {time.monotonic() - started:.0f} s after start")
                 reply = OpenAI(base_url=f"{engine.url}/v1", api_key="unused").chat.completions.create(
-                    model="smollm2-135m", max_tokens=16, temperature=0,
-                    messages=[{"role": "user", "content": "What is the capital of France?"}])
+                    model="smollm2-135m",
+                    max_tokens=16,
+                    temperature=0,
+                    messages=[{"role": "user", "content": "What is the capital of France?"}],
+                )
                 print(f"answer: {reply.choices[0].message.content!r}")
             finally:
                 engine.stop()

@@ -70,8 +70,13 @@ def run_shoal(
 ) -> tuple[Timer, object]:
     from shoal.engine import LLM, SamplingParams
 
-    llm = LLM("smollm2-135m", dtype=dtype, quantization=quantization, max_num_seqs=len(prompts),
-              max_num_batched_tokens=max_num_batched_tokens)
+    llm = LLM(
+        "smollm2-135m",
+        dtype=dtype,
+        quantization=quantization,
+        max_num_seqs=len(prompts),
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
     llm.generate(prompts[:2], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))  # warm-up
     with Timer() as timer:

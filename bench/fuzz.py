@@ -32,14 +32,18 @@ def main() -> None:
     report = {}
     with tempfile.TemporaryDirectory() as tmp:
         model = build_checkpoint(Path(tmp) / "model", "llama", seed=3, max_position_embeddings=2048)
-        engine, = start_engines(str(model), 1, "tiny", Path(tmp), "--max-model-len", "512", "--request-timeout", "10")
+        (engine,) = start_engines(str(model), 1, "tiny", Path(tmp), "--max-model-len", "512", "--request-timeout", "10")
         gateway = start_gateway([engine.url], Path(tmp), "--tokenizer", f"tiny={model}", "--request-timeout", "15")
         try:
             for name, url in (("engine", engine.url), ("gateway", gateway.url)):
                 started = time.monotonic()
                 found = fuzz(url, args.examples, "tiny", seed_value=args.seed)
-                report[name] = {"seconds": round(time.monotonic() - started, 1), "requests": found.answers.total(),
-                                "answers": dict(sorted(found.answers.items())), "failures": found.failures}
+                report[name] = {
+                    "seconds": round(time.monotonic() - started, 1),
+                    "requests": found.answers.total(),
+                    "answers": dict(sorted(found.answers.items())),
+                    "failures": found.failures,
+                }
         finally:
             gateway.stop()
             engine.stop()

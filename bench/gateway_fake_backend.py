@@ -27,18 +27,33 @@ class FakeBackend(asyncio.Protocol):
     def __init__(self, model: str, chunks: int, interval_s: float = 0.0) -> None:
         self.buffer = bytearray()
         self.interval_s = interval_s
-        self.models = _response("200 OK", "application/json",
-                                json.dumps({"object": "list", "data": [{"id": model, "object": "model"}]}).encode())
+        self.models = _response(
+            "200 OK",
+            "application/json",
+            json.dumps({"object": "list", "data": [{"id": model, "object": "model"}]}).encode(),
+        )
         self.ok = _response("200 OK", "text/plain", b"ok")
         choice = {"index": 0, "text": " tok", "finish_reason": None}
-        event = b"data: " + json.dumps({"id": "cmpl-fake", "object": "text_completion", "model": model,
-                                         "choices": [choice]}).encode() + b"\n\n"
+        event = (
+            b"data: "
+            + json.dumps({"id": "cmpl-fake", "object": "text_completion", "model": model, "choices": [choice]}).encode()
+            + b"\n\n"
+        )
         self.stream_head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
         self.events = [_chunk(event)] * chunks + [_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
-        self.json = _response("200 OK", "application/json", json.dumps({
-            "id": "cmpl-fake", "object": "text_completion", "model": model,
-            "choices": [{"index": 0, "text": " tok" * chunks, "finish_reason": "length"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": chunks, "total_tokens": chunks + 1}}).encode())
+        self.json = _response(
+            "200 OK",
+            "application/json",
+            json.dumps(
+                {
+                    "id": "cmpl-fake",
+                    "object": "text_completion",
+                    "model": model,
+                    "choices": [{"index": 0, "text": " tok" * chunks, "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": chunks, "total_tokens": chunks + 1},
+                }
+            ).encode(),
+        )
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -54,7 +69,7 @@ class FakeBackend(asyncio.Protocol):
                     length = int(value)
             if len(self.buffer) < end + 4 + length:
                 return
-            body = bytes(self.buffer[end + 4: end + 4 + length])
+            body = bytes(self.buffer[end + 4 : end + 4 + length])
             del self.buffer[: end + 4 + length]
             path = head.split(" ", 2)[1]
             if path.startswith("/v1/") and (b'"stream": true' in body or b'"stream":true' in body):

@@ -10,7 +10,9 @@ from shoal.local import LocalProcess, shoal_command
 
 def start_engines(model: str, count: int, served_name: str, log_dir: Path, *extra: str) -> list[LocalProcess]:
     """``count`` engines, one CPU thread each so that several share the machine fairly; waits until all ready."""
-    argv = shoal_command("serve", "--model", model, "--served-model-name", served_name, "--log-level", "warning", *extra)
+    argv = shoal_command(
+        "serve", "--model", model, "--served-model-name", served_name, "--log-level", "warning", *extra
+    )
     engines = [LocalProcess(argv, log_dir / f"engine-{i}.log", {"OMP_NUM_THREADS": "1"}) for i in range(count)]
     for engine in engines:
         engine.wait_ready()

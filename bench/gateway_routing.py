@@ -48,21 +48,34 @@ def build_model(directory: Path) -> Path:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))
     from tiny_checkpoints import build_checkpoint
 
-    return build_checkpoint(directory, "llama", seed=11, hidden_size=256, intermediate_size=768,
-                            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
-                            max_position_embeddings=4096)
+    return build_checkpoint(
+        directory,
+        "llama",
+        seed=11,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+    )
 
 
 def engine_counters(engines: list[LocalProcess]) -> list[dict[str, float]]:
-    names = ("prefix_cache_hits_tokens_total", "prefix_cache_queries_tokens_total", "prompt_tokens_total",
-             "requests_finished_total")
+    names = (
+        "prefix_cache_hits_tokens_total",
+        "prefix_cache_queries_tokens_total",
+        "prompt_tokens_total",
+        "requests_finished_total",
+    )
     return [{n: metric(e.url, f"shoal_engine_{n}") for n in names} for e in engines]
 
 
 def run_load(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """``shoal bench serve``'s shared-prefix dataset (groups interleaved at random) under Poisson load."""
-    requests = shared_prefix_dataset(args.requests, args.groups, args.prefix_len, args.suffix_len,
-                                     args.output_len, args.seed)
+    requests = shared_prefix_dataset(
+        args.requests, args.groups, args.prefix_len, args.suffix_len, args.output_len, args.seed
+    )
     rate = math.inf if args.concurrency else args.rate
     config = BenchConfig(url, SERVED, args.concurrency, rate, seed=args.seed, progress=False)
     results, duration = asyncio.run(run_benchmark(config, requests))
@@ -74,28 +87,44 @@ def max_over_mean(values: list[float]) -> float:
     return max(values) / mean if mean else 0.0
 
 
-def scenario(name: str, replicas: int, policy: str | None, model: str, args: argparse.Namespace,
-             work: Path) -> dict[str, Any]:
+def scenario(
+    name: str, replicas: int, policy: str | None, model: str, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
     logs = work / name
     logs.mkdir()
-    limits = [a for flag, value in (("--max-num-seqs", args.max_num_seqs),
-                                    ("--max-num-batched-tokens", args.max_num_batched_tokens)) if value
-              for a in (flag, str(value))]
-    engines = start_engines(model, replicas, SERVED, logs, "--num-kv-blocks", str(args.kv_blocks),
-                            "--max-model-len", "4096", *limits)
+    limits = [
+        a
+        for flag, value in (
+            ("--max-num-seqs", args.max_num_seqs),
+            ("--max-num-batched-tokens", args.max_num_batched_tokens),
+        )
+        if value
+        for a in (flag, str(value))
+    ]
+    engines = start_engines(
+        model, replicas, SERVED, logs, "--num-kv-blocks", str(args.kv_blocks), "--max-model-len", "4096", *limits
+    )
     gateway = None
     try:
         target = engines[0].url
         if policy is not None:
-            gateway = start_gateway([e.url for e in engines], logs, "--policy", policy,
-                                    "--tokenizer", f"{SERVED}={model}")
+            gateway = start_gateway(
+                [e.url for e in engines], logs, "--policy", policy, "--tokenizer", f"{SERVED}={model}"
+            )
             target = gateway.url
         before = engine_counters(engines)
         result = run_load(target, args)
         after = engine_counters(engines)
-        reasons = {} if gateway is None else {
-            labels["reason"]: int(value) for labels, value in samples_named(
-                httpx.get(gateway.url + "/metrics").text, "shoal_gateway_routing_decisions_total")}
+        reasons = (
+            {}
+            if gateway is None
+            else {
+                labels["reason"]: int(value)
+                for labels, value in samples_named(
+                    httpx.get(gateway.url + "/metrics").text, "shoal_gateway_routing_decisions_total"
+                )
+            }
+        )
     finally:
         for process in [*engines, *([gateway] if gateway else [])]:
             process.stop()
@@ -103,13 +132,18 @@ def scenario(name: str, replicas: int, policy: str | None, model: str, args: arg
     hits = sum(d["prefix_cache_hits_tokens_total"] for d in delta)
     queries = sum(d["prefix_cache_queries_tokens_total"] for d in delta)
     return {
-        "scenario": name, "replicas": replicas, "policy": policy,
+        "scenario": name,
+        "replicas": replicas,
+        "policy": policy,
         "hit_rate": hits / queries if queries else 0.0,
         "requests_max_over_mean": max_over_mean([d["requests_finished_total"] for d in delta]),
         "computed_prompt_tokens_max_over_mean": max_over_mean([d["prompt_tokens_total"] for d in delta]),
         "requests_per_replica": [int(d["requests_finished_total"]) for d in delta],
-        "ttft_p50_ms": result["ttft"]["p50_ms"], "ttft_p95_ms": result["ttft"]["p95_ms"],
-        "completed": result["completed"], "failed": result["failed"], "route_reasons": reasons,
+        "ttft_p50_ms": result["ttft"]["p50_ms"],
+        "ttft_p95_ms": result["ttft"]["p95_ms"],
+        "completed": result["completed"],
+        "failed": result["failed"],
+        "route_reasons": reasons,
     }
 
 
@@ -130,8 +164,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "shoal-bench-routing-model")
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
-    parser.add_argument("--single-replica", action=argparse.BooleanOptionalAction, default=True,
-                        help="measure the one-replica baseline (the hit rate a single cache gets)")
+    parser.add_argument(
+        "--single-replica",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure the one-replica baseline (the hit rate a single cache gets)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     model = args.model or str(build_model(args.model_dir))
@@ -145,12 +183,16 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     baseline = rows[0]["hit_rate"] if args.single_replica else math.nan
     rr_p95 = next((r["ttft_p95_ms"] for r in rows if r["policy"] == "round-robin"), math.nan)
-    print(f"\n{'scenario':<16}{'hit rate':>9}{'vs 1 replica':>13}{'req max/mean':>13}{'tok max/mean':>13}"
-          f"{'TTFT p50':>10}{'TTFT p95':>10}{'p95 RR/x':>9}")
+    print(
+        f"\n{'scenario':<16}{'hit rate':>9}{'vs 1 replica':>13}{'req max/mean':>13}{'tok max/mean':>13}"
+        f"{'TTFT p50':>10}{'TTFT p95':>10}{'p95 RR/x':>9}"
+    )
     for r in rows:
-        print(f"{r['scenario']:<16}{r['hit_rate']:>9.3f}{r['hit_rate'] / baseline if baseline else math.nan:>13.2f}"
-              f"{r['requests_max_over_mean']:>13.2f}{r['computed_prompt_tokens_max_over_mean']:>13.2f}"
-              f"{r['ttft_p50_ms']:>10.0f}{r['ttft_p95_ms']:>10.0f}{rr_p95 / r['ttft_p95_ms']:>9.2f}")
+        print(
+            f"{r['scenario']:<16}{r['hit_rate']:>9.3f}{r['hit_rate'] / baseline if baseline else math.nan:>13.2f}"
+            f"{r['requests_max_over_mean']:>13.2f}{r['computed_prompt_tokens_max_over_mean']:>13.2f}"
+            f"{r['ttft_p50_ms']:>10.0f}{r['ttft_p95_ms']:>10.0f}{rr_p95 / r['ttft_p95_ms']:>9.2f}"
+        )
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=2))
 

@@ -22,8 +22,18 @@ from dataclasses import dataclass
 from functools import partial
 
 # Nominal HBM bandwidth in GB/s by device-name fragment (vendor data sheets).
-PEAK_HBM_GBPS = {"H200": 4800, "H100 SXM": 3350, "H100 NVL": 3900, "H100 PCIe": 2000, "H100": 3350,
-                 "A100-SXM4-80GB": 2039, "A100 80GB PCIe": 1935, "A100": 1555, "L40S": 864, "L4": 300}
+PEAK_HBM_GBPS = {
+    "H200": 4800,
+    "H100 SXM": 3350,
+    "H100 NVL": 3900,
+    "H100 PCIe": 2000,
+    "H100": 3350,
+    "A100-SXM4-80GB": 2039,
+    "A100 80GB PCIe": 1935,
+    "A100": 1555,
+    "L40S": 864,
+    "L4": 300,
+}
 
 
 @dataclass
@@ -160,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not args.smoke and not torch.cuda.is_available():
-        print("bench/kernels.py: no CUDA GPU here, nothing to measure (the Triton kernels need one; --smoke checks "
-              "the script itself)")
+        print(
+            "bench/kernels.py: no CUDA GPU here, nothing to measure (the Triton kernels need one; --smoke checks "
+            "the script itself)"
+        )
         return 0
     device = "cpu" if args.smoke else "cuda"
     dtype = getattr(torch, "float32" if args.smoke else args.dtype)
@@ -170,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     name = "CPU (Triton interpreter)" if args.smoke else torch.cuda.get_device_name()
     peak = next((gbps for key, gbps in PEAK_HBM_GBPS.items() if key in name), None)
     torch.manual_seed(0)
-    print(f"device: {name}; dtype {dtype}; heads {shapes.num_heads}/{shapes.num_kv_heads}, head_dim "
-          f"{shapes.head_dim}, block_size {shapes.block_size}; nominal HBM peak {peak or 'unknown'} GB/s\n")
+    print(
+        f"device: {name}; dtype {dtype}; heads {shapes.num_heads}/{shapes.num_kv_heads}, head_dim "
+        f"{shapes.head_dim}, block_size {shapes.block_size}; nominal HBM peak {peak or 'unknown'} GB/s\n"
+    )
     print("Decode attention (paged, split-KV as TritonOps chooses):")
     decode = bench_decode(shapes, dtype, device, repeats, peak)
     print("\n".join(decode))

@@ -41,11 +41,14 @@ def proc_memory_mib(pid: int) -> dict[str, float]:
 def bodies(namespace: str, prefix: str, count: int) -> str:
     items = []
     for i in range(count):
-        items.append({
-            "apiVersion": "shoal.dev/v1alpha1", "kind": "InferenceDeployment",
-            "metadata": {"name": f"{prefix}-{i:03d}", "namespace": namespace},
-            "spec": {"model": {"source": "smollm2-135m"}, "engine": {"resources": {"gpus": 1}}},
-        })
+        items.append(
+            {
+                "apiVersion": "shoal.dev/v1alpha1",
+                "kind": "InferenceDeployment",
+                "metadata": {"name": f"{prefix}-{i:03d}", "namespace": namespace},
+                "spec": {"model": {"source": "smollm2-135m"}, "engine": {"resources": {"gpus": 1}}},
+            }
+        )
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
 
 
@@ -86,12 +89,23 @@ def settled(plane: ControlPlane, namespace: str, timeout: float = 180) -> dict[s
 class Operator:
     def __init__(self, plane: ControlPlane, kubeconfig: Path, log: Path) -> None:
         self.port = free_port()
-        argv = [sys.executable, "-m", "shoal.operator", "operator", "--kubeconfig", str(kubeconfig),
-                "--resync-seconds", str(RESYNC_SECONDS), "--liveness", f"http://127.0.0.1:{self.port}/healthz"]
+        argv = [
+            sys.executable,
+            "-m",
+            "shoal.operator",
+            "operator",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--resync-seconds",
+            str(RESYNC_SECONDS),
+            "--liveness",
+            f"http://127.0.0.1:{self.port}/healthz",
+        ]
         self.log = log
         with log.open("ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=plane.env(kubeconfig),
-                                            start_new_session=True, cwd=REPO)
+            self.process = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=plane.env(kubeconfig), start_new_session=True, cwd=REPO
+            )
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -158,7 +172,8 @@ def main() -> None:
     args = parser.parse_args()
     results = run(args.count, args.baseline)
     results["per_object_ratio_full_vs_baseline"] = round(
-        results["full_per_object_ms"] / results["baseline_per_object_ms"], 2)
+        results["full_per_object_ms"] / results["baseline_per_object_ms"], 2
+    )
     results["rss_ratio_loaded_vs_idle"] = round(results["loaded_rss_mib"] / results["idle_rss_mib"], 2)
     print(json.dumps(results, indent=2))
 

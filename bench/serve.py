@@ -48,10 +48,26 @@ def run_levels(url: str, model: str, levels: list[tuple[int, int]], args: argpar
         out = args.out_dir / f"{tag}-c{concurrency}.json"
         subprocess.run(
             [
-                *shoal_command("bench", "serve"), "--url", url, "--model", model,
-                "--dataset", "random", "--num-requests", str(requests), "--concurrency", str(concurrency),
-                "--input-len", str(args.input_len), "--output-len", str(args.output_len), "--warmup", "2",
-                "--no-progress", "--json", str(out),
+                *shoal_command("bench", "serve"),
+                "--url",
+                url,
+                "--model",
+                model,
+                "--dataset",
+                "random",
+                "--num-requests",
+                str(requests),
+                "--concurrency",
+                str(concurrency),
+                "--input-len",
+                str(args.input_len),
+                "--output-len",
+                str(args.output_len),
+                "--warmup",
+                "2",
+                "--no-progress",
+                "--json",
+                str(out),
             ],
             check=False,  # it exits 1 when a request failed: the row still counts, with its failures shown
         )
@@ -85,8 +101,25 @@ def run_llama(args: argparse.Namespace, levels: list[tuple[int, int]], binary: P
     threads = str(args.llama_threads)
     # --no-repack: this build's AMX matmul (weights repacked for AMX tiles) segfaults at the first decode on
     # this machine (gdb: ggml_backend_amx_mul_mat); without repacking it runs its AVX-512 Q4_1 kernels.
-    llama = LocalProcess([str(binary), "-m", str(gguf), "--host", "127.0.0.1", "-np", "64", "-c", "20480",
-                          "-t", threads, "-tb", threads, "--no-repack"], args.out_dir / f"{tag}.log")
+    llama = LocalProcess(
+        [
+            str(binary),
+            "-m",
+            str(gguf),
+            "--host",
+            "127.0.0.1",
+            "-np",
+            "64",
+            "-c",
+            "20480",
+            "-t",
+            threads,
+            "-tb",
+            threads,
+            "--no-repack",
+        ],
+        args.out_dir / f"{tag}.log",
+    )
     try:
         llama.wait_ready("/health", timeout=600)
         return run_levels(llama.url, args.model, levels, args, tag)
@@ -104,8 +137,12 @@ def main() -> None:
     parser.add_argument("--serve-arg", action="append", default=[], help="extra shoal serve argument (repeatable)")
     parser.add_argument("--llama-server", type=Path, default=None, help="binary (default: build.sh's cached one)")
     parser.add_argument("--no-llama-server", action="store_true")
-    parser.add_argument("--llama-threads", type=int, default=len(os.sched_getaffinity(0)),
-                        help="llama-server's -t/-tb (default: every CPU, as a user would run it)")
+    parser.add_argument(
+        "--llama-threads",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="llama-server's -t/-tb (default: every CPU, as a user would run it)",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="alternate the two servers this many times")
     parser.add_argument("--offline", action="store_true", help="also time the offline LLM at the first/last level")
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/shoal-bench-serve"))
@@ -116,8 +153,9 @@ def main() -> None:
 
     binary = None
     if not args.no_llama_server:
-        binary = args.llama_server or Path(subprocess.run([str(BUILD_SCRIPT)], check=True, capture_output=True,
-                                                          text=True).stdout.strip())
+        binary = args.llama_server or Path(
+            subprocess.run([str(BUILD_SCRIPT)], check=True, capture_output=True, text=True).stdout.strip()
+        )
     results: list[tuple[str, list, list | None]] = []  # name, rows, llama-server's rows of the same round
     choices = "(not logged)"
     for round_ in range(1, args.rounds + 1):
@@ -132,7 +170,9 @@ def main() -> None:
     print(f"shoal serve {' '.join(serve_args) or '(defaults)'}: {choices}")
     print(f"workload: {args.input_len}-word random prompts, {args.output_len} output tokens (ignore_eos)")
     print()
-    print("| server | concurrency | requests (failed) | output tok/s | vs llama-server | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |")
+    print(
+        "| server | concurrency | requests (failed) | output tok/s | vs llama-server | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, rows, llama_rows in results:  # each ratio is against llama-server's figure of the same round
         for j, (concurrency, requests, s) in enumerate(rows):

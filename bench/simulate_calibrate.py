@@ -26,17 +26,49 @@ from shoal.simulate.calibrate import observation, profile_from_bench
 BLOCK_SIZE = 16
 IDLE_S = 3.0
 # (concurrency, prompt words, output tokens): prefill-heavy at three lengths, then decode at rising batch sizes.
-RUNS = ((1, 100, 24), (1, 300, 4), (1, 600, 4), (1, 1200, 4), (1, 1900, 4), (4, 100, 24), (4, 600, 16),
-        (8, 200, 16), (16, 100, 24))
+RUNS = (
+    (1, 100, 24),
+    (1, 300, 4),
+    (1, 600, 4),
+    (1, 1200, 4),
+    (1, 1900, 4),
+    (4, 100, 24),
+    (4, 600, 16),
+    (8, 200, 16),
+    (16, 100, 24),
+)
 
 
-def run_once(server: LocalProcess, model: str, concurrency: int, words: int, output: int, out: Path,
-             idle_rate: float) -> dict:
+def run_once(
+    server: LocalProcess, model: str, concurrency: int, words: int, output: int, out: Path, idle_rate: float
+) -> dict:
     before, started = server.cpu_seconds(), time.perf_counter()
-    subprocess.run([*shoal_command("bench", "serve"), "--url", server.url, "--model", model, "--dataset", "random",
-                    "--num-requests", str(concurrency), "--concurrency", str(concurrency), "--input-len", str(words),
-                    "--output-len", str(output), "--seed", str(words), "--no-progress", "--json", str(out)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            *shoal_command("bench", "serve"),
+            "--url",
+            server.url,
+            "--model",
+            model,
+            "--dataset",
+            "random",
+            "--num-requests",
+            str(concurrency),
+            "--concurrency",
+            str(concurrency),
+            "--input-len",
+            str(words),
+            "--output-len",
+            str(output),
+            "--seed",
+            str(words),
+            "--no-progress",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     record = json.loads(out.read_text())
     record["engine_cpu_s"] = server.cpu_seconds() - before - idle_rate * (time.perf_counter() - started)
     out.write_text(json.dumps(record))
@@ -44,9 +76,20 @@ def run_once(server: LocalProcess, model: str, concurrency: int, words: int, out
 
 
 def measure(model: str, max_num_seqs: int, budget: int, out_dir: Path) -> tuple[list[dict], int, float]:
-    server = LocalProcess(shoal_command("serve", "--model", model, "--threads", "1", "--max-num-seqs",
-                                        str(max_num_seqs), "--max-num-batched-tokens", str(budget)),
-                          out_dir / "serve.log")
+    server = LocalProcess(
+        shoal_command(
+            "serve",
+            "--model",
+            model,
+            "--threads",
+            "1",
+            "--max-num-seqs",
+            str(max_num_seqs),
+            "--max-num-batched-tokens",
+            str(budget),
+        ),
+        out_dir / "serve.log",
+    )
     try:
         server.wait_ready(timeout=900)
         startup = server.cpu_seconds()
@@ -55,8 +98,10 @@ def measure(model: str, max_num_seqs: int, budget: int, out_dir: Path) -> tuple[
         before = server.cpu_seconds()
         time.sleep(IDLE_S)
         idle_rate = (server.cpu_seconds() - before) / IDLE_S
-        records = [run_once(server, model, c, words, output, out_dir / f"c{c}-p{words}-o{output}.json", idle_rate)
-                   for c, words, output in RUNS]
+        records = [
+            run_once(server, model, c, words, output, out_dir / f"c{c}-p{words}-o{output}.json", idle_rate)
+            for c, words, output in RUNS
+        ]
     finally:
         server.stop()
     return records, kv_tokens, startup
@@ -75,21 +120,37 @@ def main() -> None:
     records, kv_tokens, startup = measure(args.model, args.max_num_seqs, args.max_num_batched_tokens, args.out_dir)
     flags = set(Path("/proc/cpuinfo").read_text().split())
     cpu = ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags) or "no avx2"
-    source = (f"Measured here by bench/simulate_calibrate.py on {time.strftime('%Y-%m-%d')}: shoal serve --model "
-              f"{args.model} --threads 1 --max-num-seqs {args.max_num_seqs} --max-num-batched-tokens "
-              f"{args.max_num_batched_tokens}, {os.cpu_count()} cores ({cpu}); step times fitted to the engine's CPU "
-              "seconds per run (the machine was shared); start-up is the engine's CPU seconds to /ready.")
-    profile = profile_from_bench(records, args.name, source, args.max_num_batched_tokens, args.max_num_seqs,
-                                 kv_tokens, (round(startup, 1), round(startup, 1)))
+    source = (
+        f"Measured here by bench/simulate_calibrate.py on {time.strftime('%Y-%m-%d')}: shoal serve --model "
+        f"{args.model} --threads 1 --max-num-seqs {args.max_num_seqs} --max-num-batched-tokens "
+        f"{args.max_num_batched_tokens}, {os.cpu_count()} cores ({cpu}); step times fitted to the engine's CPU "
+        "seconds per run (the machine was shared); start-up is the engine's CPU seconds to /ready."
+    )
+    profile = profile_from_bench(
+        records,
+        args.name,
+        source,
+        args.max_num_batched_tokens,
+        args.max_num_seqs,
+        kv_tokens,
+        (round(startup, 1), round(startup, 1)),
+    )
     print(f"{'run':<22}{'steps':>7}{'prefill':>9}{'seq-steps':>10}{'measured s':>12}{'fitted s':>10}")
     for record, (c, words, output) in zip(records, RUNS, strict=True):
         features, seconds = observation(record, args.max_num_batched_tokens)
         steps, prefill, seq_steps, context, pairs = features
         step = profile.step
-        fitted = (step.base_s * steps + step.per_prefill_token_s * prefill + step.per_decode_seq_s * seq_steps
-                  + step.per_context_token_s * context + step.per_prefill_attention_s * pairs)
-        print(f"{f'c={c} p={words} o={output}':<22}{steps:>7.0f}{prefill:>9.0f}{seq_steps:>10.0f}{seconds:>12.2f}"
-              f"{fitted:>10.2f}")
+        fitted = (
+            step.base_s * steps
+            + step.per_prefill_token_s * prefill
+            + step.per_decode_seq_s * seq_steps
+            + step.per_context_token_s * context
+            + step.per_prefill_attention_s * pairs
+        )
+        print(
+            f"{f'c={c} p={words} o={output}':<22}{steps:>7.0f}{prefill:>9.0f}{seq_steps:>10.0f}{seconds:>12.2f}"
+            f"{fitted:>10.2f}"
+        )
     args.out.write_text(profile.to_json())
     print(f"wrote {args.out}: {profile.step}; KV {kv_tokens} tokens; start-up {startup:.1f} CPU s")
 

@@ -102,16 +102,22 @@ def poisson_arrivals(phases: Sequence[Phase], rng: np.random.Generator) -> np.nd
     return np.asarray(times)
 
 
-def burst_trace(phases: Sequence[Phase], requests: Sequence[BenchRequest], count_tokens: Callable[[str], int],
-                seed: int) -> tuple[Trace, list[BenchRequest]]:
+def burst_trace(
+    phases: Sequence[Phase], requests: Sequence[BenchRequest], count_tokens: Callable[[str], int], seed: int
+) -> tuple[Trace, list[BenchRequest]]:
     """The trace (prompt tokens as the tokenizer counts them) and the request sent at each of its arrivals."""
     arrival = poisson_arrivals(phases, np.random.default_rng(seed))
     if len(arrival) > len(requests):
         raise ValueError(f"{len(arrival)} arrivals but only {len(requests)} requests to send")
     chosen = list(requests[: len(arrival)])
     bursts = (phases[0].seconds,) if len(phases) > 1 else ()
-    trace = make_trace("fidelity-burst", arrival, [count_tokens(r.prompt) for r in chosen],
-                       [r.max_tokens for r in chosen], bursts=bursts)
+    trace = make_trace(
+        "fidelity-burst",
+        arrival,
+        [count_tokens(r.prompt) for r in chosen],
+        [r.max_tokens for r in chosen],
+        bursts=bursts,
+    )
     return trace, chosen
 
 
@@ -125,20 +131,37 @@ def write_trace(trace: Trace, path: Path) -> None:
 
 
 # -- the real fleet ----------------------------------------------------------------------------------------------
-def manifest_text(name: str, model: str, max_num_seqs: int, replicas_max: int, slo_ttft_p95_s: float,
-                  queue_per_replica: int, scale_down_s: int, first_token_timeout_s: float) -> str:
+def manifest_text(
+    name: str,
+    model: str,
+    max_num_seqs: int,
+    replicas_max: int,
+    slo_ttft_p95_s: float,
+    queue_per_replica: int,
+    scale_down_s: int,
+    first_token_timeout_s: float,
+) -> str:
     """An InferenceDeployment whose engines run as the calibrated one does (default dtype and budget)."""
-    return yaml.safe_dump({
-        "apiVersion": "shoal.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": name},
-        "spec": {
-            "model": {"source": model},
-            "engine": {"maxNumSeqs": max_num_seqs, "startupSeconds": 600},
-            "replicas": {"min": 1, "max": replicas_max},
-            "autoscaling": {"enabled": True, "queueDepthPerReplica": queue_per_replica,
-                            "ttftP95Seconds": slo_ttft_p95_s, "scaleDownStabilizationSeconds": scale_down_s},
-            "gateway": {"routingPolicy": "prefix-aware", "timeouts": {"firstTokenSeconds": first_token_timeout_s}},
+    return yaml.safe_dump(
+        {
+            "apiVersion": "shoal.dev/v1alpha1",
+            "kind": "InferenceDeployment",
+            "metadata": {"name": name},
+            "spec": {
+                "model": {"source": model},
+                "engine": {"maxNumSeqs": max_num_seqs, "startupSeconds": 600},
+                "replicas": {"min": 1, "max": replicas_max},
+                "autoscaling": {
+                    "enabled": True,
+                    "queueDepthPerReplica": queue_per_replica,
+                    "ttftP95Seconds": slo_ttft_p95_s,
+                    "scaleDownStabilizationSeconds": scale_down_s,
+                },
+                "gateway": {"routingPolicy": "prefix-aware", "timeouts": {"firstTokenSeconds": first_token_timeout_s}},
+            },
         },
-    }, sort_keys=False)
+        sort_keys=False,
+    )
 
 
 def process_cpu_seconds(pid: int) -> float | None:
@@ -172,8 +195,15 @@ class FleetWatch:
         except (OSError, ValueError, KeyError):
             return
         phases = [r["phase"] for r in snapshot["replicas"]]
-        self.rows.append((now, int(snapshot["desired"]), phases.count("ready"),
-                          phases.count("starting") + phases.count("backoff"), phases.count("draining")))
+        self.rows.append(
+            (
+                now,
+                int(snapshot["desired"]),
+                phases.count("ready"),
+                phases.count("starting") + phases.count("backoff"),
+                phases.count("draining"),
+            )
+        )
         names, busy = set(), 0
         for replica in snapshot["replicas"]:
             name = replica["name"]
@@ -247,8 +277,15 @@ class Replay:
     watch: FleetWatch
 
 
-async def send_trace(url: str, model: str, trace: Trace, requests: Sequence[BenchRequest], watch: FleetWatch,
-                     timeout_s: float, warmup: Sequence[BenchRequest] = ()) -> Replay:
+async def send_trace(
+    url: str,
+    model: str,
+    trace: Trace,
+    requests: Sequence[BenchRequest],
+    watch: FleetWatch,
+    timeout_s: float,
+    warmup: Sequence[BenchRequest] = (),
+) -> Replay:
     """Streams each request at its trace time (never waiting for earlier ones) while the watch samples; the
     ``warmup`` requests go first, one at a time, unmeasured (a fresh engine's first request pays for lazy set-up)."""
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
@@ -310,20 +347,36 @@ def measured_run(trace: Trace, replay: Replay, routing: str) -> SimRun:
         else:
             dropped[i] = "failed: " + result.error[:80]
     end = max(watch.rows[-1][0] - t0 if watch.rows else 0.0, float(np.nanmax(finish)) if len(finish) else 0.0)
-    rows = [(t - t0, desired, ready, starting, draining)
-            for t, desired, ready, starting, draining in watch.rows if t >= t0]
+    rows = [
+        (t - t0, desired, ready, starting, draining) for t, desired, ready, starting, draining in watch.rows if t >= t0
+    ]
     first_desired = rows[0][1] if rows else 1
     decisions = [ScalingDecision(0.0, first_desired, "Initial", "the count when the trace started")]
     for (at, to), row in sorted(watch.decisions.items()):
         if at >= t0:
             decisions.append(ScalingDecision(at - t0, to, str(row["rule"]), str(row["message"])))
     created = {name: watch.started.get(name, watch.ready.get(name, t0)) for name in {*watch.started, *watch.ready}}
-    spans = [(max(start, t0) - t0, min(watch.gone.get(name, t0 + end), t0 + end) - t0)
-             for name, start in created.items() if watch.gone.get(name, math.inf) > t0]
-    return SimRun(policy="shoal", routing=routing, arrival=trace.arrival, first_token=first, finish=finish,
-                  output_tokens=trace.output_tokens, dropped=dropped, decisions=decisions, replica_spans=spans,
-                  timeline=np.asarray(rows, dtype=np.float64).reshape(-1, 5), route_reasons=Counter(),
-                  prompt_tokens_total=int(trace.prompt_tokens.sum()), prefill_tokens_saved=0, end_time=end)
+    spans = [
+        (max(start, t0) - t0, min(watch.gone.get(name, t0 + end), t0 + end) - t0)
+        for name, start in created.items()
+        if watch.gone.get(name, math.inf) > t0
+    ]
+    return SimRun(
+        policy="shoal",
+        routing=routing,
+        arrival=trace.arrival,
+        first_token=first,
+        finish=finish,
+        output_tokens=trace.output_tokens,
+        dropped=dropped,
+        decisions=decisions,
+        replica_spans=spans,
+        timeline=np.asarray(rows, dtype=np.float64).reshape(-1, 5),
+        route_reasons=Counter(),
+        prompt_tokens_total=int(trace.prompt_tokens.sum()),
+        prefill_tokens_saved=0,
+        end_time=end,
+    )
 
 
 # -- the simulated fleet -----------------------------------------------------------------------------------------
@@ -339,15 +392,21 @@ def slowed(profile: EngineProfile, factor: float) -> EngineProfile:
     return replace(profile, name=f"{profile.name} x{factor:.2f}", step=step)
 
 
-def simulate_fleet(trace: Trace, profile: EngineProfile, manifest: LocalManifest, startup_s: tuple[float, float],
-                   seed: int) -> SimRun:
+def simulate_fleet(
+    trace: Trace, profile: EngineProfile, manifest: LocalManifest, startup_s: tuple[float, float], seed: int
+) -> SimRun:
     """The trace through the simulator with the local fleet's policy, routing, batch, hold queue and drain."""
     spec = manifest.spec
     engine = replace(profile.with_engine(max_num_seqs=spec.engine.max_num_seqs), startup_s=startup_s)
     gateway = spec.gateway
-    config = SimConfig(seed=seed, initial_replicas=spec.replicas.min, hold_limit=gateway.hold_queue.size,
-                       hold_timeout_s=gateway.hold_queue.wait_seconds, drain_grace_s=EngineFleet.drain_timeout_s,
-                       sample_s=SAMPLE_S)
+    config = SimConfig(
+        seed=seed,
+        initial_replicas=spec.replicas.min,
+        hold_limit=gateway.hold_queue.size,
+        hold_timeout_s=gateway.hold_queue.wait_seconds,
+        drain_grace_s=EngineFleet.drain_timeout_s,
+        sample_s=SAMPLE_S,
+    )
     policy = LocalShoalPolicy(autoscaling_config(spec))
     return simulate(trace, engine, policy, make_policy(gateway.routing_policy, gateway.bound_factor), config)
 
@@ -372,10 +431,15 @@ def per_minute(run: SimRun, window_s: float = WINDOW_S) -> list[dict[str, float 
         inside = ttft[windows == w]
         during = timeline[(timeline[:, 0] >= w * window_s) & (timeline[:, 0] < (w + 1) * window_s)]
         p50, p95 = np.percentile(inside, [50, 95], method="higher") if len(inside) else (None, None)
-        rows.append({"minute": w, "requests": len(inside),
-                     "ttft_p50_s": None if p50 is None else float(p50),
-                     "ttft_p95_s": None if p95 is None else float(p95),
-                     "ready_mean": float(during[:, 2].mean()) if len(during) else None})
+        rows.append(
+            {
+                "minute": w,
+                "requests": len(inside),
+                "ttft_p50_s": None if p50 is None else float(p50),
+                "ttft_p95_s": None if p95 is None else float(p95),
+                "ready_mean": float(during[:, 2].mean()) if len(during) else None,
+            }
+        )
     return rows
 
 
@@ -432,10 +496,13 @@ def calibrate(model: str, out_dir: Path) -> tuple[EngineProfile, float, dict[str
     records, kv_tokens, startup_cpu = measure(model, CALIBRATION_MAX_SEQS, budget, out_dir)
     cpu = sum(float(r["engine_cpu_s"]) for r in records)
     wall = sum(float(r["summary"]["duration_s"]) for r in records)
-    source = (f"bench/simulate_fidelity.py calibration on {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} "
-              f"cores ({cpu_flags()}), load average {os.getloadavg()[0]:.1f}")
-    profile = profile_from_bench(records, f"{model}-now", source, budget, CALIBRATION_MAX_SEQS, kv_tokens,
-                                 (startup_cpu, startup_cpu))
+    source = (
+        f"bench/simulate_fidelity.py calibration on {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} "
+        f"cores ({cpu_flags()}), load average {os.getloadavg()[0]:.1f}"
+    )
+    profile = profile_from_bench(
+        records, f"{model}-now", source, budget, CALIBRATION_MAX_SEQS, kv_tokens, (startup_cpu, startup_cpu)
+    )
     return profile, max(1.0, wall / cpu), {"engine_cpu_s": cpu, "wall_s": wall, "startup_cpu_s": startup_cpu}
 
 
@@ -446,8 +513,12 @@ def main() -> None:
     parser.add_argument("--plots", type=Path, default=None, help="write fidelity_timeline.png / _ttft_cdf.png here")
     parser.add_argument("--json", dest="json_out", type=Path, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--base-load", type=float, default=0.5,
-                        help="base arrival rate as a fraction of one engine's capacity as calibrated now")
+    parser.add_argument(
+        "--base-load",
+        type=float,
+        default=0.5,
+        help="base arrival rate as a fraction of one engine's capacity as calibrated now",
+    )
     parser.add_argument("--step", type=float, default=3.0, help="the step's rate over the base rate")
     parser.add_argument("--base-s", type=float, default=60.0)
     parser.add_argument("--step-s", type=float, default=150.0)
@@ -460,9 +531,13 @@ def main() -> None:
     parser.add_argument("--queue-per-replica", type=int, default=4)
     parser.add_argument("--scale-down-s", type=int, default=60)
     parser.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")
-    parser.add_argument("--first-token-timeout", type=float, default=600.0,
-                        help="the gateway's first-token limit (its default is 60 s; the simulator has none, so the "
-                             "default here lets a slow first token be measured instead of answered 504)")
+    parser.add_argument(
+        "--first-token-timeout",
+        type=float,
+        default=600.0,
+        help="the gateway's first-token limit (its default is 60 s; the simulator has none, so the "
+        "default here lets a slow first token be measured instead of answered 504)",
+    )
     args = parser.parse_args()
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -474,9 +549,11 @@ def main() -> None:
     fleet_engine = slowed(profile, slowdown).with_engine(max_num_seqs=args.max_num_seqs)
     capacity = fleet_engine.capacity_rps(args.input_len, args.output_len)
     base_rate = args.base_load * capacity
-    print(f"   step {profile.step}; engine got {1 / slowdown:.2f} of a core (slowdown {slowdown:.2f}); one engine "
-          f"serves ~{capacity:.2f} req/s of this shape now; base {base_rate:.2f} req/s, step {args.step:g}x",
-          flush=True)
+    print(
+        f"   step {profile.step}; engine got {1 / slowdown:.2f} of a core (slowdown {slowdown:.2f}); one engine "
+        f"serves ~{capacity:.2f} req/s of this shape now; base {base_rate:.2f} req/s, step {args.step:g}x",
+        flush=True,
+    )
 
     from shoal.model_registry import resolve_model
     from shoal.tokenizer.tokenizer import Tokenizer
@@ -491,19 +568,28 @@ def main() -> None:
     print(f"2. trace {trace_path}: {len(trace)} requests over {trace.duration:.0f} s", flush=True)
 
     manifest_path = out / "fidelity.yaml"
-    manifest_path.write_text(manifest_text("fidelity", args.model, args.max_num_seqs, args.replicas_max,
-                                           args.slo_ttft_p95, args.queue_per_replica, args.scale_down_s,
-                                           args.first_token_timeout))
+    manifest_path.write_text(
+        manifest_text(
+            "fidelity",
+            args.model,
+            args.max_num_seqs,
+            args.replicas_max,
+            args.slo_ttft_p95,
+            args.queue_per_replica,
+            args.scale_down_s,
+            args.first_token_timeout,
+        )
+    )
     manifest = load_manifest(manifest_path)
     log_dir = out / "up"
-    up = LocalProcess(shoal_command("up", str(manifest_path), "--no-tui", "--log-dir", str(log_dir)),
-                      out / "up.log")
+    up = LocalProcess(shoal_command("up", str(manifest_path), "--no-tui", "--log-dir", str(log_dir)), out / "up.log")
     watch = FleetWatch(log_dir / "dashboard.json")
     try:
         wait_for_fleet(up, watch, 900)
         print(f"3. replaying against shoal up at {up.url} ...", flush=True)
-        replay = asyncio.run(send_trace(up.url, manifest.spec.served_name, trace, requests, watch, args.timeout,
-                                        pool[-2:]))
+        replay = asyncio.run(
+            send_trace(up.url, manifest.spec.served_name, trace, requests, watch, args.timeout, pool[-2:])
+        )
     finally:
         up.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -512,20 +598,30 @@ def main() -> None:
     measured = measured_run(trace, replay, manifest.spec.gateway.routing_policy)
     late = max(s - a for s, a in zip(replay.sent, trace.arrival.tolist(), strict=True))
     usage = [r.prompt_tokens for r in replay.results if r.success]
-    mismatched = sum(1 for r, p in zip(replay.results, trace.prompt_tokens, strict=True)
-                     if r.success and r.prompt_tokens != p)
+    mismatched = sum(
+        1 for r, p in zip(replay.results, trace.prompt_tokens, strict=True) if r.success and r.prompt_tokens != p
+    )
     startups = watch.startups(after=replay.t0)
     first_startup = watch.startups()
     measured_startups = list(startups.values()) or list(first_startup.values())
     startup_range = (min(measured_startups), max(measured_startups))
-    print(f"   sent at most {late:.2f} s late; {mismatched} of {len(usage)} prompts counted otherwise by the engine; "
-          f"engine start-up to ready {', '.join(f'{n} {s:.1f} s' for n, s in sorted(first_startup.items()))}",
-          flush=True)
+    print(
+        f"   sent at most {late:.2f} s late; {mismatched} of {len(usage)} prompts counted otherwise by the engine; "
+        f"engine start-up to ready {', '.join(f'{n} {s:.1f} s' for n, s in sorted(first_startup.items()))}",
+        flush=True,
+    )
 
     print("4. simulating the trace file ...", flush=True)
     replayed = load_trace(trace_path)
-    replayed = Trace(trace.name, replayed.arrival, replayed.prompt_tokens, replayed.output_tokens,
-                     replayed.prefix_group, replayed.prefix_tokens, trace.bursts)
+    replayed = Trace(
+        trace.name,
+        replayed.arrival,
+        replayed.prompt_tokens,
+        replayed.output_tokens,
+        replayed.prefix_group,
+        replayed.prefix_tokens,
+        trace.bursts,
+    )
     runs = {
         MEASURED: measured,
         SIM_CALIBRATED: simulate_fleet(replayed, profile, manifest, startup_range, args.seed),
@@ -533,33 +629,49 @@ def main() -> None:
     }
     replay_share = watch.busy_core_share(replay.t0)
     if replay_share:
-        runs[SIM_REPLAY_SHARE] = simulate_fleet(replayed, slowed(profile, max(1.0, 1 / replay_share)), manifest,
-                                                startup_range, args.seed)
+        runs[SIM_REPLAY_SHARE] = simulate_fleet(
+            replayed, slowed(profile, max(1.0, 1 / replay_share)), manifest, startup_range, args.seed
+        )
     report = side_by_side(runs, replayed, args.slo_ttft_p95)
     sim_capacity = replica_capacity(fleet_engine, replayed, args.slo_ttft_p95, args.seed)
-    comparison = Comparison(replayed, fleet_engine, args.slo_ttft_p95, sim_capacity,
-                            Sizing(sim_capacity.concurrency, replicas_for(peak_rate(replayed), sim_capacity)),
-                            autoscaling_config(manifest.spec), runs,
-                            {name: entry["summary"] for name, entry in report.items()})  # type: ignore[index]
+    comparison = Comparison(
+        replayed,
+        fleet_engine,
+        args.slo_ttft_p95,
+        sim_capacity,
+        Sizing(sim_capacity.concurrency, replicas_for(peak_rate(replayed), sim_capacity)),
+        autoscaling_config(manifest.spec),
+        runs,
+        {name: entry["summary"] for name, entry in report.items()},
+    )  # type: ignore[index]
     cores = watch.cores_per_window(replay.t0)
     load_after = os.getloadavg()
     print(format_table(comparison))
     print(format_side_by_side(report))
     engine_ttft = watch.engine_ttft_per_window(replay.t0)
-    print(f"engine-side TTFT P95 per minute (the autoscaler's 30 s window, highest sample): "
-          f"{' '.join(_cell(v) for v in engine_ttft)}")
-    print(f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; serving engines used "
-          f"{' '.join(f'{c:.2f}' for c in cores)} cores per minute; a busy engine got "
-          f"{_cell(replay_share)} of a core (calibration: {1 / slowdown:.2f})")
+    print(
+        f"engine-side TTFT P95 per minute (the autoscaler's 30 s window, highest sample): "
+        f"{' '.join(_cell(v) for v in engine_ttft)}"
+    )
+    print(
+        f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; serving engines used "
+        f"{' '.join(f'{c:.2f}' for c in cores)} cores per minute; a busy engine got "
+        f"{_cell(replay_share)} of a core (calibration: {1 / slowdown:.2f})"
+    )
     document = {
-        "command": " ".join(sys.argv), "cpu_flags": cpu_flags(), "cores": os.cpu_count(),
+        "command": " ".join(sys.argv),
+        "cpu_flags": cpu_flags(),
+        "cores": os.cpu_count(),
         "load_average": {"before": load_before, "after": load_after, "during": watch.load},
         "calibration": {**calibration, "slowdown": slowdown, "profile": json.loads(profile.to_json())},
         "trace": {"path": str(trace_path), "requests": len(trace), "phases": [asdict(p) for p in phases]},
         "startup_s": {"measured": first_startup, "during_trace": startups, "simulated_range": startup_range},
-        "sent_late_max_s": late, "prompt_count_mismatches": mismatched,
-        "serving_engine_cores_per_minute": cores, "engine_ttft_p95_per_minute": engine_ttft,
-        "busy_engine_core_share": replay_share, "runs": report,
+        "sent_late_max_s": late,
+        "prompt_count_mismatches": mismatched,
+        "serving_engine_cores_per_minute": cores,
+        "engine_ttft_p95_per_minute": engine_ttft,
+        "busy_engine_core_share": replay_share,
+        "runs": report,
     }
     if args.json_out:
         args.json_out.write_text(json.dumps(document, indent=1, default=str))

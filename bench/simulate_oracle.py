@@ -62,7 +62,7 @@ class Oracle:
     def decide(self, signals: FleetSignals) -> ScalingDecision:
         now = int(signals.time // self.bin_s)
         first = 0 if self.memory else now
-        window = self.per_bin[first:now + max(1, math.ceil(self.lookahead_s / self.bin_s))]
+        window = self.per_bin[first : now + max(1, math.ceil(self.lookahead_s / self.bin_s))]
         rate = float(window.max()) if len(window) else 0.0
         target = min(replicas_for(rate, self.capacity), self.max_replicas)
         return ScalingDecision(signals.time, target, "Oracle", f"{self.name}: {rate:.3g} req/s ahead -> {target}")
@@ -82,14 +82,16 @@ def main() -> None:
     capacity, config = baseline.capacity, baseline.config
     hpa = baseline.results["hpa"]
     hpa_hours = float(hpa["replica_hours"])  # type: ignore[arg-type]
+
     def rates(bin_s: float) -> np.ndarray:
         return np.bincount((trace.arrival // bin_s).astype(np.int64)) / bin_s
 
     routing = "prefix-aware"
     rows: list[tuple[str, dict[str, object]]] = [("hpa", hpa)]
-    oracles = [Oracle("reactive-oracle", rates(MINUTE_S), MINUTE_S, capacity, MINUTE_S, config.max_replicas, True),
-               Oracle("clairvoyant", rates(BIN_S), BIN_S, capacity, profile.startup_s[1] + MINUTE_S,
-                      config.max_replicas)]
+    oracles = [
+        Oracle("reactive-oracle", rates(MINUTE_S), MINUTE_S, capacity, MINUTE_S, config.max_replicas, True),
+        Oracle("clairvoyant", rates(BIN_S), BIN_S, capacity, profile.startup_s[1] + MINUTE_S, config.max_replicas),
+    ]
     for oracle in oracles:
         initial = oracle.decide(FleetSignals(time=0.0, desired=0)).replicas
         config_run = SimConfig(seed=args.seed, initial_replicas=initial)
@@ -97,12 +99,15 @@ def main() -> None:
         rows.append((oracle.name, summarize_run(run, args.slo_ttft_p95, trace.bursts)))
     sizes = range(1, config.max_replicas + 1) if args.fixed is None else [int(n) for n in args.fixed.split(",")]
     for n in sizes:
-        run = simulate(trace, profile, FixedForPeak(n), make_policy(routing),
-                       SimConfig(seed=args.seed, initial_replicas=n))
+        run = simulate(
+            trace, profile, FixedForPeak(n), make_policy(routing), SimConfig(seed=args.seed, initial_replicas=n)
+        )
         rows.append((f"fixed-{n}", summarize_run(run, args.slo_ttft_p95, trace.bursts)))
     low, high = profile.startup_s
-    print(f"trace {trace.name}, profile {profile.name}, start-up {low:.0f}-{high:.0f} s, one replica meets the SLO "
-          f"up to {capacity.max_rps:.2f} req/s; replicas {config.min_replicas}..{config.max_replicas}")
+    print(
+        f"trace {trace.name}, profile {profile.name}, start-up {low:.0f}-{high:.0f} s, one replica meets the SLO "
+        f"up to {capacity.max_rps:.2f} req/s; replicas {config.min_replicas}..{config.max_replicas}"
+    )
     print("| policy | SLO windows met | replica-hours | vs HPA |")
     print("|---|---|---|---|")
     for name, result in rows:

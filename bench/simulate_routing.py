@@ -24,8 +24,9 @@ from shoal.simulate.simulator import SimConfig, simulate
 from shoal.simulate.trace import Trace, make_trace
 
 
-def chats(requests: int, groups: int, prefix_len: int, suffix_len: int, output_len: int, rate: float,
-          seed: int) -> Trace:
+def chats(
+    requests: int, groups: int, prefix_len: int, suffix_len: int, output_len: int, rate: float, seed: int
+) -> Trace:
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0 / rate, requests))
     group = rng.integers(0, groups, requests)
@@ -51,27 +52,43 @@ def main() -> None:
     profile = load_profile(args.profile).with_engine(args.max_num_batched_tokens, args.max_num_seqs)
 
     def run(trace: Trace, replicas: int, routing: str) -> dict:
-        result = simulate(trace, profile, FixedForPeak(replicas), make_policy(routing),
-                          SimConfig(seed=args.seed, initial_replicas=replicas))
+        result = simulate(
+            trace,
+            profile,
+            FixedForPeak(replicas),
+            make_policy(routing),
+            SimConfig(seed=args.seed, initial_replicas=replicas),
+        )
         return summarize_run(result, slo_ttft_p95_s=1e9)
 
     probe = chats(args.requests, args.groups, args.prefix_len, args.suffix_len, args.output_len, 1.0, args.seed)
     first = run(probe, args.replicas, "round-robin")
     latency = first["ttft_p50_s"] + first["itl_p50_s"] * args.output_len  # rough time in the system at 1 req/s
-    trace = chats(args.requests, args.groups, args.prefix_len, args.suffix_len, args.output_len,
-                  args.in_flight / latency, args.seed)
+    trace = chats(
+        args.requests,
+        args.groups,
+        args.prefix_len,
+        args.suffix_len,
+        args.output_len,
+        args.in_flight / latency,
+        args.seed,
+    )
     single = run(trace, 1, "round-robin")
     rows = {name: run(trace, args.replicas, name) for name in ("round-robin", "least-load", "prefix-aware")}
-    print(f"{args.requests} requests at {args.in_flight / latency:.2f} req/s (~{args.in_flight:g} in flight), "
-          f"{args.groups} groups x {args.prefix_len}-token prefixes, {args.replicas} replicas, profile {profile.name}; "
-          f"one replica's hit rate {single['prefix_hit_rate']:.3f}")
+    print(
+        f"{args.requests} requests at {args.in_flight / latency:.2f} req/s (~{args.in_flight:g} in flight), "
+        f"{args.groups} groups x {args.prefix_len}-token prefixes, {args.replicas} replicas, profile {profile.name}; "
+        f"one replica's hit rate {single['prefix_hit_rate']:.3f}"
+    )
     print("| routing | hit rate | vs one replica | max/mean requests | TTFT p95 (s) | vs round-robin | reasons |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     base = rows["round-robin"]["ttft_p95_s"]
     for name, r in rows.items():
-        print(f"| {name} | {r['prefix_hit_rate']:.3f} | {r['prefix_hit_rate'] / single['prefix_hit_rate']:.2f}x | "
-              f"{r['routing']['max_over_mean_requests']:.2f} | {r['ttft_p95_s']:.3f} | {r['ttft_p95_s'] / base:.2f}x | "
-              f"{', '.join(f'{k} {v}' for k, v in sorted(r['routing']['reasons'].items()))} |")
+        print(
+            f"| {name} | {r['prefix_hit_rate']:.3f} | {r['prefix_hit_rate'] / single['prefix_hit_rate']:.2f}x | "
+            f"{r['routing']['max_over_mean_requests']:.2f} | {r['ttft_p95_s']:.3f} | {r['ttft_p95_s'] / base:.2f}x | "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(r['routing']['reasons'].items()))} |"
+        )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,9 @@ def trace_for(replicas: int, requests: int, rate_per_replica: float, seed: int) 
     return make_trace("scale", arrival, *request_shapes(rng, requests))
 
 
-def timed(replicas: int, requests: int, routing: str, rate_per_replica: float, seed: int,
-          time_routing: bool = False) -> dict[str, float]:
+def timed(
+    replicas: int, requests: int, routing: str, rate_per_replica: float, seed: int, time_routing: bool = False
+) -> dict[str, float]:
     profile = load_profile("gpu-8b-h100")
     trace = trace_for(replicas, requests, rate_per_replica, seed)
     config = AutoscalingConfig(min_replicas=1, max_replicas=2 * replicas, ttft_p95_seconds=2.0)
@@ -60,10 +61,14 @@ def timed(replicas: int, requests: int, routing: str, rate_per_replica: float, s
     wall, cpu = time.perf_counter(), time.process_time()
     run = simulate(trace, profile, ShoalPolicy(config), router, SimConfig(seed=seed, initial_replicas=replicas))
     wall = time.perf_counter() - wall
-    return {"wall_s": wall, "cpu_s": time.process_time() - cpu,
-            "routing_share": router.wall_s / wall if isinstance(router, TimedRouting) else math.nan,
-            "served": int((~np.isnan(run.finish)).sum()), "simulated_s": run.end_time,
-            "peak_replicas": int(run.timeline[:, 1].max())}
+    return {
+        "wall_s": wall,
+        "cpu_s": time.process_time() - cpu,
+        "routing_share": router.wall_s / wall if isinstance(router, TimedRouting) else math.nan,
+        "served": int((~np.isnan(run.finish)).sum()),
+        "simulated_s": run.end_time,
+        "peak_replicas": int(run.timeline[:, 1].max()),
+    }
 
 
 def main() -> None:
@@ -78,11 +83,14 @@ def main() -> None:
         base = timed(args.replicas, args.requests // 10, routing, args.rate_per_replica, args.seed)
         share = timed(args.replicas, args.requests // 10, routing, args.rate_per_replica, args.seed, True)
         full = timed(args.replicas, args.requests, routing, args.rate_per_replica, args.seed)
-        print(f"{routing}: {args.replicas} replicas, {args.requests} requests ({full['simulated_s']:.0f} s simulated, "
-              f"{full['served']} served, peak {full['peak_replicas']}): wall {full['wall_s']:.1f} s, CPU "
-              f"{full['cpu_s']:.1f} s ({args.requests / full['cpu_s']:,.0f} req/s); CPU per request vs a tenth of "
-              f"the requests ({base['cpu_s']:.1f} s): {full['cpu_s'] / (10 * base['cpu_s']):.2f}x; routing decide "
-              f"{share['routing_share']:.0%} of a tenth's wall time", flush=True)
+        print(
+            f"{routing}: {args.replicas} replicas, {args.requests} requests ({full['simulated_s']:.0f} s simulated, "
+            f"{full['served']} served, peak {full['peak_replicas']}): wall {full['wall_s']:.1f} s, CPU "
+            f"{full['cpu_s']:.1f} s ({args.requests / full['cpu_s']:,.0f} req/s); CPU per request vs a tenth of "
+            f"the requests ({base['cpu_s']:.1f} s): {full['cpu_s'] / (10 * base['cpu_s']):.2f}x; routing decide "
+            f"{share['routing_share']:.0%} of a tenth's wall time",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

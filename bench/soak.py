@@ -61,9 +61,15 @@ def request_for(rng: random.Random, i: int) -> tuple[str, dict, bool]:
     if rng.random() < 0.5:
         body = {"model": "tiny", "prompt": text, "max_tokens": max_tokens, "stream": stream, "ignore_eos": True}
         return "/v1/completions", body, abandon
-    body = {"model": "tiny", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
-            if shared else [{"role": "user", "content": text}], "max_tokens": max_tokens, "stream": stream,
-            "ignore_eos": True}
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
+        if shared
+        else [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+        "ignore_eos": True,
+    }
     return "/v1/chat/completions", body, abandon
 
 
@@ -137,14 +143,29 @@ def main() -> None:
     memory = {}
     for name, points in samples.items():
         after = [(t, v) for t, v in points if t >= warm] or points[-1:]
-        memory[name] = {"rss_after_warmup_mib": round(after[0][1], 1), "rss_end_mib": round(after[-1][1], 1),
-                        "growth_mib": round(after[-1][1] - after[0][1], 1),
-                        "slope_mib_per_min": round(slope_per_minute(after), 3)}
+        memory[name] = {
+            "rss_after_warmup_mib": round(after[0][1], 1),
+            "rss_end_mib": round(after[-1][1], 1),
+            "growth_mib": round(after[-1][1] - after[0][1], 1),
+            "slope_mib_per_min": round(slope_per_minute(after), 3),
+        }
     errors: list[str] = result["errors"]  # type: ignore[assignment]
     passed = not errors and all(m["growth_mib"] <= args.max_growth_mib for m in memory.values())
-    print(json.dumps({"minutes": args.minutes, "engines": args.engines, "concurrency": args.concurrency,
-                      "outcomes": result["outcomes"], "errors": len(errors), "first_errors": errors[:5],
-                      "memory": memory, "passed": passed}, indent=2))
+    print(
+        json.dumps(
+            {
+                "minutes": args.minutes,
+                "engines": args.engines,
+                "concurrency": args.concurrency,
+                "outcomes": result["outcomes"],
+                "errors": len(errors),
+                "first_errors": errors[:5],
+                "memory": memory,
+                "passed": passed,
+            },
+            indent=2,
+        )
+    )
     raise SystemExit(0 if passed else 1)
 
 

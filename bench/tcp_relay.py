@@ -69,8 +69,7 @@ class _ClientSide(_Side):
 async def serve(port: int, backends: list[str]) -> None:
     addresses = [(parts.hostname or "127.0.0.1", parts.port or 80) for parts in map(urlsplit, backends)]
     cycle = itertools.cycle(addresses)
-    server = await asyncio.get_running_loop().create_server(lambda: _ClientSide(cycle), "127.0.0.1", port,
-                                                            backlog=1024)
+    server = await asyncio.get_running_loop().create_server(lambda: _ClientSide(cycle), "127.0.0.1", port, backlog=1024)
     async with server:
         await server.serve_forever()
 

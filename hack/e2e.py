@@ -75,10 +75,14 @@ class Cluster:
     helm_binary: Path
     workdir: Path
 
-    def run(self, argv: list[str], *, input: str | None = None, check: bool = True,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
-               **{f"HELM_{k}_HOME": str(self.workdir / "helm" / k.lower()) for k in ("CACHE", "CONFIG", "DATA")}}
+    def run(
+        self, argv: list[str], *, input: str | None = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            **{f"HELM_{k}_HOME": str(self.workdir / "helm" / k.lower()) for k in ("CACHE", "CONFIG", "DATA")},
+        }
         result = subprocess.run(argv, input=input, capture_output=True, text=True, env=env, timeout=timeout)
         if check and result.returncode != 0:
             raise E2EError(f"{' '.join(argv[:4])} ... failed:\n{result.stderr.strip() or result.stdout.strip()}")
@@ -143,8 +147,12 @@ def kind_cluster(workdir: Path) -> Iterator[Cluster]:
     env = {**os.environ, "KIND_EXPERIMENTAL_PROVIDER": runtime}
     kubeconfig = workdir / "kubeconfig"
     step(f"creating kind cluster {KIND_CLUSTER} with {runtime}")
-    created = subprocess.run([kind_binary, "create", "cluster", "--name", KIND_CLUSTER, "--kubeconfig",
-                              str(kubeconfig), "--wait", "120s"], capture_output=True, text=True, env=env)
+    created = subprocess.run(
+        [kind_binary, "create", "cluster", "--name", KIND_CLUSTER, "--kubeconfig", str(kubeconfig), "--wait", "120s"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     try:
         if created.returncode != 0:
             raise E2EError(f"kind could not create a cluster with {runtime}:\n{created.stderr.strip()}")
@@ -157,17 +165,29 @@ def kind_cluster(workdir: Path) -> Iterator[Cluster]:
 
 def load_images(kind_binary: str, runtime: str, env: dict[str, str], workdir: Path) -> None:
     step(f"building the images with {runtime} (make images) and loading them into the cluster")
-    built = subprocess.run(["bash", str(REPO / "hack" / "images" / "build.sh"), "all"], cwd=REPO,
-                           env={**os.environ, "BUILDER": runtime, "PY": sys.executable})
+    built = subprocess.run(
+        ["bash", str(REPO / "hack" / "images" / "build.sh"), "all"],
+        cwd=REPO,
+        env={**os.environ, "BUILDER": runtime, "PY": sys.executable},
+    )
     if built.returncode != 0:
         raise E2EError("make images failed (see above)")
-    tags = subprocess.run(["bash", str(REPO / "hack" / "images" / "build.sh"), "--tags"], capture_output=True,
-                          text=True, env={**os.environ, "PY": sys.executable}, check=True).stdout.split()[1::2]
+    tags = subprocess.run(
+        ["bash", str(REPO / "hack" / "images" / "build.sh"), "--tags"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PY": sys.executable},
+        check=True,
+    ).stdout.split()[1::2]
     for tag in tags:
         archive = workdir / "image.tar"
         subprocess.run([runtime, "save", "-o", str(archive), tag], check=True)
-        loaded = subprocess.run([kind_binary, "load", "image-archive", str(archive), "--name", KIND_CLUSTER],
-                                env=env, capture_output=True, text=True)
+        loaded = subprocess.run(
+            [kind_binary, "load", "image-archive", str(archive), "--name", KIND_CLUSTER],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         archive.unlink()
         if loaded.returncode != 0:
             raise E2EError(f"kind could not load {tag}:\n{loaded.stderr.strip()}")
@@ -178,8 +198,16 @@ def load_images(kind_binary: str, runtime: str, env: dict[str, str], workdir: Pa
 
 def install_chart(cluster: Cluster, *, wait: bool) -> str:
     step("helm install charts/shoal")
-    result = cluster.helm("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-                          *(["--wait", "--timeout", "5m"] if wait else []), timeout=400)
+    result = cluster.helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        *(["--wait", "--timeout", "5m"] if wait else []),
+        timeout=400,
+    )
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/inferencedeployments.shoal.dev")
     notes = result.stdout
     for promise in ("kubectl port-forward svc/", "-api-keys", "Authorization: Bearer"):
@@ -201,8 +229,23 @@ def local_operator(cluster: Cluster) -> Iterator[None]:
     operator_config.write_text(yaml.safe_dump(config))
     log = (cluster.workdir / "operator.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "shoal.operator", "operator", "--kubeconfig", str(operator_config), "--peering", "shoal",
-         "--resync-seconds", "2"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "shoal.operator",
+            "operator",
+            "--kubeconfig",
+            str(operator_config),
+            "--peering",
+            "shoal",
+            "--resync-seconds",
+            "2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        start_new_session=True,
+    )
     try:
         yield
     finally:
@@ -219,8 +262,16 @@ def deploy_example(cluster: Cluster) -> None:
 
 def wait_ready(cluster: Cluster, timeout: float) -> None:
     step("waiting for the InferenceDeployment to be Ready")
-    result = cluster.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "infd/smollm2",
-                             f"--timeout={int(timeout)}s", check=False, timeout=timeout + 30)
+    result = cluster.kubectl(
+        "wait",
+        "-n",
+        NAMESPACE,
+        "--for=condition=Ready",
+        "infd/smollm2",
+        f"--timeout={int(timeout)}s",
+        check=False,
+        timeout=timeout + 30,
+    )
     if result.returncode != 0:
         status = (cluster.get("infd", "smollm2") or {}).get("status")
         pods = cluster.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide", check=False).stdout
@@ -240,8 +291,9 @@ def check_printer_columns(cluster: Cluster) -> None:
 def api_key(cluster: Cluster) -> str:
     """The generated key, read as the NOTES say (the Secret's tenants file, first key)."""
     step("reading the generated API key from Secret smollm2-api-keys")
-    encoded = cluster.kubectl("get", "secret", "smollm2-api-keys", "-n", NAMESPACE,
-                              "-o", "jsonpath={.data.api-keys}").stdout
+    encoded = cluster.kubectl(
+        "get", "secret", "smollm2-api-keys", "-n", NAMESPACE, "-o", "jsonpath={.data.api-keys}"
+    ).stdout
     tenants_file = base64.b64decode(encoded).decode()
     tenants = yaml.safe_load(tenants_file)["tenants"]
     return next(iter(tenants.values()))["api_keys"][0]
@@ -284,9 +336,12 @@ def free_port() -> int:
 @contextlib.contextmanager
 def port_forward(cluster: Cluster) -> Iterator[str]:
     port = free_port()
-    process = subprocess.Popen(["kubectl", "port-forward", "-n", NAMESPACE, "svc/smollm2", f"{port}:80"],
-                               env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        ["kubectl", "port-forward", "-n", NAMESPACE, "svc/smollm2", f"{port}:80"],
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -311,8 +366,10 @@ def check_serving(cluster: Cluster, key: str) -> None:
     with port_forward(cluster) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=key)
         reply = client.chat.completions.create(
-            model="smollm2-135m", max_tokens=16,
-            messages=[{"role": "user", "content": "What is the capital of France?"}])
+            model="smollm2-135m",
+            max_tokens=16,
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+        )
         if not reply.choices[0].message.content:
             raise E2EError(f"empty completion: {reply}")
         try:
@@ -323,8 +380,9 @@ def check_serving(cluster: Cluster, key: str) -> None:
         step("the gateway's metrics count the request")
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
             metrics = response.read().decode()
-        if not any(line.startswith("shoal_gateway_requests_total{") and 'status="200"' in line
-                   for line in metrics.splitlines()):
+        if not any(
+            line.startswith("shoal_gateway_requests_total{") and 'status="200"' in line for line in metrics.splitlines()
+        ):
             raise E2EError("no shoal_gateway_requests_total with status 200 in the gateway's /metrics")
 
 

@@ -18,9 +18,17 @@ import gguf
 
 _MAGIC = b"GGUF"
 _SCALARS: dict[int, struct.Struct] = {
-    0: struct.Struct("<B"), 1: struct.Struct("<b"), 2: struct.Struct("<H"), 3: struct.Struct("<h"),
-    4: struct.Struct("<I"), 5: struct.Struct("<i"), 6: struct.Struct("<f"), 7: struct.Struct("<?"),
-    10: struct.Struct("<Q"), 11: struct.Struct("<q"), 12: struct.Struct("<d"),
+    0: struct.Struct("<B"),
+    1: struct.Struct("<b"),
+    2: struct.Struct("<H"),
+    3: struct.Struct("<h"),
+    4: struct.Struct("<I"),
+    5: struct.Struct("<i"),
+    6: struct.Struct("<f"),
+    7: struct.Struct("<?"),
+    10: struct.Struct("<Q"),
+    11: struct.Struct("<q"),
+    12: struct.Struct("<d"),
 }
 _STRING, _ARRAY = 8, 9
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
@@ -85,7 +93,7 @@ class _MetadataParser:
         self.offset += length
         if self.offset > len(self.data):
             raise ValueError("a string runs past the end of the file")
-        return self.data[start:self.offset].decode("utf-8")
+        return self.data[start : self.offset].decode("utf-8")
 
     def _value(self, kind: int) -> Any:
         if kind == _STRING:

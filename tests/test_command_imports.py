@@ -7,8 +7,13 @@ import sys
 
 import pytest
 
-TORCH_FREE_COMMANDS = [["gateway", "--help"], ["operator", "--help"], ["crd"], ["bench", "serve", "--help"],
-                       ["simulate", "--help"]]
+TORCH_FREE_COMMANDS = [
+    ["gateway", "--help"],
+    ["operator", "--help"],
+    ["crd"],
+    ["bench", "serve", "--help"],
+    ["simulate", "--help"],
+]
 
 
 @pytest.mark.parametrize("argv", TORCH_FREE_COMMANDS, ids=lambda a: " ".join(a))

@@ -115,8 +115,10 @@ class HPAStyle:
             wanted, rule = current, "HoldTolerance"
         replicas = _clamp(wanted, self.config)
         values = {"metric_total": total, "ratio": ratio, "raw": float(raw), "target": self.target_per_replica}
-        message = (f"{self.name}: metric total {total:g} over target {self.target_per_replica:g}/replica "
-                   f"(ratio {ratio:.2f}) recommends {raw}, applying {replicas}")
+        message = (
+            f"{self.name}: metric total {total:g} over target {self.target_per_replica:g}/replica "
+            f"(ratio {ratio:.2f}) recommends {raw}, applying {replicas}"
+        )
         return ScalingDecision(signals.time, replicas, rule, message, values)
 
 
@@ -139,12 +141,20 @@ class KEDAStyle(HPAStyle):
         if active or self._last_active is None:
             self._last_active = signals.time
         if signals.held_requests > 0 and decision.replicas == 0:
-            return ScalingDecision(signals.time, max(1, self.config.min_replicas), "ScaleFromZero",
-                                   f"{self.name}: {signals.held_requests} requests held with no replica")
+            return ScalingDecision(
+                signals.time,
+                max(1, self.config.min_replicas),
+                "ScaleFromZero",
+                f"{self.name}: {signals.held_requests} requests held with no replica",
+            )
         if decision.replicas == 0 and signals.time - self._last_active < self.cooldown_seconds:
-            return ScalingDecision(signals.time, min(1, signals.desired), "HoldCooldown",
-                                   f"{self.name}: idle for less than the {self.cooldown_seconds:g} s cooldown",
-                                   decision.values)
+            return ScalingDecision(
+                signals.time,
+                min(1, signals.desired),
+                "HoldCooldown",
+                f"{self.name}: idle for less than the {self.cooldown_seconds:g} s cooldown",
+                decision.values,
+            )
         return decision
 
 
@@ -196,10 +206,16 @@ class KPAStyle:
         else:
             wanted, rule = want_stable, "Stable"
         replicas = _clamp(wanted, self.config)
-        values = {"stable_concurrency": stable, "panic_concurrency": panic, "ready": float(len(signals.ready)),
-                  "target": per_pod}
-        message = (f"{self.name}: concurrency {stable:.1f} stable / {panic:.1f} panic over "
-                   f"{per_pod:g} per pod wants {wanted}, applying {replicas}")
+        values = {
+            "stable_concurrency": stable,
+            "panic_concurrency": panic,
+            "ready": float(len(signals.ready)),
+            "target": per_pod,
+        }
+        message = (
+            f"{self.name}: concurrency {stable:.1f} stable / {panic:.1f} panic over "
+            f"{per_pod:g} per pod wants {wanted}, applying {replicas}"
+        )
         return ScalingDecision(now, replicas, rule, message, values)
 
 

@@ -116,8 +116,9 @@ class CapacityEstimate:
         if ready and arrival > 0:
             self._ceiling = min(self._ceiling, arrival / ready)
 
-    def observe(self, time: float, ready: int, waiting: float, arrival: float, within_slo: bool,
-                saturated: bool) -> None:
+    def observe(
+        self, time: float, ready: int, waiting: float, arrival: float, within_slo: bool, saturated: bool
+    ) -> None:
         """Feeds one complete observation (every ready replica reported its queue, the arrival rate is known);
         ``saturated``: every ready replica has a request waiting."""
         self._remember_queue(time, waiting, ready)
@@ -138,7 +139,10 @@ class CapacityEstimate:
         capacity = self.per_replica
         if capacity is None or not ready or waiting < ready or len(self._recent) < 2:
             return arrival
-        (first_time, first_waiting, first_ready), (last_time, last_waiting, last_ready) = self._recent[0], self._recent[-1]
+        (first_time, first_waiting, first_ready), (last_time, last_waiting, last_ready) = (
+            self._recent[0],
+            self._recent[-1],
+        )
         if last_time - first_time <= 0 or first_ready != ready or last_ready != ready:
             return arrival
         growth = (last_waiting - first_waiting) / (last_time - first_time)

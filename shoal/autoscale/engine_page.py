@@ -52,8 +52,11 @@ def parse_engine_page(text: str) -> EnginePage:
             for sample in family.samples:
                 if family.name in (WAITING, RUNNING, KV_USAGE):
                     gauges[family.name] = gauges.get(family.name, 0.0) + sample.value
-                elif (family.name == FINISHED and sample.name.endswith("_total")) or (family.name == REJECTED and sample.name.endswith("_total")
-                      and sample.labels.get("reason") == UNSERVED_REASON):
+                elif (family.name == FINISHED and sample.name.endswith("_total")) or (
+                    family.name == REJECTED
+                    and sample.name.endswith("_total")
+                    and sample.labels.get("reason") == UNSERVED_REASON
+                ):
                     ended += sample.value
                 elif family.name == GENERATED and sample.name.endswith("_total"):
                     generated += sample.value
@@ -68,5 +71,11 @@ def parse_engine_page(text: str) -> EnginePage:
     if not all(math.isfinite(v) and v >= 0 for v in values):
         raise PageError(f"negative or non-finite values: {values}")
     kv_usage = gauges.get(KV_USAGE)
-    return EnginePage(gauges[WAITING], gauges[RUNNING], kv_usage if kv_usage is not None and math.isfinite(kv_usage)
-                      else None, ended, generated, buckets if math.inf in buckets else {})
+    return EnginePage(
+        gauges[WAITING],
+        gauges[RUNNING],
+        kv_usage if kv_usage is not None and math.isfinite(kv_usage) else None,
+        ended,
+        generated,
+        buckets if math.inf in buckets else {},
+    )

@@ -39,8 +39,16 @@ class PrometheusUnavailable(Exception):
 class PrometheusSource:
     """A :class:`~shoal.autoscale.source.MetricsSource` querying Prometheus's HTTP API."""
 
-    def __init__(self, client: httpx.AsyncClient, url: str, selector: str, replica_label: str = "pod",
-                 window: str = "1m", timeout_seconds: float = 2.0, stale_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        selector: str,
+        replica_label: str = "pod",
+        window: str = "1m",
+        timeout_seconds: float = 2.0,
+        stale_seconds: float = 60.0,
+    ) -> None:
         self.client = client
         self.url = url.rstrip("/")
         self.replica_label = replica_label
@@ -72,8 +80,9 @@ class PrometheusSource:
         if ready and all(r.waiting is None for r in ready):
             ages = answers["age"].values()
             why = f"the newest is {min(ages):.0f}s old" if ages else "no series"
-            return self._missing(now, desired, replicas,
-                                 f"Prometheus has no fresh {WAITING} sample for any ready replica ({why})")
+            return self._missing(
+                now, desired, replicas, f"Prometheus has no fresh {WAITING} sample for any ready replica ({why})"
+            )
         total = answers["finished"].get("", 0.0) + answers["unserved"].get("", 0.0) + answers["growth"].get("", 0.0)
         ttft = answers["ttft"].get("")
         return FleetSignals(
@@ -93,8 +102,9 @@ class PrometheusSource:
     async def _query(self, promql: str) -> dict[str, float]:
         """An instant query's vector as ``{replica label value (or ""): value}``, NaN and infinite values left out."""
         try:
-            response = await self.client.get(f"{self.url}/api/v1/query", params={"query": promql},
-                                             timeout=self.timeout_seconds)
+            response = await self.client.get(
+                f"{self.url}/api/v1/query", params={"query": promql}, timeout=self.timeout_seconds
+            )
         except httpx.TimeoutException as error:
             raise PrometheusUnavailable(f"Prometheus timed out after {self.timeout_seconds:g}s") from error
         except httpx.HTTPError as error:
@@ -107,8 +117,10 @@ class PrometheusSource:
             detail = answer.get("error", "") if isinstance(answer, dict) else ""
             raise PrometheusUnavailable(f"Prometheus answered {response.status_code}: {detail}".rstrip(": "))
         try:
-            samples = [(s.get("metric", {}).get(self.replica_label, ""), float(s["value"][1]))
-                       for s in answer["data"]["result"]]
+            samples = [
+                (s.get("metric", {}).get(self.replica_label, ""), float(s["value"][1]))
+                for s in answer["data"]["result"]
+            ]
         except (KeyError, IndexError, TypeError, ValueError) as error:
             raise PrometheusUnavailable(f"Prometheus answered an unexpected shape for {promql!r}") from error
         return {label: value for label, value in samples if math.isfinite(value)}
@@ -118,10 +130,20 @@ class PrometheusSource:
         running = answers["running"].get(target.name)
         if target.phase != "ready" or not fresh or waiting is None or running is None:
             return ReplicaSignals(target.name, target.phase, target.since)
-        return ReplicaSignals(target.name, target.phase, target.since, waiting=waiting, running=running,
-                              kv_usage=answers["kv_usage"].get(target.name))
+        return ReplicaSignals(
+            target.name,
+            target.phase,
+            target.since,
+            waiting=waiting,
+            running=running,
+            kv_usage=answers["kv_usage"].get(target.name),
+        )
 
     @staticmethod
     def _missing(now: float, desired: int, replicas: Sequence[ReplicaTarget], why: str) -> FleetSignals:
-        return FleetSignals(time=now, desired=desired,
-                            replicas=tuple(ReplicaSignals(r.name, r.phase, r.since) for r in replicas), missing=why)
+        return FleetSignals(
+            time=now,
+            desired=desired,
+            replicas=tuple(ReplicaSignals(r.name, r.phase, r.since) for r in replicas),
+            missing=why,
+        )

@@ -49,8 +49,13 @@ def _grew(now: float, before: float) -> float:
 class ScrapeSource:
     """A :class:`~shoal.autoscale.source.MetricsSource` reading engines' ``/metrics`` directly."""
 
-    def __init__(self, client: httpx.AsyncClient, timeout_seconds: float = 2.0, rate_window_seconds: float = 10.0,
-                 ttft_window_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        timeout_seconds: float = 2.0,
+        rate_window_seconds: float = 10.0,
+        ttft_window_seconds: float = 30.0,
+    ) -> None:
         self.client = client
         self.timeout_seconds = timeout_seconds
         self.rate_window_seconds = rate_window_seconds
@@ -98,8 +103,9 @@ class ScrapeSource:
     def _replica(self, target: ReplicaTarget, page: EnginePage | None) -> ReplicaSignals:
         if page is None:
             return ReplicaSignals(target.name, target.phase, target.since)
-        return ReplicaSignals(target.name, target.phase, target.since, waiting=page.waiting, running=page.running,
-                              kv_usage=page.kv_usage)
+        return ReplicaSignals(
+            target.name, target.phase, target.since, waiting=page.waiting, running=page.running, kv_usage=page.kv_usage
+        )
 
     def _remember(self, now: float, read: dict[str, EnginePage], known: set[str]) -> None:
         """Records the increments since each engine's previous scrape, keeps this scrape for the next."""

@@ -117,20 +117,37 @@ class ShoalPolicy:
         cfg = self.config
         current = signals.desired
         if current < cfg.min_replicas:
-            return cfg.min_replicas, "ScaleToMin", f"{current} replicas is under min {cfg.min_replicas}", cfg.min_replicas
+            return (
+                cfg.min_replicas,
+                "ScaleToMin",
+                f"{current} replicas is under min {cfg.min_replicas}",
+                cfg.min_replicas,
+            )
         if current > cfg.max_replicas:
-            return cfg.max_replicas, "ScaleToMax", f"{current} replicas is over max {cfg.max_replicas}", cfg.max_replicas
+            return (
+                cfg.max_replicas,
+                "ScaleToMax",
+                f"{current} replicas is over max {cfg.max_replicas}",
+                cfg.max_replicas,
+            )
         if current == 0:
             target, rule, message = self._from_zero(signals, load)
             return target, rule, message, target
         if signals.missing is not None:
             if signals.alert_firing and not self._loading(signals, load):
                 target = min(current + 1, cfg.max_replicas)
-                return target, "ScaleUpAlert", f"alert firing and metrics missing ({signals.missing}): {current} -> {target}", target
+                return (
+                    target,
+                    "ScaleUpAlert",
+                    f"alert firing and metrics missing ({signals.missing}): {current} -> {target}",
+                    target,
+                )
             return current, "HoldMissingMetrics", f"holding {current}: {signals.missing}", current
         if load.ready == 0:
-            message = (f"holding {current}: no replica ready yet ({load.starting} starting, {load.stuck} past the"
-                       " start-up timeout)")
+            message = (
+                f"holding {current}: no replica ready yet ({load.starting} starting, {load.stuck} past the"
+                " start-up timeout)"
+            )
             return current, "HoldStarting", message, current
         return self._with_data(signals, load, values)
 
@@ -182,19 +199,26 @@ class ShoalPolicy:
         panic = False
         if (queue_breach or ttft_breach) and not loading:
             rule = "ScaleUpQueue" if queue_breach else "ScaleUpTTFT"
-            why = (f"queue {queue:.3g} per ready replica > target {cfg.queue_depth_per_replica:.3g}" if queue_breach
-                   else f"TTFT P95 {ttft:.3g}s > target {cfg.ttft_p95_seconds:.3g}s with {load.waiting:.3g} waiting")
+            why = (
+                f"queue {queue:.3g} per ready replica > target {cfg.queue_depth_per_replica:.3g}"
+                if queue_breach
+                else f"TTFT P95 {ttft:.3g}s > target {cfg.ttft_p95_seconds:.3g}s with {load.waiting:.3g} waiting"
+            )
             backlog = load.waiting / _BACKLOG_DRAIN_SECONDS
             floor = self.capacity.floor
             if sized is not None and capacity is not None and demand is not None:
                 need = math.ceil((demand + backlog) / (capacity * cfg.target_utilization)) + load.stuck
-                why += (f"; {demand:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s"
-                        f" at {capacity:.3g} req/s each")
+                why += (
+                    f"; {demand:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s"
+                    f" at {capacity:.3g} req/s each"
+                )
                 panic = True
             elif queue_breach and floor is not None and arrival is not None:
                 need = math.ceil((arrival + backlog) / floor) + load.stuck
-                why += (f"; {arrival:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s at the"
-                        f" {floor:.3g} req/s each the fleet served without a queue")
+                why += (
+                    f"; {arrival:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s at the"
+                    f" {floor:.3g} req/s each the fleet served without a queue"
+                )
                 panic = True
             elif queue_breach:
                 need = math.ceil(load.ready * queue / cfg.queue_depth_per_replica) + load.stuck
@@ -222,8 +246,10 @@ class ShoalPolicy:
             if loading:
                 if arrival is not None and sized is not None:
                     self._remember_burst(now, arrival)
-                message = (f"holding {current}: queue {queue:.3g} per ready replica, TTFT P95 {_num(ttft)}s, "
-                           f"but {current - load.ready} replicas are on their way")
+                message = (
+                    f"holding {current}: queue {queue:.3g} per ready replica, TTFT P95 {_num(ttft)}s, "
+                    f"but {current - load.ready} replicas are on their way"
+                )
                 return current, "HoldStarting", message, current
             message = f"holding {current}: {why}, and {current} replicas drain it within {_BACKLOG_DRAIN_SECONDS:.0f}s"
             return current, "HoldDraining", message, current
@@ -237,7 +263,12 @@ class ShoalPolicy:
         ttft, arrival = signals.ttft_p95_seconds, signals.arrival_rate
         complete = not load.partial and (ttft is not None or not load.busy)
         if not complete:
-            return current, "HoldMissingMetrics", f"holding {current}: {load.ready - load.known} of {load.ready} ready replicas unreported or TTFT unknown", current
+            return (
+                current,
+                "HoldMissingMetrics",
+                f"holding {current}: {load.ready - load.known} of {load.ready} ready replicas unreported or TTFT unknown",
+                current,
+            )
         idle = not load.busy and not arrival and signals.held_requests == 0
         if idle:
             need, basis = cfg.min_replicas, "idle: nothing arriving, waiting or running"
@@ -250,8 +281,13 @@ class ShoalPolicy:
             need, basis = self._consolidate(load, ttft, arrival, current)
         burst = self._burst_replicas(now, demand)
         if not idle and burst > need:
-            need, basis = burst, (f"{basis}, but a burst of {self._burst_demand:.3g} req/s that outran start-up"
-                                  f" needs {burst} (kept {self._burst_until - now:.0f}s more)")
+            need, basis = (
+                burst,
+                (
+                    f"{basis}, but a burst of {self._burst_demand:.3g} req/s that outran start-up"
+                    f" needs {burst} (kept {self._burst_until - now:.0f}s more)"
+                ),
+            )
         need = min(max(need, cfg.min_replicas), current)
         if need >= current:
             rule = "HoldTolerance" if sized is not None and math.ceil(sized) < current else "HoldSteady"
@@ -291,8 +327,7 @@ class ShoalPolicy:
             self._burst_until = now + self.config.burst_memory_seconds
         return math.ceil(self._burst_demand / capacity)
 
-    def _consolidate(self, load: FleetLoad, ttft: float | None, arrival: float | None,
-                     current: int) -> tuple[int, str]:
+    def _consolidate(self, load: FleetLoad, ttft: float | None, arrival: float | None, current: int) -> tuple[int, str]:
         """Before capacity is known: one fewer if the survivors absorb the leaver's load (N/(N-1)) with room."""
         cfg = self.config
         if load.ready < 2 or current < 2:
@@ -300,8 +335,10 @@ class ShoalPolicy:
         share = load.ready / (load.ready - 1)
         ceiling = self.capacity.ceiling
         if arrival is not None and arrival / (load.ready - 1) >= ceiling * (1 - cfg.tolerance):
-            return current, (f"survivors would each get {arrival / (load.ready - 1):.3g} req/s, near the "
-                             f"{ceiling:.3g} req/s per replica that breached before")
+            return current, (
+                f"survivors would each get {arrival / (load.ready - 1):.3g} req/s, near the "
+                f"{ceiling:.3g} req/s per replica that breached before"
+            )
         if load.queue_per_ready * share >= 1:
             return current, f"survivors would have {load.queue_per_ready * share:.2g} requests waiting each"
         if ttft is not None and ttft > cfg.ttft_p95_seconds * _CONSOLIDATE_TTFT_SHARE:

@@ -14,7 +14,9 @@ def _slos(items: list[str] | None) -> dict[str, float]:
     for item in items or []:
         name, _, value = item.partition(":")
         if name not in SLO_METRICS or not value:
-            raise argparse.ArgumentTypeError(f"--goodput takes NAME:MS with NAME in {', '.join(SLO_METRICS)}; got {item!r}")
+            raise argparse.ArgumentTypeError(
+                f"--goodput takes NAME:MS with NAME in {', '.join(SLO_METRICS)}; got {item!r}"
+            )
         slos[name] = float(value)
     return slos
 
@@ -42,8 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", dest="json_out", default=None, help="write the configuration and results here")
-    p.add_argument("--plots", metavar="DIR", default=None,
-                   help="write PNG plots here: latency CDFs, and the fleet over time when the URL is a shoal up gateway")
+    p.add_argument(
+        "--plots",
+        metavar="DIR",
+        default=None,
+        help="write PNG plots here: latency CDFs, and the fleet over time when the URL is a shoal up gateway",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=_serve)
 
@@ -83,7 +89,8 @@ def _serve(args: argparse.Namespace) -> int:
     print(format_summary(summary))
     if args.json_out:
         record: dict[str, Any] = {
-            "config": {**vars(args), "func": None, "request_rate": str(args.request_rate)}, "summary": summary
+            "config": {**vars(args), "func": None, "request_rate": str(args.request_rate)},
+            "summary": summary,
         }
         record["results"] = [asdict(r) for r in results]
         with open(args.json_out, "w") as out:

@@ -42,8 +42,9 @@ def _cdf(axes: Any, values: Sequence[float], label: str) -> None:
         axes.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label=label)
 
 
-def write_plots(directory: Path, results: Sequence[RequestResult], timeline: list[dict[str, Any]] | None,
-                start: float) -> list[Path]:
+def write_plots(
+    directory: Path, results: Sequence[RequestResult], timeline: list[dict[str, Any]] | None, start: float
+) -> list[Path]:
     """Writes the PNGs into ``directory`` (created if needed) and returns their paths."""
     import matplotlib
 

@@ -40,8 +40,10 @@ class _Generation:
 
 def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
     """``dashboard_data``: the fleet figures file ``/dashboard`` charts (``shoal up`` writes it); no page without."""
-    generation = {"/v1/completions": _Generation(gateway, chat=False),
-                  "/v1/chat/completions": _Generation(gateway, chat=True)}
+    generation = {
+        "/v1/completions": _Generation(gateway, chat=False),
+        "/v1/chat/completions": _Generation(gateway, chat=True),
+    }
 
     async def models(request: Request) -> Response:
         """The engine's model list type; the scheduler limits are per replica, so the fleet's cards leave them out."""
@@ -62,8 +64,9 @@ def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
         """Ready once some replica serves and the configured tokenizers are loaded (else routing is blind)."""
         serving, loading = sorted(gateway.fleet.models()), gateway.prompts.loading()
         ready = bool(serving) and not loading
-        return JSONResponse({"ready": ready, "models": serving, "tokenizers_loading": loading},
-                            status_code=200 if ready else 503)
+        return JSONResponse(
+            {"ready": ready, "models": serving, "tokenizers_loading": loading}, status_code=200 if ready else 503
+        )
 
     async def metrics(_: Request) -> Response:
         for replica in gateway.fleet.replicas.values():

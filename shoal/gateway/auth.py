@@ -51,8 +51,9 @@ def _limit(entry: dict[str, Any], field: str, tenant: str) -> int | None:
 class ApiKeys:
     """Who a bearer token belongs to. An empty set of keys (no file given) lets everyone in as one tenant."""
 
-    def __init__(self, tenants: dict[str, tuple[list[str], Limits]] | None = None,
-                 anonymous_limits: Limits = Limits()) -> None:
+    def __init__(
+        self, tenants: dict[str, tuple[list[str], Limits]] | None = None, anonymous_limits: Limits = Limits()
+    ) -> None:
         self._by_digest: dict[bytes, Tenant] = {}
         self.anonymous = Tenant(ANONYMOUS, anonymous_limits)
         for name, (keys, limits) in (tenants or {}).items():
@@ -85,7 +86,8 @@ class ApiKeys:
             keys = entry.get("api_keys")
             if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
                 raise KeyFileError(f"tenants.{name}.api_keys must be a non-empty list of strings")
-            limits = Limits(*(_limit(entry, f, str(name))
-                              for f in ("requests_per_minute", "tokens_per_minute", "max_concurrent")))
+            limits = Limits(
+                *(_limit(entry, f, str(name)) for f in ("requests_per_minute", "tokens_per_minute", "max_concurrent"))
+            )
             parsed[str(name)] = (keys, limits)
         return cls(parsed)

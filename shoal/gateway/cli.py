@@ -16,50 +16,99 @@ def register(subparsers: Any) -> None:
         DEFAULT_REQUEST_TIMEOUT_S,
     )
 
-    p = subparsers.add_parser("gateway", help="Run the OpenAI-compatible routing gateway.",
-                              description="Auth, quotas, streaming and prefix-aware routing over engine replicas.")
+    p = subparsers.add_parser(
+        "gateway",
+        help="Run the OpenAI-compatible routing gateway.",
+        description="Auth, quotas, streaming and prefix-aware routing over engine replicas.",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     where = p.add_argument_group("backends (one source)")
-    where.add_argument("--backend", action="append", default=[], metavar="URL",
-                       help="an engine replica's base URL (repeatable)")
+    where.add_argument(
+        "--backend", action="append", default=[], metavar="URL", help="an engine replica's base URL (repeatable)"
+    )
     where.add_argument("--backends-file", metavar="PATH", help="a file of replica URLs, one a line; re-read on change")
-    where.add_argument("--kube-service", metavar="NAMESPACE/NAME",
-                       help="follow the ready endpoints of this Service's EndpointSlices")
+    where.add_argument(
+        "--kube-service", metavar="NAMESPACE/NAME", help="follow the ready endpoints of this Service's EndpointSlices"
+    )
     where.add_argument("--kube-port-name", default=None, help="the EndpointSlice port to use (default: the only one)")
     where.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster config)")
     p.add_argument("--policy", choices=POLICY_NAMES, default="prefix-aware")
-    p.add_argument("--bound-factor", type=float, default=DEFAULT_BOUND_FACTOR,
-                   help="a replica stays eligible while its load is within this factor of the mean")
-    p.add_argument("--load-floor-tokens", type=int, default=DEFAULT_LOAD_FLOOR_TOKENS,
-                   help="for replicas that announce no capacity, the mean load never counts below this many "
-                        "tokens when applying the bound (a Shoal engine's floor is its token budget / bound factor)")
-    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
-                   help="the engines' KV block size (tokens); a replica announcing another is shown as a mismatch")
-    p.add_argument("--tokenizer", action="append", default=[], metavar="MODEL=SOURCE",
-                   help="tokenizer for a served model name (default: the model name itself)")
+    p.add_argument(
+        "--bound-factor",
+        type=float,
+        default=DEFAULT_BOUND_FACTOR,
+        help="a replica stays eligible while its load is within this factor of the mean",
+    )
+    p.add_argument(
+        "--load-floor-tokens",
+        type=int,
+        default=DEFAULT_LOAD_FLOOR_TOKENS,
+        help="for replicas that announce no capacity, the mean load never counts below this many "
+        "tokens when applying the bound (a Shoal engine's floor is its token budget / bound factor)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=DEFAULT_BLOCK_SIZE,
+        help="the engines' KV block size (tokens); a replica announcing another is shown as a mismatch",
+    )
+    p.add_argument(
+        "--tokenizer",
+        action="append",
+        default=[],
+        metavar="MODEL=SOURCE",
+        help="tokenizer for a served model name (default: the model name itself)",
+    )
     p.add_argument("--api-keys", metavar="PATH", help="YAML/JSON tenants file; without it, no auth")
     p.add_argument("--redis-url", help="share quotas through this Redis (default: in memory)")
-    p.add_argument("--quota-store-failure", choices=("open", "closed"), default="open",
-                   help="while the Redis quota store is unreachable: admit unmetered (open) or answer 503 (closed)")
+    p.add_argument(
+        "--quota-store-failure",
+        choices=("open", "closed"),
+        default="open",
+        help="while the Redis quota store is unreachable: admit unmetered (open) or answer 503 (closed)",
+    )
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--max-attempts", type=int, default=3, help="replicas tried per request before the first byte")
-    p.add_argument("--hold-queue-size", type=int, default=0,
-                   help="requests held while a model has no ready replica (scale from zero); 0 answers 503 at once")
+    p.add_argument(
+        "--hold-queue-size",
+        type=int,
+        default=0,
+        help="requests held while a model has no ready replica (scale from zero); 0 answers 503 at once",
+    )
     p.add_argument("--hold-seconds", type=float, default=60.0, help="longest a request is held before a 503")
     limits = p.add_argument_group("time limits (seconds; docs/gateway.md)")
-    limits.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
-                        help="to open a connection to a replica; past it, another replica is tried")
-    limits.add_argument("--first-token-timeout", type=float, default=DEFAULT_FIRST_TOKEN_TIMEOUT_S,
-                        help="from sending a streaming request to its first token; past it, another replica or 504")
-    limits.add_argument("--inter-token-timeout", type=float, default=DEFAULT_INTER_TOKEN_TIMEOUT_S,
-                        help="between two chunks of a stream; past it, the stream ends with an error event")
-    limits.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S,
-                        help="a whole request; clients may ask for less with the X-Request-Timeout header")
+    limits.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        help="to open a connection to a replica; past it, another replica is tried",
+    )
+    limits.add_argument(
+        "--first-token-timeout",
+        type=float,
+        default=DEFAULT_FIRST_TOKEN_TIMEOUT_S,
+        help="from sending a streaming request to its first token; past it, another replica or 504",
+    )
+    limits.add_argument(
+        "--inter-token-timeout",
+        type=float,
+        default=DEFAULT_INTER_TOKEN_TIMEOUT_S,
+        help="between two chunks of a stream; past it, the stream ends with an error event",
+    )
+    limits.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="a whole request; clients may ask for less with the X-Request-Timeout header",
+    )
     p.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
     p.add_argument("--no-kv-events", action="store_true", help="do not follow the engines' /kv/events")
-    p.add_argument("--dashboard-data", metavar="PATH",
-                   help="serve /dashboard charting this fleet-figures JSON file (shoal up writes it)")
+    p.add_argument(
+        "--dashboard-data",
+        metavar="PATH",
+        help="serve /dashboard charting this fleet-figures JSON file (shoal up writes it)",
+    )
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -88,8 +137,9 @@ def run(args: argparse.Namespace) -> int:
 
     timeouts = (args.connect_timeout, args.first_token_timeout, args.inter_token_timeout, args.request_timeout)
     if not all(t > 0 for t in timeouts):
-        raise SystemExit("--connect-timeout, --first-token-timeout, --inter-token-timeout and --request-timeout "
-                         "must be > 0")
+        raise SystemExit(
+            "--connect-timeout, --first-token-timeout, --inter-token-timeout and --request-timeout must be > 0"
+        )
     if args.block_size < 1:
         raise SystemExit("--block-size must be >= 1")
     if args.hold_queue_size < 0 or args.hold_seconds <= 0:
@@ -117,18 +167,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         quota = MemoryQuota()
     config = GatewayConfig(
-        policy=args.policy, bound_factor=args.bound_factor, block_size=args.block_size,
+        policy=args.policy,
+        bound_factor=args.bound_factor,
+        block_size=args.block_size,
         load_floor_tokens=args.load_floor_tokens,
-        tokenizers=_tokenizers(args.tokenizer), max_body_bytes=args.max_body_bytes, max_attempts=args.max_attempts,
-        health_interval_s=args.health_interval, follow_kv_events=not args.no_kv_events,
-        hold_queue_size=args.hold_queue_size, hold_seconds=args.hold_seconds,
-        connect_timeout_s=args.connect_timeout, first_token_timeout_s=args.first_token_timeout,
-        inter_token_timeout_s=args.inter_token_timeout, request_timeout_s=args.request_timeout,
+        tokenizers=_tokenizers(args.tokenizer),
+        max_body_bytes=args.max_body_bytes,
+        max_attempts=args.max_attempts,
+        health_interval_s=args.health_interval,
+        follow_kv_events=not args.no_kv_events,
+        hold_queue_size=args.hold_queue_size,
+        hold_seconds=args.hold_seconds,
+        connect_timeout_s=args.connect_timeout,
+        first_token_timeout_s=args.first_token_timeout,
+        inter_token_timeout_s=args.inter_token_timeout,
+        request_timeout_s=args.request_timeout,
     )
     api_keys = ApiKeys.from_file(args.api_keys) if args.api_keys else ApiKeys()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     gateway = Gateway(config, discovery, api_keys, quota)
     dashboard = Path(args.dashboard_data) if args.dashboard_data else None
-    uvicorn.run(create_app(gateway, dashboard), host=args.host, port=args.port, log_level=args.log_level,
-                access_log=False, proxy_headers=False, loop="uvloop", http="httptools")
+    uvicorn.run(
+        create_app(gateway, dashboard),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        proxy_headers=False,
+        loop="uvloop",
+        http="httptools",
+    )
     return 0

@@ -64,8 +64,14 @@ class GatewayConfig:
 
 
 class Gateway:
-    def __init__(self, config: GatewayConfig, discovery: Discovery, api_keys: ApiKeys | None = None,
-                 quota: QuotaStore | None = None, prompts: PromptReader | None = None) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        discovery: Discovery,
+        api_keys: ApiKeys | None = None,
+        quota: QuotaStore | None = None,
+        prompts: PromptReader | None = None,
+    ) -> None:
         self.config = config
         self.discovery = discovery
         self.api_keys = api_keys or ApiKeys()
@@ -73,8 +79,9 @@ class Gateway:
         self.prompts = prompts or PromptReader(config.tokenizers)
         self.metrics = GatewayMetrics()
         self.fleet = Fleet()
-        self.hold = HoldQueue(config.hold_queue_size, config.hold_seconds, config.unavailable_retry_after_s,
-                              self.metrics.held)
+        self.hold = HoldQueue(
+            config.hold_queue_size, config.hold_seconds, config.unavailable_retry_after_s, self.metrics.held
+        )
         self.session: aiohttp.ClientSession | None = None
         self.upstreams: UpstreamPool | None = None
         self._policies: dict[str, RoutingPolicy] = {}
@@ -85,8 +92,9 @@ class Gateway:
     def policy(self, model: str) -> RoutingPolicy:
         """Each model has its own policy instance (a round-robin counter per model, for one)."""
         if model not in self._policies:
-            self._policies[model] = make_policy(self.config.policy, self.config.bound_factor,
-                                                self.config.load_floor_tokens)
+            self._policies[model] = make_policy(
+                self.config.policy, self.config.bound_factor, self.config.load_floor_tokens
+            )
         return self._policies[model]
 
     async def start(self) -> None:
@@ -152,15 +160,18 @@ class Gateway:
         wrong = block_size.mismatch(replica.block_size, self.config.block_size)
         shown = replica.block_size if wrong else 0
         if wrong and self._block_size_shown.get(replica.url) != shown:
-            log.warning("replica %s announces %d-token KV blocks, the gateway expects %d (--block-size)",
-                        replica.url, replica.block_size, self.config.block_size)
+            log.warning(
+                "replica %s announces %d-token KV blocks, the gateway expects %d (--block-size)",
+                replica.url,
+                replica.block_size,
+                self.config.block_size,
+            )
         self._block_size_shown[replica.url] = shown
         self.metrics.block_size_mismatch.labels(replica.url).set(shown)
 
     async def _check(self, replica: Replica) -> None:
         assert self.session is not None
-        await health.check(self.session, self.fleet, replica, self.config.health_timeout_s,
-                           self.config.fail_threshold)
+        await health.check(self.session, self.fleet, replica, self.config.health_timeout_s, self.config.fail_threshold)
         self.metrics.backend_up.labels(replica.url).set(1 if replica.healthy else 0)
         self._note_block_size(replica)
         if replica.healthy:

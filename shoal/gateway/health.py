@@ -34,8 +34,9 @@ def block_size_of(cards: list[dict[str, Any]]) -> int | None:
     return next((size for size in sizes if isinstance(size, int) and size >= 1), None)
 
 
-async def probe(session: aiohttp.ClientSession, replica: Replica,
-                timeout: float) -> tuple[frozenset[str], Capacity | None, int | None] | None:
+async def probe(
+    session: aiohttp.ClientSession, replica: Replica, timeout: float
+) -> tuple[frozenset[str], Capacity | None, int | None] | None:
     """The models a ready replica serves, its capacity and block size, or ``None`` if it is not ready."""
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     try:
@@ -52,8 +53,9 @@ async def probe(session: aiohttp.ClientSession, replica: Replica,
         return None
 
 
-async def check(session: aiohttp.ClientSession, fleet: Fleet, replica: Replica, timeout: float,
-                fail_threshold: int) -> None:
+async def check(
+    session: aiohttp.ClientSession, fleet: Fleet, replica: Replica, timeout: float, fail_threshold: int
+) -> None:
     """One check of one replica, applied to its state."""
     found = await probe(session, replica, timeout)
     if fleet.replicas.get(replica.url) is not replica:
@@ -69,4 +71,3 @@ async def check(session: aiohttp.ClientSession, fleet: Fleet, replica: Replica, 
     if replica.healthy and replica.failures >= fail_threshold:
         log.warning("replica %s failed %d health checks; ejected", replica.url, replica.failures)
         Fleet.eject(replica)
-

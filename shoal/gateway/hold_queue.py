@@ -42,7 +42,8 @@ class HoldQueue:
         if self.held >= self.size:
             raise service_unavailable(
                 f"No replica of model `{model}` is ready and {self.size} requests are already held for one.",
-                self.retry_after_s)
+                self.retry_after_s,
+            )
         queue = self._waiting.setdefault(model, deque())
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.append(future)

@@ -48,8 +48,9 @@ async def _load_config(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
-def endpoint_slices(namespace: str, service: str, port_name: str | None = None,
-                    kubeconfig: str | None = None, backoff: Backoff = RELIST) -> Discovery:
+def endpoint_slices(
+    namespace: str, service: str, port_name: str | None = None, kubeconfig: str | None = None, backoff: Backoff = RELIST
+) -> Discovery:
     """Watches the slices labelled with ``service`` in ``namespace`` and publishes their ready URLs."""
 
     async def run(publish: Publish) -> None:
@@ -65,8 +66,11 @@ def endpoint_slices(namespace: str, service: str, port_name: str | None = None,
                     slices = {s.metadata.name: slice_urls(s, port_name) for s in listing.items}
                     publish(sorted(set().union(*slices.values())))
                     stream = watch.Watch().stream(
-                        api.list_namespaced_endpoint_slice, namespace, label_selector=selector,
-                        resource_version=listing.metadata.resource_version, timeout_seconds=300,
+                        api.list_namespaced_endpoint_slice,
+                        namespace,
+                        label_selector=selector,
+                        resource_version=listing.metadata.resource_version,
+                        timeout_seconds=300,
                     )
                     async for event in stream:
                         endpoint_slice = event["object"]
@@ -76,8 +80,13 @@ def endpoint_slices(namespace: str, service: str, port_name: str | None = None,
                             slices[endpoint_slice.metadata.name] = slice_urls(endpoint_slice, port_name)
                         publish(sorted(set().union(*slices.values())))
                 except Exception as exc:  # noqa: BLE001 - any failure of one connection; the watch must go on
-                    log.warning("EndpointSlice watch for %s/%s interrupted (%s: %s); listing again",
-                                namespace, service, type(exc).__name__, exc)
+                    log.warning(
+                        "EndpointSlice watch for %s/%s interrupted (%s: %s); listing again",
+                        namespace,
+                        service,
+                        type(exc).__name__,
+                        exc,
+                    )
                     await retry.failed()
         finally:
             await api_client.close()

@@ -55,8 +55,12 @@ def _refuse_foreign_hashes(event: KVEvent) -> None:
         raise IncompatibleHashes(f"engine hashes with {event.hash_scheme!r}, the gateway with {BLOCK_HASH_SCHEME!r}")
 
 
-async def follow(session: aiohttp.ClientSession, replica: Replica,
-                 on_sync: Callable[[Replica, bool], None], backoff: Backoff = RECONNECT) -> None:
+async def follow(
+    session: aiohttp.ClientSession,
+    replica: Replica,
+    on_sync: Callable[[Replica, bool], None],
+    backoff: Backoff = RECONNECT,
+) -> None:
     """Runs until cancelled, keeping ``replica.index`` in step with the engine; backs off while it fails."""
     timeout = aiohttp.ClientTimeout(total=None, connect=2.0, sock_read=None)
     retry = Retry(backoff)

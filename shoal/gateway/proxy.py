@@ -102,8 +102,10 @@ async def serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, ch
     """``POST /v1/completions`` and ``POST /v1/chat/completions``, as an ASGI app."""
     headers = request_headers(scope)
     given_id = headers.get(b"x-request-id")
-    state = RequestState(given_id.decode("latin-1") if given_id else f"{_ID_PREFIX}-{next(_ids)}",
-                         "/v1/chat/completions" if chat else "/v1/completions")
+    state = RequestState(
+        given_id.decode("latin-1") if given_id else f"{_ID_PREFIX}-{next(_ids)}",
+        "/v1/chat/completions" if chat else "/v1/completions",
+    )
     task = asyncio.current_task()
     assert task is not None
     watcher: asyncio.Task[None] | None = None
@@ -144,8 +146,15 @@ async def _watch_disconnect(receive: Receive, state: RequestState, task: asyncio
         task.cancel()
 
 
-async def _handle(gateway: Gateway, headers: dict[bytes, bytes], receive: Receive, send: Send, chat: bool,
-                  state: RequestState, watch: Callable[[], None]) -> None:
+async def _handle(
+    gateway: Gateway,
+    headers: dict[bytes, bytes],
+    receive: Receive,
+    send: Send,
+    chat: bool,
+    state: RequestState,
+    watch: Callable[[], None],
+) -> None:
     """The request's stages in the order it meets them; each refuses with an ``APIError`` that ``serve`` answers."""
     tenant = _authenticate(gateway, headers, state)
     raw = await read_body(receive, headers.get(b"content-length"), gateway.config.max_body_bytes)
@@ -183,50 +192,68 @@ def _authenticate(gateway: Gateway, headers: dict[bytes, bytes], state: RequestS
     return tenant
 
 
-def _validate(gateway: Gateway, raw: bytes, chat: bool,
-              state: RequestState) -> tuple[dict[str, Any], CompletionRequest | ChatCompletionRequest]:
+def _validate(
+    gateway: Gateway, raw: bytes, chat: bool, state: RequestState
+) -> tuple[dict[str, Any], CompletionRequest | ChatCompletionRequest]:
     """The body as JSON and as the shared request model, for a model some replica may serve (404 if none can)."""
     data = parse_json_object(raw)
     body: CompletionRequest | ChatCompletionRequest = (
-        validated(ChatCompletionRequest, data) if chat else validated(CompletionRequest, data))
+        validated(ChatCompletionRequest, data) if chat else validated(CompletionRequest, data)
+    )
     state.model = body.model
     replicas = gateway.fleet.replicas.values()
     every_replica_listed = bool(replicas) and all(r.models for r in replicas)
-    if every_replica_listed and state.model not in gateway.fleet.known_models() \
-            and state.model not in gateway.config.tokenizers:
+    if (
+        every_replica_listed
+        and state.model not in gateway.fleet.known_models()
+        and state.model not in gateway.config.tokenizers
+    ):
         raise model_not_found(state.model)  # else a replica yet unheard of may serve it: 503 until it is
     state.timer.mark("validate")
     return data, body
 
 
-def _tokenize(gateway: Gateway, body: CompletionRequest | ChatCompletionRequest,
-              state: RequestState) -> tuple[Prompt, RouteRequest]:
+def _tokenize(
+    gateway: Gateway, body: CompletionRequest | ChatCompletionRequest, state: RequestState
+) -> tuple[Prompt, RouteRequest]:
     """The prompt's tokens as the engine will see them, and its block hashes at the replicas' block size."""
     prompt = gateway.prompts.read(body)
-    block_size = hashing_block_size((r.block_size for r in gateway.fleet.candidates(state.model)),
-                                    gateway.config.block_size)
+    block_size = hashing_block_size(
+        (r.block_size for r in gateway.fleet.candidates(state.model)), gateway.config.block_size
+    )
     route = RouteRequest(prompt.block_hashes(block_size), prompt.cost_tokens, block_size, prompt.output_tokens)
     state.prompt_tokens = len(prompt.token_ids) if prompt.token_ids is not None else None
     state.timer.mark("tokenize")
     return prompt, route
 
 
-async def _admit(gateway: Gateway, tenant: Tenant, body: CompletionRequest | ChatCompletionRequest, prompt: Prompt,
-                 state: RequestState) -> None:
+async def _admit(
+    gateway: Gateway,
+    tenant: Tenant,
+    body: CompletionRequest | ChatCompletionRequest,
+    prompt: Prompt,
+    state: RequestState,
+) -> None:
     """Charges the tenant's quota for the request's estimate (429 over it, 503 if the store is down)."""
     config = gateway.config
     sequences = body.n * (len(body.prompts()) if isinstance(body, CompletionRequest) else 1)
     admission = await gateway.quota.admit(
-        tenant.name, tenant.limits, admission_estimate(prompt.cost_tokens, prompt.output_tokens, sequences))
+        tenant.name, tenant.limits, admission_estimate(prompt.cost_tokens, prompt.output_tokens, sequences)
+    )
     if admission.unmetered:
         gateway.metrics.quota_store_errors.labels("admitted" if admission.allowed else "refused").inc()
     if admission.limit == "quota_store_unavailable":
         raise service_unavailable("The quota store is unreachable; retry later.", config.unavailable_retry_after_s)
     if not admission.allowed:
         gateway.metrics.quota_rejections.labels(tenant.name, admission.limit).inc()
-        raise APIError(429, f"Tenant `{tenant.name}` is over its {admission.limit} quota; retry later.",
-                       type="rate_limit_error", param=admission.limit, code="rate_limit_exceeded",
-                       headers={"Retry-After": admission.retry_after_header})
+        raise APIError(
+            429,
+            f"Tenant `{tenant.name}` is over its {admission.limit} quota; retry later.",
+            type="rate_limit_error",
+            param=admission.limit,
+            code="rate_limit_exceeded",
+            headers={"Retry-After": admission.retry_after_header},
+        )
     state.release_quota = lambda used: gateway.quota.release(admission, used)
 
 
@@ -247,16 +274,16 @@ def _upstream_headers(headers: dict[bytes, bytes], state: RequestState) -> dict[
     return upstream_headers
 
 
-async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: dict[str, str],
-                  route: RouteRequest, stream: bool) -> tuple[UpstreamResponse, bytes]:
+async def forward(
+    gateway: Gateway, state: RequestState, raw: bytes, headers: dict[str, str], route: RouteRequest, stream: bool
+) -> tuple[UpstreamResponse, bytes]:
     """Sends the request to a replica chosen by the policy, retrying on another until a first byte arrives."""
     assert gateway.upstreams is not None and state.deadline is not None
     config, limits = gateway.config, state.deadline
     if not gateway.fleet.candidates(state.model):  # none ready: hold it for scale from zero (or 503)
         await gateway.hold.wait(state.model, lambda: bool(gateway.fleet.candidates(state.model)))
         state.timer.mark("hold")
-    retry = Retry(max_attempts=config.max_attempts, deadline=min(time.monotonic() + config.retry_budget_s,
-                                                                 limits.end))
+    retry = Retry(max_attempts=config.max_attempts, deadline=min(time.monotonic() + config.retry_budget_s, limits.end))
     tried: set[str] = set()
     refused: APIError | None = None
     while retry.allows_another():
@@ -281,12 +308,14 @@ async def forward(gateway: Gateway, state: RequestState, raw: bytes, headers: di
         raise refused
     if time.monotonic() >= limits.end:
         raise _timed_out(limits, "request_timeout")
-    raise service_unavailable(f"No healthy backend is available for model `{state.model}`.",
-                              config.unavailable_retry_after_s)
+    raise service_unavailable(
+        f"No healthy backend is available for model `{state.model}`.", config.unavailable_retry_after_s
+    )
 
 
-async def _attempt(gateway: Gateway, state: RequestState, replica: Replica, raw: bytes, headers: dict[str, str],
-                   stream: bool) -> tuple[UpstreamResponse, bytes] | APIError | None:
+async def _attempt(
+    gateway: Gateway, state: RequestState, replica: Replica, raw: bytes, headers: dict[str, str], stream: bool
+) -> tuple[UpstreamResponse, bytes] | APIError | None:
     """One replica, up to the first body byte: the response and that byte; else what to answer if no other replica
     does (the replica refused or was too slow), or None if it is gone (ejected). A failed attempt is closed."""
     assert gateway.upstreams is not None and state.deadline is not None and state.lease is not None
@@ -295,8 +324,9 @@ async def _attempt(gateway: Gateway, state: RequestState, replica: Replica, raw:
     wait = limits.first_byte(time.monotonic(), stream)
     first_byte_by = time.monotonic() + wait.seconds
     try:
-        state.upstream = response = await gateway.upstreams.post(replica.url, state.endpoint, raw, headers,
-                                                                 first_byte_by)
+        state.upstream = response = await gateway.upstreams.post(
+            replica.url, state.endpoint, raw, headers, first_byte_by
+        )
         state.timer.mark("upstream")
         if response.status == 503:
             retry_after = response.headers.get("retry-after", "")
@@ -304,43 +334,59 @@ async def _attempt(gateway: Gateway, state: RequestState, replica: Replica, raw:
             _close_attempt(state, response)
             return service_unavailable(
                 f"Backend {replica.url} is overloaded or draining.",
-                int(retry_after) if retry_after.isdigit() else gateway.config.unavailable_retry_after_s)
+                int(retry_after) if retry_after.isdigit() else gateway.config.unavailable_retry_after_s,
+            )
         first = await response.read(first_byte_by - time.monotonic())
     except UpstreamTimeout:  # slow, not gone: close it (the engine aborts) and try another, not ejecting it
         _close_attempt(state, response)
         gateway.metrics.timeouts.labels(wait.code).inc()
-        access_log.info(json.dumps({"request_id": state.request_id, "event": "upstream_timed_out",
-                                    "backend": replica.url, "limit": wait.code}))
+        access_log.info(
+            json.dumps(
+                {
+                    "request_id": state.request_id,
+                    "event": "upstream_timed_out",
+                    "backend": replica.url,
+                    "limit": wait.code,
+                }
+            )
+        )
         return _timed_out(limits, wait.code)
     except UpstreamError as exc:  # before the first byte: the replica is gone, try another
         _close_attempt(state, response)
         gateway.eject(replica)
         gateway.metrics.retries.labels("connect" if isinstance(exc, UpstreamConnectError) else "dropped").inc()
-        access_log.info(json.dumps({"request_id": state.request_id, "event": "upstream_failed",
-                                    "backend": replica.url, "error": str(exc)}))
+        access_log.info(
+            json.dumps(
+                {"request_id": state.request_id, "event": "upstream_failed", "backend": replica.url, "error": str(exc)}
+            )
+        )
         return None
     state.timer.mark("ttfb")
     Fleet.prefilled(state.lease)
     return response, first
 
 
-def _response_headers(state: RequestState, upstream: UpstreamResponse,
-                      stream: bool) -> tuple[list[tuple[bytes, bytes]], bool]:
+def _response_headers(
+    state: RequestState, upstream: UpstreamResponse, stream: bool
+) -> tuple[list[tuple[bytes, bytes]], bool]:
     """The client's response headers, and whether it streams (a 200 of the other kind than asked is a 502)."""
     content_type = upstream.headers.get("content-type", "application/json")
     streaming = "text/event-stream" in content_type
     if upstream.status == 200 and stream != streaming:
         raise _bad_response(state, "a response of the wrong content type")
-    headers = [(b"content-type", content_type.encode("latin-1")),
-               (b"x-request-id", state.request_id.encode("latin-1")),
-               (b"server-timing", state.timer.header().encode("latin-1"))]
+    headers = [
+        (b"content-type", content_type.encode("latin-1")),
+        (b"x-request-id", state.request_id.encode("latin-1")),
+        (b"server-timing", state.timer.header().encode("latin-1")),
+    ]
     if streaming:
         headers.append((b"cache-control", b"no-cache"))
     return headers, streaming
 
 
-async def _respond_whole(gateway: Gateway, state: RequestState, send: Send, headers: list[tuple[bytes, bytes]],
-                         first: bytes) -> None:
+async def _respond_whole(
+    gateway: Gateway, state: RequestState, send: Send, headers: list[tuple[bytes, bytes]], first: bytes
+) -> None:
     """A non-streaming answer: read to its end, checked to be JSON, its usage settling the quota, then sent."""
     upstream, deadline = state.upstream, state.deadline
     assert upstream is not None and deadline is not None
@@ -357,13 +403,19 @@ async def _respond_whole(gateway: Gateway, state: RequestState, send: Send, head
     upstream.release()
     state.upstream = None
     await _finish(gateway, state, upstream.status, "ok")
-    await send({"type": "http.response.start", "status": upstream.status,
-                "headers": [*headers, (b"content-length", str(len(payload)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": upstream.status,
+            "headers": [*headers, (b"content-length", str(len(payload)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
-async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: list[tuple[bytes, bytes]],
-                 first: bytes) -> None:
+async def _relay(
+    gateway: Gateway, state: RequestState, send: Send, headers: list[tuple[bytes, bytes]], first: bytes
+) -> None:
     """Passes the upstream's SSE stream on as it arrives; an upstream dying mid-stream ends it with an error event."""
     upstream, deadline = state.upstream, state.deadline
     assert upstream is not None and deadline is not None
@@ -383,8 +435,11 @@ async def _relay(gateway: Gateway, state: RequestState, send: Send, headers: lis
                 break
     except UpstreamError:
         outcome = "upstream_broke"
-        chunk = _sse(APIError(502, "The backend serving this request failed mid-stream.", type="server_error",
-                              code="upstream_error"))
+        chunk = _sse(
+            APIError(
+                502, "The backend serving this request failed mid-stream.", type="server_error", code="upstream_error"
+            )
+        )
     if outcome == "ok":
         upstream.release()
         state.upstream = None  # back in the pool; _finish closes a broken one
@@ -426,16 +481,18 @@ def _timed_out(deadline: Deadline, code: TimeoutCode) -> APIError:
 
 def _bad_response(state: RequestState, what: str) -> APIError:
     """502: the backend answered, but not with something that can be passed on."""
-    return APIError(502, f"The backend {state.backend} answered with {what}.", type="server_error",
-                    code="bad_gateway")
+    return APIError(502, f"The backend {state.backend} answered with {what}.", type="server_error", code="bad_gateway")
 
 
 async def _send_error(send: Send, error: APIError, state: RequestState) -> None:
     payload = json.dumps(error.body()).encode()
     headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in error.headers.items()]
-    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                (b"x-request-id", state.request_id.encode("latin-1")),
-                (b"server-timing", state.timer.header().encode("latin-1"))]
+    headers += [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        (b"x-request-id", state.request_id.encode("latin-1")),
+        (b"server-timing", state.timer.header().encode("latin-1")),
+    ]
     await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
@@ -459,11 +516,22 @@ async def _finish(gateway: Gateway, state: RequestState, status: int, outcome: s
     if not access_log.isEnabledFor(logging.INFO):
         return
     decision = state.decision
-    access_log.info(json.dumps({
-        "request_id": state.request_id, "endpoint": state.endpoint, "tenant": state.tenant, "model": state.model,
-        "status": status, "outcome": outcome, "backend": state.backend,
-        "route_reason": decision.reason if decision else None,
-        "matched_blocks": decision.matched_blocks if decision else None, "attempts": state.attempts,
-        "prompt_tokens": state.prompt_tokens, "stages_ms": state.timer.as_ms(),
-        "duration_ms": round(state.timer.elapsed() * 1000, 3),
-    }))
+    access_log.info(
+        json.dumps(
+            {
+                "request_id": state.request_id,
+                "endpoint": state.endpoint,
+                "tenant": state.tenant,
+                "model": state.model,
+                "status": status,
+                "outcome": outcome,
+                "backend": state.backend,
+                "route_reason": decision.reason if decision else None,
+                "matched_blocks": decision.matched_blocks if decision else None,
+                "attempts": state.attempts,
+                "prompt_tokens": state.prompt_tokens,
+                "stages_ms": state.timer.as_ms(),
+                "duration_ms": round(state.timer.elapsed() * 1000, 3),
+            }
+        )
+    )

@@ -58,8 +58,14 @@ def _arg(limit: int | None) -> int:
 class RedisQuota:
     """Counters in Redis under ``{prefix}:{tenant}:...``."""
 
-    def __init__(self, url: str, prefix: str = "shoal:quota", lease_ttl: float = 900.0, fail_open: bool = True,
-                 timeout_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "shoal:quota",
+        lease_ttl: float = 900.0,
+        fail_open: bool = True,
+        timeout_s: float = 1.0,
+    ) -> None:
         self._redis = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._prefix = prefix
         self._lease_ttl = lease_ttl
@@ -73,8 +79,11 @@ class RedisQuota:
 
     def _failed(self, exc: RedisError) -> None:
         if self.reachable:
-            log.warning("quota store unreachable (%s); %s", exc,
-                        "admitting requests unmetered" if self.fail_open else "refusing requests (fail closed)")
+            log.warning(
+                "quota store unreachable (%s); %s",
+                exc,
+                "admitting requests unmetered" if self.fail_open else "refusing requests (fail closed)",
+            )
         self.reachable = False
 
     def _succeeded(self) -> None:
@@ -95,8 +104,14 @@ class RedisQuota:
             self._concurrency_key(tenant),
         ]
         args: list[float | int | str] = [
-            now, _arg(limits.requests_per_minute), _arg(limits.tokens_per_minute), _arg(limits.max_concurrent),
-            cost_tokens, lease_id, int(2 * WINDOW_SECONDS), self._lease_ttl,
+            now,
+            _arg(limits.requests_per_minute),
+            _arg(limits.tokens_per_minute),
+            _arg(limits.max_concurrent),
+            cost_tokens,
+            lease_id,
+            int(2 * WINDOW_SECONDS),
+            self._lease_ttl,
         ]
         try:
             allowed, limit = await self._script(keys=keys, args=args)
@@ -119,11 +134,11 @@ class RedisQuota:
             if used_tokens is not None:
                 window, delta = settlement(admission.window, admission.tokens, used_tokens, time.time())
                 if delta:
-                    await self._settle(keys=[self._tokens_key(admission.tenant, window)],
-                                       args=[delta, int(2 * WINDOW_SECONDS)])
+                    await self._settle(
+                        keys=[self._tokens_key(admission.tenant, window)], args=[delta, int(2 * WINDOW_SECONDS)]
+                    )
         except RedisError as exc:  # the lease expires on its own; the estimate stands
             self._failed(exc)
 
     async def close(self) -> None:
         await self._redis.aclose()
-

@@ -77,8 +77,9 @@ class Fleet:
     def acquire(replica: Replica, request: RouteRequest, matched_blocks: int) -> Lease:
         """Charges ``request`` to ``replica``, which holds ``matched_blocks`` of its prompt."""
         prefill = request.prefill_tokens(matched_blocks)
-        lease = Lease(replica, prefill, request.tokens_on(replica.capacity, matched_blocks) - prefill,
-                      request.block_hashes)
+        lease = Lease(
+            replica, prefill, request.tokens_on(replica.capacity, matched_blocks) - prefill, request.block_hashes
+        )
         replica.load_tokens += lease.prefill_tokens + lease.held_tokens
         replica.in_flight += 1
         replica.index.routed(request.block_hashes)

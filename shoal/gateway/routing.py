@@ -71,8 +71,9 @@ class Capacity:
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_seqs < 1:
-            raise ValueError(f"capacity limits must be >= 1, got token_budget={self.token_budget}, "
-                             f"max_seqs={self.max_seqs}")
+            raise ValueError(
+                f"capacity limits must be >= 1, got token_budget={self.token_budget}, max_seqs={self.max_seqs}"
+            )
 
     @property
     def sequence_tokens(self) -> float:
@@ -259,7 +260,8 @@ class PrefixAware:
         headroom = [  # limit minus load after taking the request: >= 0 means eligible
             self.bound_factor * max(mean, floor_tokens(r, self.bound_factor, self.load_floor_tokens))
             - (held + cost_on(r, request, matched))
-            for r, held, matched in zip(replicas, loads, matches, strict=True)]
+            for r, held, matched in zip(replicas, loads, matches, strict=True)
+        ]
 
         def roomiest(candidates: list[int]) -> int:
             """The candidate left furthest under its bound; equals by rendezvous weight, hashed only for them."""
@@ -282,8 +284,9 @@ class PrefixAware:
         return Decision(replicas[chosen].replica_id, reason, 0)
 
 
-def make_policy(name: str, bound_factor: float = DEFAULT_BOUND_FACTOR,
-                load_floor_tokens: int = DEFAULT_LOAD_FLOOR_TOKENS) -> RoutingPolicy:
+def make_policy(
+    name: str, bound_factor: float = DEFAULT_BOUND_FACTOR, load_floor_tokens: int = DEFAULT_LOAD_FLOOR_TOKENS
+) -> RoutingPolicy:
     """Builds a policy by its command-line name."""
     if name == "round-robin":
         return RoundRobin()

@@ -43,8 +43,9 @@ def client_limit(header: bytes | None, server_limit_s: float) -> float:
     except ValueError:
         asked = math.nan
     if not math.isfinite(asked) or asked <= 0:
-        raise ValueError(f"{REQUEST_TIMEOUT_HEADER} must be a positive number of seconds, got "
-                         f"{header[:32].decode('latin-1')!r}.")
+        raise ValueError(
+            f"{REQUEST_TIMEOUT_HEADER} must be a positive number of seconds, got {header[:32].decode('latin-1')!r}."
+        )
     return min(asked, server_limit_s)
 
 
@@ -77,8 +78,11 @@ class Deadline:
 
     def message(self, code: TimeoutCode) -> str:
         """What the client is told when ``code``'s limit runs out, naming the limit."""
-        seconds = {"first_token_timeout": self.first_token_s, "inter_token_timeout": self.inter_token_s,
-                   "request_timeout": self.limit_s}[code]
+        seconds = {
+            "first_token_timeout": self.first_token_s,
+            "inter_token_timeout": self.inter_token_s,
+            "request_timeout": self.limit_s,
+        }[code]
         return _MESSAGES[code].format(s=round(seconds, 3))
 
 

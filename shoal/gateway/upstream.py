@@ -221,8 +221,9 @@ class UpstreamPool:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._addresses: dict[str, tuple[str, int]] = {}
 
-    async def post(self, url: str, path: str, body: bytes, headers: Mapping[str, str],
-                   deadline: float | None = None) -> UpstreamResponse:
+    async def post(
+        self, url: str, path: str, body: bytes, headers: Mapping[str, str], deadline: float | None = None
+    ) -> UpstreamResponse:
         """Sends ``POST url+path`` and returns once the response's status and headers are in (by ``deadline``,
         a ``time.monotonic()`` instant, else ``UpstreamTimeout``)."""
         key = self._address(url)
@@ -278,7 +279,8 @@ class UpstreamPool:
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(self, key), key[0], key[1]), self.connect_timeout_s)
+                loop.create_connection(lambda: _Connection(self, key), key[0], key[1]), self.connect_timeout_s
+            )
         except (TimeoutError, OSError) as exc:
             raise UpstreamConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc or 'timed out'}") from None
         return connection

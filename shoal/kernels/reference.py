@@ -47,25 +47,49 @@ class TorchOps:
             return out
         starts = meta.query_start_loc[:-1].long()
         if meta.max_query_len == 1:
-            out[starts] = _decode_attention(query[starts], k_cache, v_cache, meta.block_tables, meta.seq_lens,
-                                            meta.max_seq_len, scale)
+            out[starts] = _decode_attention(
+                query[starts], k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, scale
+            )
             return out
         query_lens = meta.query_start_loc[1:].long() - starts
         decode = query_lens == 1
         if bool(decode.any()):
             # decodes padded to the longest chunk would multiply the work: attend them on their own
             rows = starts[decode]
-            out[rows] = _decode_attention(query[rows], k_cache, v_cache, meta.block_tables[decode],
-                                          meta.seq_lens[decode], int(meta.seq_lens[decode].max()), scale)
+            out[rows] = _decode_attention(
+                query[rows],
+                k_cache,
+                v_cache,
+                meta.block_tables[decode],
+                meta.seq_lens[decode],
+                int(meta.seq_lens[decode].max()),
+                scale,
+            )
             chunks = ~decode
             rows, values = _padded_attention(
-                query, k_cache, v_cache, starts[chunks], query_lens[chunks], meta.seq_lens[chunks].long(),
-                meta.block_tables[chunks], meta.max_query_len, int(meta.seq_lens[chunks].max()), scale,
+                query,
+                k_cache,
+                v_cache,
+                starts[chunks],
+                query_lens[chunks],
+                meta.seq_lens[chunks].long(),
+                meta.block_tables[chunks],
+                meta.max_query_len,
+                int(meta.seq_lens[chunks].max()),
+                scale,
             )
         else:
             rows, values = _padded_attention(
-                query, k_cache, v_cache, starts, query_lens, meta.seq_lens.long(), meta.block_tables,
-                meta.max_query_len, meta.max_seq_len, scale,
+                query,
+                k_cache,
+                v_cache,
+                starts,
+                query_lens,
+                meta.seq_lens.long(),
+                meta.block_tables,
+                meta.max_query_len,
+                meta.max_seq_len,
+                scale,
             )
         out[rows] = values
         return out

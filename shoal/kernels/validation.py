@@ -120,8 +120,13 @@ def check_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
             f"max_seq_len {meta.max_seq_len} does not fit block_tables' {meta.block_tables.shape[1]} blocks "
             f"of {block_size}"
         )
-    _same_device(query, k_cache=k_cache, seq_lens=meta.seq_lens, query_start_loc=meta.query_start_loc,
-                 block_tables=meta.block_tables)
+    _same_device(
+        query,
+        k_cache=k_cache,
+        seq_lens=meta.seq_lens,
+        query_start_loc=meta.query_start_loc,
+        block_tables=meta.block_tables,
+    )
 
 
 def check_rms_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> None:
@@ -144,9 +149,7 @@ def check_rms_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor
     _same_device(x, weight=weight)
 
 
-def check_rotary(
-    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
-) -> None:
+def check_rotary(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
     _dims("positions", positions, 1, "[num_tokens]")
     _index("positions", positions)
     _dims("query", query, 3, "[num_tokens, num_heads, head_dim]")

@@ -54,8 +54,10 @@ async def run_demo(up: Up, say: Callable[[str], None]) -> None:
             while not await _gateway_ready(client, url):
                 await asyncio.sleep(0.5)
             answer = await _ask(client, url, model, FIRST_QUESTION)
-            say(f"demo: first answer {time.monotonic() - started:.0f} s after start\n"
-                f"demo: Q: {FIRST_QUESTION}\ndemo: A: {answer}")
+            say(
+                f"demo: first answer {time.monotonic() - started:.0f} s after start\n"
+                f"demo: Q: {FIRST_QUESTION}\ndemo: A: {answer}"
+            )
             say(f"demo: burst of {BURST_REQUESTS} requests, {BURST_CONCURRENCY} at a time, to {url}/v1")
             most = 0
 
@@ -65,16 +67,24 @@ async def run_demo(up: Up, say: Callable[[str], None]) -> None:
                 return most
 
             requests = shared_prefix_dataset(BURST_REQUESTS, 4, 32, 8, BURST_OUTPUT_TOKENS, seed=0)
-            burst = asyncio.create_task(run_benchmark(
-                BenchConfig(url=url, model=model, concurrency=BURST_CONCURRENCY, progress=False), requests))
+            burst = asyncio.create_task(
+                run_benchmark(
+                    BenchConfig(url=url, model=model, concurrency=BURST_CONCURRENCY, progress=False), requests
+                )
+            )
             while not burst.done():
                 watch()
                 await asyncio.sleep(0.5)
             results, duration = burst.result()
             say("demo: burst done\n" + format_summary(summarize(results, duration, [50, 95], {})))
             say(f"demo: most engines ready at once during the burst: {watch()}")
-            decisions = "\n".join(f"demo:   {d.from_replicas} -> {d.to_replicas} {d.rule}: {d.message}"
-                                  for d in up.snapshot.decisions) if up.snapshot else ""
+            decisions = (
+                "\n".join(
+                    f"demo:   {d.from_replicas} -> {d.to_replicas} {d.rule}: {d.message}" for d in up.snapshot.decisions
+                )
+                if up.snapshot
+                else ""
+            )
             say(f"demo: scaling decisions so far:\n{decisions or 'demo:   none'}")
             say(f"demo: Q: {LAST_QUESTION}\ndemo: A: {await _ask(client, url, model, LAST_QUESTION)}")
     except Exception as exc:  # noqa: BLE001 - the demo reports any failure and still stops the fleet

@@ -52,8 +52,14 @@ def main(args: argparse.Namespace) -> int:
         return 2
     tui = args.tui and sys.stdout.isatty()
     console = Console() if tui else None
-    options = UpOptions(host=args.host, port=args.port, tui=tui, log_dir=args.log_dir, api_keys=args.api_keys,
-                        stop_grace_s=args.stop_grace)
+    options = UpOptions(
+        host=args.host,
+        port=args.port,
+        tui=tui,
+        log_dir=args.log_dir,
+        api_keys=args.api_keys,
+        stop_grace_s=args.stop_grace,
+    )
     up = _up(manifest, options, console)
     for note in manifest.ignored:
         up.say(f"note: {note}")

@@ -13,8 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 def samples_named(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     """Every sample called ``name`` (``_total``/``_bucket`` included) on a Prometheus text page, with its labels."""
-    return [(sample.labels, sample.value) for family in text_string_to_metric_families(text)
-            for sample in family.samples if sample.name == name]
+    return [
+        (sample.labels, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
 
 
 def _label_text(labels: dict[str, str]) -> str:

@@ -45,15 +45,25 @@ def shoal_command(*args: str) -> list[str]:
 class LocalProcess:
     """A server started as ``argv --port PORT``; ``url`` reaches it once ``wait_ready`` returns."""
 
-    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
-                 port: int | None = None, die_with_parent: bool = False) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        die_with_parent: bool = False,
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         with log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [*argv, "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                [*argv, "--port", str(self.port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                 preexec_fn=_die_with_parent if die_with_parent else None,
             )
 

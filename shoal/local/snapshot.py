@@ -80,29 +80,51 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def take(now: float, name: str, model: str, url: str, fleet: EngineFleet, autoscaling: bool,
-         signals: FleetSignals, extras: Extras, decisions: tuple[DecisionRow, ...]) -> FleetSnapshot:
+def take(
+    now: float,
+    name: str,
+    model: str,
+    url: str,
+    fleet: EngineFleet,
+    autoscaling: bool,
+    signals: FleetSignals,
+    extras: Extras,
+    decisions: tuple[DecisionRow, ...],
+) -> FleetSnapshot:
     """Joins the fleet's own state with what the metrics said about each replica."""
     observed = {r.name: r for r in signals.replicas}
     rows = []
     for replica in fleet.replicas:
         seen = observed.get(replica.name)
-        rows.append(ReplicaRow(
-            replica.name, replica.phase, replica.since, replica.url,
-            replica.process.process.pid if replica.process is not None else None,
-            _finite(seen.waiting) if seen else None, _finite(seen.running) if seen else None,
-            _finite(seen.kv_usage) if seen else None,
-            replica.restarts, replica.error if replica.phase == "backoff" else None,
-        ))
+        rows.append(
+            ReplicaRow(
+                replica.name,
+                replica.phase,
+                replica.since,
+                replica.url,
+                replica.process.process.pid if replica.process is not None else None,
+                _finite(seen.waiting) if seen else None,
+                _finite(seen.running) if seen else None,
+                _finite(seen.kv_usage) if seen else None,
+                replica.restarts,
+                replica.error if replica.phase == "backoff" else None,
+            )
+        )
     return FleetSnapshot(
-        time=now, name=name, model=model, url=url, desired=fleet.desired, autoscaling=autoscaling,
+        time=now,
+        name=name,
+        model=model,
+        url=url,
+        desired=fleet.desired,
+        autoscaling=autoscaling,
         replicas=tuple(rows),
         ttft_p95_seconds=_finite(signals.ttft_p95_seconds),
         output_tokens_per_second=_finite(signals.output_tokens_per_second),
         arrival_rate=_finite(signals.arrival_rate),
         prefix_hit_rate=extras.prefix_hit_rate,
         routing=dict(extras.routing),
-        decisions=decisions, events=tuple(fleet.events)[-10:],
+        decisions=decisions,
+        events=tuple(fleet.events)[-10:],
         metrics_missing=signals.missing,
     )
 
@@ -119,19 +141,21 @@ class Timeline:
         self.samples: deque[dict[str, object]] = deque(maxlen=SAMPLES_KEPT)
 
     def add(self, snapshot: FleetSnapshot) -> None:
-        self.samples.append({
-            "t": round(snapshot.time, 2),
-            "desired": snapshot.desired,
-            "ready": snapshot.count("ready"),
-            "starting": snapshot.count("starting") + snapshot.count("backoff"),
-            "draining": snapshot.count("draining"),
-            "waiting": snapshot.waiting,
-            "running": snapshot.running,
-            "ttft_p95": snapshot.ttft_p95_seconds,
-            "tokens_per_s": snapshot.output_tokens_per_second,
-            "prefix_hit": snapshot.prefix_hit_rate,
-            "routing": snapshot.routing,
-        })
+        self.samples.append(
+            {
+                "t": round(snapshot.time, 2),
+                "desired": snapshot.desired,
+                "ready": snapshot.count("ready"),
+                "starting": snapshot.count("starting") + snapshot.count("backoff"),
+                "draining": snapshot.count("draining"),
+                "waiting": snapshot.waiting,
+                "running": snapshot.running,
+                "ttft_p95": snapshot.ttft_p95_seconds,
+                "tokens_per_s": snapshot.output_tokens_per_second,
+                "prefix_hit": snapshot.prefix_hit_rate,
+                "routing": snapshot.routing,
+            }
+        )
 
     def write(self, snapshot: FleetSnapshot) -> None:
         """The latest snapshot in full plus every sample, replacing the file in one step."""

@@ -63,16 +63,29 @@ def check_port(host: str, port: int) -> None:
         try:
             sock.bind((host, port))
         except OSError as exc:
-            raise PortTaken(f"port {port} on {host} is already in use ({exc.strerror}); "
-                            "stop what holds it or pick another with --port") from exc
+            raise PortTaken(
+                f"port {port} on {host} is already in use ({exc.strerror}); "
+                "stop what holds it or pick another with --port"
+            ) from exc
 
 
 def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
     """The operator's own ``shoal serve`` arguments, then the local overrides (the last flag given wins)."""
     most = spec.replicas.max if spec.autoscaling.enabled else spec.replicas.fixed
     threads = threads_per_engine(usable_cores(), most, spec.engine.resources.cpu)
-    argv = shoal_command(*serve_args(spec), "--host", "127.0.0.1", "--device", "cpu", "--attention-backend", "torch",
-                         "--threads", str(threads), "--log-level", "warning")
+    argv = shoal_command(
+        *serve_args(spec),
+        "--host",
+        "127.0.0.1",
+        "--device",
+        "cpu",
+        "--attention-backend",
+        "torch",
+        "--threads",
+        str(threads),
+        "--log-level",
+        "warning",
+    )
     return EngineLaunch(argv, {e.name: e.value for e in spec.engine.env}, log_dir, float(spec.engine.startup_seconds))
 
 
@@ -80,15 +93,35 @@ def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Pa
     """The settings the operator puts in the gateway's ConfigMap, with the backends file for discovery."""
     gateway, timeouts = spec.gateway, spec.gateway.timeouts
     argv = shoal_command(
-        "gateway", "--host", options.host, "--backends-file", str(backends), "--dashboard-data", str(dashboard),
-        "--tokenizer", f"{spec.served_name}={spec.model.source}", "--block-size", str(spec.engine.block_size),
-        "--policy", gateway.routing_policy, "--bound-factor", f"{gateway.bound_factor:g}",
-        "--hold-queue-size", str(gateway.hold_queue.size), "--hold-seconds", str(gateway.hold_queue.wait_seconds),
-        "--connect-timeout", f"{timeouts.connect_seconds:g}",
-        "--first-token-timeout", f"{timeouts.first_token_seconds:g}",
-        "--inter-token-timeout", f"{timeouts.inter_token_seconds:g}",
-        "--request-timeout", f"{timeouts.request_seconds:g}",
-        "--log-level", "warning",
+        "gateway",
+        "--host",
+        options.host,
+        "--backends-file",
+        str(backends),
+        "--dashboard-data",
+        str(dashboard),
+        "--tokenizer",
+        f"{spec.served_name}={spec.model.source}",
+        "--block-size",
+        str(spec.engine.block_size),
+        "--policy",
+        gateway.routing_policy,
+        "--bound-factor",
+        f"{gateway.bound_factor:g}",
+        "--hold-queue-size",
+        str(gateway.hold_queue.size),
+        "--hold-seconds",
+        str(gateway.hold_queue.wait_seconds),
+        "--connect-timeout",
+        f"{timeouts.connect_seconds:g}",
+        "--first-token-timeout",
+        f"{timeouts.first_token_seconds:g}",
+        "--inter-token-timeout",
+        f"{timeouts.inter_token_seconds:g}",
+        "--request-timeout",
+        f"{timeouts.request_seconds:g}",
+        "--log-level",
+        "warning",
     )
     if spec.gateway.redis_url:
         argv += ["--redis-url", spec.gateway.redis_url]
@@ -106,8 +139,14 @@ def _target(replica: EngineReplica) -> ReplicaTarget:
 class Up:
     """One running ``shoal up``: the gateway, the engine fleet, the loop that ties them and what it shows."""
 
-    def __init__(self, manifest: LocalManifest, options: UpOptions, policy: ScalingPolicy | None,
-                 make_source: Callable[[httpx.AsyncClient], MetricsSource], say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        manifest: LocalManifest,
+        options: UpOptions,
+        policy: ScalingPolicy | None,
+        make_source: Callable[[httpx.AsyncClient], MetricsSource],
+        say: Callable[[str], None],
+    ) -> None:
         self.manifest, self.options, self.say = manifest, options, say
         spec = manifest.spec
         self.log_dir = options.log_dir or Path(tempfile.mkdtemp(prefix=f"shoal-up-{manifest.name}-"))
@@ -117,8 +156,11 @@ class Up:
         self.dashboard = self.log_dir / "dashboard.json"
         self.url = f"http://{'127.0.0.1' if options.host in ('0.0.0.0', '') else options.host}:{options.port}"
         self.fleet = EngineFleet(engine_launch(spec, self.log_dir), self.backends, on_event=self._on_event)
-        self.autoscaler = (LocalAutoscaler(policy, act=spec.autoscaling.mode == "Act")
-                           if policy is not None and spec.autoscaling.enabled else None)
+        self.autoscaler = (
+            LocalAutoscaler(policy, act=spec.autoscaling.mode == "Act")
+            if policy is not None and spec.autoscaling.enabled
+            else None
+        )
         self.make_source = make_source
         self.source: MetricsSource | None = None
         self.timeline = Timeline(self.dashboard)
@@ -159,8 +201,17 @@ class Up:
                 self.fleet.emit(now, "info", f"{verb} {decision.replicas}: {decision.rule}: {decision.message}")
         decisions = tuple(self.autoscaler.decisions) if self.autoscaler else ()
         spec = self.manifest.spec
-        snapshot = take(now, self.manifest.name, spec.served_name, self.url, self.fleet,
-                        self.autoscaler is not None, signals, extras, decisions)
+        snapshot = take(
+            now,
+            self.manifest.name,
+            spec.served_name,
+            self.url,
+            self.fleet,
+            self.autoscaler is not None,
+            signals,
+            extras,
+            decisions,
+        )
         self.timeline.add(snapshot)
         self.timeline.write(snapshot)
         self._check_model_loads()
@@ -171,8 +222,10 @@ class Up:
             return
         for replica in self.fleet.replicas:
             if replica.failures >= GIVE_UP_AFTER_FAILURES:
-                self.failed = (f"{replica.name} failed {replica.failures} times before any engine was ready; "
-                               f"the model does not load: {replica.error} (logs in {self.log_dir})")
+                self.failed = (
+                    f"{replica.name} failed {replica.failures} times before any engine was ready; "
+                    f"the model does not load: {replica.error} (logs in {self.log_dir})"
+                )
                 self.stopping.set()
 
     async def run(self, console: Console | None) -> int:

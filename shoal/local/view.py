@@ -33,10 +33,12 @@ def _clock(t: float) -> str:
 
 def fleet_line(s: FleetSnapshot) -> str:
     """The fleet's figures in one line (the view's header and the periodic ``--no-tui`` line)."""
-    return (f"replicas {s.count('ready')} ready / {s.count('starting') + s.count('backoff')} starting / "
-            f"{s.count('draining')} draining (desired {s.desired}) | queue {s.waiting:.0f} running {s.running:.0f} | "
-            f"TTFT p95 {_num(s.ttft_p95_seconds, '{:.2f}', ' s')} | {_num(s.output_tokens_per_second)} tok/s | "
-            f"prefix hits {_pct(s.prefix_hit_rate)}")
+    return (
+        f"replicas {s.count('ready')} ready / {s.count('starting') + s.count('backoff')} starting / "
+        f"{s.count('draining')} draining (desired {s.desired}) | queue {s.waiting:.0f} running {s.running:.0f} | "
+        f"TTFT p95 {_num(s.ttft_p95_seconds, '{:.2f}', ' s')} | {_num(s.output_tokens_per_second)} tok/s | "
+        f"prefix hits {_pct(s.prefix_hit_rate)}"
+    )
 
 
 def summary_line(s: FleetSnapshot) -> str:
@@ -52,18 +54,30 @@ def event_line(event: Event) -> str:
 def _replicas(s: FleetSnapshot) -> Table:
     table = Table(title="engines", title_justify="left", expand=True)
     for column in ("name", "phase", "for", "url", "queue", "running", "KV", "restarts", "last error"):
-        table.add_column(column, no_wrap=column != "last error",
-                         justify="right" if column in ("for", "queue", "running", "KV", "restarts") else "left")
+        table.add_column(
+            column,
+            no_wrap=column != "last error",
+            justify="right" if column in ("for", "queue", "running", "KV", "restarts") else "left",
+        )
     for r in s.replicas:
-        table.add_row(r.name, Text(r.phase, style=PHASE_STYLE.get(r.phase, "")), f"{s.time - r.since:.0f} s",
-                      r.url or "-", _num(r.waiting), _num(r.running), _pct(r.kv_usage), str(r.restarts),
-                      Text(r.error or "", style="red"))
+        table.add_row(
+            r.name,
+            Text(r.phase, style=PHASE_STYLE.get(r.phase, "")),
+            f"{s.time - r.since:.0f} s",
+            r.url or "-",
+            _num(r.waiting),
+            _num(r.running),
+            _pct(r.kv_usage),
+            str(r.restarts),
+            Text(r.error or "", style="red"),
+        )
     return table
 
 
 def _decisions(s: FleetSnapshot) -> Table:
-    table = Table(title="scaling decisions" + ("" if s.autoscaling else " (autoscaling off)"),
-                  title_justify="left", expand=True)
+    table = Table(
+        title="scaling decisions" + ("" if s.autoscaling else " (autoscaling off)"), title_justify="left", expand=True
+    )
     for column in ("time", "replicas", "rule", "why"):
         table.add_column(column, no_wrap=column != "why")
     for d in s.decisions[-5:]:
@@ -72,13 +86,25 @@ def _decisions(s: FleetSnapshot) -> Table:
 
 
 def render(s: FleetSnapshot) -> RenderableType:
-    header = Text.assemble((f"shoal up {s.name}", "bold"), f"  model {s.model}  OpenAI base URL ",
-                           (f"{s.url}/v1", "bold cyan"), f"  dashboard {s.url}/dashboard")
+    header = Text.assemble(
+        (f"shoal up {s.name}", "bold"),
+        f"  model {s.model}  OpenAI base URL ",
+        (f"{s.url}/v1", "bold cyan"),
+        f"  dashboard {s.url}/dashboard",
+    )
     routing = ", ".join(f"{k} {v:.0f}" for k, v in sorted(s.routing.items())) or "none yet"
-    figures = Text(f"{fleet_line(s)} | arrivals {_num(s.arrival_rate, '{:.1f}', '/s')}\n"
-                   f"routing decisions by reason: {routing}")
+    figures = Text(
+        f"{fleet_line(s)} | arrivals {_num(s.arrival_rate, '{:.1f}', '/s')}\nrouting decisions by reason: {routing}"
+    )
     if s.metrics_missing:
         figures.append(f"\nmetrics: {s.metrics_missing}", style="yellow")
     events = Text("\n".join(event_line(e) for e in s.events[-6:]))
-    return Group(header, figures, _replicas(s), _decisions(s), Text("recent events", style="italic"), events,
-                 Text("Ctrl-C stops the fleet", style="dim"))
+    return Group(
+        header,
+        figures,
+        _replicas(s),
+        _decisions(s),
+        Text("recent events", style="italic"),
+        events,
+        Text("Ctrl-C stops the fleet", style="dim"),
+    )

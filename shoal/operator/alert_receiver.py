@@ -77,6 +77,7 @@ class Outcome:
 
 def read_token(path: Path) -> Callable[[], str]:
     """The bearer token, read from a mounted Secret key on each request (a rotated Secret applies at once)."""
+
     def token() -> str:
         return path.read_text().strip()
 
@@ -112,9 +113,13 @@ class AlertReceiver:
         scheme, _, given = header.partition(" ")
         expected = self.token()
         if scheme.lower() != "bearer" or not expected or not hmac.compare_digest(given.strip(), expected):
-            raise APIError(401, "Missing or wrong bearer token: send `Authorization: Bearer <token>` (the "
-                           "receiver's token Secret).", type="authentication_error", code="invalid_token",
-                           headers={"WWW-Authenticate": "Bearer"})
+            raise APIError(
+                401,
+                "Missing or wrong bearer token: send `Authorization: Bearer <token>` (the receiver's token Secret).",
+                type="authentication_error",
+                code="invalid_token",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     async def receive(self, notification: Notification) -> Outcome:
         """Applies a parsed notification: firing alerts boost and evaluate their fleets, resolved ones end it."""
@@ -129,8 +134,12 @@ class AlertReceiver:
             fresh.append((seen_key, state))
             namespace, name = alert.labels.get(NAMESPACE_LABEL), alert.labels.get(INFD_LABEL)
             if not namespace or not name:
-                log.info("alert %s has no %s/%s labels naming an InferenceDeployment: ignored",
-                         alert.labels.get("alertname", alert.fingerprint), NAMESPACE_LABEL, INFD_LABEL)
+                log.info(
+                    "alert %s has no %s/%s labels naming an InferenceDeployment: ignored",
+                    alert.labels.get("alertname", alert.fingerprint),
+                    NAMESPACE_LABEL,
+                    INFD_LABEL,
+                )
                 outcome.ignored += 1
                 continue
             self.autoscaler.alert((namespace, name), alert.fingerprint, alert.status == "firing")
@@ -143,8 +152,9 @@ class AlertReceiver:
                 written = await self.evaluate(namespace, name)
             except Exception as error:  # noqa: BLE001 - Alertmanager retries a 5xx: the retry evaluates again
                 log.warning("evaluating %s/%s for an alert failed: %s", namespace, name, error)
-                raise APIError(500, f"evaluating {namespace}/{name} failed: {error}", type="server_error",
-                               code="evaluation_failed") from None
+                raise APIError(
+                    500, f"evaluating {namespace}/{name} failed: {error}", type="server_error", code="evaluation_failed"
+                ) from None
             if written is not None:
                 outcome.evaluated.append(f"{namespace}/{name}")
                 outcome.written = written
@@ -173,8 +183,9 @@ def _parse(raw: bytes) -> Notification:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise APIError(400, f"Not an Alertmanager v4 payload: {where}: {first['msg']}", param=where,
-                       code="invalid_payload") from None
+        raise APIError(
+            400, f"Not an Alertmanager v4 payload: {where}: {first['msg']}", param=where, code="invalid_payload"
+        ) from None
 
 
 async def serve(receiver: AlertReceiver, host: str, port: int) -> web.AppRunner:

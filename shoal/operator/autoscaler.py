@@ -90,8 +90,13 @@ def _rounded(value: float | None) -> float | None:
 class FleetAutoscaler:
     """Each fleet's policy and firing alerts, and the observer that feeds them (see the module docstring)."""
 
-    def __init__(self, observer: FleetObserver, policies: PolicyFactory = ShoalPolicy,
-                 clock: Callable[[], float] = time.time, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        observer: FleetObserver,
+        policies: PolicyFactory = ShoalPolicy,
+        clock: Callable[[], float] = time.time,
+        timeout_s: float = 5.0,
+    ) -> None:
         self.observer, self.policies, self.clock, self.timeout_s = observer, policies, clock, timeout_s
         self._fleets: dict[FleetKey, _Fleet] = {}
         self._firing: dict[FleetKey, set[str]] = {}
@@ -111,7 +116,9 @@ class FleetAutoscaler:
         try:
             signals = await asyncio.wait_for(self.observer.observe(fleet, current, now), self.timeout_s)
         except TimeoutError:
-            signals = FleetSignals(time=now, desired=current, missing=f"metrics source timed out after {self.timeout_s:g}s")
+            signals = FleetSignals(
+                time=now, desired=current, missing=f"metrics source timed out after {self.timeout_s:g}s"
+            )
         except Exception as error:  # noqa: BLE001 - any source failure is missing data, never a crash
             log.warning("metrics for %s/%s failed: %s", fleet.namespace, fleet.name, error)
             signals = FleetSignals(time=now, desired=current, missing=f"metrics source failed: {error}")
@@ -127,8 +134,13 @@ class FleetAutoscaler:
         if firing:
             values["alert_firing"] = 1.0
         return ScaleDecision(
-            replicas, f"{rule}: {message}", _rounded(queue), _rounded(signals.ttft_p95_seconds),
-            rule=rule, values=values, missing=signals.missing,
+            replicas,
+            f"{rule}: {message}",
+            _rounded(queue),
+            _rounded(signals.ttft_p95_seconds),
+            rule=rule,
+            values=values,
+            missing=signals.missing,
         )
 
     def alert(self, key: FleetKey, fingerprint: str, firing: bool) -> bool:

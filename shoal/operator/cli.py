@@ -20,29 +20,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     op.add_argument("--peering", default="shoal", help="kopf peering object shared by HA replicas (default: shoal).")
     op.add_argument("--standalone", action="store_true", help="No peering: for a single replica, or development.")
     op.add_argument(
-        "--priority", type=int, default=None,
+        "--priority",
+        type=int,
+        default=None,
         help="Peering priority; the live replica with the highest acts, the others wait (default: random).",
     )
     op.add_argument("--resync-seconds", type=float, default=10.0, help="Status refresh interval (default: 10).")
     op.add_argument(
-        "--discovery-seconds", type=float, default=60.0,
+        "--discovery-seconds",
+        type=float,
+        default=60.0,
         help="How often to look for the Prometheus Operator's CRDs (default: 60).",
     )
     scaling = op.add_argument_group("autoscaler (InferenceDeployments with autoscaling.enabled)")
     scaling.add_argument(
-        "--prometheus-url", default=None,
+        "--prometheus-url",
+        default=None,
         help="Prometheus for autoscaling.metrics.source: prometheus when the spec names none, e.g. http://prometheus:9090.",
     )
     scaling.add_argument(
-        "--metrics-timeout", type=float, default=5.0,
+        "--metrics-timeout",
+        type=float,
+        default=5.0,
         help="Longest one observation of a fleet's metrics may take; past it the count is held (default: 5).",
     )
     scaling.add_argument(
-        "--alerts-port", type=int, default=0,
+        "--alerts-port",
+        type=int,
+        default=0,
         help="Serve the Alertmanager webhook (POST /alerts) on this port; 0 turns it off (default).",
     )
     scaling.add_argument(
-        "--alerts-token-file", type=Path, default=None,
+        "--alerts-token-file",
+        type=Path,
+        default=None,
         help="File holding the webhook's bearer token (a mounted Secret key); required with --alerts-port.",
     )
     op.add_argument("--liveness", default=None, help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")

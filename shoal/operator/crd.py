@@ -105,7 +105,9 @@ def _with_section_defaults(schema: dict[str, Any], model: type[BaseModel]) -> di
         sub_schema = schema["properties"][info.alias or name]
         _with_section_defaults(sub_schema, sub_model)
         if info.default_factory is not None:
-            sub_schema["default"] = info.get_default(call_default_factory=True).model_dump(by_alias=True, exclude_none=True)
+            sub_schema["default"] = info.get_default(call_default_factory=True).model_dump(
+                by_alias=True, exclude_none=True
+            )
     return schema
 
 

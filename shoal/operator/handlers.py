@@ -98,8 +98,9 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
         info = credentials(settings)
         if info is None:
             raise kopf.PermanentError("no Kubernetes credentials: neither a ServiceAccount nor a kubeconfig")
-        reconciler = Reconciler(KubeClient(info), autoscaler=config.autoscaler,
-                                discovery_seconds=config.discovery_seconds)
+        reconciler = Reconciler(
+            KubeClient(info), autoscaler=config.autoscaler, discovery_seconds=config.discovery_seconds
+        )
         memo.shoal = OperatorState(config, reconciler)
 
     @kopf.on.startup(id="alerts", registry=registry)
@@ -107,11 +108,13 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
         if config.alerts is None or config.autoscaler is None:
             return
         state: OperatorState = memo.shoal
-        receiver = alert_receiver.AlertReceiver(config.alerts.token, config.autoscaler,
-                                                functools.partial(evaluate_alert, state))
+        receiver = alert_receiver.AlertReceiver(
+            config.alerts.token, config.autoscaler, functools.partial(evaluate_alert, state)
+        )
         state.alerts = await alert_receiver.serve(receiver, config.alerts.host, config.alerts.port)
-        logging.getLogger(__name__).info("Alertmanager receiver on %s:%d/alerts", config.alerts.host,
-                                         config.alerts.port)
+        logging.getLogger(__name__).info(
+            "Alertmanager receiver on %s:%d/alerts", config.alerts.host, config.alerts.port
+        )
 
     @kopf.on.cleanup(id="close", registry=registry)
     async def close(memo: kopf.Memo, **_: Any) -> None:
@@ -139,10 +142,13 @@ def _children(indices: Mapping[str, Any], namespace: str, name: str) -> Children
 
 def _replicas_managers(body: Mapping[str, Any]) -> list[str]:
     """Who owns a Deployment's ``spec.replicas`` (its managedFields): the writer named in a Warning."""
-    return sorted({
-        entry.get("manager", "?") for entry in body["metadata"].get("managedFields") or []
-        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
-    })
+    return sorted(
+        {
+            entry.get("manager", "?")
+            for entry in body["metadata"].get("managedFields") or []
+            if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+        }
+    )
 
 
 def _register_indices(registry: kopf.OperatorRegistry) -> None:
@@ -164,12 +170,17 @@ def _register_indices(registry: kopf.OperatorRegistry) -> None:
         return {(namespace, labels[OWNER_LABEL], labels[COMPONENT_LABEL]): view}
 
     @kopf.index(GROUP, VERSION, PLURAL, id="shoal_fleets", registry=registry)  # type: ignore[arg-type]  # kopf types namespace Optional (for cluster-scoped objects); these are namespaced
-    def shoal_fleets(
-        namespace: str, name: str, body: kopf.Body, **_: Any
-    ) -> dict[tuple[str, str], dict[str, Any]]:
+    def shoal_fleets(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
         """The InferenceDeployments themselves, for the alert pass (which runs outside kopf's handlers)."""
-        return {(namespace, name): {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": dict(body["metadata"]),
-                                    "spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}}
+        return {
+            (namespace, name): {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "metadata": dict(body["metadata"]),
+                "spec": dict(body.get("spec") or {}),
+                "status": dict(body.get("status") or {}),
+            }
+        }
 
     @kopf.index("v1", "pods", labels={**OWNED, COMPONENT_LABEL: "engine"}, id="shoal_engine_pods", registry=registry)  # type: ignore[arg-type]  # kopf types namespace Optional (for cluster-scoped objects); these are namespaced
     def shoal_engine_pods(
@@ -177,8 +188,11 @@ def _register_indices(registry: kopf.OperatorRegistry) -> None:
     ) -> dict[tuple[str, str], dict[str, Any]]:
         meta = body["metadata"]
         view = {
-            "metadata": {"name": name, "creationTimestamp": meta.get("creationTimestamp"),
-                         "deletionTimestamp": meta.get("deletionTimestamp")},
+            "metadata": {
+                "name": name,
+                "creationTimestamp": meta.get("creationTimestamp"),
+                "deletionTimestamp": meta.get("deletionTimestamp"),
+            },
             "status": dict(body.get("status") or {}),
         }
         return {(namespace, labels[OWNER_LABEL]): view}
@@ -190,7 +204,11 @@ def _register_reconcile(registry: kopf.OperatorRegistry, config: OperatorConfig)
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
     async def reconcile(
-        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, old: Mapping[str, Any] | None = None, retry: int = 0,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        memo: kopf.Memo,
+        old: Mapping[str, Any] | None = None,
+        retry: int = 0,
         **indices: Any,
     ) -> None:
         await run(memo.shoal, body, patch, indices, "change", old, retry=retry)
@@ -200,7 +218,12 @@ def _register_reconcile(registry: kopf.OperatorRegistry, config: OperatorConfig)
         await run(memo.shoal, body, patch, indices, "resume", retry=retry)
 
     @kopf.timer(
-        GROUP, VERSION, PLURAL, interval=config.resync_seconds, initial_delay=config.resync_seconds, id="refresh",
+        GROUP,
+        VERSION,
+        PLURAL,
+        interval=config.resync_seconds,
+        initial_delay=config.resync_seconds,
+        id="refresh",
         registry=registry,
     )
     async def refresh(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **indices: Any) -> None:
@@ -215,8 +238,13 @@ def _register_reconcile(registry: kopf.OperatorRegistry, config: OperatorConfig)
 
 
 async def run(
-    state: OperatorState, body: kopf.Body, patch: kopf.Patch, indices: Mapping[str, Any], trigger: Trigger,
-    old: Mapping[str, Any] | None = None, retry: int = 0,
+    state: OperatorState,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    indices: Mapping[str, Any],
+    trigger: Trigger,
+    old: Mapping[str, Any] | None = None,
+    retry: int = 0,
 ) -> None:
     """One kopf-driven pass; it also keeps the live index views and the time of the last pass for the alert pass.
 
@@ -250,8 +278,13 @@ async def evaluate_alert(state: OperatorState, namespace: str, name: str) -> flo
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
     body, patch = kopf.Body(cast(kopf.RawBody, raw)), kopf.Patch()  # the index keeps the object as kopf gave it
     events: list[dict[str, str]] = []
-    await reconciler.reconcile(body, patch, _children(indices, namespace, name), trigger="alert",
-                               announce=lambda _, **event: events.append(event))
+    await reconciler.reconcile(
+        body,
+        patch,
+        _children(indices, namespace, name),
+        trigger="alert",
+        announce=lambda _, **event: events.append(event),
+    )
     written = time.perf_counter()
     if patch.get("status"):
         await reconciler.client.patch_status(path, patch["status"])

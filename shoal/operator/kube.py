@@ -146,11 +146,21 @@ class KubeClient:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta["uid"]},
-            "type": type, "reason": reason, "message": message[:1024],
-            "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "involvedObject": {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }
         self._json(await self._http.post(f"/api/v1/namespaces/{meta['namespace']}/events", json=event))
 

@@ -82,8 +82,14 @@ class Reconciler:
         return present
 
     async def reconcile(
-        self, body: kopf.Body, patch: kopf.Patch, children: Children, *, trigger: Trigger,
-        old_spec: Mapping[str, Any] | None = None, announce: Announce = kopf.event,
+        self,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        children: Children,
+        *,
+        trigger: Trigger,
+        old_spec: Mapping[str, Any] | None = None,
+        announce: Announce = kopf.event,
     ) -> None:
         meta = body["metadata"]
         owner = Owner(meta["name"], meta["namespace"], meta["uid"])
@@ -95,8 +101,14 @@ class Reconciler:
         self._locks.pop((namespace, name), None)
 
     async def _reconcile(
-        self, body: kopf.Body, patch: kopf.Patch, children: Children, owner: Owner, trigger: Trigger,
-        old_spec: Mapping[str, Any] | None, announce: Announce,
+        self,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        children: Children,
+        owner: Owner,
+        trigger: Trigger,
+        old_spec: Mapping[str, Any] | None,
+        announce: Announce,
     ) -> None:
         meta = body["metadata"]
         previous: Mapping[str, Any] = body.get("status") or {}
@@ -181,13 +193,23 @@ class Reconciler:
         return None
 
     def _report(
-        self, body: kopf.Body, patch: kopf.Patch, previous: Mapping[str, Any], problem: Problem, now: datetime,
+        self,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        previous: Mapping[str, Any],
+        problem: Problem,
+        now: datetime,
         announce: Announce,
     ) -> None:
         """A spec that cannot be parsed: only the Degraded condition changes (nothing else can be computed)."""
         conditions = list(previous.get("conditions", []))
-        degraded = condition(conditions, "Degraded", (True, problem.reason, problem.message), timestamp(now),
-                             body["metadata"].get("generation", 0))
+        degraded = condition(
+            conditions,
+            "Degraded",
+            (True, problem.reason, problem.message),
+            timestamp(now),
+            body["metadata"].get("generation", 0),
+        )
         new = {**previous, "conditions": _replaced(conditions, degraded.model_dump(by_alias=True))}
         _announce(body, previous, new, announce)
         patch.status.update(status_patch(previous, new))
@@ -223,9 +245,14 @@ def _ignored_scale(
     before = (old_spec.get("replicas") or {}).get("count")
     if before == spec.replicas.count or spec.replicas.count is None:
         return []
-    return [("ScaleIgnored", f"replicas.count was set to {spec.replicas.count} (kubectl scale, or an HPA on the "
-             f"scale subresource) while autoscaling is enabled: the autoscaler owns the engine count, which stays "
-             f"{decision.replicas}")]
+    return [
+        (
+            "ScaleIgnored",
+            f"replicas.count was set to {spec.replicas.count} (kubectl scale, or an HPA on the "
+            f"scale subresource) while autoscaling is enabled: the autoscaler owns the engine count, which stays "
+            f"{decision.replicas}",
+        )
+    ]
 
 
 def _overridden(children: Children, previous: Mapping[str, Any], decision: ScaleDecision) -> list[tuple[str, str]]:
@@ -238,16 +265,23 @@ def _overridden(children: Children, previous: Mapping[str, Any], decision: Scale
     writers = [m for m in engine.get("metadata", {}).get("replicasManagers", []) if m != FIELD_MANAGER]
     if replicas == decision.replicas or not writers:
         return []
-    return [("ReplicasOverridden", f"the engine Deployment's replicas were set to {replicas} by "
-             f"{', '.join(writers)}; the operator owns that count (set it in the InferenceDeployment): put back "
-             f"to {decision.replicas}")]
+    return [
+        (
+            "ReplicasOverridden",
+            f"the engine Deployment's replicas were set to {replicas} by "
+            f"{', '.join(writers)}; the operator owns that count (set it in the InferenceDeployment): put back "
+            f"to {decision.replicas}",
+        )
+    ]
 
 
 def _announce(body: kopf.Body, previous: Mapping[str, Any], new: Mapping[str, Any], announce: Announce) -> None:
     """One Event per new problem and per scaling decision or recommendation, not one per pass."""
     before, after = _condition(previous, "Degraded"), _condition(new, "Degraded")
     if after.get("status") == "True" and (before.get("status"), before.get("reason"), before.get("message")) != (
-        "True", after.get("reason"), after.get("message")
+        "True",
+        after.get("reason"),
+        after.get("message"),
     ):
         announce(body, type="Warning", reason=after["reason"], message=after["message"])
     history = new.get("history") or []

@@ -32,7 +32,9 @@ class ScaleDecision:
     missing: str | None = None
 
 
-def decide_replicas(spec: InferenceDeploymentSpec, current: int | None, proposal: ScaleDecision | None) -> ScaleDecision:
+def decide_replicas(
+    spec: InferenceDeploymentSpec, current: int | None, proposal: ScaleDecision | None
+) -> ScaleDecision:
     """The engine count to apply now. ``current`` is the last desired count (None before the first one);
     ``proposal`` is the autoscaler's wish (None when it has none: no autoscaler runs)."""
     if not spec.autoscaling.enabled or spec.autoscaling.mode == "Recommend":

@@ -101,15 +101,18 @@ class ClusterObserver:
             if fleet.spec.autoscaling.metrics.source == "prometheus":
                 url = self._prometheus(fleet)
                 query = f'sum({HELD}{{namespace="{fleet.namespace}",pod=~"{fleet.name}-gateway-.*"}})'
-                response = await self.client.get(f"{url}/api/v1/query", params={"query": query},
-                                                 timeout=self.timeout_s)
+                response = await self.client.get(f"{url}/api/v1/query", params={"query": query}, timeout=self.timeout_s)
                 result = response.json()["data"]["result"]
                 value = float(result[0]["value"][1]) if result else 0.0
             else:
                 service = f"http://{fleet.name}.{fleet.namespace}.svc/metrics"  # the gateway Service, port 80
                 page = (await self.client.get(service, timeout=self.timeout_s)).text
-                value = sum(s.value for family in text_string_to_metric_families(page) if family.name == HELD
-                            for s in family.samples)
+                value = sum(
+                    s.value
+                    for family in text_string_to_metric_families(page)
+                    if family.name == HELD
+                    for s in family.samples
+                )
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
             return 0
         return int(value) if math.isfinite(value) and value > 0 else 0

@@ -160,8 +160,11 @@ class AutoscalingSpec(_Wire):
     scale_up_stabilization_seconds: int = Field(0, ge=0, le=3600)
     scale_down_stabilization_seconds: int = Field(300, ge=0, le=3600)
     max_step: int = Field(
-        2, ge=1, description="Most replicas removed in one decision, or added on a count guessed from the queue or "
-        "latency; a breach sized from measured rates adds what it needs at once (panic).")
+        2,
+        ge=1,
+        description="Most replicas removed in one decision, or added on a count guessed from the queue or "
+        "latency; a breach sized from measured rates adds what it needs at once (panic).",
+    )
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
 
 
@@ -182,14 +185,30 @@ class HoldQueueSpec(_Wire):
 class GatewayTimeoutsSpec(_Wire):
     """The gateway's time limits on a request (``shoal gateway --connect-timeout`` and the others)."""
 
-    connect_seconds: float = Field(DEFAULT_CONNECT_TIMEOUT_S, gt=0, le=60,
-                                   description="To open a connection to an engine; past it, another is tried.")
-    first_token_seconds: float = Field(DEFAULT_FIRST_TOKEN_TIMEOUT_S, gt=0, le=3600, description=(
-        "From sending a streaming request to its first token; past it, another engine is tried or 504."))
-    inter_token_seconds: float = Field(DEFAULT_INTER_TOKEN_TIMEOUT_S, gt=0, le=3600, description=(
-        "Between two chunks of a stream; past it, the stream ends with an error event."))
-    request_seconds: float = Field(DEFAULT_REQUEST_TIMEOUT_S, gt=0, le=86400, description=(
-        "A whole request; a client may ask for less with the X-Request-Timeout header."))
+    connect_seconds: float = Field(
+        DEFAULT_CONNECT_TIMEOUT_S,
+        gt=0,
+        le=60,
+        description="To open a connection to an engine; past it, another is tried.",
+    )
+    first_token_seconds: float = Field(
+        DEFAULT_FIRST_TOKEN_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description=("From sending a streaming request to its first token; past it, another engine is tried or 504."),
+    )
+    inter_token_seconds: float = Field(
+        DEFAULT_INTER_TOKEN_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description=("Between two chunks of a stream; past it, the stream ends with an error event."),
+    )
+    request_seconds: float = Field(
+        DEFAULT_REQUEST_TIMEOUT_S,
+        gt=0,
+        le=86400,
+        description=("A whole request; a client may ask for less with the X-Request-Timeout header."),
+    )
 
 
 class GatewaySpec(_Wire):

@@ -44,7 +44,10 @@ def condition(
     before = next((c for c in previous if c.get("type") == kind), None)
     since = stamp if before is None or before.get("status") != text else before.get("lastTransitionTime", stamp)
     return Condition(
-        type=kind, status=text, reason=reason, message=message,
+        type=kind,
+        status=text,
+        reason=reason,
+        message=message,
         last_transition_time=since,
         observed_generation=generation,
     )
@@ -93,8 +96,9 @@ def compute_status(
         **_observed(proposal or decision),
     }
     if spec.autoscaling.enabled and proposal is not None:
-        fields["last_decision"] = _last_decision(previous.get("lastDecision"), proposal, stamp,
-                                                 spec.autoscaling.mode == "Act")
+        fields["last_decision"] = _last_decision(
+            previous.get("lastDecision"), proposal, stamp, spec.autoscaling.mode == "Act"
+        )
     return dump(InferenceDeploymentStatus(**fields))
 
 
@@ -138,8 +142,12 @@ def _scaling_limited(spec: InferenceDeploymentSpec, decision: ScaleDecision) -> 
     """``ScalingLimited``: the autoscaler's wish was clamped, or it had nothing to go on."""
     desired = decision.replicas
     if decision.limited == "NoGateway" or (spec.replicas.min == 0 and spec.gateway.replicas == 0):
-        return (True, "NoGateway", "replicas.min is 0 but gateway.replicas is 0: nothing would hold requests "
-                f"or report demand at zero engines, so {desired} stays")
+        return (
+            True,
+            "NoGateway",
+            "replicas.min is 0 but gateway.replicas is 0: nothing would hold requests "
+            f"or report demand at zero engines, so {desired} stays",
+        )
     if decision.limited:
         return True, decision.limited, f"{decision.reason}; clamped to {desired}"
     if decision.reason.startswith("MetricsMissing"):
@@ -163,8 +171,12 @@ def _observed(observed: ScaleDecision) -> dict[str, float]:
 
 
 def _history(
-    previous: Mapping[str, Any], decision: ScaleDecision, proposal: ScaleDecision | None,
-    spec: InferenceDeploymentSpec, problem: Problem | None, stamp: str,
+    previous: Mapping[str, Any],
+    decision: ScaleDecision,
+    proposal: ScaleDecision | None,
+    spec: InferenceDeploymentSpec,
+    problem: Problem | None,
+    stamp: str,
 ) -> tuple[list[ScalingRecord], str | None]:
     """The scaling history and ``lastScaleTime``: a record per change of the engine count and, in Recommend mode,
     per change of the recommendation; the first count of an object that cannot run is no change."""
@@ -192,8 +204,14 @@ def _last_decision(
     before: Mapping[str, Any] | None, proposal: ScaleDecision, stamp: str, applied: bool
 ) -> ScalingDecisionStatus:
     """The autoscaler's latest evaluation; its time moves only when what it says does (no write per pass)."""
-    last = ScalingDecisionStatus(time=stamp, replicas=proposal.replicas, rule=proposal.rule or "",
-                                 message=proposal.reason, values=dict(proposal.values), applied=applied)
+    last = ScalingDecisionStatus(
+        time=stamp,
+        replicas=proposal.replicas,
+        rule=proposal.rule or "",
+        message=proposal.reason,
+        values=dict(proposal.values),
+        applied=applied,
+    )
     if before is not None and {**before, "time": stamp} == last.model_dump(by_alias=True):
         return ScalingDecisionStatus.model_validate(before)
     return last

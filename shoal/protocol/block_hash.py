@@ -50,4 +50,3 @@ def hash_blocks(
         parent = hash_block(parent, token_ids[start : start + block_size], extra_key)
         hashes.append(parent)
     return hashes
-

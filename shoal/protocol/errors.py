@@ -64,14 +64,18 @@ def invalid_request(message: str, param: str | None = None, code: str | None = N
 
 def invalid_api_key() -> APIError:
     """401: no key, or one nobody holds; the SDKs raise ``AuthenticationError``. Never echoes the key sent."""
-    return APIError(401, "Incorrect or missing API key: send it as `Authorization: Bearer <key>`.",
-                    code="invalid_api_key")
+    return APIError(
+        401, "Incorrect or missing API key: send it as `Authorization: Bearer <key>`.", code="invalid_api_key"
+    )
 
 
 def model_not_found(model: str) -> APIError:
     """404: the request names a model this server does not serve."""
     return APIError(
-        404, f"The model `{model}` does not exist.", type="invalid_request_error", param="model",
+        404,
+        f"The model `{model}` does not exist.",
+        type="invalid_request_error",
+        param="model",
         code="model_not_found",
     )
 
@@ -79,14 +83,19 @@ def model_not_found(model: str) -> APIError:
 def payload_too_large(limit_bytes: int) -> APIError:
     """413: the body is larger than the server reads."""
     return APIError(
-        413, f"Request body is larger than the limit of {limit_bytes} bytes.", code="request_too_large",
+        413,
+        f"Request body is larger than the limit of {limit_bytes} bytes.",
+        code="request_too_large",
     )
 
 
 def service_unavailable(message: str, retry_after_s: int) -> APIError:
     """503: try again later (queue full, draining); ``Retry-After`` says when."""
     return APIError(
-        503, message, type="service_unavailable_error", code="service_unavailable",
+        503,
+        message,
+        type="service_unavailable_error",
+        code="service_unavailable",
         headers={"Retry-After": str(retry_after_s)},
     )
 
@@ -138,7 +147,7 @@ def from_validation_errors(errors: Iterable[Mapping[str, Any]]) -> APIError:
         text = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
         named = re.match(r"^(\w+): ", text)
         if not param and named:  # a model-level check names its field first
-            param, text = named.group(1), text[named.end():]
+            param, text = named.group(1), text[named.end() :]
         if error.get("type") == "extra_forbidden":
             message = f"Unrecognized request argument supplied: {param}"
         elif error.get("type") == "json_invalid":

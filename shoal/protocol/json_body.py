@@ -30,8 +30,9 @@ class ClientDisconnected(Exception):
     """The client left before its body was complete: there is nobody left to answer."""
 
 
-async def read_body(receive: Receive, declared_length: bytes | str | None, limit: int,
-                    drain_limit: int | None = None) -> bytes:
+async def read_body(
+    receive: Receive, declared_length: bytes | str | None, limit: int, drain_limit: int | None = None
+) -> bytes:
     """The whole body, or a 413 once it passes ``limit`` bytes (at ``drain_limit``, if given, having read that far).
 
     A ``Content-Length`` past the point where reading would stop is refused before anything is read.
@@ -63,13 +64,15 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise invalid_request(f"Malformed JSON body: not valid UTF-8 (invalid byte at offset {exc.start}).",
-                              code="invalid_json") from None
+        raise invalid_request(
+            f"Malformed JSON body: not valid UTF-8 (invalid byte at offset {exc.start}).", code="invalid_json"
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise invalid_request(f"Malformed JSON body: {exc.msg} (line {exc.lineno}, column {exc.colno}).",
-                              code="invalid_json") from None
+        raise invalid_request(
+            f"Malformed JSON body: {exc.msg} (line {exc.lineno}, column {exc.colno}).", code="invalid_json"
+        ) from None
     except RecursionError:
         raise invalid_request("Malformed JSON body: nested too deeply.", code="invalid_json") from None
     except ValueError as exc:  # past sys.get_int_max_str_digits()
@@ -77,8 +80,9 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_json")
     if "\\u" in text and _has_lone_surrogate(data):
-        raise invalid_request("Malformed JSON body: a string escapes half of a surrogate pair (not text).",
-                              code="invalid_json")
+        raise invalid_request(
+            "Malformed JSON body: a string escapes half of a surrogate pair (not text).", code="invalid_json"
+        )
     return data
 
 

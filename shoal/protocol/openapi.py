@@ -29,24 +29,34 @@ _ERROR_STATUSES = ("400", "404", "413", "429", "503", "504")
 
 def _schemas() -> tuple[dict[str, dict[str, str]], dict[str, Any]]:
     """Each model's ``$ref`` and the components they need: requests as validated, responses as serialized."""
-    models = [(CompletionRequest, "validation"), (ChatCompletionRequest, "validation"),
-              (CompletionResponse, "serialization"), (ChatCompletionResponse, "serialization"),
-              (ModelList, "serialization"), (ErrorResponse, "serialization")]
+    models = [
+        (CompletionRequest, "validation"),
+        (ChatCompletionRequest, "validation"),
+        (CompletionResponse, "serialization"),
+        (ChatCompletionResponse, "serialization"),
+        (ModelList, "serialization"),
+        (ErrorResponse, "serialization"),
+    ]
     refs, definitions = models_json_schema(models, ref_template=_REF)  # type: ignore[arg-type]
     return {model.__name__: ref for (model, _), ref in refs.items()}, definitions.get("$defs", {})
 
 
-def _generation(operation_id: str, request: dict[str, str], response: dict[str, str],
-                errors: dict[str, Any]) -> dict[str, Any]:
-    return {"post": {
-        "operationId": operation_id,
-        "requestBody": {"required": True, "content": {"application/json": {"schema": request}}},
-        "responses": {
-            "200": {"description": "the completion; with `stream: true`, server-sent events of its chunks",
-                    "content": {"application/json": {"schema": response}, "text/event-stream": {}}},
-            **errors,
-        },
-    }}
+def _generation(
+    operation_id: str, request: dict[str, str], response: dict[str, str], errors: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": operation_id,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": request}}},
+            "responses": {
+                "200": {
+                    "description": "the completion; with `stream: true`, server-sent events of its chunks",
+                    "content": {"application/json": {"schema": response}, "text/event-stream": {}},
+                },
+                **errors,
+            },
+        }
+    }
 
 
 @cache
@@ -58,17 +68,31 @@ def openapi_document(title: str, *, bearer_auth: bool = False) -> dict[str, Any]
     statuses = ("401", *_ERROR_STATUSES) if bearer_auth else _ERROR_STATUSES
     errors = {code: {"description": "an OpenAI-style error", "content": error} for code in statuses}
     paths = {
-        "/v1/completions": _generation("createCompletion", refs["CompletionRequest"], refs["CompletionResponse"],
-                                       errors),
-        "/v1/chat/completions": _generation("createChatCompletion", refs["ChatCompletionRequest"],
-                                            refs["ChatCompletionResponse"], errors),
-        "/v1/models": {"get": {"operationId": "listModels", "responses": {
-            "200": {"description": "the models served", "content": {"application/json": {"schema": refs["ModelList"]}}},
-            **({"401": errors["401"]} if bearer_auth else {}),
-        }}},
+        "/v1/completions": _generation(
+            "createCompletion", refs["CompletionRequest"], refs["CompletionResponse"], errors
+        ),
+        "/v1/chat/completions": _generation(
+            "createChatCompletion", refs["ChatCompletionRequest"], refs["ChatCompletionResponse"], errors
+        ),
+        "/v1/models": {
+            "get": {
+                "operationId": "listModels",
+                "responses": {
+                    "200": {
+                        "description": "the models served",
+                        "content": {"application/json": {"schema": refs["ModelList"]}},
+                    },
+                    **({"401": errors["401"]} if bearer_auth else {}),
+                },
+            }
+        },
     }
-    document: dict[str, Any] = {"openapi": "3.1.0", "info": {"title": title, "version": "1"}, "paths": paths,
-                                "components": {"schemas": components}}
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": "1"},
+        "paths": paths,
+        "components": {"schemas": components},
+    }
     if bearer_auth:
         document["components"]["securitySchemes"] = {"apiKey": {"type": "http", "scheme": "bearer"}}
         document["security"] = [{"apiKey": []}]

@@ -32,13 +32,17 @@ def observation(record: Mapping[str, object], budget: int) -> tuple[Features, fl
     """``((steps, prefill tokens, decode sequence-steps, context token-steps, prefill pairs), engine CPU s)``."""
     config, results, cpu = record.get("config"), record.get("results"), record.get("engine_cpu_s")
     if not isinstance(config, Mapping) or not isinstance(results, list) or not isinstance(cpu, (int, float)):
-        raise ProfileError("a calibration record needs 'config', 'results' and 'engine_cpu_s' "
-                           "(bench/simulate_calibrate.py writes them)")
+        raise ProfileError(
+            "a calibration record needs 'config', 'results' and 'engine_cpu_s' "
+            "(bench/simulate_calibrate.py writes them)"
+        )
     concurrency = int(config.get("concurrency") or 0)
     ok = [r for r in results if r.get("success")]
     if len(ok) != concurrency or concurrency < 1:
-        raise ProfileError(f"a calibration run sends exactly --concurrency requests at once and all succeed; got "
-                           f"{len(ok)} successful of {len(results)} at concurrency {concurrency}")
+        raise ProfileError(
+            f"a calibration run sends exactly --concurrency requests at once and all succeed; got "
+            f"{len(ok)} successful of {len(results)} at concurrency {concurrency}"
+        )
     prompt = float(np.mean([r["prompt_tokens"] for r in ok]))
     output = float(np.mean([r["output_tokens"] for r in ok]))
     decode = output - 1
@@ -66,14 +70,28 @@ def fit_step_cost(rows: Iterable[tuple[Features, float]]) -> StepCost:
     return StepCost(*map(float, full))
 
 
-def profile_from_bench(records: Iterable[Mapping[str, object]], name: str, source: str, max_num_batched_tokens: int,
-                       max_num_seqs: int, kv_capacity_tokens: int, startup_s: tuple[float, float]) -> EngineProfile:
+def profile_from_bench(
+    records: Iterable[Mapping[str, object]],
+    name: str,
+    source: str,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    kv_capacity_tokens: int,
+    startup_s: tuple[float, float],
+) -> EngineProfile:
     """A profile for the engine configuration the calibration runs were measured with."""
     records = list(records)
     rows = [observation(record, max_num_batched_tokens) for record in records]
     largest_prefill = max(min(features[1], max_num_batched_tokens) for features, _ in rows)
     largest_batch = max(int(record["config"]["concurrency"]) for record in records)  # type: ignore[index]
-    return EngineProfile(name=name, source=source, max_num_batched_tokens=max_num_batched_tokens,
-                         max_num_seqs=max_num_seqs, kv_capacity_tokens=kv_capacity_tokens,
-                         covered_batch_tokens=int(largest_prefill), covered_decode_seqs=largest_batch,
-                         step=fit_step_cost(rows), startup_s=startup_s)
+    return EngineProfile(
+        name=name,
+        source=source,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        kv_capacity_tokens=kv_capacity_tokens,
+        covered_batch_tokens=int(largest_prefill),
+        covered_decode_seqs=largest_batch,
+        step=fit_step_cost(rows),
+        startup_s=startup_s,
+    )

@@ -11,34 +11,60 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from shoal.simulate.policies import POLICY_NAMES
 
     p = subparsers.add_parser("simulate", help="Compare autoscaling policies on a trace in a simulated fleet.")
-    p.add_argument("--trace", required=True,
-                   help="steady, diurnal, bursty, azure-conv, azure-code, or a trace file (CSV, JSONL or the Azure "
-                        "TIMESTAMP,ContextTokens,GeneratedTokens CSV)")
-    p.add_argument("--slo-ttft-p95", type=float, default=2.0, metavar="SECONDS",
-                   help="the TTFT P95 target every 1-minute window should meet (default 2.0)")
-    p.add_argument("--profile", default=None, metavar="PATH",
-                   help="engine profile: gpu-8b-h100 (default), smollm2-135m-cpu, or a profile JSON file")
-    p.add_argument("--replicas-max", type=int, default=None, metavar="N",
-                   help="most replicas (default: twice what the trace's peak needs)")
+    p.add_argument(
+        "--trace",
+        required=True,
+        help="steady, diurnal, bursty, azure-conv, azure-code, or a trace file (CSV, JSONL or the Azure "
+        "TIMESTAMP,ContextTokens,GeneratedTokens CSV)",
+    )
+    p.add_argument(
+        "--slo-ttft-p95",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="the TTFT P95 target every 1-minute window should meet (default 2.0)",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="PATH",
+        help="engine profile: gpu-8b-h100 (default), smollm2-135m-cpu, or a profile JSON file",
+    )
+    p.add_argument(
+        "--replicas-max",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most replicas (default: twice what the trace's peak needs)",
+    )
     p.add_argument("--replicas-min", type=int, default=1, metavar="N")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write {policy: figures} here")
     p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into this directory")
-    p.add_argument("--policies", default=",".join(POLICY_NAMES),
-                   help=f"comma-separated, from {', '.join(POLICY_NAMES)} (default: all)")
+    p.add_argument(
+        "--policies",
+        default=",".join(POLICY_NAMES),
+        help=f"comma-separated, from {', '.join(POLICY_NAMES)} (default: all)",
+    )
     p.add_argument("--routing", default="prefix-aware", help="round-robin, least-load or prefix-aware")
-    p.add_argument("--time-scale", type=float, default=1.0,
-                   help="replay the trace this many times faster (2: an hour of traffic in 30 minutes)")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="replay the trace this many times faster (2: an hour of traffic in 30 minutes)",
+    )
     p.add_argument("--max-step", type=int, default=None, help="Shoal's maxStep (default: the CRD's default)")
     p.add_argument("--max-num-seqs", type=int, default=None, help="engine batch size (default: the profile's)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=None,
-                   help="engine token budget per step (default: the profile's)")
+    p.add_argument(
+        "--max-num-batched-tokens", type=int, default=None, help="engine token budget per step (default: the profile's)"
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=_simulate)
 
 
 def _progress_bars(total: float, enabled: bool) -> Callable[[str], Callable[[float], None] | None]:
     """A tqdm bar per policy over simulated seconds (tqdm is optional: without it, no bar)."""
+
     def make(policy: str) -> Callable[[float], None] | None:
         if not enabled:
             return None
@@ -52,7 +78,9 @@ def _progress_bars(total: float, enabled: bool) -> Callable[[str], Callable[[flo
             bar.update(max(0, round(min(now, total)) - bar.n))
             if bar.n >= round(total):
                 bar.close()
+
         return update
+
     return make
 
 
@@ -74,18 +102,31 @@ def _simulate(args: argparse.Namespace) -> int:
         if args.slo_ttft_p95 <= 0:
             raise ValueError(f"--slo-ttft-p95 must be > 0, got {args.slo_ttft_p95}")
         policies = [name.strip() for name in args.policies.split(",") if name.strip()]
-        print(f"trace {trace.name}: {len(trace)} requests over {trace.duration / 60:.1f} min; profile {profile.name}",
-              file=sys.stderr)
-        comparison = compare(trace, profile, policies, args.slo_ttft_p95, args.routing, args.replicas_min,
-                             args.replicas_max, args.seed, args.max_step,
-                             _progress_bars(trace.duration, args.progress))
+        print(
+            f"trace {trace.name}: {len(trace)} requests over {trace.duration / 60:.1f} min; profile {profile.name}",
+            file=sys.stderr,
+        )
+        comparison = compare(
+            trace,
+            profile,
+            policies,
+            args.slo_ttft_p95,
+            args.routing,
+            args.replicas_min,
+            args.replicas_max,
+            args.seed,
+            args.max_step,
+            _progress_bars(trace.duration, args.progress),
+        )
     except (TraceError, ProfileError, ValueError) as exc:
         print(f"shoal simulate: error: {exc}", file=sys.stderr)
         return 2
     cap = comparison.capacity
-    print(f"one replica meets the SLO up to {cap.max_rps:.2f} req/s ({cap.concurrency:.1f} requests in the engine); "
-          f"peak needs {comparison.sizing.peak_replicas}; replicas {comparison.config.min_replicas}.."
-          f"{comparison.config.max_replicas}")
+    print(
+        f"one replica meets the SLO up to {cap.max_rps:.2f} req/s ({cap.concurrency:.1f} requests in the engine); "
+        f"peak needs {comparison.sizing.peak_replicas}; replicas {comparison.config.min_replicas}.."
+        f"{comparison.config.max_replicas}"
+    )
     print(format_table(comparison))
     if args.json_out:
         with open(args.json_out, "w") as out:

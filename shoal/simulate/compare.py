@@ -41,10 +41,18 @@ def default_replicas_max(peak_replicas: int) -> int:
     return max(4, 2 * peak_replicas)
 
 
-def compare(trace: Trace, profile: EngineProfile, policies: Sequence[str], slo_ttft_p95_s: float = 2.0,
-            routing: str = "prefix-aware", replicas_min: int = 1, replicas_max: int | None = None, seed: int = 0,
-            max_step: int | None = None,
-            progress: Callable[[str], Callable[[float], None] | None] | None = None) -> Comparison:
+def compare(
+    trace: Trace,
+    profile: EngineProfile,
+    policies: Sequence[str],
+    slo_ttft_p95_s: float = 2.0,
+    routing: str = "prefix-aware",
+    replicas_min: int = 1,
+    replicas_max: int | None = None,
+    seed: int = 0,
+    max_step: int | None = None,
+    progress: Callable[[str], Callable[[float], None] | None] | None = None,
+) -> Comparison:
     """Runs each named policy on ``trace`` (see the module docstring); ``progress(policy)`` may return a callback
     that receives the simulated time as the run advances."""
     check_policy_names(list(policies))
@@ -55,8 +63,9 @@ def compare(trace: Trace, profile: EngineProfile, policies: Sequence[str], slo_t
     if replicas_max is None:
         replicas_max = default_replicas_max(peak)
     extra = {} if max_step is None else {"max_step": max_step}
-    config = AutoscalingConfig(min_replicas=replicas_min, max_replicas=replicas_max,
-                               ttft_p95_seconds=slo_ttft_p95_s, **extra)
+    config = AutoscalingConfig(
+        min_replicas=replicas_min, max_replicas=replicas_max, ttft_p95_seconds=slo_ttft_p95_s, **extra
+    )
     early = trace.arrival < WARM_START_S
     early_rate = float(np.sum(early)) / min(WARM_START_S, max(trace.duration, 1.0))
     warm = min(max(replicas_for(early_rate, capacity), replicas_min), replicas_max)
@@ -75,8 +84,10 @@ def compare(trace: Trace, profile: EngineProfile, policies: Sequence[str], slo_t
 
 def format_table(comparison: Comparison) -> str:
     """The comparison as a plain-text table, one row per policy."""
-    header = (f"{'policy':<8}{'SLO windows':>12}{'replica-h':>11}{'TTFT p50':>10}{'TTFT p95':>10}{'ITL p50':>9}"
-              f"{'scale ev':>9}{'rev/10m':>8}{'peak':>6}{'served':>9}{'dropped':>8}")
+    header = (
+        f"{'policy':<8}{'SLO windows':>12}{'replica-h':>11}{'TTFT p50':>10}{'TTFT p95':>10}{'ITL p50':>9}"
+        f"{'scale ev':>9}{'rev/10m':>8}{'peak':>6}{'served':>9}{'dropped':>8}"
+    )
     lines = [header]
     for name, r in comparison.results.items():
         requests = r["requests"]
@@ -85,7 +96,8 @@ def format_table(comparison: Comparison) -> str:
         lines.append(
             f"{name:<8}{_pct(r['slo_attainment']):>12}{r['replica_hours']:>11.2f}{_s(r['ttft_p50_s']):>10}"
             f"{_s(r['ttft_p95_s']):>10}{_s(r['itl_p50_s']):>9}{r['scale_events']:>9}"
-            f"{r['max_reversals_per_10min']:>8}{r['peak_replicas']:>6}{requests['served']:>9}{dropped:>8}")
+            f"{r['max_reversals_per_10min']:>8}{r['peak_replicas']:>6}{requests['served']:>9}{dropped:>8}"
+        )
     return "\n".join(lines)
 
 

@@ -61,13 +61,19 @@ class SignalWindow:
 def replica_signals(replica: SimReplica) -> ReplicaSignals:
     if replica.phase == "starting":
         return ReplicaSignals(replica.name, "starting", replica.since)
-    return ReplicaSignals(replica.name, replica.phase, replica.since,  # type: ignore[arg-type]
-                          waiting=float(len(replica.waiting)), running=float(replica.running),
-                          kv_usage=replica.kv_usage)
+    return ReplicaSignals(
+        replica.name,
+        replica.phase,
+        replica.since,
+        waiting=float(len(replica.waiting)),
+        running=float(replica.running),
+        kv_usage=replica.kv_usage,
+    )
 
 
-def observe(now: float, desired: int, replicas: Iterable[SimReplica], window: SignalWindow,
-            held_requests: int) -> FleetSignals:
+def observe(
+    now: float, desired: int, replicas: Iterable[SimReplica], window: SignalWindow, held_requests: int
+) -> FleetSignals:
     p95, arrival_rate, tokens_per_second = window.read(now)
     return FleetSignals(
         time=now,

@@ -59,8 +59,9 @@ def request_shapes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
     return prompt, output, group, prefix
 
 
-def _arrivals(rng: np.random.Generator, rate: Callable[[np.ndarray], np.ndarray], duration: float,
-              burstiness: float) -> np.ndarray:
+def _arrivals(
+    rng: np.random.Generator, rate: Callable[[np.ndarray], np.ndarray], duration: float, burstiness: float
+) -> np.ndarray:
     """A gamma renewal process of shape ``burstiness`` time-changed to follow ``rate`` (requests/s)."""
     grid = np.arange(0.0, duration + GRID_S, GRID_S)
     cumulative = np.concatenate([[0.0], np.cumsum(rate(grid[:-1]) * GRID_S)])
@@ -79,15 +80,18 @@ def generate(name: str, profile: EngineProfile, seed: int = 0) -> Trace:
     bursts: tuple[float, ...] = ()
     if name == "steady":
         duration, burstiness = 3600.0, 1.0
+
         def rate(t: np.ndarray) -> np.ndarray:
             return np.full_like(t, 4.0 * unit)
     elif name == "diurnal":
         duration, burstiness = 7200.0, 1.0
+
         def rate(t: np.ndarray) -> np.ndarray:
             return unit * (1.5 + 4.5 * (1 - np.cos(2 * np.pi * t / duration)) / 2)
     elif name == "bursty":
         duration, burstiness = 5400.0, 0.5
         bursts = (900.0, 2400.0, 3900.0)
+
         def rate(t: np.ndarray) -> np.ndarray:
             inside = np.zeros_like(t, dtype=bool)
             for start in bursts:
@@ -107,8 +111,10 @@ def resolve_trace(spec: str, profile: EngineProfile, seed: int = 0) -> Trace:
     if spec in AZURE:
         path = azure_dir() / AZURE[spec]
         if not path.is_file():
-            raise TraceError(f"trace {spec}: {path} is missing; put the Azure LLM inference trace 2023 there "
-                             "(github.com/Azure/AzurePublicDataset) or set SHOAL_AZURE_TRACE_DIR")
+            raise TraceError(
+                f"trace {spec}: {path} is missing; put the Azure LLM inference trace 2023 there "
+                "(github.com/Azure/AzurePublicDataset) or set SHOAL_AZURE_TRACE_DIR"
+            )
         return load_trace(path)
     if not Path(spec).exists():
         raise TraceError(f"trace {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a file")

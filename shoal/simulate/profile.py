@@ -41,8 +41,13 @@ class StepCost:
     per_prefill_attention_s: float = 0.0
 
     def seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, prefill_pairs: int = 0) -> float:
-        return (self.base_s + self.per_prefill_token_s * prefill_tokens + self.per_decode_seq_s * decode_seqs
-                + self.per_context_token_s * context_tokens + self.per_prefill_attention_s * prefill_pairs)
+        return (
+            self.base_s
+            + self.per_prefill_token_s * prefill_tokens
+            + self.per_decode_seq_s * decode_seqs
+            + self.per_context_token_s * context_tokens
+            + self.per_prefill_attention_s * prefill_pairs
+        )
 
 
 @dataclass(frozen=True)
@@ -64,19 +69,26 @@ class EngineProfile:
             if getattr(self, key) <= 0:
                 raise ProfileError(f"profile {self.name}: {key} must be > 0, got {getattr(self, key)}")
         if self.max_num_seqs > self.max_num_batched_tokens:
-            raise ProfileError(f"profile {self.name}: max_num_seqs {self.max_num_seqs} exceeds "
-                               f"max_num_batched_tokens {self.max_num_batched_tokens} (one token per sequence)")
+            raise ProfileError(
+                f"profile {self.name}: max_num_seqs {self.max_num_seqs} exceeds "
+                f"max_num_batched_tokens {self.max_num_batched_tokens} (one token per sequence)"
+            )
         if self.max_num_batched_tokens > self.covered_batch_tokens:
-            raise ProfileError(f"profile {self.name}: max_num_batched_tokens {self.max_num_batched_tokens} is beyond "
-                               f"the batches its step times were measured for (covered_batch_tokens "
-                               f"{self.covered_batch_tokens})")
+            raise ProfileError(
+                f"profile {self.name}: max_num_batched_tokens {self.max_num_batched_tokens} is beyond "
+                f"the batches its step times were measured for (covered_batch_tokens "
+                f"{self.covered_batch_tokens})"
+            )
         if self.max_num_seqs > self.covered_decode_seqs:
-            raise ProfileError(f"profile {self.name}: max_num_seqs {self.max_num_seqs} is beyond the decode batches "
-                               f"its step times were measured for (covered_decode_seqs {self.covered_decode_seqs})")
+            raise ProfileError(
+                f"profile {self.name}: max_num_seqs {self.max_num_seqs} is beyond the decode batches "
+                f"its step times were measured for (covered_decode_seqs {self.covered_decode_seqs})"
+            )
         low, high = self.startup_s
         if not 0 <= low <= high:
-            raise ProfileError(f"profile {self.name}: startup_s must be [low, high] with 0 <= low <= high, "
-                               f"got {list(self.startup_s)}")
+            raise ProfileError(
+                f"profile {self.name}: startup_s must be [low, high] with 0 <= low <= high, got {list(self.startup_s)}"
+            )
         for key, value in asdict(self.step).items():
             if value < 0:
                 raise ProfileError(f"profile {self.name}: step.{key} must be >= 0, got {value}")
@@ -106,7 +118,7 @@ class EngineProfile:
         """
         n = self.concurrency(mean_prompt, mean_output)
         step = self.step.seconds(0, n, int(n * (mean_prompt + mean_output / 2)))
-        prefill = self.step.per_prefill_token_s * mean_prompt + self.step.per_prefill_attention_s * mean_prompt ** 2
+        prefill = self.step.per_prefill_token_s * mean_prompt + self.step.per_prefill_attention_s * mean_prompt**2
         return 1.0 / (prefill + mean_output * step / n)
 
     def to_json(self) -> str:
@@ -122,16 +134,30 @@ def profile_from_dict(data: object, origin: str) -> EngineProfile:
         raise ProfileError(f"{origin}: missing field 'step' (an object of step-time coefficients)")
     try:
         required = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_context_token_s")
-        cost = StepCost(**{k: float(_field(step, k, origin, "step.")) for k in required},
-                        per_prefill_attention_s=float(step.get("per_prefill_attention_s", 0.0)))
+        cost = StepCost(
+            **{k: float(_field(step, k, origin, "step.")) for k in required},
+            per_prefill_attention_s=float(step.get("per_prefill_attention_s", 0.0)),
+        )
         startup = _field(data, "startup_s", origin)
         if not isinstance(startup, list) or len(startup) != 2:
             raise ProfileError(f"{origin}: field 'startup_s' must be [low, high] seconds, got {startup!r}")
-        ints = {k: int(_field(data, k, origin)) for k in (
-            "max_num_batched_tokens", "max_num_seqs", "kv_capacity_tokens", "covered_batch_tokens",
-            "covered_decode_seqs")}
-        return EngineProfile(name=str(_field(data, "name", origin)), source=str(data.get("source", "")),
-                             step=cost, startup_s=(float(startup[0]), float(startup[1])), **ints)
+        ints = {
+            k: int(_field(data, k, origin))
+            for k in (
+                "max_num_batched_tokens",
+                "max_num_seqs",
+                "kv_capacity_tokens",
+                "covered_batch_tokens",
+                "covered_decode_seqs",
+            )
+        }
+        return EngineProfile(
+            name=str(_field(data, "name", origin)),
+            source=str(data.get("source", "")),
+            step=cost,
+            startup_s=(float(startup[0]), float(startup[1])),
+            **ints,
+        )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ProfileError):
             raise
@@ -152,8 +178,9 @@ def load_profile(name_or_path: str) -> EngineProfile:
     else:
         path = Path(name_or_path)
         if not path.is_file():
-            raise ProfileError(f"profile {name_or_path!r} is neither a shipped profile ({', '.join(SHIPPED)}) "
-                               "nor a file")
+            raise ProfileError(
+                f"profile {name_or_path!r} is neither a shipped profile ({', '.join(SHIPPED)}) nor a file"
+            )
         text, origin = path.read_text(), str(path)
     try:
         data = json.loads(text)

@@ -20,6 +20,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 
+from shoal.autoscale.signals import ReplicaPhase
 from shoal.gateway.routing import Capacity, ReplicaView
 from shoal.simulate.profile import EngineProfile
 
@@ -39,9 +40,9 @@ class PrefixCache:
 
     def __init__(self) -> None:
         self.stored: OrderedDict[int, int] = OrderedDict()  # group -> cached prefix tokens
-        self.in_flight: dict[int, int] = {}                 # group -> requests routed here, not yet finished
+        self.in_flight: dict[int, int] = {}  # group -> requests routed here, not yet finished
         self.blocks: set[int] = set()
-        self._extent: dict[int, int] = {}                   # group -> blocks of it in ``blocks``
+        self._extent: dict[int, int] = {}  # group -> blocks of it in ``blocks``
         self._stored_tokens = 0
 
     def _cover(self, group: int, blocks: int) -> None:
@@ -120,12 +121,12 @@ class SimReplica:
     def __init__(self, name: str, profile: EngineProfile, created: float) -> None:
         self.name = name
         self.profile = profile
-        self.phase = "starting"
+        self.phase: ReplicaPhase = "starting"
         self.created = created
         self.since = created
         self.ended: float | None = None
         self.waiting: deque[int] = deque()
-        self.prefill: list[list[int]] = []          # [request, prompt tokens still to compute], oldest first
+        self.prefill: list[list[int]] = []  # [request, prompt tokens still to compute], oldest first
         self.decoding: list[tuple[int, int]] = []  # heap of (decode step at which it finishes, request)
         self.steps = 0
         self.context = 0
@@ -134,11 +135,12 @@ class SimReplica:
         self.in_flight = 0
         self.version = 0
         self.segment: tuple[float, int, float, float] | None = None  # start, steps, first step's time, increment
-        self.pending: list[tuple[list[int], int]] | None = None     # this prefill step's chunks
+        self.pending: list[tuple[list[int], int]] | None = None  # this prefill step's chunks
         self.busy_until: float | None = None
         self.cache = PrefixCache()
-        self.view = ReplicaView(name, 0, self.cache.blocks, 0, Capacity(profile.max_num_batched_tokens,
-                                                                           profile.max_num_seqs))
+        self.view = ReplicaView(
+            name, 0, self.cache.blocks, 0, Capacity(profile.max_num_batched_tokens, profile.max_num_seqs)
+        )
 
     @property
     def running(self) -> int:
@@ -149,8 +151,9 @@ class SimReplica:
         return min(1.0, self.context / self.profile.kv_capacity_tokens)
 
     def can_admit(self, need_tokens: int) -> bool:
-        return (self.running < self.profile.max_num_seqs
-                and self.reserved + need_tokens <= self.profile.kv_capacity_tokens)
+        return (
+            self.running < self.profile.max_num_seqs and self.reserved + need_tokens <= self.profile.kv_capacity_tokens
+        )
 
     def admit(self, prompt: list[int], output: list[int], group: list[int], prefix: list[int]) -> None:
         """Moves waiting requests into the batch while it and the KV cache have room."""

@@ -93,8 +93,15 @@ class SimRun:
 class FleetSimulator:
     """One run of one scaling policy and one routing policy over one trace (see the module docstring)."""
 
-    def __init__(self, trace: Trace, profile: EngineProfile, policy: ScalingPolicy, routing: RoutingPolicy,
-                 config: SimConfig = SimConfig(), progress: Callable[[float], None] | None = None) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        profile: EngineProfile,
+        policy: ScalingPolicy,
+        routing: RoutingPolicy,
+        config: SimConfig = SimConfig(),
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
         self.trace = trace
         self.profile = profile
         self.policy = policy
@@ -232,8 +239,9 @@ class FleetSimulator:
 
     def _route(self, rid: int) -> None:
         """Places a request as the gateway does, and charges the replica as its lease does (``Fleet.acquire``)."""
-        request = RouteRequest(self._block_hashes(rid), self.prompt[rid] + self.output[rid], BLOCK_TOKENS,
-                               self.output[rid])
+        request = RouteRequest(
+            self._block_hashes(rid), self.prompt[rid] + self.output[rid], BLOCK_TOKENS, self.output[rid]
+        )
         decision = self.routing.decide(self.views, request)
         self.route_reasons[decision.reason] += 1
         replica = self.by_name[decision.replica_id]
@@ -402,8 +410,13 @@ class FleetSimulator:
         )
 
 
-def simulate(trace: Trace, profile: EngineProfile, policy: ScalingPolicy, routing: RoutingPolicy,
-             config: SimConfig = SimConfig(), progress: Callable[[float], None] | None = None) -> SimRun:
+def simulate(
+    trace: Trace,
+    profile: EngineProfile,
+    policy: ScalingPolicy,
+    routing: RoutingPolicy,
+    config: SimConfig = SimConfig(),
+    progress: Callable[[float], None] | None = None,
+) -> SimRun:
     """Runs one simulation (see :class:`FleetSimulator`)."""
     return FleetSimulator(trace, profile, policy, routing, config, progress).run()
-

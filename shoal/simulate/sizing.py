@@ -42,8 +42,15 @@ def peak_rate(trace: Trace, window_s: float = 60.0) -> float:
     return float(counts.max()) / window_s
 
 
-def _load_test(profile: EngineProfile, prompt: np.ndarray, output: np.ndarray, group: np.ndarray,
-               prefix: np.ndarray, rate: float, seed: int) -> tuple[float, float]:
+def _load_test(
+    profile: EngineProfile,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    group: np.ndarray,
+    prefix: np.ndarray,
+    rate: float,
+    seed: int,
+) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0 / rate, len(prompt)))
     trace = Trace("load-test", arrival, prompt, output, group, prefix)
@@ -57,8 +64,7 @@ def replica_capacity(profile: EngineProfile, trace: Trace, slo_ttft_p95_s: float
     """Bisects the arrival rate one replica serves within the SLO (see the module docstring)."""
     rng = np.random.default_rng(seed)
     pick = rng.choice(len(trace), size=min(LOAD_TEST_REQUESTS, len(trace)), replace=False)
-    shapes = (trace.prompt_tokens[pick], trace.output_tokens[pick], trace.prefix_group[pick],
-              trace.prefix_tokens[pick])
+    shapes = (trace.prompt_tokens[pick], trace.output_tokens[pick], trace.prefix_group[pick], trace.prefix_tokens[pick])
     fits = shapes[0] + shapes[1] <= profile.kv_capacity_tokens
     shapes = tuple(column[fits] for column in shapes)
     estimate = profile.capacity_rps(float(shapes[0].mean()), float(shapes[1].mean()))
@@ -72,8 +78,10 @@ def replica_capacity(profile: EngineProfile, trace: Trace, slo_ttft_p95_s: float
         else:
             high = rate
     if low == 0.0:
-        raise ValueError(f"one replica of profile {profile.name} cannot meet a TTFT P95 of {slo_ttft_p95_s:g} s for "
-                         "this trace's requests at any rate; raise --slo-ttft-p95")
+        raise ValueError(
+            f"one replica of profile {profile.name} cannot meet a TTFT P95 of {slo_ttft_p95_s:g} s for "
+            "this trace's requests at any rate; raise --slo-ttft-p95"
+        )
     return ReplicaCapacity(low, concurrency)
 
 

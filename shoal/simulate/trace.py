@@ -59,43 +59,79 @@ class Trace:
         """The same requests replayed ``time_scale`` times faster (2.0: an hour of traffic in 30 minutes)."""
         if not time_scale > 0:
             raise TraceError(f"time scale must be > 0, got {time_scale}")
-        return Trace(self.name, self.arrival / time_scale, self.prompt_tokens, self.output_tokens,
-                     self.prefix_group, self.prefix_tokens, tuple(b / time_scale for b in self.bursts))
+        return Trace(
+            self.name,
+            self.arrival / time_scale,
+            self.prompt_tokens,
+            self.output_tokens,
+            self.prefix_group,
+            self.prefix_tokens,
+            tuple(b / time_scale for b in self.bursts),
+        )
 
     def head(self, count: int) -> Trace:
         """The first ``count`` requests (a quick look at a long trace)."""
-        return Trace(self.name, self.arrival[:count], self.prompt_tokens[:count], self.output_tokens[:count],
-                     self.prefix_group[:count], self.prefix_tokens[:count],
-                     tuple(b for b in self.bursts if count and b <= self.arrival[:count][-1]))
+        return Trace(
+            self.name,
+            self.arrival[:count],
+            self.prompt_tokens[:count],
+            self.output_tokens[:count],
+            self.prefix_group[:count],
+            self.prefix_tokens[:count],
+            tuple(b for b in self.bursts if count and b <= self.arrival[:count][-1]),
+        )
 
 
-def make_trace(name: str, arrival: Iterable[float], prompt: Iterable[int], output: Iterable[int],
-               group: Iterable[int] | None = None, prefix: Iterable[int] | None = None,
-               bursts: tuple[float, ...] = ()) -> Trace:
+def make_trace(
+    name: str,
+    arrival: Iterable[float],
+    prompt: Iterable[int],
+    output: Iterable[int],
+    group: Iterable[int] | None = None,
+    prefix: Iterable[int] | None = None,
+    bursts: tuple[float, ...] = (),
+) -> Trace:
     """A validated trace from columns (generators and tests build traces through here)."""
     arrival_a = np.asarray(list(arrival) if not isinstance(arrival, np.ndarray) else arrival, dtype=np.float64)
     prompt_a = np.asarray(list(prompt) if not isinstance(prompt, np.ndarray) else prompt, dtype=np.int64)
     output_a = np.asarray(list(output) if not isinstance(output, np.ndarray) else output, dtype=np.int64)
     n = len(arrival_a)
-    group_a = np.full(n, -1, np.int64) if group is None else np.asarray(
-        list(group) if not isinstance(group, np.ndarray) else group, dtype=np.int64)
-    prefix_a = np.zeros(n, np.int64) if prefix is None else np.asarray(
-        list(prefix) if not isinstance(prefix, np.ndarray) else prefix, dtype=np.int64)
+    group_a = (
+        np.full(n, -1, np.int64)
+        if group is None
+        else np.asarray(list(group) if not isinstance(group, np.ndarray) else group, dtype=np.int64)
+    )
+    prefix_a = (
+        np.zeros(n, np.int64)
+        if prefix is None
+        else np.asarray(list(prefix) if not isinstance(prefix, np.ndarray) else prefix, dtype=np.int64)
+    )
     if not (len(prompt_a) == len(output_a) == len(group_a) == len(prefix_a) == n):
         raise TraceError(f"{name}: columns differ in length")
     _check_columns(name, arrival_a, prompt_a, output_a, group_a, prefix_a)
     return Trace(name, arrival_a, prompt_a, output_a, group_a, prefix_a, bursts)
 
 
-def _check_columns(name: str, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
-                   group: np.ndarray, prefix: np.ndarray, first_line: int = 0) -> None:
+def _check_columns(
+    name: str,
+    arrival: np.ndarray,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    group: np.ndarray,
+    prefix: np.ndarray,
+    first_line: int = 0,
+) -> None:
     """Raises on the first bad row, naming it (``first_line`` maps row 0 to its line in the file)."""
+
     def fail(row: int, message: str) -> TraceError:
         where = f"line {row + first_line}" if first_line else f"request {row}"
         return TraceError(f"{name}: {where}: {message}")
 
     checks = (
-        (~np.isfinite(arrival) | (arrival < 0), lambda i: f"timestamp {float(arrival[i]):g} is negative or not a number"),
+        (
+            ~np.isfinite(arrival) | (arrival < 0),
+            lambda i: f"timestamp {float(arrival[i]):g} is negative or not a number",
+        ),
         (prompt <= 0, lambda i: f"prompt_tokens must be > 0, got {prompt[i]}"),
         (output <= 0, lambda i: f"output_tokens must be > 0, got {output[i]} (zero-length outputs are not served)"),
         (prefix < 0, lambda i: f"prefix_tokens must be >= 0, got {prefix[i]}"),
@@ -109,8 +145,11 @@ def _check_columns(name: str, arrival: np.ndarray, prompt: np.ndarray, output: n
     unsorted = np.diff(arrival) < 0
     if unsorted.any():
         row = int(np.argmax(unsorted)) + 1
-        raise fail(row, f"timestamp {arrival[row]:g} is earlier than the previous one ({arrival[row - 1]:g}); "
-                        "traces must be sorted by arrival")
+        raise fail(
+            row,
+            f"timestamp {arrival[row]:g} is earlier than the previous one ({arrival[row - 1]:g}); "
+            "traces must be sorted by arrival",
+        )
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -131,8 +170,10 @@ def load_trace(path: str | Path) -> Trace:
             return _azure(path, reader)
         missing = [c for c in REQUIRED if c not in header]
         if missing:
-            raise TraceError(f"{path}: line 1: missing column(s) {', '.join(missing)}; expected "
-                             f"{','.join(REQUIRED)}[,{','.join(OPTIONAL)}] or the Azure {','.join(AZURE_COLUMNS)}")
+            raise TraceError(
+                f"{path}: line 1: missing column(s) {', '.join(missing)}; expected "
+                f"{','.join(REQUIRED)}[,{','.join(OPTIONAL)}] or the Azure {','.join(AZURE_COLUMNS)}"
+            )
         index = {c: header.index(c) for c in REQUIRED + OPTIONAL if c in header}
         return _from_rows(path.name, _csv_rows(path, reader, index), first_line=2)
 
@@ -167,8 +208,9 @@ def _number(name: str, line: int, key: str, value: object, kind: type) -> float 
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise TraceError(f"{name}: line {line}: field {key} is not a{'n integer' if kind is int else ' number'}: "
-                         f"{value!r}") from None
+        raise TraceError(
+            f"{name}: line {line}: field {key} is not a{'n integer' if kind is int else ' number'}: {value!r}"
+        ) from None
 
 
 def _from_rows(name: str, rows: Iterable[Mapping[str, object]], first_line: int) -> Trace:

@@ -36,16 +36,23 @@ def scraped_fleet(tmp_path_factory: pytest.TempPathFactory, prometheus: Promethe
         for engine in engines:
             engine.wait_ready()
         dead_url = f"http://127.0.0.1:{free_port()}"
-        targets = [{"targets": [e.url.removeprefix("http://")], "labels": {"pod": f"engine-{i}"}}
-                   for i, e in enumerate(engines)]
+        targets = [
+            {"targets": [e.url.removeprefix("http://")], "labels": {"pod": f"engine-{i}"}}
+            for i, e in enumerate(engines)
+        ]
         targets.append({"targets": [dead_url.removeprefix("http://")], "labels": {"pod": "engine-dead"}})
-        prometheus.apply_config({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "shoal-engines", "static_configs": targets}],
-        })
+        prometheus.apply_config(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "scrape_configs": [{"job_name": "shoal-engines", "static_configs": targets}],
+            }
+        )
         fleet = ScrapedFleet(engines, prometheus, "engine-dead", dead_url)
-        eventually(lambda: len(prometheus.query('shoal_engine_requests_waiting{job="shoal-engines"}')) == ENGINE_COUNT,
-                   timeout=60, what="Prometheus scraping both engines")
+        eventually(
+            lambda: len(prometheus.query('shoal_engine_requests_waiting{job="shoal-engines"}')) == ENGINE_COUNT,
+            timeout=60,
+            what="Prometheus scraping both engines",
+        )
         yield fleet
     finally:
         for engine in engines:

@@ -34,15 +34,20 @@ def observe(
     ready = desired - starting if ready is None else ready
     reported = max(ready - unreported, 1)
     replicas = [
-        ReplicaSignals(f"r{i}", "ready", 0.0,
-                       waiting=None if i < unreported else waiting / reported,
-                       running=None if i < unreported else running / reported,
-                       kv_usage=None if i < unreported else kv_usage)
+        ReplicaSignals(
+            f"r{i}",
+            "ready",
+            0.0,
+            waiting=None if i < unreported else waiting / reported,
+            running=None if i < unreported else running / reported,
+            kv_usage=None if i < unreported else kv_usage,
+        )
         for i in range(ready)
     ]
     replicas += [ReplicaSignals(f"s{i}", "starting", time) for i in range(starting)]
-    return FleetSignals(time=time, desired=desired, replicas=tuple(replicas), ttft_p95_seconds=ttft,
-                        arrival_rate=arrival, **fleet)  # type: ignore[arg-type]
+    return FleetSignals(
+        time=time, desired=desired, replicas=tuple(replicas), ttft_p95_seconds=ttft, arrival_rate=arrival, **fleet
+    )  # type: ignore[arg-type]
 
 
 @dataclass
@@ -96,11 +101,17 @@ class FluidFleet:
         ttft = sorted(self._delays)[int(0.95 * (len(self._delays) - 1))] if self._delays else None
         replicas = tuple(
             ReplicaSignals(r.name, "ready", r.ready_at, waiting=share, running=served / len(ready))
-            if r.ready_at <= now else ReplicaSignals(r.name, "starting", r.since)
+            if r.ready_at <= now
+            else ReplicaSignals(r.name, "starting", r.since)
             for r in self.replicas
         )
-        return FleetSignals(time=now, desired=self.desired, replicas=replicas,
-                            ttft_p95_seconds=ttft, arrival_rate=sum(self._arrivals) / len(self._arrivals))
+        return FleetSignals(
+            time=now,
+            desired=self.desired,
+            replicas=replicas,
+            ttft_p95_seconds=ttft,
+            arrival_rate=sum(self._arrivals) / len(self._arrivals),
+        )
 
     def apply(self, now: float, replicas: int) -> None:
         while len(self.replicas) < replicas:

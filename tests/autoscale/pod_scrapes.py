@@ -18,8 +18,16 @@ from support.services import Prometheus
 
 
 def engine_pods(plane: ControlPlane, namespace: str, name: str) -> list[str]:
-    listing = plane.kubectl("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name},"
-                            "app.kubernetes.io/component=engine", "-o", "jsonpath={.items[*].metadata.name}").stdout
+    listing = plane.kubectl(
+        "get",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        f"app.kubernetes.io/instance={name},app.kubernetes.io/component=engine",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ).stdout
     return sorted(listing.split())
 
 
@@ -31,8 +39,7 @@ class PodScrapes:
     """Keeps one Prometheus scrape target per engine pod of the fleet (the kubelet's part, see the docstring),
     added to the session's Prometheus configuration and taken out again at the end."""
 
-    def __init__(self, prometheus: Prometheus, fleet: Any, plane: ControlPlane, namespace: str,
-                 name: str) -> None:
+    def __init__(self, prometheus: Prometheus, fleet: Any, plane: ControlPlane, namespace: str, name: str) -> None:
         self.prometheus, self.fleet, self.plane, self.namespace, self.name = prometheus, fleet, plane, namespace, name
         self.base = yaml.safe_load(prometheus.config_path.read_text())
         self.extra: dict[str, Any] = {}
@@ -49,10 +56,19 @@ class PodScrapes:
 
     def apply(self) -> None:
         urls = [e.url.removeprefix("http://") for e in self.fleet.engines]
-        targets = [{"targets": [urls[i % len(urls)]], "labels": {"namespace": self.namespace, "pod": pod}}
-                   for i, pod in enumerate(self.mapped)]
-        config = {**self.base, **self.extra, "scrape_configs": [
-            *self.base["scrape_configs"], {"job_name": "infd-engines", "static_configs": targets}, *self.extra_jobs]}
+        targets = [
+            {"targets": [urls[i % len(urls)]], "labels": {"namespace": self.namespace, "pod": pod}}
+            for i, pod in enumerate(self.mapped)
+        ]
+        config = {
+            **self.base,
+            **self.extra,
+            "scrape_configs": [
+                *self.base["scrape_configs"],
+                {"job_name": "infd-engines", "static_configs": targets},
+                *self.extra_jobs,
+            ],
+        }
         self.prometheus.apply_config(config, self.rules)
 
     def restore(self) -> None:
@@ -60,8 +76,9 @@ class PodScrapes:
 
 
 @contextmanager
-def pod_scrapes(prometheus: Prometheus, fleet: Any, plane: ControlPlane, namespace: str,
-                name: str) -> Iterator[PodScrapes]:
+def pod_scrapes(
+    prometheus: Prometheus, fleet: Any, plane: ControlPlane, namespace: str, name: str
+) -> Iterator[PodScrapes]:
     scrapes = PodScrapes(prometheus, fleet, plane, namespace, name)
     try:
         yield scrapes
@@ -87,9 +104,20 @@ def load(fleet: Any, engine: int, requests: int) -> Iterator[None]:
         worker.join(120)
 
 
-def start_operator(plane: ControlPlane, kubeconfig: Path, prometheus: Prometheus, log: Path,
-                   *extra: str) -> OperatorProcess:
-    process = OperatorProcess(plane, kubeconfig, log, "--priority", "400", "--prometheus-url", prometheus.url,
-                              "--metrics-timeout", "3", *extra)
+def start_operator(
+    plane: ControlPlane, kubeconfig: Path, prometheus: Prometheus, log: Path, *extra: str
+) -> OperatorProcess:
+    process = OperatorProcess(
+        plane,
+        kubeconfig,
+        log,
+        "--priority",
+        "400",
+        "--prometheus-url",
+        prometheus.url,
+        "--metrics-timeout",
+        "3",
+        *extra,
+    )
     process.wait_ready()
     return process

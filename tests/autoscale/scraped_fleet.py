@@ -41,7 +41,10 @@ class ScrapedFleet:
 
         def one(i: int) -> float:
             response = client.with_raw_response.completions.create(
-                model="tiny-llama", prompt=f"load {i}", max_tokens=max_tokens, temperature=0.0,
+                model="tiny-llama",
+                prompt=f"load {i}",
+                max_tokens=max_tokens,
+                temperature=0.0,
                 extra_body={"ignore_eos": True},
             )
             return response.elapsed.total_seconds()

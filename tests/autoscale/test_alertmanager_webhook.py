@@ -90,14 +90,30 @@ def receiver(tmp_path: Path) -> Iterator[Receiver]:
 
 
 def alert(status: str, fingerprint: str, starts: str = "2026-01-01T00:00:00Z", **labels: str) -> dict[str, Any]:
-    return {"status": status, "labels": {"alertname": "ShoalEngineQueueBacklog", **labels}, "annotations": {},
-            "startsAt": starts, "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "", "fingerprint": fingerprint}
+    return {
+        "status": status,
+        "labels": {"alertname": "ShoalEngineQueueBacklog", **labels},
+        "annotations": {},
+        "startsAt": starts,
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "",
+        "fingerprint": fingerprint,
+    }
 
 
 def payload(*alerts: dict[str, Any], group_key: str = '{}:{alertname="ShoalEngineQueueBacklog"}') -> dict[str, Any]:
-    return {"version": "4", "groupKey": group_key, "truncatedAlerts": 0, "status": alerts[0]["status"],
-            "receiver": "shoal", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
-            "externalURL": "http://alertmanager", "alerts": list(alerts)}
+    return {
+        "version": "4",
+        "groupKey": group_key,
+        "truncatedAlerts": 0,
+        "status": alerts[0]["status"],
+        "receiver": "shoal",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager",
+        "alerts": list(alerts),
+    }
 
 
 def post(receiver: Receiver, body: Any, token: str | None = TOKEN, raw: bytes | None = None) -> httpx.Response:
@@ -119,16 +135,22 @@ def test_a_wrong_or_missing_token_is_a_401_and_touches_nothing(receiver: Receive
     assert receiver.evaluated == [] and not receiver.firing("team-a", "chat")
 
 
-@pytest.mark.parametrize(("raw", "field"), [
-    (b"{not json", None),
-    (b'{"version": "3", "groupKey": "g", "alerts": []}', "version"),
-    (b'{"version": "4", "alerts": []}', "groupKey"),
-    (b'{"version": "4", "groupKey": "g", "alerts": [{"status": "burning", "labels": {}, "fingerprint": "x"}]}',
-     "alerts.0.status"),
-    (b'[1, 2]', "body"),
-])
-def test_a_payload_that_does_not_parse_is_a_400_naming_the_field(receiver: Receiver, raw: bytes,
-                                                                 field: str | None) -> None:
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b"{not json", None),
+        (b'{"version": "3", "groupKey": "g", "alerts": []}', "version"),
+        (b'{"version": "4", "alerts": []}', "groupKey"),
+        (
+            b'{"version": "4", "groupKey": "g", "alerts": [{"status": "burning", "labels": {}, "fingerprint": "x"}]}',
+            "alerts.0.status",
+        ),
+        (b"[1, 2]", "body"),
+    ],
+)
+def test_a_payload_that_does_not_parse_is_a_400_naming_the_field(
+    receiver: Receiver, raw: bytes, field: str | None
+) -> None:
     response = post(receiver, None, raw=raw)
     assert response.status_code == 400
     error = response.json()["error"]
@@ -147,8 +169,7 @@ def test_firing_evaluates_once_retries_are_deduplicated_and_resolved_never_evalu
     assert receiver.evaluated == [("team-a", "chat")]
 
     resolved = payload(alert("resolved", "f1", namespace="team-a", infd="chat"))
-    assert post(receiver, resolved).json() == {"evaluated": [], "resolved": 1, "duplicates": 0, "ignored": 0,
-                                               "gone": 0}
+    assert post(receiver, resolved).json() == {"evaluated": [], "resolved": 1, "duplicates": 0, "ignored": 0, "gone": 0}
     assert not receiver.firing("team-a", "chat") and receiver.evaluated == [("team-a", "chat")]
 
     again = payload(alert("firing", "f1", starts="2026-01-01T01:00:00Z", namespace="team-a", infd="chat"))
@@ -156,8 +177,10 @@ def test_firing_evaluates_once_retries_are_deduplicated_and_resolved_never_evalu
 
 
 def test_unknown_objects_and_unlabelled_alerts_are_acknowledged_without_scaling(receiver: Receiver) -> None:
-    answer = post(receiver, payload(alert("firing", "g1", namespace="team-a", infd="deleted"),
-                                    alert("firing", "g2", severity="warning"))).json()
+    answer = post(
+        receiver,
+        payload(alert("firing", "g1", namespace="team-a", infd="deleted"), alert("firing", "g2", severity="warning")),
+    ).json()
     assert (answer["gone"], answer["ignored"], answer["evaluated"]) == (1, 1, [])
     assert not receiver.firing("team-a", "deleted")
 
@@ -185,17 +208,32 @@ def test_a_real_alertmanager_delivers_with_the_token_and_its_retries_scale_once(
     as a mounted Secret would be; the first delivery fails (a 500) and Alertmanager's retry evaluates."""
     token_file = tmp_path / "am-token"
     token_file.write_text(TOKEN)
-    reload_alertmanager(alertmanager, {
-        "route": {"receiver": "null", "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h",
-                  "routes": [{"receiver": "shoal", "matchers": ['infd=~".+"'], "group_by": ["namespace", "infd"]}]},
-        "receivers": [
-            {"name": "null"},
-            {"name": "shoal", "webhook_configs": [{
-                "url": receiver.url + "/alerts", "send_resolved": True, "max_alerts": 0,
-                "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(token_file)}},
-            }]},
-        ],
-    })
+    reload_alertmanager(
+        alertmanager,
+        {
+            "route": {
+                "receiver": "null",
+                "group_wait": "1s",
+                "group_interval": "1s",
+                "repeat_interval": "1h",
+                "routes": [{"receiver": "shoal", "matchers": ['infd=~".+"'], "group_by": ["namespace", "infd"]}],
+            },
+            "receivers": [
+                {"name": "null"},
+                {
+                    "name": "shoal",
+                    "webhook_configs": [
+                        {
+                            "url": receiver.url + "/alerts",
+                            "send_resolved": True,
+                            "max_alerts": 0,
+                            "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(token_file)}},
+                        }
+                    ],
+                },
+            ],
+        },
+    )
     receiver.failures_left = 1
     labels = {"alertname": "ShoalEngineQueueBacklog", "namespace": "team-a", "infd": "chat", "severity": "warning"}
     http_json(alertmanager.url + "/api/v2/alerts", [{"labels": labels, "annotations": {}}])

@@ -26,7 +26,7 @@ def test_hpa_holds_within_tolerance_and_scales_in_proportion_outside_it() -> Non
 
 
 def test_hpa_scales_up_at_most_max_of_4_pods_and_100_percent() -> None:
-    assert HPAStyle(CONFIG, 1.0).decide(observe(0.0, 2, running=100.0)).replicas == 6   # +4 beats x2
+    assert HPAStyle(CONFIG, 1.0).decide(observe(0.0, 2, running=100.0)).replicas == 6  # +4 beats x2
     assert HPAStyle(CONFIG, 1.0).decide(observe(0.0, 10, running=100.0)).replicas == 20  # x2 beats +4
 
 
@@ -66,8 +66,13 @@ def test_kpa_scales_down_by_at_most_half_the_ready_pods_per_tick() -> None:
     assert kpa.decide(observe(0.0, 20, running=0.0)).replicas == 10
 
 
-loads = st.lists(st.tuples(st.floats(0.5, 30.0), st.integers(0, 30), st.integers(0, 5),
-                           st.floats(0.0, 500.0), st.floats(0.0, 500.0)), min_size=1, max_size=40)
+loads = st.lists(
+    st.tuples(
+        st.floats(0.5, 30.0), st.integers(0, 30), st.integers(0, 5), st.floats(0.0, 500.0), st.floats(0.0, 500.0)
+    ),
+    min_size=1,
+    max_size=40,
+)
 
 
 def _policies(config: AutoscalingConfig) -> list[ScalingPolicy]:
@@ -76,17 +81,20 @@ def _policies(config: AutoscalingConfig) -> list[ScalingPolicy]:
 
 @settings(max_examples=60, deadline=None)
 @given(min_replicas=st.integers(0, 3), extra=st.integers(0, 20), steps=loads)
-def test_every_baseline_stays_within_bounds_and_its_rate_limits(min_replicas: int, extra: int,
-                                                                steps: list[tuple[float, int, int, float, float]]
-                                                                ) -> None:
+def test_every_baseline_stays_within_bounds_and_its_rate_limits(
+    min_replicas: int, extra: int, steps: list[tuple[float, int, int, float, float]]
+) -> None:
     config = AutoscalingConfig(min_replicas=min_replicas, max_replicas=min_replicas + extra + 1)
     for policy in _policies(config):
         now, desired = 0.0, max(min_replicas, 1)
         for gap, ready, starting, running, waiting in steps:
             now += gap
             ready = min(ready, desired)
-            decision = policy.decide(observe(now, desired, ready=ready, starting=min(starting, desired - ready),
-                                             running=running, waiting=waiting))
+            decision = policy.decide(
+                observe(
+                    now, desired, ready=ready, starting=min(starting, desired - ready), running=running, waiting=waiting
+                )
+            )
             assert config.min_replicas <= decision.replicas <= config.max_replicas, (policy.name, decision)
             if isinstance(policy, HPAStyle) and decision.replicas > desired:
                 assert decision.replicas <= max(desired + 4, 2 * desired)

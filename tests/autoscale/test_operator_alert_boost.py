@@ -99,12 +99,26 @@ def test_a_hung_or_failing_source_is_missing_data_never_a_crash() -> None:
 
 
 def test_the_crd_maps_onto_the_policy_config() -> None:
-    spec = fleet(replicas={"min": 0, "max": 6}, autoscaling={
-        "enabled": True, "queueDepthPerReplica": 3, "ttftP95Seconds": 1.5, "scaleUpStabilizationSeconds": 5,
-        "scaleDownStabilizationSeconds": 120, "maxStep": 3}).spec
+    spec = fleet(
+        replicas={"min": 0, "max": 6},
+        autoscaling={
+            "enabled": True,
+            "queueDepthPerReplica": 3,
+            "ttftP95Seconds": 1.5,
+            "scaleUpStabilizationSeconds": 5,
+            "scaleDownStabilizationSeconds": 120,
+            "maxStep": 3,
+        },
+    ).spec
     config = autoscaling_config(spec)
-    assert (config.min_replicas, config.max_replicas, config.queue_depth_per_replica, config.ttft_p95_seconds,
-            config.scale_up_stabilization_seconds, config.scale_down_stabilization_seconds, config.max_step) == (
-        0, 6, 3, 1.5, 5, 120, 3)
+    assert (
+        config.min_replicas,
+        config.max_replicas,
+        config.queue_depth_per_replica,
+        config.ttft_p95_seconds,
+        config.scale_up_stabilization_seconds,
+        config.scale_down_stabilization_seconds,
+        config.max_step,
+    ) == (0, 6, 3, 1.5, 5, 120, 3)
     no_gateway = fleet(replicas={"min": 0, "max": 6}, gateway={"replicas": 0}).spec
     assert autoscaling_config(no_gateway).min_replicas == 1

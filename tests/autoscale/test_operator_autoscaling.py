@@ -43,8 +43,17 @@ class ScriptedSource:
         if self.missing:
             return FleetSignals(time=now, desired=desired, missing=self.missing)
         share = self.waiting / max(desired, 1)
-        replicas = tuple(ReplicaSignals(f"{fleet.name}-{i}", "ready", since=now - 600, waiting=share,
-                                        running=1.0 if share else 0.0, kv_usage=0.1) for i in range(desired))
+        replicas = tuple(
+            ReplicaSignals(
+                f"{fleet.name}-{i}",
+                "ready",
+                since=now - 600,
+                waiting=share,
+                running=1.0 if share else 0.0,
+                kv_usage=0.1,
+            )
+            for i in range(desired)
+        )
         return FleetSignals(time=now, desired=desired, replicas=replicas, ttft_p95_seconds=self.ttft)
 
     def forget(self, key: tuple[str, str]) -> None:
@@ -71,8 +80,16 @@ def engines(plane: ControlPlane, namespace: str, name: str) -> int | None:
 
 
 def events(plane: ControlPlane, namespace: str, reason: str) -> list[str]:
-    listing = plane.kubectl("get", "events", "-n", namespace, "--field-selector", f"reason={reason}", "-o",
-                            "jsonpath={range .items[*]}{.type}: {.message}{\"\\n\"}{end}").stdout
+    listing = plane.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"reason={reason}",
+        "-o",
+        'jsonpath={range .items[*]}{.type}: {.message}{"\\n"}{end}',
+    ).stdout
     return [line for line in listing.splitlines() if line]
 
 
@@ -82,12 +99,18 @@ def test_a_queue_scales_up_at_once_and_down_only_after_the_window(
     plane, source = installed_chart, ScriptedSource(waiting=0.0, ttft=0.1)
     with operator(operator_kubeconfig, source, monkeypatch):
         apply(plane, namespace, fleet("burst", scaleDownStabilizationSeconds=8))
-        eventually(lambda: ((get(plane, namespace, "infd", "burst") or {}).get("status") or {}).get("lastDecision"),
-                   60, "a first evaluation at 1 engine")
+        eventually(
+            lambda: ((get(plane, namespace, "infd", "burst") or {}).get("status") or {}).get("lastDecision"),
+            60,
+            "a first evaluation at 1 engine",
+        )
         source.waiting, source.ttft = 12.0, 0.9  # a burst
         eventually(lambda: engines(plane, namespace, "burst") == 3, 60, "1 -> 3 engines (12 waiting vs 4, maxStep 2)")
-        infd = eventually(lambda: (i := get(plane, namespace, "infd", "burst"))
-                          and i["status"].get("queueDepth") == 12.0 and i, 30, "the backlog observed over 3 engines")
+        infd = eventually(
+            lambda: (i := get(plane, namespace, "infd", "burst")) and i["status"].get("queueDepth") == 12.0 and i,
+            30,
+            "the backlog observed over 3 engines",
+        )
         status = infd["status"]
         assert status["desiredReplicas"] == 3 and status["ttftP95Seconds"] == 0.9
         assert status["lastDecision"]["applied"] is True
@@ -134,9 +157,15 @@ def test_recommend_mode_records_decisions_and_scales_nothing(
     plane, source = installed_chart, ScriptedSource(waiting=12.0)
     with operator(operator_kubeconfig, source, monkeypatch) as autoscaler:
         apply(plane, namespace, fleet("advice", mode="Recommend"))
-        infd = eventually(lambda: (i := get(plane, namespace, "infd", "advice"))
-                          and ((i.get("status") or {}).get("lastDecision") or {}).get("rule") == "ScaleUpQueue"
-                          and i, 60, "a recorded scale-up decision (a first pass may hold while the pod starts)")
+        infd = eventually(
+            lambda: (
+                (i := get(plane, namespace, "infd", "advice"))
+                and ((i.get("status") or {}).get("lastDecision") or {}).get("rule") == "ScaleUpQueue"
+                and i
+            ),
+            60,
+            "a recorded scale-up decision (a first pass may hold while the pod starts)",
+        )
         last = infd["status"]["lastDecision"]
         assert (last["replicas"], last["applied"]) == (3, False)
         record = infd["status"]["history"][-1]
@@ -158,9 +187,15 @@ def test_missing_metrics_hold_the_count_and_say_why(
         apply(plane, namespace, fleet("blind", scaleDownStabilizationSeconds=0))
         eventually(lambda: engines(plane, namespace, "blind") == 3, 60, "scaled up while metrics flow")
         source.missing = "Prometheus http://127.0.0.1:1 unreachable"
-        infd = eventually(lambda: (i := get(plane, namespace, "infd", "blind"))
-                          and condition(i, "MetricsAvailable").get("status") == "False" and i, 30,
-                          "MetricsAvailable=False")
+        infd = eventually(
+            lambda: (
+                (i := get(plane, namespace, "infd", "blind"))
+                and condition(i, "MetricsAvailable").get("status") == "False"
+                and i
+            ),
+            30,
+            "MetricsAvailable=False",
+        )
         assert "unreachable" in condition(infd, "MetricsAvailable")["message"]
         assert "queueDepth" not in infd["status"], "no made-up queue depth without data"
         calls = source.calls

@@ -36,15 +36,28 @@ TOKEN = "alerts-token"
 
 
 def fleet_body(name: str, **autoscaling: Any) -> dict[str, Any]:
-    body = example(name, autoscaling={"enabled": True, "queueDepthPerReplica": 1, "maxStep": 1,
-                                      "metrics": {"source": "prometheus"}, **autoscaling})
+    body = example(
+        name,
+        autoscaling={
+            "enabled": True,
+            "queueDepthPerReplica": 1,
+            "maxStep": 1,
+            "metrics": {"source": "prometheus"},
+            **autoscaling,
+        },
+    )
     body["spec"]["replicas"] = {"min": 1, "max": 3}
     return body
 
 
 def test_a_burst_scales_up_through_prometheus_and_down_only_after_its_window(
-    kube_cluster: ControlPlane, installed_chart: ControlPlane, operator_kubeconfig: Path, namespace: str,
-    scraped_fleet: Any, prometheus: Prometheus, tmp_path: Path,
+    kube_cluster: ControlPlane,
+    installed_chart: ControlPlane,
+    operator_kubeconfig: Path,
+    namespace: str,
+    scraped_fleet: Any,
+    prometheus: Prometheus,
+    tmp_path: Path,
 ) -> None:
     plane = installed_chart
     operator = start_operator(plane, operator_kubeconfig, prometheus, tmp_path / "operator.log")
@@ -52,36 +65,63 @@ def test_a_burst_scales_up_through_prometheus_and_down_only_after_its_window(
         with pod_scrapes(prometheus, scraped_fleet, plane, namespace, "burst") as scrapes:
             apply(plane, namespace, fleet_body("burst", scaleDownStabilizationSeconds=10))
             eventually(lambda: len(scrapes.sync()) == 1, 60, "the first engine pod, mapped to engine 0")
-            eventually(lambda: condition(get(plane, namespace, "infd", "burst"), "MetricsAvailable").get("status")
-                       == "True", 60, "the Prometheus source observing the fleet")
+            eventually(
+                lambda: condition(get(plane, namespace, "infd", "burst"), "MetricsAvailable").get("status") == "True",
+                60,
+                "the Prometheus source observing the fleet",
+            )
             assert engines(plane, namespace, "burst") == 1
 
             with load(scraped_fleet, 0, requests=8):
                 started = time.monotonic()
-                eventually(lambda: (engines(plane, namespace, "burst") or 0) >= 2, 90, "a scale-up from the queue",
-                           interval=0.1)
+                eventually(
+                    lambda: (engines(plane, namespace, "burst") or 0) >= 2,
+                    90,
+                    "a scale-up from the queue",
+                    interval=0.1,
+                )
                 reaction = time.monotonic() - started
                 eventually(lambda: len(scrapes.sync()) >= 2, 60, "the new pod mapped to engine 1")
                 infd = get(plane, namespace, "infd", "burst")
             record = next(r for r in infd["status"]["history"] if r["toReplicas"] == 2)
             assert record["rule"].startswith("ScaleUp") and record["applied"], record
             assert record["values"]["waiting"] > 0
-            assert any("engines 1 -> 2" in e for e in plane.kubectl(
-                "get", "events", "-n", namespace, "--field-selector", "reason=Scaled",
-                "-o", "jsonpath={.items[*].message}").stdout.split("\n"))
+            assert any(
+                "engines 1 -> 2" in e
+                for e in plane.kubectl(
+                    "get",
+                    "events",
+                    "-n",
+                    namespace,
+                    "--field-selector",
+                    "reason=Scaled",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ).stdout.split("\n")
+            )
             print(f"burst start -> scale-up written: {reaction:.1f} s")
 
-            eventually(lambda: (i := get(plane, namespace, "infd", "burst"))
-                       and i["status"].get("queueDepth") is not None and i["status"].get("ttftP95Seconds") and i,
-                       30, "queue depth and TTFT P95 in the status")
+            eventually(
+                lambda: (
+                    (i := get(plane, namespace, "infd", "burst"))
+                    and i["status"].get("queueDepth") is not None
+                    and i["status"].get("ttftP95Seconds")
+                    and i
+                ),
+                30,
+                "queue depth and TTFT P95 in the status",
+            )
             row = plane.kubectl("get", "infd", "burst", "-n", namespace, "--no-headers").stdout.split()
             assert row[4] != "<none>" and float(row[5]) > 0, row  # Queue and TTFT-P95 filled
 
             idle_since = time.monotonic()
             scaled = engines(plane, namespace, "burst") or 0
-            eventually(lambda: scrapes.sync() and (engines(plane, namespace, "burst") or 9) < scaled, 150,
-                       "a scale-down once idle",
-                       detail=lambda: repr(get(plane, namespace, "infd", "burst")["status"].get("lastDecision")))
+            eventually(
+                lambda: scrapes.sync() and (engines(plane, namespace, "burst") or 9) < scaled,
+                150,
+                "a scale-down once idle",
+                detail=lambda: repr(get(plane, namespace, "infd", "burst")["status"].get("lastDecision")),
+            )
             waited = time.monotonic() - idle_since
             assert waited >= 8, f"scaled down {waited:.1f} s after the load stopped, inside the 10 s window"
     finally:
@@ -89,8 +129,14 @@ def test_a_burst_scales_up_through_prometheus_and_down_only_after_its_window(
 
 
 def test_the_shipped_alert_rule_routed_by_alertmanager_scales_up_at_once(
-    kube_cluster: ControlPlane, installed_chart: ControlPlane, operator_kubeconfig: Path, namespace: str,
-    scraped_fleet: Any, prometheus: Prometheus, alertmanager: Service, tmp_path: Path,
+    kube_cluster: ControlPlane,
+    installed_chart: ControlPlane,
+    operator_kubeconfig: Path,
+    namespace: str,
+    scraped_fleet: Any,
+    prometheus: Prometheus,
+    alertmanager: Service,
+    tmp_path: Path,
 ) -> None:
     """The per-fleet PrometheusRule the operator ships, with its `for:` set to 0s (the only change), evaluated
     every second by Prometheus, routed by Alertmanager (group_wait 1s) to the operator's webhook with a bearer
@@ -99,17 +145,47 @@ def test_the_shipped_alert_rule_routed_by_alertmanager_scales_up_at_once(
     plane = installed_chart
     token_file, port = tmp_path / "token", free_port()
     token_file.write_text(TOKEN)
-    (alertmanager.workdir / "alertmanager.yml").write_text(yaml.safe_dump({
-        "route": {"receiver": "null", "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h",
-                  "routes": [{"receiver": "shoal", "matchers": ['infd=~".+"'], "group_by": ["namespace", "infd"]}]},
-        "receivers": [{"name": "null"}, {"name": "shoal", "webhook_configs": [{
-            "url": f"http://127.0.0.1:{port}/alerts", "send_resolved": True,
-            "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(token_file)}}}]}],
-    }))
+    (alertmanager.workdir / "alertmanager.yml").write_text(
+        yaml.safe_dump(
+            {
+                "route": {
+                    "receiver": "null",
+                    "group_wait": "1s",
+                    "group_interval": "1s",
+                    "repeat_interval": "1h",
+                    "routes": [{"receiver": "shoal", "matchers": ['infd=~".+"'], "group_by": ["namespace", "infd"]}],
+                },
+                "receivers": [
+                    {"name": "null"},
+                    {
+                        "name": "shoal",
+                        "webhook_configs": [
+                            {
+                                "url": f"http://127.0.0.1:{port}/alerts",
+                                "send_resolved": True,
+                                "http_config": {
+                                    "authorization": {"type": "Bearer", "credentials_file": str(token_file)}
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        )
+    )
     urllib.request.urlopen(urllib.request.Request(alertmanager.url + "/-/reload", method="POST"), timeout=30)
-    operator = start_operator(plane, operator_kubeconfig, prometheus, tmp_path / "operator.log",
-                              "--alerts-port", str(port), "--alerts-token-file", str(token_file),
-                              "--resync-seconds", "120")
+    operator = start_operator(
+        plane,
+        operator_kubeconfig,
+        prometheus,
+        tmp_path / "operator.log",
+        "--alerts-port",
+        str(port),
+        "--alerts-token-file",
+        str(token_file),
+        "--resync-seconds",
+        "120",
+    )
     try:
         with pod_scrapes(prometheus, scraped_fleet, plane, namespace, "alerted") as scrapes:
             body = fleet_body("alerted", scaleUpStabilizationSeconds=600)
@@ -120,20 +196,35 @@ def test_the_shipped_alert_rule_routed_by_alertmanager_scales_up_at_once(
             for rule in rules["groups"][0]["rules"]:
                 rule["for"] = "0s"
             scrapes.rules = rules
-            scrapes.extra = {"alerting": {"alertmanagers": [{"static_configs": [
-                {"targets": [alertmanager.url.removeprefix("http://")]}]}]}}
+            scrapes.extra = {
+                "alerting": {
+                    "alertmanagers": [{"static_configs": [{"targets": [alertmanager.url.removeprefix("http://")]}]}]
+                }
+            }
             eventually(lambda: len(scrapes.sync()) == 1, 60, "the first engine pod, mapped to engine 0")
-            eventually(lambda: prometheus.query(f'shoal_engine_requests_waiting{{namespace="{namespace}"}}'), 60,
-                       "Prometheus scraping the fleet's engine")
+            eventually(
+                lambda: prometheus.query(f'shoal_engine_requests_waiting{{namespace="{namespace}"}}'),
+                60,
+                "Prometheus scraping the fleet's engine",
+            )
 
             with load(scraped_fleet, 0, requests=8):
                 started = time.monotonic()
-                eventually(lambda: prometheus.query('ALERTS{alertname="ShoalEngineQueueBacklog",'
-                                                    'alertstate="firing",infd="alerted"}'), 60, "the alert firing",
-                           interval=0.1)
+                eventually(
+                    lambda: prometheus.query(
+                        'ALERTS{alertname="ShoalEngineQueueBacklog",alertstate="firing",infd="alerted"}'
+                    ),
+                    60,
+                    "the alert firing",
+                    interval=0.1,
+                )
                 fired = time.monotonic()
-                eventually(lambda: (engines(plane, namespace, "alerted") or 0) >= 2, 30, "a scale-up from the alert",
-                           interval=0.1)
+                eventually(
+                    lambda: (engines(plane, namespace, "alerted") or 0) >= 2,
+                    30,
+                    "a scale-up from the alert",
+                    interval=0.1,
+                )
                 scaled = time.monotonic()
             history = get(plane, namespace, "infd", "alerted")["status"]["history"]
             record = next(r for r in history if r["fromReplicas"] == 1 and r["toReplicas"] == 2)

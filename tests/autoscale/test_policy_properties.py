@@ -52,10 +52,19 @@ class Moment:
     def signals(self, time: float, desired: int) -> FleetSignals:
         starting = min(self.starting, desired)
         ready = desired - starting
-        return observe(time, desired, starting=starting, waiting=self.waiting if ready else 0.0,
-                       running=self.running if ready else 0.0, ttft=self.ttft, arrival=self.arrival,
-                       unreported=min(self.unreported, ready), missing=self.missing, alert_firing=self.alert,
-                       held_requests=self.held if desired == 0 else 0)
+        return observe(
+            time,
+            desired,
+            starting=starting,
+            waiting=self.waiting if ready else 0.0,
+            running=self.running if ready else 0.0,
+            ttft=self.ttft,
+            arrival=self.arrival,
+            unreported=min(self.unreported, ready),
+            missing=self.missing,
+            alert_firing=self.alert,
+            held_requests=self.held if desired == 0 else 0,
+        )
 
 
 moments = st.builds(
@@ -161,10 +170,21 @@ def load_pairs(draw: st.DrawFn) -> tuple[Moment, Moment]:
     more = draw(st.tuples(*(st.floats(0, 50) for _ in range(4))))
     ttft = draw(st.floats(0, 30))
     arrival = draw(st.floats(0, 100))
-    low = Moment(low.gap, low.waiting, low.running, ttft, arrival, low.starting, low.unreported, low.missing,
-                 low.alert, low.held)
-    high = Moment(low.gap, low.waiting + more[0], low.running + more[1], ttft + more[2], arrival + more[3],
-                  low.starting, low.unreported, low.missing, low.alert, low.held)
+    low = Moment(
+        low.gap, low.waiting, low.running, ttft, arrival, low.starting, low.unreported, low.missing, low.alert, low.held
+    )
+    high = Moment(
+        low.gap,
+        low.waiting + more[0],
+        low.running + more[1],
+        ttft + more[2],
+        arrival + more[3],
+        low.starting,
+        low.unreported,
+        low.missing,
+        low.alert,
+        low.held,
+    )
     return low, high
 
 
@@ -217,8 +237,12 @@ def test_idle_fleet_goes_to_zero_after_its_window_and_comes_back_for_held_reques
 
 
 @settings(max_examples=100, deadline=None)
-@given(waiting=st.integers(1, 50), running=st.floats(1, 200), gap=st.sampled_from([1.0, 2.0, 10.0]),
-       arrivals=st.lists(st.floats(1, 100), min_size=5, max_size=200))
+@given(
+    waiting=st.integers(1, 50),
+    running=st.floats(1, 200),
+    gap=st.sampled_from([1.0, 2.0, 10.0]),
+    arrivals=st.lists(st.floats(1, 100), min_size=5, max_size=200),
+)
 def test_a_queue_that_never_grows_never_sets_the_capacity(
     waiting: int, running: float, arrivals: list[float], gap: float
 ) -> None:
@@ -231,8 +255,13 @@ def test_a_queue_that_never_grows_never_sets_the_capacity(
 
 
 @settings(max_examples=100, deadline=None)
-@given(config=configs(), ready=st.integers(1, 6), stuck=st.integers(1, 3), late=st.floats(0, 3600),
-       per_ready=st.floats(0, 50))
+@given(
+    config=configs(),
+    ready=st.integers(1, 6),
+    stuck=st.integers(1, 3),
+    late=st.floats(0, 3600),
+    per_ready=st.floats(0, 50),
+)
 def test_a_replica_past_its_start_up_timeout_never_holds_a_scale_up(
     config: AutoscalingConfig, ready: int, stuck: int, late: float, per_ready: float
 ) -> None:
@@ -249,8 +278,11 @@ def test_a_replica_past_its_start_up_timeout_never_holds_a_scale_up(
         if with_stuck:
             replicas += tuple(ReplicaSignals(f"s{i}", "starting", 0.0) for i in range(stuck))
         count = desired if with_stuck else ready
-        decision = policy.decide(FleetSignals(time=now, desired=count, replicas=replicas, ttft_p95_seconds=1.0,
-                                              arrival_rate=None, alert_firing=True))
+        decision = policy.decide(
+            FleetSignals(
+                time=now, desired=count, replicas=replicas, ttft_p95_seconds=1.0, arrival_rate=None, alert_firing=True
+            )
+        )
         return decision.replicas - count
 
     assert breach(ShoalPolicy(config), True) >= min(breach(ShoalPolicy(config), False), config.max_replicas - desired)

@@ -9,8 +9,14 @@ from fleets import FluidFleet, observe
 
 from shoal.autoscale import AutoscalingConfig, FleetSignals, ReplicaSignals, ShoalPolicy
 
-CONFIG = AutoscalingConfig(min_replicas=1, max_replicas=10, queue_depth_per_replica=4.0, ttft_p95_seconds=2.0,
-                           scale_down_stabilization_seconds=300.0, max_step=3)
+CONFIG = AutoscalingConfig(
+    min_replicas=1,
+    max_replicas=10,
+    queue_depth_per_replica=4.0,
+    ttft_p95_seconds=2.0,
+    scale_down_stabilization_seconds=300.0,
+    max_step=3,
+)
 
 
 def test_queue_breach_scales_up_in_proportion_capped_by_max_step() -> None:
@@ -40,7 +46,9 @@ def test_starting_replicas_count_as_capacity_on_the_way() -> None:
     assert first.replicas == 4
     # the queue keeps growing while the two new replicas load: the same breach, no second scale-up
     for second in range(1, 60):
-        held = policy.decide(observe(float(second), desired=4, starting=2, waiting=16.0 + second, ttft=6.0, arrival=None))
+        held = policy.decide(
+            observe(float(second), desired=4, starting=2, waiting=16.0 + second, ttft=6.0, arrival=None)
+        )
         assert (held.replicas, held.rule) == (4, "HoldStarting"), held
     assert "2 replicas are on their way" in held.message
 
@@ -69,8 +77,9 @@ def test_partial_metrics_scale_up_on_what_is_seen_but_never_down() -> None:
 
 
 def test_alert_scales_up_at_once_and_holds_scale_down() -> None:
-    slow_up = AutoscalingConfig(min_replicas=1, max_replicas=10, scale_up_stabilization_seconds=30.0,
-                                scale_down_stabilization_seconds=0.0)
+    slow_up = AutoscalingConfig(
+        min_replicas=1, max_replicas=10, scale_up_stabilization_seconds=30.0, scale_down_stabilization_seconds=0.0
+    )
     waits = ShoalPolicy(slow_up)
     waits.decide(observe(0.0, desired=2, waiting=0.0, arrival=None))
     assert waits.decide(observe(7.0, desired=2, waiting=16.0, arrival=None)).rule == "HoldUpStabilization"
@@ -182,8 +191,16 @@ def test_a_replica_stuck_starting_stops_blocking_scale_ups_after_the_start_up_ti
     assert "1 stuck starting for over 600s" in decision.message and decision.values["stuck"] == 1.0
 
 
-@pytest.mark.parametrize("bad", [{"min_replicas": 3, "max_replicas": 2}, {"max_step": 0}, {"tolerance": 1.0},
-                                 {"target_utilization": 0.0}, {"ttft_p95_seconds": 0.0}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"min_replicas": 3, "max_replicas": 2},
+        {"max_step": 0},
+        {"tolerance": 1.0},
+        {"target_utilization": 0.0},
+        {"ttft_p95_seconds": 0.0},
+    ],
+)
 def test_config_rejects_impossible_values(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="|".join(bad)):
         AutoscalingConfig(**bad)  # type: ignore[arg-type]

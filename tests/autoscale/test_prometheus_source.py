@@ -20,8 +20,15 @@ pytestmark = pytest.mark.timeout(300)
 JOB = 'job="shoal-engines"'
 
 
-async def observe(fleet: ScrapedFleet, *, url: str | None = None, selector: str = JOB, dead: bool = False,
-                  now: float | None = None, timeout: float = 10.0) -> FleetSignals:
+async def observe(
+    fleet: ScrapedFleet,
+    *,
+    url: str | None = None,
+    selector: str = JOB,
+    dead: bool = False,
+    now: float | None = None,
+    timeout: float = 10.0,
+) -> FleetSignals:
     async with httpx.AsyncClient() as client:
         source = PrometheusSource(client, url or fleet.prometheus.url, selector, timeout_seconds=timeout)
         return await source.observe(time.time() if now is None else now, 2, fleet.targets(dead=dead))
@@ -65,7 +72,8 @@ async def test_a_replica_without_series_is_unreported_not_idle(scraped_fleet: Sc
 async def test_an_empty_histogram_is_no_ttft(scraped_fleet: ScrapedFleet) -> None:
     idle = 'job="shoal-engines",pod="engine-1"'
     raw = scraped_fleet.prometheus.query(
-        f"histogram_quantile(0.95, sum by (le) (rate(shoal_engine_time_to_first_token_seconds_bucket{{{idle}}}[1m])))")
+        f"histogram_quantile(0.95, sum by (le) (rate(shoal_engine_time_to_first_token_seconds_bucket{{{idle}}}[1m])))"
+    )
     assert [sample["value"][1] for sample in raw] == ["NaN"]  # what Prometheus answers: the NaN case is real
     signals = await observe(scraped_fleet, selector=idle)
     assert signals.missing is None and signals.ttft_p95_seconds is None and signals.arrival_rate == 0.0
@@ -95,9 +103,12 @@ async def test_freshness_is_judged_on_prometheus_clock_not_ours(scraped_fleet: S
 
 async def test_a_replica_prometheus_cannot_scrape_goes_stale(scraped_fleet: ScrapedFleet) -> None:
     with paused(scraped_fleet.engines[1].process.pid):
+
         def stale() -> FleetSignals | None:
             signals = asyncio.run(observe(scraped_fleet))
             return signals if signals.replicas[1].waiting is None else None
 
-        signals = await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(stale, 30, "engine-1 stale"))
+        signals = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: eventually(stale, 30, "engine-1 stale")
+        )
     assert signals.missing is None and signals.replicas[0].waiting == 0.0

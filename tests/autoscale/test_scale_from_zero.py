@@ -31,52 +31,93 @@ pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
 
 
 def gateway_pods(plane: ControlPlane, namespace: str, name: str) -> list[str]:
-    listing = plane.kubectl("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name},"
-                            "app.kubernetes.io/component=gateway", "-o", "jsonpath={.items[*].metadata.name}").stdout
+    listing = plane.kubectl(
+        "get",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        f"app.kubernetes.io/instance={name},app.kubernetes.io/component=gateway",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ).stdout
     return listing.split()
 
 
 def zero_fleet(name: str, gateways: int) -> dict[str, Any]:
-    body = example(name, autoscaling={"enabled": True, "metrics": {"source": "prometheus"},
-                                      "scaleDownStabilizationSeconds": 600})
+    body = example(
+        name, autoscaling={"enabled": True, "metrics": {"source": "prometheus"}, "scaleDownStabilizationSeconds": 600}
+    )
     body["spec"]["replicas"] = {"min": 0, "max": 2}
     body["spec"]["gateway"] = {"replicas": gateways, "holdQueue": {"size": 8, "waitSeconds": 120}}
     return body
 
 
 def test_a_request_at_zero_engines_is_held_scales_the_fleet_to_one_and_is_served(
-    kube_cluster: ControlPlane, installed_chart: ControlPlane, operator_kubeconfig: Path, namespace: str,
-    scraped_fleet: Any, prometheus: Prometheus, tmp_path: Path,
+    kube_cluster: ControlPlane,
+    installed_chart: ControlPlane,
+    operator_kubeconfig: Path,
+    namespace: str,
+    scraped_fleet: Any,
+    prometheus: Prometheus,
+    tmp_path: Path,
 ) -> None:
     plane = installed_chart
     backends = tmp_path / "backends"
     backends.write_text("")
-    gateway = LocalProcess(shoal_command("gateway", "--backends-file", str(backends), "--hold-queue-size", "8",
-                                         "--hold-seconds", "120", "--health-interval", "0.5", "--no-kv-events"),
-                           tmp_path / "gateway.log")
+    gateway = LocalProcess(
+        shoal_command(
+            "gateway",
+            "--backends-file",
+            str(backends),
+            "--hold-queue-size",
+            "8",
+            "--hold-seconds",
+            "120",
+            "--health-interval",
+            "0.5",
+            "--no-kv-events",
+        ),
+        tmp_path / "gateway.log",
+    )
     operator = start_operator(plane, operator_kubeconfig, prometheus, tmp_path / "operator.log")
     try:
         gateway.wait_ready("/health", timeout=120)
         with pod_scrapes(prometheus, scraped_fleet, plane, namespace, "cold") as scrapes:
             apply(plane, namespace, zero_fleet("cold", gateways=1))
             eventually(lambda: gateway_pods(plane, namespace, "cold"), 60, "the gateway pod")
-            scrapes.extra_jobs = [{"job_name": "infd-gateways", "static_configs": [{
-                "targets": [gateway.url.removeprefix("http://")],
-                "labels": {"namespace": namespace, "pod": gateway_pods(plane, namespace, "cold")[0]}}]}]
+            scrapes.extra_jobs = [
+                {
+                    "job_name": "infd-gateways",
+                    "static_configs": [
+                        {
+                            "targets": [gateway.url.removeprefix("http://")],
+                            "labels": {"namespace": namespace, "pod": gateway_pods(plane, namespace, "cold")[0]},
+                        }
+                    ],
+                }
+            ]
             scrapes.apply()
-            eventually(lambda: (get(plane, namespace, "infd", "cold") or {}).get("status", {}).get("lastDecision"),
-                       60, "a first decision")
+            eventually(
+                lambda: (get(plane, namespace, "infd", "cold") or {}).get("status", {}).get("lastDecision"),
+                60,
+                "a first decision",
+            )
             assert engines(plane, namespace, "cold") == 0, "min 0 and nothing held: the fleet starts at zero"
 
             answers: list[str] = []
             client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0, timeout=180)
-            request = threading.Thread(target=lambda: answers.append(client.completions.create(
-                model="tiny-llama", prompt="cold start", max_tokens=4).choices[0].text))
+            request = threading.Thread(
+                target=lambda: answers.append(
+                    client.completions.create(model="tiny-llama", prompt="cold start", max_tokens=4).choices[0].text
+                )
+            )
             sent = time.monotonic()
             request.start()
             eventually(lambda: metric(gateway.url, "shoal_gateway_requests_held") == 1, 30, "the request held")
-            eventually(lambda: engines(plane, namespace, "cold") == 1, 90, "0 -> 1 engine from the held request",
-                       interval=0.2)
+            eventually(
+                lambda: engines(plane, namespace, "cold") == 1, 90, "0 -> 1 engine from the held request", interval=0.2
+            )
             scaled = time.monotonic() - sent
             pod = eventually(lambda: engine_pods(plane, namespace, "cold"), 60, "the engine pod")[0]
             backends.write_text(scraped_fleet.engines[1].url + "\n")  # the pod turns ready: its endpoint appears
@@ -93,8 +134,12 @@ def test_a_request_at_zero_engines_is_held_scales_the_fleet_to_one_and_is_served
 
 
 def test_bad_input_keeps_the_count_and_says_why(
-    kube_cluster: ControlPlane, installed_chart: ControlPlane, operator_kubeconfig: Path, namespace: str,
-    prometheus: Prometheus, tmp_path: Path,
+    kube_cluster: ControlPlane,
+    installed_chart: ControlPlane,
+    operator_kubeconfig: Path,
+    namespace: str,
+    prometheus: Prometheus,
+    tmp_path: Path,
 ) -> None:
     """`min: 0` without a gateway keeps one engine (ScalingLimited=NoGateway); a Prometheus that is down holds
     the count and MetricsAvailable=False says so, through the real Prometheus source."""
@@ -106,14 +151,26 @@ def test_bad_input_keeps_the_count_and_says_why(
         down["spec"]["replicas"] = {"min": 2, "max": 4}
         down["spec"]["autoscaling"]["metrics"]["prometheusUrl"] = f"http://127.0.0.1:{free_port()}"  # nothing there
         apply(plane, namespace, down)
-        infd = eventually(lambda: (i := get(plane, namespace, "infd", "alone"))
-                          and condition(i, "ScalingLimited").get("reason") == "NoGateway" and i, 60,
-                          "ScalingLimited=NoGateway")
+        infd = eventually(
+            lambda: (
+                (i := get(plane, namespace, "infd", "alone"))
+                and condition(i, "ScalingLimited").get("reason") == "NoGateway"
+                and i
+            ),
+            60,
+            "ScalingLimited=NoGateway",
+        )
         assert "gateway.replicas is 0" in condition(infd, "ScalingLimited")["message"]
         assert engines(plane, namespace, "alone") == 1
-        blind = eventually(lambda: (i := get(plane, namespace, "infd", "blind"))
-                           and condition(i, "MetricsAvailable").get("status") == "False" and i, 60,
-                           "MetricsAvailable=False")
+        blind = eventually(
+            lambda: (
+                (i := get(plane, namespace, "infd", "blind"))
+                and condition(i, "MetricsAvailable").get("status") == "False"
+                and i
+            ),
+            60,
+            "MetricsAvailable=False",
+        )
         assert "unreachable" in condition(blind, "MetricsAvailable")["message"]
         assert engines(plane, namespace, "blind") == 2 and "queueDepth" not in blind["status"]
     finally:

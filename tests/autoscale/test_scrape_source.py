@@ -23,8 +23,10 @@ async def test_idle_engines_report_empty_queues_and_no_first_tokens(scraped_flee
         source = ScrapeSource(client)
         first = await source.observe(time.time(), 2, scraped_fleet.targets())
         assert first.missing is None
-        assert [(r.name, r.waiting, r.running) for r in first.replicas] == [("engine-0", 0.0, 0.0),
-                                                                          ("engine-1", 0.0, 0.0)]
+        assert [(r.name, r.waiting, r.running) for r in first.replicas] == [
+            ("engine-0", 0.0, 0.0),
+            ("engine-1", 0.0, 0.0),
+        ]
         assert all(r.kv_usage == 0.0 for r in first.replicas)
         assert first.arrival_rate is None  # no increment before a second scrape: unknown, not zero
         second = await source.observe(time.time(), 2, scraped_fleet.targets())
@@ -68,7 +70,8 @@ async def test_a_hanging_replica_is_missing_not_idle(scraped_fleet: ScrapedFleet
         assert (hung.name, hung.waiting, hung.running) == ("engine-1", None, None)
         assert signals.replicas[0].waiting == 0.0 and signals.missing is None
         decision = ShoalPolicy(AutoscalingConfig(scale_down_stabilization_seconds=0)).decide(
-            replace(signals, arrival_rate=0.0, desired=2))
+            replace(signals, arrival_rate=0.0, desired=2)
+        )
         assert (decision.replicas, decision.rule) == (2, "HoldMissingMetrics")
 
         with paused(scraped_fleet.engines[0].process.pid), paused(scraped_fleet.engines[1].process.pid):

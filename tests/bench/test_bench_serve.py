@@ -17,8 +17,19 @@ pytestmark = pytest.mark.timeout(180)
 
 def bench(target: ServeProcess, out: Path, *args: str) -> dict:
     cmd = [
-        sys.executable, "-m", "shoal.cli", "bench", "serve", "--url", target.url, "--model", target.model_name,
-        "--json", str(out), "--no-progress", *args,
+        sys.executable,
+        "-m",
+        "shoal.cli",
+        "bench",
+        "serve",
+        "--url",
+        target.url,
+        "--model",
+        target.model_name,
+        "--json",
+        str(out),
+        "--no-progress",
+        *args,
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -28,8 +39,21 @@ def bench(target: ServeProcess, out: Path, *args: str) -> dict:
 
 def test_random_dataset_at_fixed_concurrency(bench_target: ServeProcess, tmp_path: Path) -> None:
     record = bench(
-        bench_target, tmp_path / "out.json", "--num-requests", "12", "--concurrency", "4", "--input-len", "16",
-        "--output-len", "10", "--goodput", "ttft:60000", "tpot:60000", "--warmup", "1",
+        bench_target,
+        tmp_path / "out.json",
+        "--num-requests",
+        "12",
+        "--concurrency",
+        "4",
+        "--input-len",
+        "16",
+        "--output-len",
+        "10",
+        "--goodput",
+        "ttft:60000",
+        "tpot:60000",
+        "--warmup",
+        "1",
     )
     summary = record["summary"]
     assert (summary["completed"], summary["failed"]) == (12, 0)
@@ -45,9 +69,26 @@ def test_random_dataset_at_fixed_concurrency(bench_target: ServeProcess, tmp_pat
 def test_shared_prefix_dataset_hits_the_prefix_cache(bench_target: ServeProcess, tmp_path: Path) -> None:
     hits_before = metric(bench_target.url, "shoal_engine_prefix_cache_hits_tokens_total")
     record = bench(
-        bench_target, tmp_path / "out.json", "--dataset", "shared-prefix", "--num-requests", "8",
-        "--num-prefix-groups", "2", "--prefix-len", "24", "--suffix-len", "4", "--output-len", "4",
-        "--request-rate", "40", "--burstiness", "0.5", "--goodput", "ttft:0.001",
+        bench_target,
+        tmp_path / "out.json",
+        "--dataset",
+        "shared-prefix",
+        "--num-requests",
+        "8",
+        "--num-prefix-groups",
+        "2",
+        "--prefix-len",
+        "24",
+        "--suffix-len",
+        "4",
+        "--output-len",
+        "4",
+        "--request-rate",
+        "40",
+        "--burstiness",
+        "0.5",
+        "--goodput",
+        "ttft:0.001",
     )
     assert record["summary"]["completed"] == 8
     assert record["summary"]["goodput_rps"] == 0  # nobody meets a 1 us TTFT

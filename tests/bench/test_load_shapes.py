@@ -35,8 +35,9 @@ def test_percentile_interpolates_between_closest_ranks(values: list[float], q: i
 
 
 def test_percentile_ends_and_empty_input() -> None:
-    assert [percentile([4.0, 1.0, 3.0, 2.0], q) for q in (0, 25, 50, 99.9, 100)] == \
-        pytest.approx([1.0, 1.75, 2.5, 3.997, 4.0])
+    assert [percentile([4.0, 1.0, 3.0, 2.0], q) for q in (0, 25, 50, 99.9, 100)] == pytest.approx(
+        [1.0, 1.75, 2.5, 3.997, 4.0]
+    )
     assert percentile([7.0], 95) == 7.0
     assert percentile([], 50) == 0.0
 

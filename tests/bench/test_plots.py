@@ -19,8 +19,19 @@ def test_without_a_fleet_timeline_only_the_latency_cdf_is_written(tmp_path: Path
 
 
 def test_a_timeline_with_gaps_is_plotted(tmp_path: Path) -> None:
-    timeline = [{"t": 100.0 + i, "ready": 1 + (i > 5), "starting": int(i == 5), "draining": 0, "desired": 2,
-                 "waiting": 10.0 - i, "running": 2.0, "ttft_p95": None if i < 3 else 0.5} for i in range(10)]
+    timeline = [
+        {
+            "t": 100.0 + i,
+            "ready": 1 + (i > 5),
+            "starting": int(i == 5),
+            "draining": 0,
+            "desired": 2,
+            "waiting": 10.0 - i,
+            "running": 2.0,
+            "ttft_p95": None if i < 3 else 0.5,
+        }
+        for i in range(10)
+    ]
     written = write_plots(tmp_path, [RequestResult(True, ttft=0.2, e2e=1.0)], timeline, start=100.0)
     assert [p.name for p in written] == ["latency_cdf.png", "fleet_over_time.png"]
     assert all(p.read_bytes().startswith(PNG) for p in written)

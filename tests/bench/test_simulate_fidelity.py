@@ -56,12 +56,26 @@ def test_the_written_trace_is_what_the_simulator_reads(tmp_path: Path) -> None:
     assert list(back.output_tokens) == [3, 9, 1]
 
 
-def _snapshot(now: float, desired: int, rows: list[ReplicaRow], decisions: list[DecisionRow],
-              ttft: float | None = None) -> FleetSnapshot:
-    return FleetSnapshot(time=now, name="f", model="m", url="http://x", desired=desired, autoscaling=True,
-                         replicas=tuple(rows), ttft_p95_seconds=ttft, output_tokens_per_second=None,
-                         arrival_rate=None, prefix_hit_rate=None, routing={}, decisions=tuple(decisions), events=(),
-                         metrics_missing=None)
+def _snapshot(
+    now: float, desired: int, rows: list[ReplicaRow], decisions: list[DecisionRow], ttft: float | None = None
+) -> FleetSnapshot:
+    return FleetSnapshot(
+        time=now,
+        name="f",
+        model="m",
+        url="http://x",
+        desired=desired,
+        autoscaling=True,
+        replicas=tuple(rows),
+        ttft_p95_seconds=ttft,
+        output_tokens_per_second=None,
+        arrival_rate=None,
+        prefix_hit_rate=None,
+        routing={},
+        decisions=tuple(decisions),
+        events=(),
+        metrics_missing=None,
+    )
 
 
 def _row(name: str, phase: str, since: float, running: float | None = None) -> ReplicaRow:
@@ -78,15 +92,26 @@ def test_the_watch_reads_counts_start_ups_and_decisions_from_the_dashboard_file(
         (100.0, 1, [_row("engine-0", "starting", 100.0)], [], None),
         (101.0, 1, [_row("engine-0", "ready", 101.0)], [], None),
         (105.0, 2, [_row("engine-0", "ready", 101.0, running=3), _row("engine-1", "starting", 104.5)], [up], 3.0),
-        (112.0, 2, [_row("engine-0", "ready", 101.0, running=2), _row("engine-1", "ready", 111.0, running=1)], [up],
-         2.0),
+        (
+            112.0,
+            2,
+            [_row("engine-0", "ready", 101.0, running=2), _row("engine-1", "ready", 111.0, running=1)],
+            [up],
+            2.0,
+        ),
         (130.0, 1, [_row("engine-0", "draining", 129.0), _row("engine-1", "ready", 111.0)], [up], None),
         (140.0, 1, [_row("engine-1", "ready", 111.0)], [up], None),
     ]:
         timeline.write(_snapshot(now, desired, rows, decisions, ttft))
         watch.sample(now)
-    assert [r[1:] for r in watch.rows] == [(1, 0, 1, 0), (1, 1, 0, 0), (2, 1, 1, 0), (2, 2, 0, 0), (1, 1, 0, 1),
-                                           (1, 1, 0, 0)]
+    assert [r[1:] for r in watch.rows] == [
+        (1, 0, 1, 0),
+        (1, 1, 0, 0),
+        (2, 1, 1, 0),
+        (2, 2, 0, 0),
+        (1, 1, 0, 1),
+        (1, 1, 0, 0),
+    ]
     assert watch.startups() == {"engine-0": 1.0, "engine-1": 6.5}
     assert watch.startups(after=102.0) == {"engine-1": 6.5}
     assert watch.gone == {"engine-0": 140.0}
@@ -112,14 +137,22 @@ def test_the_measured_run_reads_as_a_simulated_one() -> None:
     watch.started = {"engine-0": 990.0, "engine-1": 1001.5}
     watch.ready = {"engine-0": 991.0, "engine-1": 1008.0}
     watch.decisions = {(1001.5, 2): {"rule": "ScaleUpQueue", "message": "queue"}}
-    results = [RequestResult(True, ttft=0.5, e2e=1.0), RequestResult(True, ttft=1.5, e2e=2.0),
-               RequestResult(False, error="HTTP 504: first token"), RequestResult(True, ttft=0.25, e2e=0.75)]
+    results = [
+        RequestResult(True, ttft=0.5, e2e=1.0),
+        RequestResult(True, ttft=1.5, e2e=2.0),
+        RequestResult(False, error="HTTP 504: first token"),
+        RequestResult(True, ttft=0.25, e2e=0.75),
+    ]
     replay = fidelity.Replay(t0=1000.0, sent=[0.0, 1.0, 2.0, 3.0], results=results, watch=watch)
     run = fidelity.measured_run(trace, replay, "prefix-aware")
     summary = summarize_run(run, 2.0, trace.bursts)
     assert summary["ttft_p50_s"] == pytest.approx(0.5)
-    assert summary["requests"] == {"arrived": 4, "served": 3, "dropped": {"failed: HTTP 504: first token": 1},
-                                   "in_flight": 0}
+    assert summary["requests"] == {
+        "arrived": 4,
+        "served": 3,
+        "dropped": {"failed: HTTP 504: first token": 1},
+        "in_flight": 0,
+    }
     assert fidelity.scale_events(run) == [(1.5, 1, 2, "ScaleUpQueue")]
     assert run.timeline[:, 0].tolist() == [0.0, 2.0, 9.0]
     assert sorted(run.replica_spans) == [(0.0, 9.0), (1.5, 9.0)]
@@ -152,4 +185,3 @@ def test_slowed_profile_scales_every_step_and_keeps_the_engine() -> None:
     slow = fidelity.slowed(profile, 2.5)
     assert slow.step.seconds(100, 4, 500, 1000) == pytest.approx(2.5 * profile.step.seconds(100, 4, 500, 1000))
     assert (slow.max_num_seqs, slow.kv_capacity_tokens) == (profile.max_num_seqs, profile.kv_capacity_tokens)
-

@@ -80,7 +80,7 @@ def extract_blocks(markdown: str, source: str) -> list[Block]:
         above = next((lines[j] for j in range(index - 1, -1, -1) if lines[j].strip()), "")
         marker = MARKER.search(above)
         mode, note = (marker.group(1), marker.group(2).strip()) if marker else ("run", "")
-        blocks.append(Block(source, fence.group(1), index + 1, "\n".join(lines[index + 1:end]), mode, note))
+        blocks.append(Block(source, fence.group(1), index + 1, "\n".join(lines[index + 1 : end]), mode, note))
         index = end + 1
     return blocks
 
@@ -90,21 +90,46 @@ def all_blocks() -> list[Block]:
 
 
 def test_extract_blocks_reads_markers_and_lines() -> None:
-    markdown = "\n".join([
-        "# t", "```bash", "echo one", "```", "", "<!-- readme-test: skip (needs a GPU) -->", "```bash", "gpu", "```",
-        "<!-- readme-test: background (a server), ready at http://x/ready -->", "", "```python", "print(1)", "```",
-        "```yaml", "a: 1", "```",
-    ])
+    markdown = "\n".join(
+        [
+            "# t",
+            "```bash",
+            "echo one",
+            "```",
+            "",
+            "<!-- readme-test: skip (needs a GPU) -->",
+            "```bash",
+            "gpu",
+            "```",
+            "<!-- readme-test: background (a server), ready at http://x/ready -->",
+            "",
+            "```python",
+            "print(1)",
+            "```",
+            "```yaml",
+            "a: 1",
+            "```",
+        ]
+    )
     blocks = extract_blocks(markdown, "t.md")
     assert [(b.language, b.line, b.text, b.mode) for b in blocks] == [
-        ("bash", 2, "echo one", "run"), ("bash", 7, "gpu", "skip"), ("python", 12, "print(1)", "background")]
+        ("bash", 2, "echo one", "run"),
+        ("bash", 7, "gpu", "skip"),
+        ("python", 12, "print(1)", "background"),
+    ]
     assert blocks[1].note == "(needs a GPU)" and blocks[1].name() == "t.md:7 (bash block)"
     assert READY_AT.search(blocks[2].note).group(1) == "http://x/ready"  # type: ignore[union-attr]
 
 
 def test_cheaper_marker_replaces_flag_values_and_rejects_unknown_flags() -> None:
-    block = Block("t.md", "bash", 3, "bench --num-requests 48 \\\n  --concurrency 16 --out x", "cheaper",
-                  "(--num-requests 8 --concurrency 4)")
+    block = Block(
+        "t.md",
+        "bash",
+        3,
+        "bench --num-requests 48 \\\n  --concurrency 16 --out x",
+        "cheaper",
+        "(--num-requests 8 --concurrency 4)",
+    )
     assert block.as_run() == "bench --num-requests 8 \\\n  --concurrency 4 --out x"
     with pytest.raises(ValueError, match="--seed"):
         Block("t.md", "bash", 3, "bench --num-requests 48", "cheaper", "(--seed 1)").as_run()
@@ -133,39 +158,66 @@ class Terminal:
             body = f"{_quote(str(REPO / '.venv/bin/python'))} {_quote(str(source))}"
         else:
             body = block.as_run()
-        return f"set -eo pipefail\nsource {_quote(str(self.env_file))}\n{body}\nexport -p > {_quote(str(self.env_file))}\n"
+        return (
+            f"set -eo pipefail\nsource {_quote(str(self.env_file))}\n{body}\nexport -p > {_quote(str(self.env_file))}\n"
+        )
 
     def run(self, block: Block, timeout: float) -> None:
-        result = subprocess.run(["bash", "-c", self._script(block)], cwd=REPO, capture_output=True, text=True,
-                                timeout=timeout, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            ["bash", "-c", self._script(block)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         if result.returncode != 0:
-            pytest.fail(f"{block.name()} failed with exit status {result.returncode}:\n{block.as_run()}\n"
-                        f"--- stdout ---\n{result.stdout[-3000:]}\n--- stderr ---\n{result.stderr[-3000:]}"
-                        f"{self.background_logs()}", pytrace=False)
+            pytest.fail(
+                f"{block.name()} failed with exit status {result.returncode}:\n{block.as_run()}\n"
+                f"--- stdout ---\n{result.stdout[-3000:]}\n--- stderr ---\n{result.stderr[-3000:]}"
+                f"{self.background_logs()}",
+                pytrace=False,
+            )
 
     def start(self, block: Block) -> None:
         log = self.workdir / f"background_{block.line}.log"
         script = self._script(block).replace(f"export -p > {_quote(str(self.env_file))}\n", "")
         with log.open("wb") as out:
-            process = subprocess.Popen(["bash", "-c", script], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(
+                ["bash", "-c", script],
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.background.append((block, process, log))
         ready = READY_AT.search(block.note)
         if ready:
-            eventually(lambda: process.poll() is not None or _answers(ready.group(1)), timeout=300,
-                       what=f"{block.name()} ready at {ready.group(1)}", interval=1.0, detail=self.background_logs)
+            eventually(
+                lambda: process.poll() is not None or _answers(ready.group(1)),
+                timeout=300,
+                what=f"{block.name()} ready at {ready.group(1)}",
+                interval=1.0,
+                detail=self.background_logs,
+            )
             if process.poll() is not None:
-                pytest.fail(f"{block.name()} exited with {process.returncode} before it was ready"
-                            f"{self.background_logs()}", pytrace=False)
+                pytest.fail(
+                    f"{block.name()} exited with {process.returncode} before it was ready{self.background_logs()}",
+                    pytrace=False,
+                )
 
     def check_and_stop_background(self) -> None:
         """Each background block must have kept running; then each gets Ctrl-C (SIGINT to its group)."""
         died = [(block, process.returncode) for block, process, _ in self.background if process.poll() is not None]
         self.stop_background()
         if died:
-            pytest.fail("background blocks stopped by themselves: "
-                        + ", ".join(f"{block.name()} (exit {code})" for block, code in died)
-                        + self.background_logs(), pytrace=False)
+            pytest.fail(
+                "background blocks stopped by themselves: "
+                + ", ".join(f"{block.name()} (exit {code})" for block, code in died)
+                + self.background_logs(),
+                pytrace=False,
+            )
         self.background.clear()
 
     def stop_background(self) -> None:
@@ -179,8 +231,10 @@ class Terminal:
                     process.wait(10)
 
     def background_logs(self) -> str:
-        return "".join(f"\n--- {block.name()}, background ---\n{log.read_text(errors='replace')[-3000:]}"
-                       for block, _, log in self.background)
+        return "".join(
+            f"\n--- {block.name()}, background ---\n{log.read_text(errors='replace')[-3000:]}"
+            for block, _, log in self.background
+        )
 
 
 def _quote(value: str) -> str:
@@ -215,5 +269,10 @@ def test_readme_blocks_run_in_order(tmp_path: Path) -> None:
         terminal.check_and_stop_background()
     finally:
         terminal.stop_background()
-        subprocess.run([sys.executable, "-m", "support.kube_up", "down", "--dir", str(kube_up_dir)], cwd=REPO,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "tests")}, capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "support.kube_up", "down", "--dir", str(kube_up_dir)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO / "tests")},
+            capture_output=True,
+            timeout=120,
+        )

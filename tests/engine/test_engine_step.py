@@ -58,19 +58,48 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     return Tokenizer.from_hf_dir(directory)
 
 
-def build_engine(tokenizer: Tokenizer, runner: FakeRunner, *, num_blocks: int = 64, block_size: int = 4,
-                 budget: int = 64, max_num_seqs: int = 8) -> EngineCore:
-    config = EngineConfig(model="stand-in", block_size=block_size, max_num_batched_tokens=budget,
-                          max_num_seqs=max_num_seqs, num_kv_blocks=num_blocks)
-    model_config = ModelConfig(architecture="llama", hidden_size=8, intermediate_size=8, num_layers=1, num_heads=1,
-                               num_kv_heads=1, head_dim=8, vocab_size=runner.vocab_size, rms_norm_eps=1e-6,
-                               rope_theta=1e4, max_position_embeddings=256, eos_token_ids=(EOS,))
+def build_engine(
+    tokenizer: Tokenizer,
+    runner: FakeRunner,
+    *,
+    num_blocks: int = 64,
+    block_size: int = 4,
+    budget: int = 64,
+    max_num_seqs: int = 8,
+) -> EngineCore:
+    config = EngineConfig(
+        model="stand-in",
+        block_size=block_size,
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        num_kv_blocks=num_blocks,
+    )
+    model_config = ModelConfig(
+        architecture="llama",
+        hidden_size=8,
+        intermediate_size=8,
+        num_layers=1,
+        num_heads=1,
+        num_kv_heads=1,
+        head_dim=8,
+        vocab_size=runner.vocab_size,
+        rms_norm_eps=1e-6,
+        rope_theta=1e4,
+        max_position_embeddings=256,
+        eos_token_ids=(EOS,),
+    )
     plan = HardwarePlan(device="cpu", dtype=torch.float32, quantization="none", where="a fake runner", choices={})
     blocks = BlockManager(num_blocks, block_size, enable_prefix_caching=True)
     return EngineCore(
-        config, model_name="stand-in", tokenizer=tokenizer, model_config=model_config, plan=plan,
+        config,
+        model_name="stand-in",
+        tokenizer=tokenizer,
+        model_config=model_config,
+        plan=plan,
         max_model_len=min(256, num_blocks * block_size),
-        scheduler=Scheduler(blocks, budget, max_num_seqs), sampler=Sampler([EOS]), runner=runner,
+        scheduler=Scheduler(blocks, budget, max_num_seqs),
+        sampler=Sampler([EOS]),
+        runner=runner,
     )
 
 

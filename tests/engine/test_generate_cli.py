@@ -17,7 +17,9 @@ SHOAL = Path(sys.executable).parent / "shoal"
 def test_generate_answers_paris_with_the_bundled_model() -> None:
     result = subprocess.run(
         [str(SHOAL), "generate", "--model", "smollm2-135m", "--max-tokens", "8", "The capital of France is"],
-        capture_output=True, text=True, timeout=280,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout

@@ -32,8 +32,10 @@ def _hf_greedy(model: torch.nn.Module, prompts: list[list[int]], max_tokens: int
     with torch.inference_mode():
         for prompt in prompts:
             ids = model.generate(
-                torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                max_new_tokens=max_tokens, do_sample=False,
+                torch.tensor([prompt]),
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                max_new_tokens=max_tokens,
+                do_sample=False,
             )
             outputs.append(ids[0, len(prompt) :].tolist())
     return outputs
@@ -45,7 +47,9 @@ def _hf_model(model_dir: Path) -> torch.nn.Module:
     return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 
 
-def run_staggered(engine: EngineCore, prompts: list[list[int]], params: SamplingParams, per_step: int = 2) -> dict[str, list[int]]:
+def run_staggered(
+    engine: EngineCore, prompts: list[list[int]], params: SamplingParams, per_step: int = 2
+) -> dict[str, list[int]]:
     """Adds ``per_step`` requests between steps, then steps until done; returns each request's tokens."""
     tokens: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
     queue = list(enumerate(prompts))
@@ -66,8 +70,13 @@ def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemptio
     model_dir: Path = request.getfixturevalue(checkpoint)
     engine = EngineCore.from_config(
         EngineConfig(
-            model=str(model_dir), dtype="float32", block_size=4, max_num_batched_tokens=16, max_num_seqs=6,
-            num_kv_blocks=28, seed=0,
+            model=str(model_dir),
+            dtype="float32",
+            block_size=4,
+            max_num_batched_tokens=16,
+            max_num_seqs=6,
+            num_kv_blocks=28,
+            seed=0,
         )
     )
     prompts = _prompts(engine.model_config.vocab_size, seed=len(checkpoint))

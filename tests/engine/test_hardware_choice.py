@@ -50,8 +50,11 @@ def test_cuda_runs_the_checkpoints_half_precision_dtype() -> None:
     assert choose_dtype("bfloat16", "cuda", AVX2_ONLY, None).warning is None  # CPU flags do not matter there
 
 
-@given(requested=st.sampled_from(["auto", "float32", "bfloat16", "float16"]), flags=flag_sets,
-       checkpoint=st.sampled_from([None, "float32", "bfloat16", "float16"]))
+@given(
+    requested=st.sampled_from(["auto", "float32", "bfloat16", "float16"]),
+    flags=flag_sets,
+    checkpoint=st.sampled_from([None, "float32", "bfloat16", "float16"]),
+)
 def test_dtype_policy(requested: str, flags: frozenset[str], checkpoint: str | None) -> None:
     choice = choose_dtype(requested, "cpu", flags, checkpoint)
     native = bool(flags & {"avx512_bf16", "amx_bf16"})

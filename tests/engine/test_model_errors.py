@@ -100,7 +100,10 @@ def test_transformers_4_rope_spelling_is_understood() -> None:
         }
     )
     assert (config.rope_theta, config.rope_scaling, config.num_kv_heads, config.head_dim) == (
-        500000.0, {"rope_type": "linear", "factor": 2.0}, 4, 16
+        500000.0,
+        {"rope_type": "linear", "factor": 2.0},
+        4,
+        16,
     )
     assert config.eos_token_ids == (7, 9)
 

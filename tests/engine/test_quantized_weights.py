@@ -36,7 +36,9 @@ MEAN_TOLERANCE, MAX_TOLERANCE = 0.05, 0.30  # of the reference logits' standard 
 
 
 @pytest.fixture(scope="module", params=["Q4_0", "Q4_1"])
-def tiny_q4_gguf(request: pytest.FixtureRequest, tiny_gqa_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_q4_gguf(
+    request: pytest.FixtureRequest, tiny_gqa_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The tiny GQA Llama with its projections stored as Q4_0 / Q4_1 (LM head tied to the F32 embedding)."""
     path = tmp_path_factory.mktemp("q4-gguf") / f"tiny-{request.param}.gguf"
     return write_llama_gguf(tiny_gqa_llama_dir, path, quantize=request.param)

@@ -15,8 +15,7 @@ def _request(i: int, priority: int) -> Request:
     return Request(f"r{i}", [1, 2], SamplingParams(), arrival_time=0.0, priority=priority)
 
 
-_operations = st.lists(st.tuples(st.sampled_from(["add", "pop", "preempt", "abort"]), st.integers(0, 3)),
-                       max_size=60)
+_operations = st.lists(st.tuples(st.sampled_from(["add", "pop", "preempt", "abort"]), st.integers(0, 3)), max_size=60)
 
 
 @settings(max_examples=200, deadline=None)

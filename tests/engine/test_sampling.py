@@ -150,7 +150,9 @@ def test_a_seeded_request_samples_the_same_whatever_its_batch_mates(engine: Engi
     crowd["x"] = (PROMPT, params)
     together = _run(engine, crowd)
     assert together["x"]["tokens"] == alone
-    other_seed = _run(engine, {"x": (PROMPT, SamplingParams(temperature=1.0, top_p=0.95, seed=99, max_tokens=12, ignore_eos=True))})
+    other_seed = _run(
+        engine, {"x": (PROMPT, SamplingParams(temperature=1.0, top_p=0.95, seed=99, max_tokens=12, ignore_eos=True))}
+    )
     assert other_seed["x"]["tokens"] != alone
 
 
@@ -158,7 +160,9 @@ def test_stop_token_ids_end_the_request_and_are_kept_out_of_the_text(engine: Eng
     greedy = _run(engine, {"g": (PROMPT, SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True))})["g"]
     stop_token = greedy["tokens"][3]
     cut = greedy["tokens"].index(stop_token) + 1
-    stopped = _run(engine, {"s": (PROMPT, SamplingParams(temperature=0.0, max_tokens=10, stop_token_ids=[stop_token]))})["s"]
+    stopped = _run(
+        engine, {"s": (PROMPT, SamplingParams(temperature=0.0, max_tokens=10, stop_token_ids=[stop_token]))}
+    )["s"]
     assert stopped["tokens"] == greedy["tokens"][:cut]
     assert stopped["out"].finish_reason == "stop" and stopped["out"].stop_reason == stop_token
     # the text of the tokens before the stop token (an unfinished character is never emitted)
@@ -179,7 +183,9 @@ def test_stop_strings_are_found_across_token_boundaries_and_trimmed(engine: Engi
             break
     else:
         pytest.fail(f"no usable token boundary in {text!r}")
-    stopped = _run(engine, {"s": (prompt, SamplingParams(temperature=0.0, max_tokens=16, stop=[stop, "never-there"]))})["s"]
+    stopped = _run(engine, {"s": (prompt, SamplingParams(temperature=0.0, max_tokens=16, stop=[stop, "never-there"]))})[
+        "s"
+    ]
     assert stopped["text"] == text[: boundary - 2]
     assert stopped["out"].finish_reason == "stop" and stopped["out"].stop_reason == stop
     needed = next(n for n in range(len(tokens) + 1) if len(decode(tokens[:n])) >= boundary + 2)

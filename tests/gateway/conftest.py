@@ -20,16 +20,18 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sys.path.insert(0, str(Path(__file__).parent.parent / "engine"))
     from tiny_checkpoints import build_checkpoint
 
-    return build_checkpoint(tmp_path_factory.mktemp("gateway-tiny"), "llama", seed=7,
-                            max_position_embeddings=TINY_MAX_LEN)
+    return build_checkpoint(
+        tmp_path_factory.mktemp("gateway-tiny"), "llama", seed=7, max_position_embeddings=TINY_MAX_LEN
+    )
 
 
 @pytest.fixture(scope="session")
 def engines(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EngineProcess]]:
     """Three real engine processes serving the tiny model as ``tiny``; started together, killed at the end."""
     logs = tmp_path_factory.mktemp("engine-logs")
-    started = [EngineProcess(str(tiny_model_dir), logs / f"engine-{i}.log", "tiny", "--num-kv-blocks", "256")
-               for i in range(3)]
+    started = [
+        EngineProcess(str(tiny_model_dir), logs / f"engine-{i}.log", "tiny", "--num-kv-blocks", "256") for i in range(3)
+    ]
     try:
         yield [engine.wait_ready() for engine in started]
     finally:

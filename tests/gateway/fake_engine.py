@@ -37,31 +37,45 @@ class FakeEngine:
         self.kv_snapshot: list[int] = []
         self.kv_events: list[KVEvent] = []
         self.card: dict[str, Any] = {}  # more fields for each model card (a Shoal engine's scheduler limits)
-        self.app = Starlette(routes=[
-            Route("/ready", self._ready), Route("/health", self._ready), Route("/v1/models", self._models),
-            Route("/v1/completions", self._generate, methods=["POST"]),
-            Route("/v1/chat/completions", self._generate, methods=["POST"]),
-            Route("/kv/events", self._kv_events),
-        ])
+        self.app = Starlette(
+            routes=[
+                Route("/ready", self._ready),
+                Route("/health", self._ready),
+                Route("/v1/models", self._models),
+                Route("/v1/completions", self._generate, methods=["POST"]),
+                Route("/v1/chat/completions", self._generate, methods=["POST"]),
+                Route("/kv/events", self._kv_events),
+            ]
+        )
 
     async def _ready(self, _: Request) -> Response:
         return PlainTextResponse("ok" if self.ready else "not ready", status_code=200 if self.ready else 503)
 
     async def _models(self, _: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model", **self.card}
-                                                       for m in self.models]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": m, "object": "model", **self.card} for m in self.models]}
+        )
 
     def _chunk(self, i: int) -> bytes:
-        body = {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": self.models[0],
-                "choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}], "engine": self.name}
+        body = {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.models[0],
+            "choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}],
+            "engine": self.name,
+        }
         return b"data: " + json.dumps(body).encode() + b"\n\n"
 
     async def _generate(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append({"headers": dict(request.headers), "body": body})
         if self.mode == "unavailable":
-            return JSONResponse({"error": {"message": "queue full", "type": "service_unavailable_error",
-                                           "param": None, "code": None}}, status_code=503, headers={"Retry-After": "3"})
+            return JSONResponse(
+                {"error": {"message": "queue full", "type": "service_unavailable_error", "param": None, "code": None}},
+                status_code=503,
+                headers={"Retry-After": "3"},
+            )
         if self.mode == "garbage":
             return PlainTextResponse("<html>500 oops</html>", status_code=200, media_type="application/json")
         if self.mode == "stall":  # hold the request until its client goes away, as an engine aborts it
@@ -74,11 +88,18 @@ class FakeEngine:
             return StreamingResponse(self._stream(usage), media_type="text/event-stream")
         self.completed += 1
         text = "".join(f" t{i}" for i in range(self.tokens))
-        return JSONResponse({"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()),
-                             "model": body["model"], "engine": self.name,
-                             "choices": [{"index": 0, "text": text, "finish_reason": "length", "logprobs": None}],
-                             "usage": self._usage()},
-                            headers={"X-Request-Id": request.headers.get("x-request-id", "")})
+        return JSONResponse(
+            {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "engine": self.name,
+                "choices": [{"index": 0, "text": text, "finish_reason": "length", "logprobs": None}],
+                "usage": self._usage(),
+            },
+            headers={"X-Request-Id": request.headers.get("x-request-id", "")},
+        )
 
     async def _stream(self, usage: bool = False):  # type: ignore[no-untyped-def]
         try:
@@ -88,8 +109,14 @@ class FakeEngine:
                 yield self._chunk(i)
                 await asyncio.sleep(self.token_delay)
             if usage:  # as the engine reports it: an event of its own, with no choices
-                report = {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()),
-                          "model": self.models[0], "choices": [], "usage": self._usage()}
+                report = {
+                    "id": "cmpl-fake",
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": self.models[0],
+                    "choices": [],
+                    "usage": self._usage(),
+                }
                 yield b"data: " + json.dumps(report, separators=(",", ":")).encode() + b"\n\n"
             yield b"data: [DONE]\n\n"
             self.completed += 1

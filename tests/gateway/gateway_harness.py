@@ -25,8 +25,9 @@ class ServerThread:
     def __init__(self, app: Any, port: int | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
-                                timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"server-{self.port}")
 
@@ -53,8 +54,11 @@ class GatewayHandle:
         self.url = self.server.url
 
     def wait_healthy(self, count: int, timeout: float = 10.0) -> None:
-        eventually(lambda: sum(r.healthy for r in self.gateway.fleet.replicas.values()) == count, timeout,
-                   f"{count} healthy replicas")
+        eventually(
+            lambda: sum(r.healthy for r in self.gateway.fleet.replicas.values()) == count,
+            timeout,
+            f"{count} healthy replicas",
+        )
 
     def stop(self) -> None:
         self.server.stop()
@@ -70,8 +74,13 @@ class ByteTokenizer:
         return "".join(f"<{m['role']}>{m.get('content') or ''}" for m in messages) + "<assistant>"
 
 
-def make_gateway(urls: list[str], byte_tokenized: tuple[str, ...] = ("tiny",), api_keys: ApiKeys | None = None,
-                 quota: QuotaStore | None = None, **config: Any) -> Gateway:
+def make_gateway(
+    urls: list[str],
+    byte_tokenized: tuple[str, ...] = ("tiny",),
+    api_keys: ApiKeys | None = None,
+    quota: QuotaStore | None = None,
+    **config: Any,
+) -> Gateway:
     """A gateway over ``urls``; models in ``byte_tokenized`` (FakeEngine's) get the ByteTokenizer."""
     settings = {"health_interval_s": 0.2, "fail_threshold": 1, **config}
     prompts = PromptReader(settings.get("tokenizers"))

@@ -12,8 +12,9 @@ from shoal.gateway.quota import Limits
 
 def test_keys_map_to_their_tenant_and_limits(tmp_path: Path) -> None:
     path = tmp_path / "keys.yaml"
-    path.write_text("tenants:\n  acme:\n    api_keys: [sk-a1, sk-a2]\n    tokens_per_minute: 500\n"
-                    "  beta:\n    api_keys: [sk-b]\n")
+    path.write_text(
+        "tenants:\n  acme:\n    api_keys: [sk-a1, sk-a2]\n    tokens_per_minute: 500\n  beta:\n    api_keys: [sk-b]\n"
+    )
     keys = ApiKeys.from_file(path)
     assert keys.tenant_for("Bearer sk-a2").name == "acme"
     assert keys.tenant_for("bearer sk-a1").limits == Limits(tokens_per_minute=500)
@@ -27,12 +28,15 @@ def test_without_a_keys_file_everyone_is_the_anonymous_tenant() -> None:
     assert ApiKeys().tenant_for(None).name == ANONYMOUS
 
 
-@pytest.mark.parametrize(("text", "named"), [
-    ("tenants: []", "tenants"),
-    ("tenants:\n  acme: {}\n", "tenants.acme.api_keys"),
-    ("tenants:\n  acme:\n    api_keys: [k]\n    max_concurrent: -1\n", "tenants.acme.max_concurrent"),
-    ("tenants:\n  acme:\n    api_keys: [k]\n    requests_per_minute: lots\n", "tenants.acme.requests_per_minute"),
-])
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("tenants: []", "tenants"),
+        ("tenants:\n  acme: {}\n", "tenants.acme.api_keys"),
+        ("tenants:\n  acme:\n    api_keys: [k]\n    max_concurrent: -1\n", "tenants.acme.max_concurrent"),
+        ("tenants:\n  acme:\n    api_keys: [k]\n    requests_per_minute: lots\n", "tenants.acme.requests_per_minute"),
+    ],
+)
 def test_a_malformed_file_is_refused_naming_the_entry(tmp_path: Path, text: str, named: str) -> None:
     path = tmp_path / "keys.yaml"
     path.write_text(text)

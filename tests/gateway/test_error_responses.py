@@ -28,7 +28,7 @@ def serves(url: str, key: str = "sk-acme") -> bool:
 
 @pytest.fixture
 def gateway(fake_engines, gateways):
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     handle = gateways([server.url], api_keys=KEYS, max_body_bytes=64 * 1024)
     handle.wait_healthy(1)
     return handle, engine
@@ -52,18 +52,24 @@ def test_unknown_model_is_404_naming_it(gateway) -> None:
     assert serves(handle.url)
 
 
-@pytest.mark.parametrize(("body", "param_or_message"), [
-    (b'{"model": "tiny", "prompt": ', "Malformed JSON"),
-    (b'["not", "an", "object"]', "JSON object"),
-    (b'{"model": "tiny", "prompt": "x", "max_tokens": "many"}', "max_tokens"),
-    (b'{"model": "tiny", "prompt": "x", "max_token": 3}', "max_token"),
-    (b'{"model": "tiny", "prompt": "\xff\xfe"}', "Malformed JSON"),
-    (b'{"model": "tiny", "prompt": "x", "user": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    ("body", "param_or_message"),
+    [
+        (b'{"model": "tiny", "prompt": ', "Malformed JSON"),
+        (b'["not", "an", "object"]', "JSON object"),
+        (b'{"model": "tiny", "prompt": "x", "max_tokens": "many"}', "max_tokens"),
+        (b'{"model": "tiny", "prompt": "x", "max_token": 3}', "max_token"),
+        (b'{"model": "tiny", "prompt": "\xff\xfe"}', "Malformed JSON"),
+        (b'{"model": "tiny", "prompt": "x", "user": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", "nested too deeply"),
+    ],
+)
 def test_malformed_bodies_are_400_naming_the_problem(gateway, body: bytes, param_or_message: str) -> None:
     handle, engine = gateway
-    response = httpx.post(handle.url + "/v1/completions", content=body,
-                          headers={"Authorization": "Bearer sk-acme", "Content-Type": "application/json"})
+    response = httpx.post(
+        handle.url + "/v1/completions",
+        content=body,
+        headers={"Authorization": "Bearer sk-acme", "Content-Type": "application/json"},
+    )
     assert response.status_code == 400
     assert param_or_message in error_of(response)["message"]
     assert engine.requests == []  # never forwarded
@@ -82,8 +88,11 @@ def test_oversized_body_is_413_before_it_is_read_whole(gateway) -> None:
             yield b"y" * 4096
         yield b'"}'
 
-    chunked = httpx.post(handle.url + "/v1/completions", content=chunks(),
-                         headers={"Authorization": "Bearer sk-acme", "Content-Type": "application/json"})
+    chunked = httpx.post(
+        handle.url + "/v1/completions",
+        content=chunks(),
+        headers={"Authorization": "Bearer sk-acme", "Content-Type": "application/json"},
+    )
     assert chunked.status_code == 413
     assert engine.requests == []
     assert serves(handle.url)
@@ -102,7 +111,7 @@ def test_tenant_over_quota_gets_429_with_retry_after_and_others_are_unaffected(g
 
 
 def test_every_backend_down_is_503_with_retry_after(fake_engines, gateways) -> None:
-    (_, server), = fake_engines(1)
+    ((_, server),) = fake_engines(1)
     handle = gateways([server.url])
     handle.wait_healthy(1)
     server.stop()
@@ -137,9 +146,14 @@ def test_garbage_from_a_backend_is_a_502_and_the_gateway_keeps_serving(gateway) 
     assert 'shoal_gateway_requests_total{model="tiny",status="502",tenant="acme"} 1.0' in metrics
 
 
-@pytest.mark.parametrize(("method", "path", "status"), [
-    ("GET", "/v1/completions", 405), ("PUT", "/v1/chat/completions", 405), ("POST", "/v1/embeddings", 404),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/v1/completions", 405),
+        ("PUT", "/v1/chat/completions", 405),
+        ("POST", "/v1/embeddings", 404),
+    ],
+)
 def test_unknown_routes_and_methods_get_an_openai_error_body(gateway, method: str, path: str, status: int) -> None:
     handle, _ = gateway
     response = httpx.request(method, handle.url + path, headers={"Authorization": "Bearer sk-acme"})

@@ -25,8 +25,8 @@ def served_by(url: str, model: str, prompt: str = "x") -> str:
 
 
 def test_each_model_goes_to_the_replicas_that_serve_it(fake_engines, gateways) -> None:
-    (alpha, alpha_server), = fake_engines(1, models=("alpha",))
-    (beta, beta_server), = fake_engines(1, models=("beta",))
+    ((alpha, alpha_server),) = fake_engines(1, models=("alpha",))
+    ((beta, beta_server),) = fake_engines(1, models=("beta",))
     handle = gateways([alpha_server.url, beta_server.url], byte_tokenized=("alpha", "beta"))
     handle.wait_healthy(2)
     assert {served_by(handle.url, "alpha") for _ in range(3)} == {alpha.name}

@@ -132,8 +132,11 @@ def test_a_request_at_zero_replicas_is_held_then_served(
     clients = [threading.Thread(target=_complete, args=(handle.url, results, i)) for i in range(3)]
     for client in clients:
         client.start()
-    eventually(lambda: metric_values(handle.url, "shoal_gateway_requests_held") == {'{model="tiny"}': 3.0}, 20,
-               "three requests held for `tiny`")
+    eventually(
+        lambda: metric_values(handle.url, "shoal_gateway_requests_held") == {'{model="tiny"}': 3.0},
+        20,
+        "three requests held for `tiny`",
+    )
     refused = httpx.post(handle.url + "/v1/completions", json={"model": "tiny", "prompt": "x"}, timeout=10)
     assert refused.status_code == 503 and refused.headers["Retry-After"].isdigit()
     assert "already held" in refused.json()["error"]["message"]

@@ -36,10 +36,16 @@ def test_the_estimate_charges_a_whole_output_budget_per_sequence() -> None:
     assert admission_estimate(cost_tokens=105, output_tokens=100, sequences=3) == 305
 
 
-@given(charged_window=st.integers(0, 10**6), later=st.integers(0, 3), charged=st.integers(0, 10**5),
-       used=st.integers(0, 10**5), offset=st.floats(0, 59.9))
+@given(
+    charged_window=st.integers(0, 10**6),
+    later=st.integers(0, 3),
+    charged=st.integers(0, 10**5),
+    used=st.integers(0, 10**5),
+    offset=st.floats(0, 59.9),
+)
 def test_settlement_corrects_the_charge_in_its_window_and_never_refunds_a_past_one(
-        charged_window: int, later: int, charged: int, used: int, offset: float) -> None:
+    charged_window: int, later: int, charged: int, used: int, offset: float
+) -> None:
     now = (charged_window + later) * 60.0 + offset
     window, delta = settlement(charged_window, charged, used, now)
     assert window == window_of(now)[0]
@@ -72,7 +78,7 @@ async def test_redis_store_settles_with_the_usage(redis_server) -> None:
 
 
 def tenant_gateway(fake_engines, gateways, quota: QuotaStore | None = None):  # type: ignore[no-untyped-def]
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     keys = ApiKeys({"acme": (["sk-acme"], Limits(tokens_per_minute=TPM))})
     handle = gateways([server.url], api_keys=keys, quota=quota or MemoryQuota())
     handle.wait_healthy(1)
@@ -80,9 +86,10 @@ def tenant_gateway(fake_engines, gateways, quota: QuotaStore | None = None):  # 
 
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
-def test_a_tenant_is_charged_what_it_used_not_what_it_asked_for(fake_engines, gateways, redis_server,
-                                                                store: str) -> None:
-    """"hello" is 5 byte-tokens; max_tokens 200 makes each request's estimate 205, but the engine reports 5 used:
+def test_a_tenant_is_charged_what_it_used_not_what_it_asked_for(
+    fake_engines, gateways, redis_server, store: str
+) -> None:
+    """ "hello" is 5 byte-tokens; max_tokens 200 makes each request's estimate 205, but the engine reports 5 used:
     settled, three requests fit in 300 tokens a minute (unsettled, the second would not)."""
     quota = RedisQuota(redis_server.url, prefix=f"test:{uuid.uuid4().hex}") if store == "redis" else None
     _, handle = tenant_gateway(fake_engines, gateways, quota)
@@ -90,8 +97,9 @@ def test_a_tenant_is_charged_what_it_used_not_what_it_asked_for(fake_engines, ga
     for _ in range(3):
         assert httpx.post(handle.url + "/v1/completions", json=body, headers=AUTH).status_code == 200
     for _ in range(2):  # a stream the client did not ask usage for is settled too
-        with httpx.stream("POST", handle.url + "/v1/completions", json={**body, "stream": True},
-                          headers=AUTH) as response:
+        with httpx.stream(
+            "POST", handle.url + "/v1/completions", json={**body, "stream": True}, headers=AUTH
+        ) as response:
             assert response.status_code == 200
             events = [line for line in response.iter_lines() if line.startswith("data: ")]
         assert not any('"usage"' in event for event in events)  # the gateway's own request for it is hidden
@@ -109,8 +117,13 @@ def test_n_is_counted_at_admission(fake_engines, gateways) -> None:
 
 def test_a_client_that_asks_for_usage_still_gets_it(fake_engines, gateways) -> None:
     _, handle = tenant_gateway(fake_engines, gateways)
-    body = {"model": "tiny", "prompt": "hello", "max_tokens": 200, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "tiny",
+        "prompt": "hello",
+        "max_tokens": 200,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with httpx.stream("POST", handle.url + "/v1/completions", json=body, headers=AUTH) as response:
         reports = [json.loads(line[6:]) for line in response.iter_lines() if '"usage"' in line]
     assert [r["usage"]["total_tokens"] for r in reports] == [5]
@@ -121,8 +134,13 @@ def test_real_engine_streams_keep_their_shape(engines, tiny_model_dir, gateways)
     handle = gateways([engines[0].url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)})
     handle.wait_healthy(1)
     api = openai.OpenAI(base_url=handle.url + "/v1", api_key="none", max_retries=0, timeout=60)
-    request = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 6, "stream": True,
-               "extra_body": {"ignore_eos": True}}
+    request = {
+        "model": "tiny",
+        "prompt": "Once upon a time",
+        "max_tokens": 6,
+        "stream": True,
+        "extra_body": {"ignore_eos": True},
+    }
     plain = list(api.completions.create(**request))
     assert plain and all(chunk.usage is None for chunk in plain)
     asked = list(api.completions.create(**request, stream_options={"include_usage": True}))

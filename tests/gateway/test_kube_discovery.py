@@ -25,8 +25,10 @@ def endpoint_slice(name: str, service: str, endpoints: dict[str, bool], port: in
         metadata=client.V1ObjectMeta(name=name, labels={SERVICE_LABEL: service}),
         address_type="IPv4",
         ports=[client.DiscoveryV1EndpointPort(name="http", port=port, protocol="TCP")],
-        endpoints=[client.V1Endpoint(addresses=[ip], conditions=client.V1EndpointConditions(ready=ready))
-                   for ip, ready in endpoints.items()],
+        endpoints=[
+            client.V1Endpoint(addresses=[ip], conditions=client.V1EndpointConditions(ready=ready))
+            for ip, ready in endpoints.items()
+        ],
     )
 
 
@@ -48,17 +50,19 @@ async def test_ready_endpoints_of_the_service_are_published_as_they_change(kube_
 
     namespace = "default"
     await api.create_namespaced_endpoint_slice(
-        namespace, endpoint_slice("engines-a", "engines", {"10.1.0.1": True, "10.1.0.2": False}))
+        namespace, endpoint_slice("engines-a", "engines", {"10.1.0.1": True, "10.1.0.2": False})
+    )
     await api.create_namespaced_endpoint_slice(namespace, endpoint_slice("other-a", "other", {"10.9.0.1": True}))
-    task = asyncio.create_task(endpoint_slices(namespace, "engines", "http",
-                                               str(kube_apiserver.kubeconfig))(publish))
+    task = asyncio.create_task(endpoint_slices(namespace, "engines", "http", str(kube_apiserver.kubeconfig))(publish))
     try:
         await next_set(["http://10.1.0.1:8000"])
         await api.create_namespaced_endpoint_slice(
-            namespace, endpoint_slice("engines-b", "engines", {"10.1.0.3": True}, port=9000))
+            namespace, endpoint_slice("engines-b", "engines", {"10.1.0.3": True}, port=9000)
+        )
         await next_set(["http://10.1.0.1:8000", "http://10.1.0.3:9000"])
         await api.replace_namespaced_endpoint_slice(
-            "engines-a", namespace, endpoint_slice("engines-a", "engines", {"10.1.0.1": False, "10.1.0.2": True}))
+            "engines-a", namespace, endpoint_slice("engines-a", "engines", {"10.1.0.1": False, "10.1.0.2": True})
+        )
         await next_set(["http://10.1.0.2:8000", "http://10.1.0.3:9000"])
         await api.delete_namespaced_endpoint_slice("engines-b", namespace)
         await next_set(["http://10.1.0.2:8000"])
@@ -87,8 +91,9 @@ async def test_a_watch_cut_mid_stream_is_resumed(kube_apiserver, tmp_path) -> No
     published: list[list[str]] = []
     namespace = "default"
     await api.create_namespaced_endpoint_slice(namespace, endpoint_slice("cut-a", "cut", {"10.2.0.1": True}))
-    task = asyncio.create_task(endpoint_slices(namespace, "cut", "http", str(relayed), Backoff(0.1, 1.0))(
-        published.append))
+    task = asyncio.create_task(
+        endpoint_slices(namespace, "cut", "http", str(relayed), Backoff(0.1, 1.0))(published.append)
+    )
 
     async def published_eventually(expected: list[str]) -> None:
         for _ in range(200):

@@ -18,16 +18,24 @@ from shoal.local import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
-limits_st = st.builds(Limits, st.none() | st.integers(0, 5), st.none() | st.integers(0, 500), st.none() | st.integers(0, 3))
+limits_st = st.builds(
+    Limits, st.none() | st.integers(0, 5), st.none() | st.integers(0, 500), st.none() | st.integers(0, 3)
+)
 
 
-@given(limits_st, st.builds(Usage, st.integers(0, 6), st.integers(0, 600), st.integers(0, 4)), st.integers(1, 200),
-       st.floats(0, 1e9))
+@given(
+    limits_st,
+    st.builds(Usage, st.integers(0, 6), st.integers(0, 600), st.integers(0, 4)),
+    st.integers(1, 200),
+    st.floats(0, 1e9),
+)
 def test_a_request_passes_exactly_when_it_fits_every_limit(limits: Limits, usage: Usage, cost: int, now: float) -> None:
     verdict = decide(limits, usage, cost, now)
-    fits = ((limits.max_concurrent is None or usage.concurrent < limits.max_concurrent)
-            and (limits.requests_per_minute is None or usage.requests < limits.requests_per_minute)
-            and (limits.tokens_per_minute is None or usage.tokens + cost <= limits.tokens_per_minute))
+    fits = (
+        (limits.max_concurrent is None or usage.concurrent < limits.max_concurrent)
+        and (limits.requests_per_minute is None or usage.requests < limits.requests_per_minute)
+        and (limits.tokens_per_minute is None or usage.tokens + cost <= limits.tokens_per_minute)
+    )
     assert verdict.allowed == fits
     if not fits:
         assert 0 < verdict.retry_after <= 60 and 1 <= int(verdict.retry_after_header) <= 60
@@ -97,13 +105,18 @@ async def test_an_unreachable_redis_admits_rather_than_failing_requests() -> Non
 
 
 def test_two_gateways_share_one_tenant_quota_through_redis(fake_engines, gateways, redis_server) -> None:
-    (_, server), = fake_engines(1)
+    ((_, server),) = fake_engines(1)
     keys = ApiKeys({"acme": (["sk-acme"], Limits(requests_per_minute=3))})
     prefix = f"test:{uuid.uuid4().hex}"
-    pair = [gateways([server.url], api_keys=keys, quota=RedisQuota(redis_server.url, prefix=prefix))
-            for _ in range(2)]
+    pair = [gateways([server.url], api_keys=keys, quota=RedisQuota(redis_server.url, prefix=prefix)) for _ in range(2)]
     for handle in pair:
         handle.wait_healthy(1)
-    statuses = [httpx.post(pair[i % 2].url + "/v1/completions", json={"model": "tiny", "prompt": "x"},
-                           headers={"Authorization": "Bearer sk-acme"}).status_code for i in range(5)]
+    statuses = [
+        httpx.post(
+            pair[i % 2].url + "/v1/completions",
+            json={"model": "tiny", "prompt": "x"},
+            headers={"Authorization": "Bearer sk-acme"},
+        ).status_code
+        for i in range(5)
+    ]
     assert statuses == [200, 200, 200, 429, 429]

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_not_ready_without_a_serving_replica_then_ready(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.ready = False
     handle = gateways([server.url])
     response = httpx.get(handle.url + "/ready")
@@ -33,7 +33,7 @@ def test_not_ready_while_a_configured_tokenizer_loads(fake_engines, gateways, mo
         return ByteTokenizer()
 
     monkeypatch.setattr(prompts, "_load_tokenizer", slow_load)
-    (_, server), = fake_engines(1, models=("big",))
+    ((_, server),) = fake_engines(1, models=("big",))
     handle = gateways([server.url], byte_tokenized=(), tokenizers={"big": "some/tokenizer"})
     handle.wait_healthy(1)
     response = httpx.get(handle.url + "/ready")

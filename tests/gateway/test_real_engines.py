@@ -40,8 +40,15 @@ def test_openai_client_completions_chat_streaming_and_errors(fleet_gateway) -> N
     assert completion.usage.completion_tokens == 5 and completion.choices[0].finish_reason == "length"
     chat = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert chat.usage.completion_tokens == 4
-    chunks = list(api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                              max_tokens=6, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        api.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[-1].usage.completion_tokens == 6
     assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content is not None) >= 1
     with pytest.raises(openai.NotFoundError):
@@ -50,8 +57,9 @@ def test_openai_client_completions_chat_streaming_and_errors(fleet_gateway) -> N
         api.completions.create(model="tiny", prompt="x", max_tokens=100_000)
 
 
-def check_repeat_hits_the_cache(handle: GatewayHandle, tokenizer: Tokenizer, model: str, chat: bool,
-                                block_size: int = 16) -> None:
+def check_repeat_hits_the_cache(
+    handle: GatewayHandle, tokenizer: Tokenizer, model: str, chat: bool, block_size: int = 16
+) -> None:
     """The hashes the gateway computes are the ones the engine publishes; a repeat lands on the holder."""
     api = client(handle)
     question = f"{'chat' if chat else 'completion'} {time.monotonic_ns()}"
@@ -73,34 +81,40 @@ def check_repeat_hits_the_cache(handle: GatewayHandle, tokenizer: Tokenizer, mod
     assert len(hashes) >= 4
     send()
     replicas = handle.gateway.fleet.replicas.values()
-    eventually(lambda: any(r.index.synced and all(h in r.index.cached for h in hashes) for r in replicas), 10,
-               "the engine's /kv/events to report the prompt's blocks")
+    eventually(
+        lambda: any(r.index.synced and all(h in r.index.cached for h in hashes) for r in replicas),
+        10,
+        "the engine's /kv/events to report the prompt's blocks",
+    )
     cached = send()
     assert cached >= block_size * (len(hashes) - 1)  # the engine itself reports the reuse
     metrics = httpx.get(handle.url + "/metrics").text
-    assert f'shoal_gateway_routing_decisions_total{{model="{model}",policy="prefix-aware",reason="prefix_hit"}}' \
-        in metrics
+    assert (
+        f'shoal_gateway_routing_decisions_total{{model="{model}",policy="prefix-aware",reason="prefix_hit"}}' in metrics
+    )
 
 
 @pytest.mark.parametrize("chat", [False, True], ids=["completion", "chat"])
 def test_gateway_hashes_match_the_engines_blocks_and_route_repeats_to_the_cache(
-        fleet_gateway, tiny_model_dir, chat: bool) -> None:
+    fleet_gateway, tiny_model_dir, chat: bool
+) -> None:
     check_repeat_hits_the_cache(fleet_gateway, Tokenizer.from_hf_dir(tiny_model_dir), "tiny", chat)
 
 
 def test_an_engine_with_another_block_size_is_hashed_for_with_its_own_and_shown(
-        gateways, tiny_model_dir, tmp_path, caplog) -> None:
+    gateways, tiny_model_dir, tmp_path, caplog
+) -> None:
     """The gateway expects 16-token blocks (its default); an engine of 8 announces it, gets prompts hashed in
     8-token blocks (so routing finds its cache) and shows as a mismatch in a metric and a warning."""
-    engine = EngineProcess(str(tiny_model_dir), tmp_path / "engine-8.log", "tiny", "--num-kv-blocks", "256",
-                           "--block-size", "8").wait_ready()
+    engine = EngineProcess(
+        str(tiny_model_dir), tmp_path / "engine-8.log", "tiny", "--num-kv-blocks", "256", "--block-size", "8"
+    ).wait_ready()
     try:
         with caplog.at_level(logging.WARNING, logger="shoal.gateway.gateway"):
             handle = gateways([engine.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)})
             handle.wait_healthy(1)
             eventually(lambda: handle.gateway.prompts.tokenizer("tiny") is not None, 30, "the tokenizer")
-            check_repeat_hits_the_cache(handle, Tokenizer.from_hf_dir(tiny_model_dir), "tiny", chat=False,
-                                        block_size=8)
+            check_repeat_hits_the_cache(handle, Tokenizer.from_hf_dir(tiny_model_dir), "tiny", chat=False, block_size=8)
         assert metric(handle.url, "shoal_gateway_backend_block_size_mismatch") == 8
         assert any("announces 8-token KV blocks, the gateway expects 16" in r.getMessage() for r in caplog.records)
     finally:
@@ -117,8 +131,11 @@ def test_smollm2_end_to_end_through_the_gateway(gateways, tmp_path) -> None:
         handle.wait_healthy(1)
         eventually(lambda: handle.gateway.prompts.tokenizer("smollm2-135m") is not None, 120, "the GGUF tokenizer")
         reply = client(handle).chat.completions.create(
-            model="smollm2-135m", messages=[{"role": "user", "content": "What is the capital of France?"}],
-            max_tokens=12, temperature=0)
+            model="smollm2-135m",
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=12,
+            temperature=0,
+        )
         assert "Paris" in reply.choices[0].message.content
         tokenizer = Tokenizer.from_source(resolve_model("smollm2-135m"))
         check_repeat_hits_the_cache(handle, tokenizer, "smollm2-135m", chat=True)
@@ -133,24 +150,36 @@ def test_a_client_disconnect_aborts_the_engine_request_and_frees_its_blocks(flee
         for i, _ in enumerate(response.iter_lines()):
             if i == 10:
                 break
-    eventually(lambda: sum(metric(e.url, "shoal_engine_requests_aborted_total") for e in engines[:2]) == before + 1,
-               10, "the engine to count the abort")
+    eventually(
+        lambda: sum(metric(e.url, "shoal_engine_requests_aborted_total") for e in engines[:2]) == before + 1,
+        10,
+        "the engine to count the abort",
+    )
     for engine in engines[:2]:
-        eventually(lambda engine=engine: metric(engine.url, "shoal_engine_requests_running") == 0
-                   and metric(engine.url, "shoal_engine_kv_cache_usage_ratio") == 0, 10, "the engine's KV blocks to be freed")
+        eventually(
+            lambda engine=engine: (
+                metric(engine.url, "shoal_engine_requests_running") == 0
+                and metric(engine.url, "shoal_engine_kv_cache_usage_ratio") == 0
+            ),
+            10,
+            "the engine's KV blocks to be freed",
+        )
 
 
-def test_an_engine_killed_mid_stream_gives_a_clean_error_and_traffic_moves_on(engines, tiny_model_dir,
-                                                                              gateways) -> None:
+def test_an_engine_killed_mid_stream_gives_a_clean_error_and_traffic_moves_on(
+    engines, tiny_model_dir, gateways
+) -> None:
     victim, survivor = engines[2], engines[0]
-    handle = gateways([victim.url, survivor.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)},
-                      policy="round-robin")
+    handle = gateways(
+        [victim.url, survivor.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)}, policy="round-robin"
+    )
     handle.wait_healthy(2)
     api = client(handle)
     replica = handle.gateway.fleet.replicas[victim.url]
     for _ in range(2):
-        stream = api.completions.create(model="tiny", prompt="Once upon a time", max_tokens=900, stream=True,
-                                        extra_body={"ignore_eos": True})
+        stream = api.completions.create(
+            model="tiny", prompt="Once upon a time", max_tokens=900, stream=True, extra_body={"ignore_eos": True}
+        )
         next(iter(stream))
         if replica.in_flight == 1:
             break

@@ -39,11 +39,18 @@ def fleets(draw: st.DrawFn, with_capacity: bool = False) -> tuple[list[ReplicaVi
     """Replicas holding random prefixes of one chain, with random loads, sequences and (maybe) capacities."""
     replicas = []
     for i in range(draw(st.integers(1, 6))):
-        capacity = draw(st.builds(Capacity, st.integers(16, 4096), st.integers(1, 256)) if with_capacity
-                        else capacities)
-        replicas.append(ReplicaView(f"http://10.0.0.{i}:8000", draw(st.integers(0, 20_000)),
-                                    frozenset(CHAIN[:draw(st.integers(0, len(CHAIN)))]),
-                                    draw(st.integers(0, 300)), capacity))
+        capacity = draw(
+            st.builds(Capacity, st.integers(16, 4096), st.integers(1, 256)) if with_capacity else capacities
+        )
+        replicas.append(
+            ReplicaView(
+                f"http://10.0.0.{i}:8000",
+                draw(st.integers(0, 20_000)),
+                frozenset(CHAIN[: draw(st.integers(0, len(CHAIN)))]),
+                draw(st.integers(0, 300)),
+                capacity,
+            )
+        )
     blocks = draw(st.integers(0, len(CHAIN)))
     output = draw(st.integers(0, 2_000))
     prompt = draw(st.integers(blocks * BLOCK, blocks * BLOCK + 4_000))
@@ -55,6 +62,7 @@ policies = st.builds(PrefixAware, st.floats(1.0, 3.0), st.integers(0, 10_000))
 
 def oracle(replicas: list[ReplicaView], request: RouteRequest, policy: PrefixAware) -> dict[str, float]:
     """Headroom under the bound after taking the request, per replica, from the module docstring's definition."""
+
     def charge(r: ReplicaView) -> float:
         return r.capacity.token_budget / r.capacity.max_seqs if r.capacity else 0.0
 
@@ -137,8 +145,9 @@ def test_a_new_prefix_goes_to_the_least_busy_replica_and_idle_ones_rank_by_rende
     busy_home = [ReplicaView(v.replica_id, sequences=int(v.replica_id == home), capacity=capacity) for v in idle]
     moved = PrefixAware().decide(busy_home, request)
     assert moved.reason == "miss"
-    assert moved.replica_id == max((v.replica_id for v in idle if v.replica_id != home),
-                                   key=lambda name: rendezvous_weight(name, CHAIN[0]))
+    assert moved.replica_id == max(
+        (v.replica_id for v in idle if v.replica_id != home), key=lambda name: rendezvous_weight(name, CHAIN[0])
+    )
 
 
 def test_a_holder_is_charged_only_what_it_must_prefill() -> None:
@@ -201,8 +210,9 @@ def test_bad_capacities_are_refused() -> None:
 @st.composite
 def lease_scripts(draw: st.DrawFn) -> tuple[Capacity | None, list[tuple[str, int]]]:
     """Acquire, first-byte and release steps on one replica, in any order a proxy could take them."""
-    steps = draw(st.lists(st.tuples(st.sampled_from(["acquire", "prefilled", "release"]), st.integers(0, 10)),
-                          max_size=40))
+    steps = draw(
+        st.lists(st.tuples(st.sampled_from(["acquire", "prefilled", "release"]), st.integers(0, 10)), max_size=40)
+    )
     return draw(capacities), steps
 
 
@@ -214,8 +224,7 @@ def test_leases_charge_what_is_outstanding_and_give_it_all_back(script, block_si
     leases = []
     for action, n in steps:
         if action == "acquire":
-            request = RouteRequest(CHAIN[:n % 5], cost_tokens=100 + n * BLOCK, block_size=block_size,
-                                   output_tokens=n)
+            request = RouteRequest(CHAIN[: n % 5], cost_tokens=100 + n * BLOCK, block_size=block_size, output_tokens=n)
             leases.append(Fleet.acquire(replica, request, min(n % 5, 3)))
         elif leases and action == "prefilled":
             Fleet.prefilled(leases[n % len(leases)])
@@ -233,8 +242,10 @@ def test_leases_charge_what_is_outstanding_and_give_it_all_back(script, block_si
 def test_real_engines_announce_their_capacity_to_the_gateway(engines, gateways) -> None:
     defaults = EngineConfig(model="unused")
     card = httpx.get(engines[0].url + "/v1/models").json()["data"][0]
-    assert (card["max_num_batched_tokens"], card["max_num_seqs"]) == (defaults.max_num_batched_tokens,
-                                                                     defaults.max_num_seqs)
+    assert (card["max_num_batched_tokens"], card["max_num_seqs"]) == (
+        defaults.max_num_batched_tokens,
+        defaults.max_num_seqs,
+    )
     handle = gateways([engines[0].url])
     handle.wait_healthy(1)
     replica = handle.gateway.fleet.replicas[engines[0].url]
@@ -243,7 +254,7 @@ def test_real_engines_announce_their_capacity_to_the_gateway(engines, gateways) 
 
 @pytest.mark.parametrize("capacity", [None, Capacity(512, 4)])
 def test_a_stream_stops_counting_its_prompt_once_its_first_token_is_back(fake_engines, gateways, capacity) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.tokens, engine.token_delay = 6, 0.3
     if capacity is not None:
         engine.card = {"max_num_batched_tokens": capacity.token_budget, "max_num_seqs": capacity.max_seqs}

@@ -98,16 +98,24 @@ def test_round_robin_visits_every_replica_in_turn() -> None:
     assert picks == ["r0", "r1", "r2", "r0", "r1", "r2"]
 
 
-@given(st.lists(st.tuples(st.text(min_size=1, max_size=3), st.integers(0, 3)), min_size=1, max_size=8,
-                unique_by=lambda pair: pair[0]), st.integers(1, 20))
+@given(
+    st.lists(
+        st.tuples(st.text(min_size=1, max_size=3), st.integers(0, 3)),
+        min_size=1,
+        max_size=8,
+        unique_by=lambda pair: pair[0],
+    ),
+    st.integers(1, 20),
+)
 def test_views_kept_in_id_order_are_served_as_any_order_is(replicas, picks: int) -> None:
     """``IdOrdered`` only spares the sort: round-robin and least-load pick the same as over a shuffled list."""
     views = [ReplicaView(name, load) for name, load in replicas]
     ordered = IdOrdered(sorted(views, key=lambda view: view.replica_id))
     for policy in (RoundRobin, LeastLoad):
         given_order, kept_order = policy(), policy()
-        assert ([given_order.decide(views, RouteRequest()).replica_id for _ in range(picks)]
-                == [kept_order.decide(ordered, RouteRequest()).replica_id for _ in range(picks)])
+        assert [given_order.decide(views, RouteRequest()).replica_id for _ in range(picks)] == [
+            kept_order.decide(ordered, RouteRequest()).replica_id for _ in range(picks)
+        ]
 
 
 def test_a_hot_prefix_spills_over_once_its_replica_exceeds_the_bound() -> None:

@@ -17,7 +17,7 @@ STREAM = {"model": "tiny", "prompt": "hello", "max_tokens": 8, "stream": True}
 
 
 def test_chunks_reach_the_client_as_the_backend_sends_them(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.tokens, engine.token_delay = 4, 0.3
     handle = gateways([server.url])
     handle.wait_healthy(1)
@@ -32,12 +32,13 @@ def test_chunks_reach_the_client_as_the_backend_sends_them(fake_engines, gateway
 
 
 def test_request_id_reaches_the_engine_and_stage_timings_come_back(fake_engines, gateways, caplog) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     handle = gateways([server.url])
     handle.wait_healthy(1)
     with caplog.at_level(logging.INFO, logger="shoal.gateway.access"):
-        response = httpx.post(handle.url + "/v1/completions", json={"model": "tiny", "prompt": "hi"},
-                              headers={"X-Request-Id": "req-42"})
+        response = httpx.post(
+            handle.url + "/v1/completions", json={"model": "tiny", "prompt": "hi"}, headers={"X-Request-Id": "req-42"}
+        )
     assert response.status_code == 200
     assert response.headers["x-request-id"] == "req-42"
     assert engine.requests[-1]["headers"]["x-request-id"] == "req-42"
@@ -51,7 +52,7 @@ def test_request_id_reaches_the_engine_and_stage_timings_come_back(fake_engines,
 
 
 def test_a_client_that_leaves_mid_stream_closes_the_upstream(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.tokens, engine.token_delay = 100, 0.05
     handle = gateways([server.url])
     handle.wait_healthy(1)
@@ -66,14 +67,16 @@ def test_a_client_that_leaves_mid_stream_closes_the_upstream(fake_engines, gatew
 
 
 def test_a_client_that_leaves_before_the_first_byte_closes_the_upstream(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.mode = "stall"
     handle = gateways([server.url])
     handle.wait_healthy(1)
     body = json.dumps({"model": "tiny", "prompt": "x"}).encode()
     with socket.create_connection(("127.0.0.1", handle.server.port)) as client:
-        client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        client.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         eventually(lambda: len(engine.requests) == 1, 10, "the request to reach the engine")
     eventually(lambda: engine.disconnects == 1, 10, "the engine to see the disconnect")
     eventually(lambda: 'status="499"' in httpx.get(handle.url + "/metrics").text, 10, "the 499 to be counted")
@@ -89,11 +92,11 @@ def test_refused_connections_are_retried_on_another_replica_and_the_dead_one_eje
         assert response.status_code == 200
     assert live.completed == 3
     assert not handle.gateway.fleet.replicas[dead_server.url].healthy
-    assert "shoal_gateway_upstream_retries_total{cause=\"connect\"} 1.0" in httpx.get(handle.url + "/metrics").text
+    assert 'shoal_gateway_upstream_retries_total{cause="connect"} 1.0' in httpx.get(handle.url + "/metrics").text
 
 
 def test_a_backend_dying_mid_stream_ends_the_stream_with_an_error_event(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.tokens, engine.token_delay = 50, 0.05
     handle = gateways([server.url])
     handle.wait_healthy(1)
@@ -111,7 +114,7 @@ def test_a_backend_dying_mid_stream_ends_the_stream_with_an_error_event(fake_eng
 
 
 def test_health_checks_bring_a_replica_back(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     handle = gateways([server.url])
     handle.wait_healthy(1)
     engine.ready = False

@@ -27,14 +27,23 @@ def error_events(response: httpx.Response) -> list[dict]:
     return [event["error"] for event in events if "error" in event]
 
 
-@given(now=st.floats(0, 1e4), limit=st.floats(0.01, 1e3), first=st.floats(0.01, 1e3), gap=st.floats(0.01, 1e3),
-       elapsed=st.floats(0, 2e3), stream=st.booleans())
+@given(
+    now=st.floats(0, 1e4),
+    limit=st.floats(0.01, 1e3),
+    first=st.floats(0.01, 1e3),
+    gap=st.floats(0.01, 1e3),
+    elapsed=st.floats(0, 2e3),
+    stream=st.booleans(),
+)
 def test_a_wait_never_outlasts_the_request_and_names_the_limit_that_binds(
-        now: float, limit: float, first: float, gap: float, elapsed: float, stream: bool) -> None:
+    now: float, limit: float, first: float, gap: float, elapsed: float, stream: bool
+) -> None:
     deadline = Deadline.starting(now, limit, first, gap)
     later = now + elapsed
-    for wait, own in ((deadline.first_byte(later, stream), first if stream else None),
-                      (deadline.next_chunk(later), gap)):
+    for wait, own in (
+        (deadline.first_byte(later, stream), first if stream else None),
+        (deadline.next_chunk(later), gap),
+    ):
         assert wait.seconds <= deadline.end - later
         if wait.code == "request_timeout":
             assert own is None or own >= deadline.end - later
@@ -67,14 +76,17 @@ def test_a_replica_silent_before_its_first_token_is_left_for_another(fake_engine
                 return float(line.split()[-1])
         return 0.0
 
-    eventually(lambda: stalled.disconnects >= 1 and first_token_timeouts() == stalled.disconnects, 10,
-               "each request the stalled replica held closed, and counted")
+    eventually(
+        lambda: stalled.disconnects >= 1 and first_token_timeouts() == stalled.disconnects,
+        10,
+        "each request the stalled replica held closed, and counted",
+    )
     assert good.completed == 2
     assert all(r.healthy for r in handle.gateway.fleet.replicas.values())  # slow is not dead: not ejected
 
 
 def test_no_first_token_anywhere_is_a_504_naming_the_limit(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.mode = "stall"
     handle = gateways([server.url], **TIMEOUTS)
     handle.wait_healthy(1)
@@ -89,7 +101,7 @@ def test_no_first_token_anywhere_is_a_504_naming_the_limit(fake_engines, gateway
 
 
 def test_a_stream_that_falls_silent_ends_with_an_error_event_and_a_closed_upstream(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.tokens, engine.token_delay = 5, 5.0
     handle = gateways([server.url], **TIMEOUTS)
     handle.wait_healthy(1)
@@ -103,12 +115,13 @@ def test_a_stream_that_falls_silent_ends_with_an_error_event_and_a_closed_upstre
 
 
 def test_the_clients_own_limit_cuts_a_stream_short(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.tokens, engine.token_delay = 60, 0.1
     handle = gateways([server.url], **TIMEOUTS)
     handle.wait_healthy(1)
-    with httpx.stream("POST", handle.url + "/v1/completions", json=STREAM, timeout=10,
-                      headers={"X-Request-Timeout": "2.5"}) as response:
+    with httpx.stream(
+        "POST", handle.url + "/v1/completions", json=STREAM, timeout=10, headers={"X-Request-Timeout": "2.5"}
+    ) as response:
         errors = error_events(response)
     assert [e["code"] for e in errors] == ["request_timeout"]
     assert "2.5 s" in errors[0]["message"]
@@ -116,23 +129,28 @@ def test_the_clients_own_limit_cuts_a_stream_short(fake_engines, gateways) -> No
 
 
 def test_a_non_streaming_request_is_bounded_by_the_request_limit(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     engine.mode = "stall"
     handle = gateways([server.url], **{**TIMEOUTS, "request_timeout_s": 1.5})
     handle.wait_healthy(1)
-    response = httpx.post(handle.url + "/v1/completions", json={"model": "tiny", "prompt": "hi"}, timeout=10,
-                          headers={"X-Request-Timeout": "30"})  # asks for more than the server allows
+    response = httpx.post(
+        handle.url + "/v1/completions",
+        json={"model": "tiny", "prompt": "hi"},
+        timeout=10,
+        headers={"X-Request-Timeout": "30"},
+    )  # asks for more than the server allows
     assert response.status_code == 504
     assert response.json()["error"]["code"] == "request_timeout"
     eventually(lambda: engine.disconnects == 1, 10, "the engine saw its request closed")
 
 
 def test_a_malformed_client_limit_is_a_400_naming_the_header(fake_engines, gateways) -> None:
-    (engine, server), = fake_engines(1)
+    ((engine, server),) = fake_engines(1)
     handle = gateways([server.url])
     handle.wait_healthy(1)
-    response = httpx.post(handle.url + "/v1/completions", json={"model": "tiny", "prompt": "hi"},
-                          headers={"X-Request-Timeout": "later"})
+    response = httpx.post(
+        handle.url + "/v1/completions", json={"model": "tiny", "prompt": "hi"}, headers={"X-Request-Timeout": "later"}
+    )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "X-Request-Timeout"
     assert engine.requests == []

@@ -29,8 +29,11 @@ class RawServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length"))
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
                 self.requests.append(head + await reader.readexactly(length))
                 if not await self.script(writer):
                     break
@@ -78,6 +81,7 @@ async def test_connections_are_kept_alive_and_reused(serve) -> None:
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced_transparently(serve) -> None:
     """Keep-alive promised, then closed after each answer (as an engine's idle timeout does)."""
+
     async def answer_then_close(writer: asyncio.StreamWriter) -> bool:
         writer.write(OK)
         await writer.drain()
@@ -121,7 +125,7 @@ async def test_chunked_and_eof_delimited_bodies_arrive_whole(serve) -> None:
         return True
 
     async def until_eof(writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"a\": 1}")
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"a": 1}')
         return False
 
     for script, body in ((chunked, b"data: 1\n\ndata: 2\n\n"), (until_eof, b'{"a": 1}')):

@@ -14,10 +14,19 @@ BUILDAH = ["buildah", "--storage-driver", "vfs"]  # the build script's default B
 
 def run_build(*args: str, timeout: float = 900, **env: str) -> subprocess.CompletedProcess[str]:
     """``build.sh`` with this interpreter's Shoal, the given settings and none inherited from the caller."""
-    inherited = {k: v for k, v in os.environ.items() if k not in {"BUILDER", "BASE_IMAGE", "WHEELHOUSE",
-                                                                  "OPERATOR_IMAGE", "ENGINE_IMAGE"}}
-    return subprocess.run(["bash", str(BUILD), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**inherited, "PY": sys.executable, **env}, cwd=REPO)
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"BUILDER", "BASE_IMAGE", "WHEELHOUSE", "OPERATOR_IMAGE", "ENGINE_IMAGE"}
+    }
+    return subprocess.run(
+        ["bash", str(BUILD), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**inherited, "PY": sys.executable, **env},
+        cwd=REPO,
+    )
 
 
 def buildah(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -46,8 +46,10 @@ def test_builder_that_cannot_build_here_is_named(tmp_path: Path) -> None:
     # A stand-in docker CLI answering like one whose daemon is not running (no Docker engine can run here).
     fake = tmp_path / "fake-docker"
     fake.mkdir()
-    (fake / "docker").write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
-                                 " Is the docker daemon running?' >&2\nexit 1\n")
+    (fake / "docker").write_text(
+        "#!/bin/sh\necho 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
+        " Is the docker daemon running?' >&2\nexit 1\n"
+    )
     (fake / "docker").chmod(stat.S_IRWXU)
     result = run_build("operator", BUILDER="docker", PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
     assert result.returncode != 0
@@ -56,8 +58,7 @@ def test_builder_that_cannot_build_here_is_named(tmp_path: Path) -> None:
 
 
 def test_no_base_image_and_no_bootstrap_tool() -> None:
-    result = run_build("operator", BUILDER="buildah", MMDEBSTRAP="/nonexistent/mmdebstrap",
-                       OPERATOR_IMAGE=NEVER_BUILT)
+    result = run_build("operator", BUILDER="buildah", MMDEBSTRAP="/nonexistent/mmdebstrap", OPERATOR_IMAGE=NEVER_BUILT)
     assert result.returncode != 0
     assert "no BASE_IMAGE" in result.stderr and "apt-get install mmdebstrap" in result.stderr
     assert "BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm" in result.stderr
@@ -67,8 +68,14 @@ def test_no_base_image_and_no_bootstrap_tool() -> None:
 def test_wheelhouse_missing_a_package_names_it(tmp_path: Path) -> None:
     wheelhouse = tmp_path / "wheels"
     wheelhouse.mkdir()
-    result = run_build("operator", BUILDER="buildah", BASE_IMAGE="localhost/shoal-base:any",
-                       WHEELHOUSE=str(wheelhouse), OPERATOR_IMAGE=NEVER_BUILT, timeout=300)
+    result = run_build(
+        "operator",
+        BUILDER="buildah",
+        BASE_IMAGE="localhost/shoal-base:any",
+        WHEELHOUSE=str(wheelhouse),
+        OPERATOR_IMAGE=NEVER_BUILT,
+        timeout=300,
+    )
     assert result.returncode != 0
     assert f"the wheelhouse {wheelhouse} lacks what the image needs" in result.stderr
     assert "No matching distribution found for pydantic" in result.stderr

@@ -54,8 +54,22 @@ def test_image_runs_as_a_non_root_user(container: str) -> None:
 
 def test_gateway_from_the_image_answers_health(container: str) -> None:
     port = free_port()
-    argv = [*BUILDAH, "run", "--isolation", "chroot", container, "--", "shoal", "gateway", "--host", "127.0.0.1",
-            "--port", str(port), "--backend", "http://127.0.0.1:9"]
+    argv = [
+        *BUILDAH,
+        "run",
+        "--isolation",
+        "chroot",
+        container,
+        "--",
+        "shoal",
+        "gateway",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--backend",
+        "http://127.0.0.1:9",
+    ]
     gateway = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def healthy() -> bool:

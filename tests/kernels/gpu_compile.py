@@ -62,7 +62,9 @@ def register_usage(ptx: str, capability: int) -> tuple[int, int]:
         source.flush()
         report = subprocess.run(
             [get_ptxas(capability).path, "-v", "--gpu-name", arch, source.name, "-o", "/dev/null"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stderr
     registers = int(re.search(r"Used (\d+) registers", report).group(1))
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
@@ -74,21 +76,73 @@ def variants(dtype: str):
     fp32 = dtype == "fp32"
     index = {"block_tables_ptr": "i32", "seq_lens_ptr": "i32", "query_start_loc_ptr": "i32"}
     partials = {"part_acc_ptr": "fp32", "part_max_ptr": "fp32", "part_sum_ptr": "fp32"}
-    yield "decode (GQA 4, split 4)", _decode_kernel, dict(
-        GROUP=4, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, BLOCK_SIZE=16, BLOCK_N=DECODE_BLOCK_N, NUM_SPLITS=4,
-        UPCAST=False, FP32_DOTS=fp32), {**index, **partials}, DECODE_WARPS
-    yield "decode (GQA 3, head_dim 64, unsplit)", _decode_kernel, dict(
-        GROUP=3, BLOCK_G=16, HEAD_DIM=64, BLOCK_D=64, BLOCK_SIZE=16, BLOCK_N=DECODE_BLOCK_N, NUM_SPLITS=1,
-        UPCAST=False, FP32_DOTS=fp32), {**index, **partials}, DECODE_WARPS
+    yield (
+        "decode (GQA 4, split 4)",
+        _decode_kernel,
+        dict(
+            GROUP=4,
+            BLOCK_G=16,
+            HEAD_DIM=128,
+            BLOCK_D=128,
+            BLOCK_SIZE=16,
+            BLOCK_N=DECODE_BLOCK_N,
+            NUM_SPLITS=4,
+            UPCAST=False,
+            FP32_DOTS=fp32,
+        ),
+        {**index, **partials},
+        DECODE_WARPS,
+    )
+    yield (
+        "decode (GQA 3, head_dim 64, unsplit)",
+        _decode_kernel,
+        dict(
+            GROUP=3,
+            BLOCK_G=16,
+            HEAD_DIM=64,
+            BLOCK_D=64,
+            BLOCK_SIZE=16,
+            BLOCK_N=DECODE_BLOCK_N,
+            NUM_SPLITS=1,
+            UPCAST=False,
+            FP32_DOTS=fp32,
+        ),
+        {**index, **partials},
+        DECODE_WARPS,
+    )
     yield "merge (4 splits)", _merge_kernel, dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=4, BLOCK_SPLITS=4), partials, 4
-    yield "prefill (GQA 4)", _prefill_kernel, dict(
-        GROUP=4, BLOCK_G=4, BLOCK_Q=16, HEAD_DIM=128, BLOCK_D=128, BLOCK_SIZE=16, BLOCK_N=PREFILL_BLOCK_N,
-        UPCAST=False, FP32_DOTS=fp32), index, num_warps(128)
-    yield "write_kv", _write_kv_kernel, dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_H=8, BLOCK_D=128), {
-        "slot_mapping_ptr": "i64"}, 4
+    yield (
+        "prefill (GQA 4)",
+        _prefill_kernel,
+        dict(
+            GROUP=4,
+            BLOCK_G=4,
+            BLOCK_Q=16,
+            HEAD_DIM=128,
+            BLOCK_D=128,
+            BLOCK_SIZE=16,
+            BLOCK_N=PREFILL_BLOCK_N,
+            UPCAST=False,
+            FP32_DOTS=fp32,
+        ),
+        index,
+        num_warps(128),
+    )
+    yield (
+        "write_kv",
+        _write_kv_kernel,
+        dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_H=8, BLOCK_D=128),
+        {"slot_mapping_ptr": "i64"},
+        4,
+    )
     yield "add_rms_norm", _rms_norm_kernel, dict(HAS_RESIDUAL=True, BLOCK=4096), {}, 4
-    yield "rotary", _rotary_kernel, dict(HALF=64, BLOCK_HALF=64, BLOCK_H=32, BLOCK_KVH=8), {
-        "positions_ptr": "i64", "cache_ptr": "fp32"}, 4
+    yield (
+        "rotary",
+        _rotary_kernel,
+        dict(HALF=64, BLOCK_HALF=64, BLOCK_H=32, BLOCK_KVH=8),
+        {"positions_ptr": "i64", "cache_ptr": "fp32"},
+        4,
+    )
     yield "silu_and_mul", _silu_and_mul_kernel, dict(BLOCK=1024), {}, 4
 
 

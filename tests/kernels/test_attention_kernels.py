@@ -45,17 +45,21 @@ def test_decode_kernel_with_more_splits_than_tiles_leaves_empty_segments_out(pag
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("num_heads", "num_kv_heads", "head_dim"), HEADS)
-def test_prefill_kernel_matches_reference(
-    paged_batch, close, torch_ops, dtype, num_heads, num_kv_heads, head_dim
-):
+def test_prefill_kernel_matches_reference(paged_batch, close, torch_ops, dtype, num_heads, num_kv_heads, head_dim):
     from shoal.kernels.triton import paged_prefill_attention
 
     # a decode row, a chunk after cached blocks, a whole prompt, a long chunk over several query tiles
     b = paged_batch([1, 7, 33, 70], [1, 40, 33, 150], num_heads, num_kv_heads, head_dim, dtype)
 
     out = paged_prefill_attention(
-        b.query, b.k_cache, b.v_cache, b.meta.query_start_loc, b.meta.seq_lens, b.meta.block_tables,
-        b.meta.max_query_len, b.scale,
+        b.query,
+        b.k_cache,
+        b.v_cache,
+        b.meta.query_start_loc,
+        b.meta.seq_lens,
+        b.meta.block_tables,
+        b.meta.max_query_len,
+        b.scale,
     )
 
     close(out, torch_ops.attention(b.query, b.k_cache, b.v_cache, b.meta, b.scale))

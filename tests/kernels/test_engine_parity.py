@@ -42,7 +42,11 @@ def _greedy(model_dir: Path, backend: str) -> tuple[list[list[int]], int]:
     from shoal.engine import LLM, SamplingParams
 
     llm = LLM(
-        str(model_dir), attention_backend=backend, dtype="float32", block_size=4, max_num_batched_tokens=16,
+        str(model_dir),
+        attention_backend=backend,
+        dtype="float32",
+        block_size=4,
+        max_num_batched_tokens=16,
         num_kv_blocks=64,
     )
     prompts = [

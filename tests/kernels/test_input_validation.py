@@ -46,8 +46,20 @@ def _swap(meta: AttentionMetadata, **fields) -> AttentionMetadata:
         (lambda q, k, v, m: (q, k, v, _swap(m, seq_lens=m.seq_lens.long())), "seq_lens dtype torch.int64"),
         (lambda q, k, v, m: (q, k, v, _swap(m, block_tables=m.block_tables[:1])), "must have num_seqs"),
     ],
-    ids=["v-shape", "strided-cache", "heads", "query-dtype", "int-dtype", "head-dim", "strided-query",
-         "query-rank", "too-few-tokens", "table-too-short", "seq-lens-dtype", "table-rows"],
+    ids=[
+        "v-shape",
+        "strided-cache",
+        "heads",
+        "query-dtype",
+        "int-dtype",
+        "head-dim",
+        "strided-query",
+        "query-rank",
+        "too-few-tokens",
+        "table-too-short",
+        "seq-lens-dtype",
+        "table-rows",
+    ],
 )
 def test_attention_rejects_bad_input(triton_ops, change, message):
     query, k_cache, v_cache, meta = change(*_attention_inputs())
@@ -127,5 +139,8 @@ def test_triton_backend_without_gpu_or_interpreter_is_refused_when_chosen():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
     assert result.returncode != 0
-    assert "ValueError: attention_backend 'triton' (--attention-backend) needs --device cuda on a CUDA GPU" in result.stderr
+    assert (
+        "ValueError: attention_backend 'triton' (--attention-backend) needs --device cuda on a CUDA GPU"
+        in result.stderr
+    )
     assert "TRITON_INTERPRET=1" in result.stderr

@@ -27,39 +27,43 @@ CRD: dict[str, Any] = {
         "group": GROUP,
         "scope": "Namespaced",
         "names": {"plural": PLURAL, "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-        "versions": [{
-            "name": VERSION,
-            "served": True,
-            "storage": True,
-            "subresources": {
-                "status": {},
-                "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.readyReplicas"},
-            },
-            "additionalPrinterColumns": [
-                {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
-                {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
-                {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
-                {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-            ],
-            "schema": {"openAPIV3Schema": {
-                "type": "object",
-                "properties": {
-                    "spec": {
-                        "type": "object",
-                        "required": ["model", "replicas", "maxReplicas"],
-                        "properties": {
-                            "model": {"type": "string", "minLength": 1},
-                            "replicas": {"type": "integer", "minimum": 0},
-                            "maxReplicas": {"type": "integer", "minimum": 1},
-                        },
-                        "x-kubernetes-validations": [
-                            {"rule": "self.replicas <= self.maxReplicas", "message": CEL_MESSAGE},
-                        ],
-                    },
-                    "status": {"type": "object", "properties": {"readyReplicas": {"type": "integer"}}},
+        "versions": [
+            {
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {
+                    "status": {},
+                    "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.readyReplicas"},
                 },
-            }},
-        }],
+                "additionalPrinterColumns": [
+                    {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
+                    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+                    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "required": ["model", "replicas", "maxReplicas"],
+                                "properties": {
+                                    "model": {"type": "string", "minLength": 1},
+                                    "replicas": {"type": "integer", "minimum": 0},
+                                    "maxReplicas": {"type": "integer", "minimum": 1},
+                                },
+                                "x-kubernetes-validations": [
+                                    {"rule": "self.replicas <= self.maxReplicas", "message": CEL_MESSAGE},
+                                ],
+                            },
+                            "status": {"type": "object", "properties": {"readyReplicas": {"type": "integer"}}},
+                        },
+                    }
+                },
+            }
+        ],
     },
 }
 
@@ -130,7 +134,11 @@ def test_status_and_scale_subresources(crd: ControlPlane) -> None:
     api = client.CustomObjectsApi(crd.api_client())
     api.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, widget("scaled", replicas=1, max_replicas=4))
     api.patch_namespaced_custom_object_status(
-        GROUP, VERSION, "default", PLURAL, "scaled",
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        "scaled",
         {"status": {"readyReplicas": 1}, "spec": {"replicas": 3}},  # spec is ignored through /status
     )
     obj = api.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "scaled")
@@ -160,16 +168,19 @@ def test_rbac_for_users_and_service_accounts(kube_apiserver: ControlPlane) -> No
     alice = kube_apiserver.user_kubeconfig("alice", groups=["shoal:testers"])
     robot = kube_apiserver.kubeconfig_for_service_account("rbac-test", "robot")
     for creds in (alice, robot):
-        denied = kube_apiserver.kubectl("get", "configmaps", "-n", "rbac-test", kubeconfig=creds.kubeconfig,
-                                        check=False)
+        denied = kube_apiserver.kubectl(
+            "get", "configmaps", "-n", "rbac-test", kubeconfig=creds.kubeconfig, check=False
+        )
         assert denied.returncode != 0 and "forbidden" in denied.stderr, creds.user
         assert creds.user in denied.stderr
 
     kube_apiserver.kubectl("create", "role", "cm-reader", "-n", "rbac-test", "--verb=get,list", "--resource=configmaps")
-    kube_apiserver.kubectl("create", "rolebinding", "testers", "-n", "rbac-test", "--role=cm-reader",
-                           "--group=shoal:testers")
-    kube_apiserver.kubectl("create", "rolebinding", "robot", "-n", "rbac-test", "--role=cm-reader",
-                           "--serviceaccount=rbac-test:robot")
+    kube_apiserver.kubectl(
+        "create", "rolebinding", "testers", "-n", "rbac-test", "--role=cm-reader", "--group=shoal:testers"
+    )
+    kube_apiserver.kubectl(
+        "create", "rolebinding", "robot", "-n", "rbac-test", "--role=cm-reader", "--serviceaccount=rbac-test:robot"
+    )
     for creds in (alice, robot):
         core = client.CoreV1Api(kube_apiserver.api_client(creds.kubeconfig))
         assert core.list_namespaced_config_map("rbac-test").items is not None

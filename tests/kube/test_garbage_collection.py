@@ -22,9 +22,14 @@ def pods(plane: ControlPlane, selector: str) -> list[dict[str, Any]]:
 def gpu_deployment(name: str, replicas: int, gpus: int, owner: dict[str, Any] | None = None) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": NAMESPACE}
     if owner is not None:
-        metadata["ownerReferences"] = [{
-            "apiVersion": "v1", "kind": "ConfigMap", "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
-        }]
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }
+        ]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -36,11 +41,13 @@ def gpu_deployment(name: str, replicas: int, gpus: int, owner: dict[str, Any] | 
                 "metadata": {"labels": {"app": name}},
                 "spec": {
                     "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                    "containers": [{
-                        "name": "engine",
-                        "image": "shoal/engine:test",
-                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                    }],
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "shoal/engine:test",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                        }
+                    ],
                 },
             },
         },
@@ -70,10 +77,16 @@ def test_deployment_gets_running_pods_on_gpu_nodes_and_is_garbage_collected(clus
     cluster.kubectl("rollout", "status", "deployment/engine", "-n", NAMESPACE, "--timeout=60s")
 
     cluster.kubectl("delete", "configmap", "fleet-owner", "-n", NAMESPACE)
-    eventually(lambda: cluster.kubectl("get", "deployment", "engine", "-n", NAMESPACE, check=False).returncode != 0,
-               what="the Deployment to be garbage-collected")
-    eventually(lambda: not cluster.kubectl("get", "replicasets", "-n", NAMESPACE, "-l", "app=engine",
-                                           "-o", "name").stdout.strip(), what="its ReplicaSet to be collected")
+    eventually(
+        lambda: cluster.kubectl("get", "deployment", "engine", "-n", NAMESPACE, check=False).returncode != 0,
+        what="the Deployment to be garbage-collected",
+    )
+    eventually(
+        lambda: (
+            not cluster.kubectl("get", "replicasets", "-n", NAMESPACE, "-l", "app=engine", "-o", "name").stdout.strip()
+        ),
+        what="its ReplicaSet to be collected",
+    )
     eventually(lambda: not pods(cluster, "app=engine"), what="its pods to be deleted")
 
 
@@ -81,8 +94,16 @@ def test_pods_beyond_gpu_capacity_stay_pending(cluster: ControlPlane) -> None:
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(gpu_deployment("too-big", replicas=1, gpus=9)))
 
     def unschedulable() -> list[str]:
-        events = cluster.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "reason=FailedScheduling",
-                                 "-o", "jsonpath={.items[*].message}").stdout
+        events = cluster.kubectl(
+            "get",
+            "events",
+            "-n",
+            NAMESPACE,
+            "--field-selector",
+            "reason=FailedScheduling",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ).stdout
         return [events] if "Insufficient nvidia.com/gpu" in events else []
 
     eventually(unschedulable, what="a FailedScheduling event for nvidia.com/gpu")

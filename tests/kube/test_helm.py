@@ -47,17 +47,20 @@ def test_helm_release_lifecycle_and_chart_rbac(kube_apiserver: ControlPlane, tmp
     chart = write_chart(tmp_path)
     kube_apiserver.helm("install", "demo", str(chart), "-n", "helm-test", "--create-namespace", "--wait")
     kube_apiserver.helm("upgrade", "demo", str(chart), "-n", "helm-test", "--set", "replicas=3")
-    settings = kube_apiserver.kubectl("get", "configmap", "demo-settings", "-n", "helm-test",
-                                      "-o", "jsonpath={.data.replicas}").stdout
+    settings = kube_apiserver.kubectl(
+        "get", "configmap", "demo-settings", "-n", "helm-test", "-o", "jsonpath={.data.replicas}"
+    ).stdout
     assert settings == "3"
     assert "demo" in kube_apiserver.helm("list", "-n", "helm-test", "-q").stdout.split()
 
     reader = kube_apiserver.kubeconfig_for_service_account("helm-test", "demo-reader", create=False)
-    allowed = kube_apiserver.kubectl("get", "configmap", "demo-settings", "-n", "helm-test",
-                                     kubeconfig=reader.kubeconfig)
+    allowed = kube_apiserver.kubectl(
+        "get", "configmap", "demo-settings", "-n", "helm-test", kubeconfig=reader.kubeconfig
+    )
     assert "demo-settings" in allowed.stdout
-    denied = kube_apiserver.kubectl("delete", "configmap", "demo-settings", "-n", "helm-test",
-                                    kubeconfig=reader.kubeconfig, check=False)
+    denied = kube_apiserver.kubectl(
+        "delete", "configmap", "demo-settings", "-n", "helm-test", kubeconfig=reader.kubeconfig, check=False
+    )
     assert denied.returncode != 0 and "forbidden" in denied.stderr
 
     kube_apiserver.helm("uninstall", "demo", "-n", "helm-test", "--wait")

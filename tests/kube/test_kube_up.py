@@ -49,11 +49,13 @@ def test_kube_up_serves_pinned_version_and_kube_down_cleans_up(tmp_path: Path) -
         assert f"export KUBECONFIG={kubeconfig}" in up.stdout
         env = dict(os.environ, KUBECONFIG=str(kubeconfig))
 
-        version = subprocess.run([str(kubectl_binary()), "get", "--raw", "/version"], env=env,
-                                 capture_output=True, text=True, check=True).stdout
+        version = subprocess.run(
+            [str(kubectl_binary()), "get", "--raw", "/version"], env=env, capture_output=True, text=True, check=True
+        ).stdout
         assert f'"gitVersion": "{pinned_kube_version()}"' in version
-        nodes = subprocess.run([str(kubectl_binary()), "get", "nodes", "-o", "name"], env=env,
-                               capture_output=True, text=True, check=True).stdout.split()
+        nodes = subprocess.run(
+            [str(kubectl_binary()), "get", "nodes", "-o", "name"], env=env, capture_output=True, text=True, check=True
+        ).stdout.split()
         assert "node/gpu-node-0" in nodes
         helm = subprocess.run([str(kube_testbin_dir() / "helm"), "list", "-A"], env=env, capture_output=True, text=True)
         assert helm.returncode == 0, helm.stderr

@@ -34,9 +34,16 @@ def test_prometheus_alert_reaches_alertmanager(prometheus: Prometheus, alertmana
         "scrape_configs": [self_scrape(prometheus)],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager.url.removeprefix("http://")]}]}]},
     }
-    rules = {"groups": [{"name": "shoal-test", "rules": [
-        {"alert": "ShoalTestAlwaysFiring", "expr": "vector(1)", "labels": {"severity": "page"}},
-    ]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "shoal-test",
+                "rules": [
+                    {"alert": "ShoalTestAlwaysFiring", "expr": "vector(1)", "labels": {"severity": "page"}},
+                ],
+            }
+        ]
+    }
     prometheus.apply_config(config, rules)
 
     def received() -> list[dict[str, Any]]:
@@ -55,10 +62,16 @@ def test_prometheus_scrapes_the_test_apiserver(prometheus: Prometheus, kube_apis
         "global": {"scrape_interval": "1s"},
         "scrape_configs": [
             self_scrape(prometheus),
-            {"job_name": "kube-apiserver", "scheme": "https",
-             "static_configs": [{"targets": [kube_apiserver.url.removeprefix("https://")]}],
-             "tls_config": {"ca_file": str(kube_apiserver.ca_file), "cert_file": str(kube_apiserver.admin_cert_file),
-                            "key_file": str(kube_apiserver.admin_key_file)}},
+            {
+                "job_name": "kube-apiserver",
+                "scheme": "https",
+                "static_configs": [{"targets": [kube_apiserver.url.removeprefix("https://")]}],
+                "tls_config": {
+                    "ca_file": str(kube_apiserver.ca_file),
+                    "cert_file": str(kube_apiserver.admin_cert_file),
+                    "key_file": str(kube_apiserver.admin_key_file),
+                },
+            },
         ],
     }
     prometheus.apply_config(config)

@@ -59,8 +59,12 @@ def test_cross_field_errors_carry_the_crd_message(tmp_path: Path, replicas: dict
 
 
 def test_every_field_error_is_listed_with_its_path_and_value(tmp_path: Path) -> None:
-    document = manifest("smollm2-135m", replicas={"min": -1, "max": 2},
-                        engine={"maxNumSeqs": 0, "gpu": 1}, autoscaling={"maxStep": "two"})
+    document = manifest(
+        "smollm2-135m",
+        replicas={"min": -1, "max": 2},
+        engine={"maxNumSeqs": 0, "gpu": 1},
+        autoscaling={"maxStep": "two"},
+    )
     message = _refusal(tmp_path, document)
     assert "spec.replicas.min: Input should be greater than or equal to 0 (got -1)" in message
     assert "spec.engine.maxNumSeqs: Input should be greater than or equal to 1 (got 0)" in message
@@ -89,22 +93,35 @@ def test_a_model_that_does_not_exist_is_refused_before_anything_starts(tmp_path:
 def test_cluster_only_fields_are_ignored_locally_not_refused(tmp_path: Path) -> None:
     document = manifest(
         "smollm2-135m",
-        engine={"image": "registry.example/engine:1", "resources": {"gpus": 1, "cpu": "2"},
-                "nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+        engine={
+            "image": "registry.example/engine:1",
+            "resources": {"gpus": 1, "cpu": "2"},
+            "nodeSelector": {"pool": "gpu"},
+            "tolerations": [{"key": "gpu", "operator": "Exists"}],
+        },
         gateway={"replicas": 2, "apiKeySecret": {"name": "keys"}},
         autoscaling={"enabled": True, "metrics": {"source": "prometheus", "prometheusUrl": "http://prom:9090"}},
     )
     loaded = load_manifest(write_manifest(tmp_path, document))
     ignored = "\n".join(loaded.ignored)
-    for field in ("engine.image", "resources.gpus", "nodeSelector", "gateway.replicas", "apiKeySecret",
-                  "autoscaling.metrics"):
+    for field in (
+        "engine.image",
+        "resources.gpus",
+        "nodeSelector",
+        "gateway.replicas",
+        "apiKeySecret",
+        "autoscaling.metrics",
+    ):
         assert field in ignored
     assert all(note.endswith("(ignored locally)") for note in loaded.ignored)
     assert "resources.cpu" not in ignored  # used: it caps the threads of each engine
 
 
-@given(cores=st.integers(1, 256), most=st.integers(1, 64),
-       cpu=st.one_of(st.none(), st.integers(1, 64).map(str), st.integers(1, 8000).map(lambda m: f"{m}m")))
+@given(
+    cores=st.integers(1, 256),
+    most=st.integers(1, 64),
+    cpu=st.one_of(st.none(), st.integers(1, 64).map(str), st.integers(1, 8000).map(lambda m: f"{m}m")),
+)
 def test_engines_never_oversubscribe_the_cores(cores: int, most: int, cpu: str | None) -> None:
     threads = threads_per_engine(cores, most, cpu)
     assert threads >= 1

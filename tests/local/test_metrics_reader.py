@@ -28,7 +28,9 @@ def test_values_are_keyed_by_their_labels_as_the_page_writes_them(page) -> None:
     finished.labels('odd "name"\\x', "stop").inc(2)
     Gauge("demo_waiting", "Waiting.", registry=registry).set(5)
     assert metric_values(url, "demo_requests_finished_total") == {
-        '{model="tiny",reason="length"}': 3.0, '{model="odd \\"name\\"\\\\x",reason="stop"}': 2.0}
+        '{model="tiny",reason="length"}': 3.0,
+        '{model="odd \\"name\\"\\\\x",reason="stop"}': 2.0,
+    }
     assert metric(url, "demo_requests_finished_total") == 5.0
     assert metric_values(url, "demo_waiting") == {"": 5.0}
     assert metric(url, "demo_absent") == 0.0

@@ -21,8 +21,15 @@ from up_harness import UpProcess, alive, manifest, write_manifest
 from shoal.local import shoal_command
 
 MODEL = "tiny"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
 
 
 def _fleet_manifest(tiny_model: Path) -> dict:
@@ -32,8 +39,12 @@ def _fleet_manifest(tiny_model: Path) -> dict:
         model={"source": str(tiny_model), "servedName": MODEL},
         engine={"maxNumSeqs": 2, "maxModelLen": 256, "startupSeconds": 60},
         replicas={"min": 1, "max": 3},
-        autoscaling={"enabled": True, "queueDepthPerReplica": 2, "ttftP95Seconds": 5,
-                     "scaleDownStabilizationSeconds": 15},
+        autoscaling={
+            "enabled": True,
+            "queueDepthPerReplica": 2,
+            "ttftP95Seconds": 5,
+            "scaleDownStabilizationSeconds": 15,
+        },
     )
 
 
@@ -56,7 +67,8 @@ class Load:
     def one(self) -> None:
         try:
             reply = self.client.chat.completions.create(
-                model=MODEL, max_tokens=32, messages=[{"role": "user", "content": "count to ten"}])
+                model=MODEL, max_tokens=32, messages=[{"role": "user", "content": "count to ten"}]
+            )
             assert reply.choices[0].message.content is not None
             self.ok += 1
         except Exception as error:  # noqa: BLE001 - every failure is the finding
@@ -73,8 +85,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
     logs = tmp_path_factory.mktemp("up-fleet")
     up = UpProcess(write_manifest(logs, _fleet_manifest(tiny_model)), logs)
     try:
-        eventually(lambda: up.ready() >= 1 and up.serving(), timeout=120, what="a first ready engine",
-                   detail=up.output)
+        eventually(lambda: up.ready() >= 1 and up.serving(), timeout=120, what="a first ready engine", detail=up.output)
         yield up
     finally:
         up.kill_everything()
@@ -102,16 +113,30 @@ def test_a_crashed_engine_is_restarted_with_backoff_while_the_rest_serve(fleet: 
     for _ in range(5):
         load.one()
     assert load.failures == [] and load.ok == 5
-    eventually(lambda: (s := fleet.snapshot()) and any(r["name"] == victim["name"] and r["restarts"] >= 1
-                                                       and r["phase"] == "ready" for r in s["replicas"]),
-               timeout=90, what="the engine restarted and ready again", detail=fleet.output)
+    eventually(
+        lambda: (
+            (s := fleet.snapshot())
+            and any(r["name"] == victim["name"] and r["restarts"] >= 1 and r["phase"] == "ready" for r in s["replicas"])
+        ),
+        timeout=90,
+        what="the engine restarted and ready again",
+        detail=fleet.output,
+    )
     assert f"{victim['name']} exited with -9" in fleet.output()
 
 
 def test_the_fleet_scales_back_down_after_its_window(fleet: UpProcess) -> None:
-    eventually(lambda: (s := fleet.snapshot()) and s["desired"] == 1 and len(s["replicas"]) == 1
-               and s["replicas"][0]["phase"] == "ready", timeout=120, what="scale-down to one engine",
-               detail=fleet.output)
+    eventually(
+        lambda: (
+            (s := fleet.snapshot())
+            and s["desired"] == 1
+            and len(s["replicas"]) == 1
+            and s["replicas"][0]["phase"] == "ready"
+        ),
+        timeout=120,
+        what="scale-down to one engine",
+        detail=fleet.output,
+    )
     snapshot = fleet.snapshot()
     assert snapshot is not None
     assert any(d["to_replicas"] < d["from_replicas"] for d in snapshot["decisions"]), snapshot["decisions"]
@@ -122,22 +147,50 @@ def test_the_dashboard_renders_live_figures_in_headless_chromium(fleet: UpProces
     if shutil.which("chromium") is None:
         pytest.fail("chromium is missing: make system-deps installs it", pytrace=False)
     dom = subprocess.run(
-        ["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
-         "--dump-dom", f"{fleet.url}/dashboard"],
-        capture_output=True, text=True, timeout=90, check=True,
+        [
+            "chromium",
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            f"{fleet.url}/dashboard",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=True,
     ).stdout
     assert "Shoal fleet: local-test" in dom
     assert '<div class="v">1</div><div class="k">ready engines</div>' in dom
-    assert dom.count("<path d=\"M") >= 4  # the replica, queue, throughput and routing charts have lines
+    assert dom.count('<path d="M') >= 4  # the replica, queue, throughput and routing charts have lines
     assert "ScaleUp" in dom  # the decisions table
 
 
 def test_bench_serve_plots_the_fleet_over_its_run(fleet: UpProcess, tmp_path: Path) -> None:
     result = subprocess.run(
-        shoal_command("bench", "serve", "--url", fleet.url, "--model", MODEL, "--num-requests", "8",
-                      "--concurrency", "4", "--input-len", "16", "--output-len", "8", "--no-progress",
-                      "--plots", str(tmp_path)),
-        capture_output=True, text=True, timeout=120)
+        shoal_command(
+            "bench",
+            "serve",
+            "--url",
+            fleet.url,
+            "--model",
+            MODEL,
+            "--num-requests",
+            "8",
+            "--concurrency",
+            "4",
+            "--input-len",
+            "16",
+            "--output-len",
+            "8",
+            "--no-progress",
+            "--plots",
+            str(tmp_path),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "latency_cdf.png").stat().st_size > 0
     assert (tmp_path / "fleet_over_time.png").stat().st_size > 0
@@ -175,8 +228,14 @@ def test_the_demo_answers_and_stops_by_itself(tmp_path: Path, tiny_model: Path) 
     try:
         assert up.process.wait(timeout=300) == 0, up.output()
         output = up.output()
-        for step in ("demo: first answer", "demo: burst done", "completed / failed", "most engines ready at once",
-                     "demo: scaling decisions so far", "stopped; logs in"):
+        for step in (
+            "demo: first answer",
+            "demo: burst done",
+            "completed / failed",
+            "most engines ready at once",
+            "demo: scaling decisions so far",
+            "stopped; logs in",
+        ):
             assert step in output, step
         assert output.count("demo: A: ") == 2
         assert re.search(r"completed / failed +48 / 0\n", output), output
@@ -213,7 +272,8 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path: Path, tiny_model:
         taken.listen()
         port = taken.getsockname()[1]
         valid = write_manifest(tmp_path, manifest(str(tiny_model)), "valid.yaml")
-        result = subprocess.run(shoal_command("up", str(valid), "--no-tui", "--port", str(port)),
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            shoal_command("up", str(valid), "--no-tui", "--port", str(port)), capture_output=True, text=True, timeout=60
+        )
     assert result.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr

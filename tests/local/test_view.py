@@ -20,17 +20,36 @@ NOW = 1_800_000_000.0
 
 def _snapshot(**changes: object) -> FleetSnapshot:
     fields: dict[str, object] = dict(
-        time=NOW, name="demo", model="smollm2-135m", url="http://127.0.0.1:8080", desired=3, autoscaling=True,
+        time=NOW,
+        name="demo",
+        model="smollm2-135m",
+        url="http://127.0.0.1:8080",
+        desired=3,
+        autoscaling=True,
         replicas=(
             ReplicaRow("engine-0", "ready", NOW - 60, "http://127.0.0.1:40001", 101, 5.0, 8.0, 0.25, 0, None),
             ReplicaRow("engine-1", "starting", NOW - 4, "http://127.0.0.1:40002", 102, None, None, None, 0, None),
-            ReplicaRow("engine-2", "backoff", NOW - 1, None, None, None, None, None, 2,
-                       "exited with 1 while loading: OSError: bad weights"),
+            ReplicaRow(
+                "engine-2",
+                "backoff",
+                NOW - 1,
+                None,
+                None,
+                None,
+                None,
+                None,
+                2,
+                "exited with 1 while loading: OSError: bad weights",
+            ),
         ),
-        ttft_p95_seconds=1.234, output_tokens_per_second=187.0, arrival_rate=3.5, prefix_hit_rate=0.82,
+        ttft_p95_seconds=1.234,
+        output_tokens_per_second=187.0,
+        arrival_rate=3.5,
+        prefix_hit_rate=0.82,
         routing={"prefix_hit": 40.0, "miss": 9.0},
         decisions=(DecisionRow(NOW - 5, 1, 3, "ScaleUpQueue", "queue 10 per ready replica > target 4"),),
-        events=(Event(NOW - 1, "error", "engine-2 exited with 1 while loading"),), metrics_missing=None,
+        events=(Event(NOW - 1, "error", "engine-2 exited with 1 while loading"),),
+        metrics_missing=None,
     )
     fields.update(changes)
     return FleetSnapshot(**fields)  # type: ignore[arg-type]
@@ -44,16 +63,37 @@ def _text(snapshot: FleetSnapshot) -> str:
 
 def test_the_view_shows_replicas_fleet_figures_routing_and_decisions() -> None:
     text = _text(_snapshot())
-    for expected in ("http://127.0.0.1:8080/v1", "engine-0", "ready", "starting", "backoff", "25%",
-                     "OSError: bad weights", "TTFT p95 1.23 s", "187 tok/s", "prefix hits 82%", "prefix_hit 40",
-                     "miss 9", "1 -> 3", "ScaleUpQueue", "queue 10 per ready replica > target 4",
-                     "engine-2 exited with 1 while loading"):
+    for expected in (
+        "http://127.0.0.1:8080/v1",
+        "engine-0",
+        "ready",
+        "starting",
+        "backoff",
+        "25%",
+        "OSError: bad weights",
+        "TTFT p95 1.23 s",
+        "187 tok/s",
+        "prefix hits 82%",
+        "prefix_hit 40",
+        "miss 9",
+        "1 -> 3",
+        "ScaleUpQueue",
+        "queue 10 per ready replica > target 4",
+        "engine-2 exited with 1 while loading",
+    ):
         assert expected in text, expected
 
 
 def test_unknown_figures_are_dashes_and_missing_metrics_are_said() -> None:
-    snapshot = _snapshot(ttft_p95_seconds=None, output_tokens_per_second=None, prefix_hit_rate=None, routing={},
-                         decisions=(), autoscaling=False, metrics_missing="no engine answered")
+    snapshot = _snapshot(
+        ttft_p95_seconds=None,
+        output_tokens_per_second=None,
+        prefix_hit_rate=None,
+        routing={},
+        decisions=(),
+        autoscaling=False,
+        metrics_missing="no engine answered",
+    )
     text = _text(snapshot)
     assert "TTFT p95 -" in text and "- tok/s" in text and "prefix hits -" in text
     assert "autoscaling off" in text and "metrics: no engine answered" in text
@@ -68,8 +108,9 @@ def test_event_lines_carry_the_level() -> None:
 
 def test_nan_figures_become_unknown_and_the_timeline_stays_valid_json(tmp_path: Path) -> None:
     fleet = EngineFleet(EngineLaunch([], {}, tmp_path, 60.0), tmp_path / "backends.txt")
-    signals = FleetSignals(time=NOW, desired=1, ttft_p95_seconds=math.nan, output_tokens_per_second=math.inf,
-                           arrival_rate=2.0)
+    signals = FleetSignals(
+        time=NOW, desired=1, ttft_p95_seconds=math.nan, output_tokens_per_second=math.inf, arrival_rate=2.0
+    )
     snapshot = take(NOW, "demo", "m", "http://127.0.0.1:8080", fleet, True, signals, Extras(None, {}, 0), ())
     assert snapshot.ttft_p95_seconds is None and snapshot.output_tokens_per_second is None
     assert snapshot.arrival_rate == 2.0

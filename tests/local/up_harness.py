@@ -17,8 +17,12 @@ from shoal.local import free_port, shoal_command
 
 def manifest(source: str, **spec: Any) -> dict[str, Any]:
     """An InferenceDeployment for ``source``; ``spec`` entries replace whole top-level spec blocks."""
-    return {"apiVersion": "shoal.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": "local-test"},
-            "spec": {"model": {"source": source}, **spec}}
+    return {
+        "apiVersion": "shoal.dev/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": "local-test"},
+        "spec": {"model": {"source": source}, **spec},
+    }
 
 
 def write_manifest(directory: Path, document: dict[str, Any], name: str = "fleet.yaml") -> Path:
@@ -60,9 +64,20 @@ class UpProcess:
         self.seen: set[int] = set()
         with self.out.open("wb") as out:
             self.process = subprocess.Popen(
-                shoal_command("up", str(manifest), *(["--no-tui"] if tui_flag else []), "--log-dir", str(log_dir),
-                              "--port", str(self.port), *extra),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                shoal_command(
+                    "up",
+                    str(manifest),
+                    *(["--no-tui"] if tui_flag else []),
+                    "--log-dir",
+                    str(log_dir),
+                    "--port",
+                    str(self.port),
+                    *extra,
+                ),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
 

@@ -17,10 +17,15 @@ from support.kube_testbed import ControlPlane
 
 
 @pytest.fixture(scope="session")
-def operator(installed_chart: ControlPlane, kube_cluster: ControlPlane, operator_kubeconfig: Path,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(installed_chart, operator_kubeconfig,
-                              tmp_path_factory.mktemp("operator") / "operator.log", "--priority", "100")
+def operator(
+    installed_chart: ControlPlane,
+    kube_cluster: ControlPlane,
+    operator_kubeconfig: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(
+        installed_chart, operator_kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log", "--priority", "100"
+    )
     try:
         process.wait_ready()
         yield process
@@ -34,5 +39,3 @@ def namespace(installed_chart: ControlPlane, request: pytest.FixtureRequest) -> 
     installed_chart.kubectl("create", "namespace", name)
     yield name
     installed_chart.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-

@@ -23,10 +23,23 @@ RESYNC_SECONDS = 1.0
 def install_chart(plane: ControlPlane) -> ControlPlane:
     """``helm upgrade --install`` of charts/shoal (CRDs, RBAC, peering object, operator Deployment): the operator
     and autoscale suites each install it once per session, whichever runs first, without clashing."""
-    plane.helm("upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-               "--wait=false")
-    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                  "crd/inferencedeployments.shoal.dev", "crd/clusterkopfpeerings.kopf.dev")
+    plane.helm(
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--wait=false",
+    )
+    plane.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/inferencedeployments.shoal.dev",
+        "crd/clusterkopfpeerings.kopf.dev",
+    )
     return plane
 
 
@@ -41,16 +54,37 @@ class OperatorProcess:
     def _start(self) -> subprocess.Popen[bytes]:
         self.port = free_port()
         self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        argv = [sys.executable, "-m", "shoal.operator", "operator", "--kubeconfig", str(self.kubeconfig),
-                "--peering", "shoal", "--resync-seconds", str(RESYNC_SECONDS), "--discovery-seconds", "2",
-                "--liveness", f"http://127.0.0.1:{self.port}/healthz", *self.extra]
+        argv = [
+            sys.executable,
+            "-m",
+            "shoal.operator",
+            "operator",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--peering",
+            "shoal",
+            "--resync-seconds",
+            str(RESYNC_SECONDS),
+            "--discovery-seconds",
+            "2",
+            "--liveness",
+            f"http://127.0.0.1:{self.port}/healthz",
+            *self.extra,
+        ]
         with self.log_path.open("ab") as log:
-            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=self.plane.env(self.kubeconfig), start_new_session=True, cwd=REPO)
+            return subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.plane.env(self.kubeconfig),
+                start_new_session=True,
+                cwd=REPO,
+            )
 
     def log(self) -> str:
         """This process's log (since its last start)."""
-        return self.log_path.read_text(errors="replace")[self.log_offset:]
+        return self.log_path.read_text(errors="replace")[self.log_offset :]
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         def live() -> bool:
@@ -102,19 +136,30 @@ def condition(infd: dict[str, Any] | None, kind: str) -> dict[str, Any]:
 
 def children_of(plane: ControlPlane, namespace: str, name: str) -> dict[str, dict[str, Any] | None]:
     """Every child the operator creates for ``name`` (None where missing), keyed ``kind/name``."""
-    wanted = [("serviceaccount", f"{name}-gateway"), ("role", f"{name}-gateway"), ("rolebinding", f"{name}-gateway"),
-              ("service", f"{name}-engine"), ("deployment", f"{name}-engine"), ("configmap", f"{name}-gateway"),
-              ("deployment", f"{name}-gateway"), ("service", name), ("networkpolicy", f"{name}-engine"),
-              ("secret", f"{name}-api-keys")]
+    wanted = [
+        ("serviceaccount", f"{name}-gateway"),
+        ("role", f"{name}-gateway"),
+        ("rolebinding", f"{name}-gateway"),
+        ("service", f"{name}-engine"),
+        ("deployment", f"{name}-engine"),
+        ("configmap", f"{name}-gateway"),
+        ("deployment", f"{name}-gateway"),
+        ("service", name),
+        ("networkpolicy", f"{name}-engine"),
+        ("secret", f"{name}-api-keys"),
+    ]
     return {f"{kind}/{child}": get(plane, namespace, kind, child) for kind, child in wanted}
 
 
 def wait_ready(plane: ControlPlane, namespace: str, name: str, timeout: float = 90.0) -> dict[str, Any]:
     """The InferenceDeployment once Ready is True and nothing is progressing. A failure shows its last status
     and its Deployments and pods: enough to tell an operator bug from a cluster whose pods never got ready."""
+
     def settled() -> dict[str, Any] | None:
         infd = get(plane, namespace, "infd", name)
-        done = condition(infd, "Ready").get("status") == "True" and condition(infd, "Progressing").get("status") == "False"
+        done = (
+            condition(infd, "Ready").get("status") == "True" and condition(infd, "Progressing").get("status") == "False"
+        )
         return infd if done else None
 
     def detail() -> str:

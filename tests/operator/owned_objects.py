@@ -15,8 +15,18 @@ from shoal.operator.spec import GROUP
 
 KINDS = "deployments,services,configmaps,serviceaccounts,roles,rolebindings,networkpolicies,secrets"
 # what one InferenceDeployment owns (without the Prometheus Operator): as in operator_harness.children_of
-EXPECTED = Counter({"Deployment": 2, "Service": 2, "ConfigMap": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1,
-                    "NetworkPolicy": 1, "Secret": 1})
+EXPECTED = Counter(
+    {
+        "Deployment": 2,
+        "Service": 2,
+        "ConfigMap": 1,
+        "ServiceAccount": 1,
+        "Role": 1,
+        "RoleBinding": 1,
+        "NetworkPolicy": 1,
+        "Secret": 1,
+    }
+)
 # kopf's own markers, not progress: the spec last handled, and that kopf has seen the object
 KOPF_MARKERS = {f"{GROUP}/last-handled-configuration", f"{GROUP}/kopf-managed"}
 
@@ -28,15 +38,21 @@ def _items(plane: ControlPlane, namespace: str) -> list[dict[str, Any]]:
 
 def owned_counts(plane: ControlPlane, namespace: str, uid: str) -> Counter[str]:
     """How many objects of each kind the InferenceDeployment ``uid`` owns (a duplicate would count twice)."""
-    return Counter(item["kind"] for item in _items(plane, namespace)
-                   if any(ref.get("uid") == uid for ref in item["metadata"].get("ownerReferences", [])))
+    return Counter(
+        item["kind"]
+        for item in _items(plane, namespace)
+        if any(ref.get("uid") == uid for ref in item["metadata"].get("ownerReferences", []))
+    )
 
 
 def orphans(plane: ControlPlane, namespace: str, uids: set[str]) -> list[str]:
     """``kind/name`` of what the operator labelled as its own but no live InferenceDeployment owns."""
-    return [f"{item['kind']}/{item['metadata']['name']}" for item in _items(plane, namespace)
-            if (item["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL) == FIELD_MANAGER
-            and not any(ref.get("uid") in uids for ref in item["metadata"].get("ownerReferences", []))]
+    return [
+        f"{item['kind']}/{item['metadata']['name']}"
+        for item in _items(plane, namespace)
+        if (item["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL) == FIELD_MANAGER
+        and not any(ref.get("uid") in uids for ref in item["metadata"].get("ownerReferences", []))
+    ]
 
 
 def stale_progress(infd: dict[str, Any]) -> dict[str, str]:

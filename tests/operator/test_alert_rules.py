@@ -52,28 +52,46 @@ def test_every_alert_names_its_inference_deployment(tmp_path: Path) -> None:
         rule["for"] = "0s"
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "fleet", "rules": fleet_wide}, *own]}))
     series = [
-        {"series": 'shoal_engine_requests_waiting{namespace="team-a",pod="chat-engine-5d8f7c9b6-x2x9z"}',
-         "values": "20x5"},
-        {"series": 'shoal_engine_requests_waiting{namespace="team-b",pod="code-engine-7c9b6d8f5-q8w2k"}',
-         "values": "12x5"},
+        {
+            "series": 'shoal_engine_requests_waiting{namespace="team-a",pod="chat-engine-5d8f7c9b6-x2x9z"}',
+            "values": "20x5",
+        },
+        {
+            "series": 'shoal_engine_requests_waiting{namespace="team-b",pod="code-engine-7c9b6d8f5-q8w2k"}',
+            "values": "12x5",
+        },
     ]
     backlog = {"severity": "warning", "namespace": "team-a", "infd": "chat"}
     code = {**backlog, "namespace": "team-b", "infd": "code"}
-    expected = [{"exp_labels": backlog, "exp_annotations": _annotations("team-a/chat", 20)},  # fleet-wide rule
-                {"exp_labels": backlog, "exp_annotations": _annotations("team-a/chat", 20)},  # chat's own rule
-                {"exp_labels": code, "exp_annotations": _annotations("team-b/code", 12)}]
-    tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m", "input_series": series,
-        "alert_rule_test": [{"eval_time": "2m", "alertname": "ShoalEngineQueueBacklog", "exp_alerts": expected}],
-    }]}
+    expected = [
+        {"exp_labels": backlog, "exp_annotations": _annotations("team-a/chat", 20)},  # fleet-wide rule
+        {"exp_labels": backlog, "exp_annotations": _annotations("team-a/chat", 20)},  # chat's own rule
+        {"exp_labels": code, "exp_annotations": _annotations("team-b/code", 12)},
+    ]
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "2m", "alertname": "ShoalEngineQueueBacklog", "exp_alerts": expected}
+                ],
+            }
+        ],
+    }
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
     promtool = shutil.which("promtool")
     assert promtool
-    result = subprocess.run([promtool, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [promtool, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def _annotations(where: str, waiting: int) -> dict[str, str]:
-    return {"summary": "Shoal engines have a request backlog",
-            "description": f"{where}: on average {waiting} requests wait per engine, over twice the target of 4."}
+    return {
+        "summary": "Shoal engines have a request backlog",
+        "description": f"{where}: on average {waiting} requests wait per engine, over twice the target of 4.",
+    }

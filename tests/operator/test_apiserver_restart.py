@@ -60,12 +60,19 @@ def test_the_operator_converges_a_change_across_an_apiserver_restart(
     def converged() -> dict[str, Any] | None:
         infd = get(plane, namespace, "infd", "steadfast") or {}
         status, args = infd.get("status") or {}, engine_args(plane, namespace, "steadfast")
-        done = (args[args.index("--max-num-seqs") + 1] == "8" and status.get("readyReplicas") == 2
-                and status.get("observedGeneration") == infd["metadata"]["generation"])
+        done = (
+            args[args.index("--max-num-seqs") + 1] == "8"
+            and status.get("readyReplicas") == 2
+            and status.get("observedGeneration") == infd["metadata"]["generation"]
+        )
         return infd if done else None
 
-    eventually(converged, 180, "the change applied and 2 engines ready", detail=lambda: str(get(
-        plane, namespace, "infd", "steadfast")))
+    eventually(
+        converged,
+        180,
+        "the change applied and 2 engines ready",
+        detail=lambda: str(get(plane, namespace, "infd", "steadfast")),
+    )
     converged_in = time.monotonic() - down_at
     infd = wait_ready(plane, namespace, "steadfast")
     status = infd["status"]

@@ -27,18 +27,29 @@ def children(s: InferenceDeploymentSpec, replicas: int = 2, monitoring: bool = F
 def test_every_child_is_owned_and_labelled() -> None:
     built = build_children(OWNER, spec(), 2, prometheus_operator=True)
     assert {(c["kind"], c["metadata"]["name"]) for c in built} == {
-        ("ServiceAccount", "chat-gateway"), ("Role", "chat-gateway"), ("RoleBinding", "chat-gateway"),
-        ("Service", "chat-engine"), ("Deployment", "chat-engine"), ("ConfigMap", "chat-gateway"),
-        ("Deployment", "chat-gateway"), ("Service", "chat"), ("PodMonitor", "chat-engine"),
-        ("PrometheusRule", "chat"), ("NetworkPolicy", "chat-engine"),
+        ("ServiceAccount", "chat-gateway"),
+        ("Role", "chat-gateway"),
+        ("RoleBinding", "chat-gateway"),
+        ("Service", "chat-engine"),
+        ("Deployment", "chat-engine"),
+        ("ConfigMap", "chat-gateway"),
+        ("Deployment", "chat-gateway"),
+        ("Service", "chat"),
+        ("PodMonitor", "chat-engine"),
+        ("PrometheusRule", "chat"),
+        ("NetworkPolicy", "chat-engine"),
     }
     for child in built:
         meta = child["metadata"]
         assert meta["namespace"] == "team-a"
         (ref,) = meta["ownerReferences"]
         assert ref == {
-            "apiVersion": "shoal.dev/v1alpha1", "kind": "InferenceDeployment", "name": "chat",
-            "uid": OWNER.uid, "controller": True, "blockOwnerDeletion": True,
+            "apiVersion": "shoal.dev/v1alpha1",
+            "kind": "InferenceDeployment",
+            "name": "chat",
+            "uid": OWNER.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
         }
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "shoal-operator"
 
@@ -47,12 +58,24 @@ def test_monitoring_objects_only_with_the_prometheus_operator() -> None:
     kinds = {kind for kind, _ in children(spec(), monitoring=False)}
     assert "PodMonitor" not in kinds and "PrometheusRule" not in kinds
     pod_annotations = children(spec())[("Deployment", "chat-engine")]["spec"]["template"]["metadata"]["annotations"]
-    assert pod_annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": "8000", "prometheus.io/path": "/metrics"}
+    assert pod_annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8000",
+        "prometheus.io/path": "/metrics",
+    }
 
 
 def test_engine_deployment_runs_shoal_serve_with_the_spec() -> None:
-    s = spec(engine={"dtype": "bfloat16", "blockSize": 32, "maxModelLen": 4096, "maxNumSeqs": 128,
-                     "kvCacheMemory": "8Gi", "extraArgs": ["--enable-prefix-caching"]})
+    s = spec(
+        engine={
+            "dtype": "bfloat16",
+            "blockSize": 32,
+            "maxModelLen": 4096,
+            "maxNumSeqs": 128,
+            "kvCacheMemory": "8Gi",
+            "extraArgs": ["--enable-prefix-caching"],
+        }
+    )
     deployment = children(s, replicas=3)[("Deployment", "chat-engine")]
     assert deployment["spec"]["replicas"] == 3
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -115,9 +138,16 @@ def test_engine_service_is_headless_over_the_engine_pods() -> None:
 
 
 def test_gateway_arguments_come_from_its_config_map() -> None:
-    s = spec(model={"source": "smollm2-135m", "servedName": "smol"},
-             gateway={"routingPolicy": "least-load", "boundFactor": 1.5, "replicas": 2,
-                      "apiKeySecret": {"name": "keys"}, "redisUrl": "redis://redis:6379/0"})
+    s = spec(
+        model={"source": "smollm2-135m", "servedName": "smol"},
+        gateway={
+            "routingPolicy": "least-load",
+            "boundFactor": 1.5,
+            "replicas": 2,
+            "apiKeySecret": {"name": "keys"},
+            "redisUrl": "redis://redis:6379/0",
+        },
+    )
     built = children(s)
     data = built[("ConfigMap", "chat-gateway")]["data"]
     deployment = built[("Deployment", "chat-gateway")]
@@ -141,12 +171,19 @@ def test_engine_args_parse_with_the_real_serve_cli() -> None:
 
     from shoal.engine.server import cli as serve_cli
 
-    s = spec(model={"source": "smollm2-135m", "servedName": "smol"},
-             engine={"maxModelLen": 1024, "kvCacheMemory": "512Mi", "dtype": "float32"})
+    s = spec(
+        model={"source": "smollm2-135m", "servedName": "smol"},
+        engine={"maxModelLen": 1024, "kvCacheMemory": "512Mi", "dtype": "float32"},
+    )
     parser = argparse.ArgumentParser()
     serve_cli.register(parser.add_subparsers())
     parsed = parser.parse_args(serve_args(s))
-    assert (parsed.model, parsed.served_model_name, parsed.host, parsed.port) == ("smollm2-135m", ["smol"], "0.0.0.0", 8000)
+    assert (parsed.model, parsed.served_model_name, parsed.host, parsed.port) == (
+        "smollm2-135m",
+        ["smol"],
+        "0.0.0.0",
+        8000,
+    )
     assert (parsed.max_model_len, parsed.kv_cache_bytes, parsed.dtype) == (1024, 512 * 2**20, "float32")
 
 
@@ -156,8 +193,13 @@ def test_gateway_args_parse_with_the_real_gateway_cli() -> None:
 
     from shoal.gateway import cli as gateway_cli
 
-    s = spec(gateway={"apiKeySecret": {"name": "keys", "key": "tenants.yaml"}, "redisUrl": "redis://r:6379/0",
-                      "holdQueue": {"size": 5, "waitSeconds": 30}})
+    s = spec(
+        gateway={
+            "apiKeySecret": {"name": "keys", "key": "tenants.yaml"},
+            "redisUrl": "redis://r:6379/0",
+            "holdQueue": {"size": 5, "waitSeconds": 30},
+        }
+    )
     built = children(s)
     data = built[("ConfigMap", "chat-gateway")]["data"]
     args = built[("Deployment", "chat-gateway")]["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -182,7 +224,11 @@ def test_a_gateway_setting_change_rolls_the_gateway_pods() -> None:
 def test_gateway_role_reads_endpoint_slices_only() -> None:
     built = children(spec())
     (rule,) = built[("Role", "chat-gateway")]["rules"]
-    assert rule == {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}
+    assert rule == {
+        "apiGroups": ["discovery.k8s.io"],
+        "resources": ["endpointslices"],
+        "verbs": ["get", "list", "watch"],
+    }
     binding = built[("RoleBinding", "chat-gateway")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "chat-gateway", "namespace": "team-a"}]
 

@@ -95,7 +95,12 @@ def test_cel_rules_are_declared_on_the_constrained_objects() -> None:
 def test_printer_columns_and_scale_subresource_point_at_real_fields() -> None:
     version = build_crd()["spec"]["versions"][0]
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Model", "Ready", "Desired", "Queue", "TTFT-P95", "Age"
+        "Model",
+        "Ready",
+        "Desired",
+        "Queue",
+        "TTFT-P95",
+        "Age",
     ]
     schema = _schema()
     for json_path in [c["jsonPath"] for c in PRINTER_COLUMNS] + list(SCALE_SUBRESOURCE.values()):

@@ -11,8 +11,16 @@ pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 
 
 def warning_events(plane: ControlPlane, namespace: str, reason: str) -> list[str]:
-    out = plane.kubectl("get", "events", "-n", namespace, "--field-selector", f"type=Warning,reason={reason}",
-                        "-o", "jsonpath={range .items[*]}{.message}{'\\n'}{end}").stdout
+    out = plane.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"type=Warning,reason={reason}",
+        "-o",
+        "jsonpath={range .items[*]}{.message}{'\\n'}{end}",
+    ).stdout
     return out.splitlines()
 
 
@@ -20,11 +28,23 @@ def test_unknown_model_alias(installed_chart: ControlPlane, operator: OperatorPr
     body = example("typo")
     body["spec"]["model"]["source"] = "smollm3-135m"
     apply(installed_chart, namespace, body)
-    expected = ("spec.model.source 'smollm3-135m' is not a known model alias (known: smollm2-135m); "
-                "give an alias or a path to a Hugging Face directory or a .gguf file")
-    infd = eventually(lambda: (i := get(installed_chart, namespace, "infd", "typo"))
-                      and condition(i, "Degraded").get("status") == "True" and i, 30, "Degraded")
-    assert (condition(infd, "Degraded")["reason"], condition(infd, "Degraded")["message"]) == ("ModelNotFound", expected)
+    expected = (
+        "spec.model.source 'smollm3-135m' is not a known model alias (known: smollm2-135m); "
+        "give an alias or a path to a Hugging Face directory or a .gguf file"
+    )
+    infd = eventually(
+        lambda: (
+            (i := get(installed_chart, namespace, "infd", "typo"))
+            and condition(i, "Degraded").get("status") == "True"
+            and i
+        ),
+        30,
+        "Degraded",
+    )
+    assert (condition(infd, "Degraded")["reason"], condition(infd, "Degraded")["message"]) == (
+        "ModelNotFound",
+        expected,
+    )
     assert condition(infd, "Ready")["status"] == "False"
     assert eventually(lambda: warning_events(installed_chart, namespace, "ModelNotFound"), 20) == [expected]
     assert get(installed_chart, namespace, "deployment", "typo-engine") is None, "nothing that cannot work is created"
@@ -41,8 +61,15 @@ def test_no_node_has_the_gpus(installed_chart: ControlPlane, operator: OperatorP
     body = example("greedy")
     body["spec"]["engine"]["resources"] = {"gpus": 12}  # the kwok nodes have 8 each
     apply(installed_chart, namespace, body)
-    infd = eventually(lambda: (i := get(installed_chart, namespace, "infd", "greedy"))
-                      and condition(i, "Degraded").get("reason") == "InsufficientGPU" and i, 60, "InsufficientGPU")
+    infd = eventually(
+        lambda: (
+            (i := get(installed_chart, namespace, "infd", "greedy"))
+            and condition(i, "Degraded").get("reason") == "InsufficientGPU"
+            and i
+        ),
+        60,
+        "InsufficientGPU",
+    )
     message = condition(infd, "Degraded")["message"]
     assert message.startswith("pod greedy-engine-") and "cannot be scheduled: 0/" in message
     assert "Insufficient nvidia.com/gpu" in message

@@ -35,16 +35,25 @@ def spec(**gateway: object) -> InferenceDeploymentSpec:
 
 
 def test_the_spec_timeouts_become_the_gateway_flags() -> None:
-    args = parsed_gateway_flags(spec(timeouts={"connectSeconds": 0.5, "firstTokenSeconds": 12,
-                                               "interTokenSeconds": 3.5, "requestSeconds": 90}))
+    args = parsed_gateway_flags(
+        spec(timeouts={"connectSeconds": 0.5, "firstTokenSeconds": 12, "interTokenSeconds": 3.5, "requestSeconds": 90})
+    )
     assert (args.connect_timeout, args.first_token_timeout, args.inter_token_timeout, args.request_timeout) == (
-        0.5, 12.0, 3.5, 90.0)
+        0.5,
+        12.0,
+        3.5,
+        90.0,
+    )
 
 
 def test_the_defaults_are_the_gateways_own_and_distinct() -> None:
     args = parsed_gateway_flags(spec())
-    defaults = (DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_FIRST_TOKEN_TIMEOUT_S, DEFAULT_INTER_TOKEN_TIMEOUT_S,
-                DEFAULT_REQUEST_TIMEOUT_S)
+    defaults = (
+        DEFAULT_CONNECT_TIMEOUT_S,
+        DEFAULT_FIRST_TOKEN_TIMEOUT_S,
+        DEFAULT_INTER_TOKEN_TIMEOUT_S,
+        DEFAULT_REQUEST_TIMEOUT_S,
+    )
     assert (args.connect_timeout, args.first_token_timeout, args.inter_token_timeout, args.request_timeout) == defaults
     assert len(set(defaults)) == 4
 

@@ -36,8 +36,13 @@ def test_generated_key_is_loaded_by_the_gateway_and_never_rotated(
     assert {"name": "api-keys", "secret": {"secretName": "keyed-api-keys", "defaultMode": 420}} in volumes
 
     assert apply(installed_chart, namespace, example("keyed", gateway={"replicas": 2})).returncode == 0
-    eventually(lambda: (get(installed_chart, namespace, "deployment", "keyed-gateway") or {}).get("spec", {})
-               .get("replicas") == 2, 60, "the spec change applied")
+    eventually(
+        lambda: (
+            (get(installed_chart, namespace, "deployment", "keyed-gateway") or {}).get("spec", {}).get("replicas") == 2
+        ),
+        60,
+        "the spec change applied",
+    )
     operator.restart()
     wait_ready(installed_chart, namespace, "keyed")
     assert tenants_file(installed_chart, namespace, "keyed-api-keys") == first

@@ -16,8 +16,13 @@ ALL_FEATURES = ["--set", "prometheusRule.enabled=true,grafanaDashboard.enabled=t
 
 def helm(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     env = {f"HELM_{k}_HOME": str(tmp / k.lower()) for k in ("CACHE", "CONFIG", "DATA")}
-    return subprocess.run([str(kube_testbin_dir() / "helm"), *args], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", **env}, timeout=120)
+    return subprocess.run(
+        [str(kube_testbin_dir() / "helm"), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("values", [[], ALL_FEATURES, ["--set", "watchNamespaces={team-a,team-b}"]])
@@ -32,8 +37,15 @@ def test_template_renders_every_object(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
-                     "PrometheusRule", "ServiceAccount"]
+    assert kinds == [
+        "ClusterKopfPeering",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "PrometheusRule",
+        "ServiceAccount",
+    ]
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
@@ -55,8 +67,10 @@ def test_install_creates_crds_rbac_and_peering(installed_chart: ControlPlane) ->
     status = installed_chart.helm("status", RELEASE, "-n", RELEASE_NAMESPACE, "-o", "yaml").stdout
     assert yaml.safe_load(status)["info"]["status"] == "deployed"
     names = installed_chart.kubectl("get", "crd", "-o", "name").stdout.split()
-    assert {"customresourcedefinition.apiextensions.k8s.io/inferencedeployments.shoal.dev",
-            "customresourcedefinition.apiextensions.k8s.io/clusterkopfpeerings.kopf.dev"} <= set(names)
+    assert {
+        "customresourcedefinition.apiextensions.k8s.io/inferencedeployments.shoal.dev",
+        "customresourcedefinition.apiextensions.k8s.io/clusterkopfpeerings.kopf.dev",
+    } <= set(names)
     installed_chart.kubectl("get", "clusterkopfpeering", "shoal")
     sa = f"system:serviceaccount:{RELEASE_NAMESPACE}:shoal"
     can = lambda *what: installed_chart.kubectl("auth", "can-i", *what, "--as", sa, check=False).stdout.strip()  # noqa: E731
@@ -80,8 +94,11 @@ def test_the_alertmanager_receiver_is_a_service_with_its_token_and_an_alertmanag
     assert service["spec"]["ports"] == [{"name": "alerts", "port": 9094, "targetPort": "alerts", "protocol": "TCP"}]
     pod = docs[("Deployment", f"{RELEASE}-operator")]["spec"]["template"]["spec"]
     args = pod["containers"][0]["args"]
-    assert {"--prometheus-url=http://prom:9090", "--alerts-port=9094",
-            "--alerts-token-file=/etc/shoal/alerts/token"} <= set(args)
+    assert {
+        "--prometheus-url=http://prom:9090",
+        "--alerts-port=9094",
+        "--alerts-token-file=/etc/shoal/alerts/token",
+    } <= set(args)
     assert {"name": "alerts-token", "secret": {"secretName": "shoal-alerts-token"}} in pod["volumes"]
     configs = [d for (kind, _), d in docs.items() if kind == "AlertmanagerConfig"]
     assert len(configs) == (1 if prometheus_operator else 0)

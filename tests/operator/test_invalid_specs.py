@@ -14,22 +14,39 @@ pytestmark = pytest.mark.kube
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"replicas": {"min": 3, "max": 2}},
-         'spec.replicas: Invalid value: "object": replicas.min must be less than or equal to replicas.max'),
-        ({"replicas": {"min": 1, "max": 2, "count": 4}},
-         "replicas.count must lie between replicas.min and replicas.max"),
-        ({"replicas": {"min": -1}}, "spec.replicas.min: Invalid value: -1: spec.replicas.min in body should be "
-                                    "greater than or equal to 0"),
-        ({"gateway": {"routingPolicy": "fastest"}},
-         'spec.gateway.routingPolicy: Unsupported value: "fastest": supported values: "prefix-aware", '
-         '"least-load", "round-robin"'),
+        (
+            {"replicas": {"min": 3, "max": 2}},
+            'spec.replicas: Invalid value: "object": replicas.min must be less than or equal to replicas.max',
+        ),
+        (
+            {"replicas": {"min": 1, "max": 2, "count": 4}},
+            "replicas.count must lie between replicas.min and replicas.max",
+        ),
+        (
+            {"replicas": {"min": -1}},
+            "spec.replicas.min: Invalid value: -1: spec.replicas.min in body should be greater than or equal to 0",
+        ),
+        (
+            {"gateway": {"routingPolicy": "fastest"}},
+            'spec.gateway.routingPolicy: Unsupported value: "fastest": supported values: "prefix-aware", '
+            '"least-load", "round-robin"',
+        ),
         ({"autoscaling": {"ttftP95Seconds": 0}}, "spec.autoscaling.ttftP95Seconds: Invalid value: 0"),
-        ({"autoscaling": {"mode": "Sometimes"}},
-         'spec.autoscaling.mode: Unsupported value: "Sometimes": supported values: "Act", "Recommend"'),
+        (
+            {"autoscaling": {"mode": "Sometimes"}},
+            'spec.autoscaling.mode: Unsupported value: "Sometimes": supported values: "Act", "Recommend"',
+        ),
         ({"model": None}, "spec.model: Required value"),
     ],
-    ids=["min-over-max", "count-out-of-bounds", "negative-replicas", "unknown-policy", "zero-ttft-target",
-         "unknown-autoscaling-mode", "missing-model"],
+    ids=[
+        "min-over-max",
+        "count-out-of-bounds",
+        "negative-replicas",
+        "unknown-policy",
+        "zero-ttft-target",
+        "unknown-autoscaling-mode",
+        "missing-model",
+    ],
 )
 def test_apiserver_rejects(installed_chart: ControlPlane, spec: dict[str, Any], message: str) -> None:
     body = example("invalid", **spec)
@@ -41,8 +58,17 @@ def test_apiserver_rejects(installed_chart: ControlPlane, spec: dict[str, Any], 
 
 
 def test_valid_example_is_accepted_and_defaulted(installed_chart: ControlPlane) -> None:
-    result = installed_chart.kubectl("apply", "--dry-run=server", "-n", "default", "-o", "yaml",
-                                     "-f", str(REPO / "examples" / "smollm2-cpu.yaml"),
-                                     "-f", str(REPO / "examples" / "llama-gpu.yaml"))
+    result = installed_chart.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-n",
+        "default",
+        "-o",
+        "yaml",
+        "-f",
+        str(REPO / "examples" / "smollm2-cpu.yaml"),
+        "-f",
+        str(REPO / "examples" / "llama-gpu.yaml"),
+    )
     assert result.returncode == 0, result.stderr
     assert "blockSize: 16" in result.stdout and "scaleDownStabilizationSeconds: 300" in result.stdout

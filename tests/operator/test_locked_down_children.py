@@ -41,8 +41,9 @@ def test_engine_and_gateway_pods_are_locked_down() -> None:
 
 
 def test_user_env_comes_after_the_scratch_home() -> None:
-    container = child(spec(engine={"env": [{"name": "HOME", "value": "/data"}]}), "Deployment", "chat-engine")[
-        "spec"]["template"]["spec"]["containers"][0]
+    container = child(spec(engine={"env": [{"name": "HOME", "value": "/data"}]}), "Deployment", "chat-engine")["spec"][
+        "template"
+    ]["spec"]["containers"][0]
     assert [e["value"] for e in container["env"] if e["name"] == "HOME"] == ["/tmp", "/data"]  # the last one wins
 
 
@@ -76,7 +77,9 @@ def test_gateway_auth_is_on_without_an_api_key_secret(tmp_path: Path) -> None:
 
     key = new_api_key()
     secret = generated_api_key_secret(OWNER, key)
-    assert secret["metadata"]["name"] == "chat-api-keys" and secret["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    assert (
+        secret["metadata"]["name"] == "chat-api-keys" and secret["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    )
     tenants = tmp_path / "api-keys"
     tenants.write_text(secret["stringData"]["api-keys"])
     keys = ApiKeys.from_file(tenants)  # what the gateway loads at start

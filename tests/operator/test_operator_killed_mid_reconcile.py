@@ -39,13 +39,15 @@ VICTIM_PRIORITY = "60"
 
 
 @pytest.fixture
-def victim(installed_chart: ControlPlane, operator: OperatorProcess, operator_kubeconfig: Path,
-           tmp_path: Path) -> Iterator[OperatorProcess]:
+def victim(
+    installed_chart: ControlPlane, operator: OperatorProcess, operator_kubeconfig: Path, tmp_path: Path
+) -> Iterator[OperatorProcess]:
     """The only operator running (the session one stops first, leaving the peering); the session operator is
     running again after the test, whatever happened."""
     operator.stop()
-    process = OperatorProcess(installed_chart, operator_kubeconfig, tmp_path / "victim.log",
-                              "--priority", VICTIM_PRIORITY)
+    process = OperatorProcess(
+        installed_chart, operator_kubeconfig, tmp_path / "victim.log", "--priority", VICTIM_PRIORITY
+    )
     try:
         process.wait_ready()
         yield process
@@ -79,10 +81,18 @@ def test_the_next_operator_converges_after_a_kill_mid_reconcile(
         gate.release(allow=False)
     children = children_of(plane, namespace, "midway")
     made = {key for key, child in children.items() if child is not None}
-    assert {"serviceaccount/midway-gateway", "networkpolicy/midway-engine", "service/midway-engine",
-            "secret/midway-api-keys"} <= made, made
-    assert not made & {"deployment/midway-engine", "configmap/midway-gateway", "deployment/midway-gateway",
-                       "service/midway"}, made
+    assert {
+        "serviceaccount/midway-gateway",
+        "networkpolicy/midway-engine",
+        "service/midway-engine",
+        "secret/midway-api-keys",
+    } <= made, made
+    assert not made & {
+        "deployment/midway-engine",
+        "configmap/midway-gateway",
+        "deployment/midway-gateway",
+        "service/midway",
+    }, made
     api_key = children["secret/midway-api-keys"]
 
     operator.restart()
@@ -93,7 +103,10 @@ def test_the_next_operator_converges_after_a_kill_mid_reconcile(
     assert stale_progress(get(plane, namespace, "infd", "midway") or {}) == {}
     status = infd["status"]
     assert (status["replicas"], status["readyReplicas"], status["observedGeneration"]) == (
-        1, 1, infd["metadata"]["generation"])
+        1,
+        1,
+        infd["metadata"]["generation"],
+    )
     assert condition(infd, "Degraded")["status"] == "False"
     after = get(plane, namespace, "secret", "midway-api-keys")
     assert after is not None and after["data"] == api_key["data"], "the generated key is created once, never replaced"

@@ -12,9 +12,14 @@ pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 
 
 def resource_versions(plane: ControlPlane, namespace: str) -> dict[str, str]:
-    out = plane.kubectl("get", "infd,deployments,replicasets,pods,services,configmaps,serviceaccounts,roles,rolebindings",
-                        "-n", namespace, "-o",
-                        "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion}{'\\n'}{end}").stdout
+    out = plane.kubectl(
+        "get",
+        "infd,deployments,replicasets,pods,services,configmaps,serviceaccounts,roles,rolebindings",
+        "-n",
+        namespace,
+        "-o",
+        "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion}{'\\n'}{end}",
+    ).stdout
     return dict(line.split("=", 1) for line in out.split())
 
 

@@ -14,8 +14,9 @@ pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 
 
 @pytest.fixture
-def standby(installed_chart: ControlPlane, operator: OperatorProcess, operator_kubeconfig: Path,
-            tmp_path: Path) -> Iterator[OperatorProcess]:
+def standby(
+    installed_chart: ControlPlane, operator: OperatorProcess, operator_kubeconfig: Path, tmp_path: Path
+) -> Iterator[OperatorProcess]:
     process = OperatorProcess(installed_chart, operator_kubeconfig, tmp_path / "standby.log", "--priority", "50")
     try:
         process.wait_ready()

@@ -16,12 +16,22 @@ pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 def crd(kind: str, plural: str) -> dict:
     """The Prometheus Operator's CRD, reduced to what the apiserver needs to serve the kind."""
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-                 "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                     "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
     }
 
 
@@ -30,16 +40,29 @@ def install_prometheus_operator_crds(installed_chart: ControlPlane) -> Iterator[
     def install() -> None:
         manifests = [crd("PodMonitor", "podmonitors"), crd("PrometheusRule", "prometheusrules")]
         installed_chart.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
-        installed_chart.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                                "crd/podmonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+        installed_chart.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            "crd/podmonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
+        )
 
     yield install
-    installed_chart.kubectl("delete", "crd", "podmonitors.monitoring.coreos.com",
-                            "prometheusrules.monitoring.coreos.com", "--ignore-not-found", "--wait=false")
+    installed_chart.kubectl(
+        "delete",
+        "crd",
+        "podmonitors.monitoring.coreos.com",
+        "prometheusrules.monitoring.coreos.com",
+        "--ignore-not-found",
+        "--wait=false",
+    )
 
 
 def test_pod_monitor_and_rules_once_the_crds_exist(
-    installed_chart: ControlPlane, operator: OperatorProcess, namespace: str,
+    installed_chart: ControlPlane,
+    operator: OperatorProcess,
+    namespace: str,
     install_prometheus_operator_crds: Callable[[], None],
 ) -> None:
     apply(installed_chart, namespace, example("early"))
@@ -47,10 +70,14 @@ def test_pod_monitor_and_rules_once_the_crds_exist(
     install_prometheus_operator_crds()
     apply(installed_chart, namespace, example("watched"))
     for name in ("watched", "early"):  # created after, and before, the Prometheus Operator arrived
-        monitor = eventually(lambda name=name: get(installed_chart, namespace, "podmonitor", f"{name}-engine"), 30,
-                             f"PodMonitor of {name}")
-        rule = eventually(lambda name=name: get(installed_chart, namespace, "prometheusrule", name), 30,
-                          f"PrometheusRule of {name}")
+        monitor = eventually(
+            lambda name=name: get(installed_chart, namespace, "podmonitor", f"{name}-engine"),
+            30,
+            f"PodMonitor of {name}",
+        )
+        rule = eventually(
+            lambda name=name: get(installed_chart, namespace, "prometheusrule", name), 30, f"PrometheusRule of {name}"
+        )
         engine = get(installed_chart, namespace, "deployment", f"{name}-engine")
         assert monitor["spec"]["selector"]["matchLabels"] == engine["spec"]["selector"]["matchLabels"]
         assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]

@@ -36,6 +36,7 @@ def test_milli_bytes_round_up_instead_of_raising() -> None:
 
 def test_the_engine_gets_the_bytes() -> None:
     spec = InferenceDeploymentSpec.model_validate(
-        {"model": {"source": "smollm2-135m"}, "engine": {"kvCacheMemory": "1.5Ki"}})
+        {"model": {"source": "smollm2-135m"}, "engine": {"kvCacheMemory": "1.5Ki"}}
+    )
     args = serve_args(spec)
     assert args[args.index("--kv-cache-bytes") + 1] == "1536"

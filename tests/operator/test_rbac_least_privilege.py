@@ -31,7 +31,8 @@ KOPF_OWN: set[Permission] = {
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     # Events (the Degraded announcements), through whichever events API the cluster serves
-    ("", "events", "create"), ("events.k8s.io", "events", "create"),
+    ("", "events", "create"),
+    ("events.k8s.io", "events", "create"),
     # children carry blockOwnerDeletion owner references to the custom resource
     (GROUP, f"{PLURAL}/finalizers", "update"),
 }
@@ -49,8 +50,11 @@ def used_by_the_operator() -> set[Permission]:
     secret = generated_api_key_secret(OWNER, "sk-any")  # created once, never read
     uses.add((_group(secret["apiVersion"]), PLURALS[secret["kind"]], "create"))
     registry = build_registry(OperatorConfig())
-    handlers = [*registry._indexing.get_all_handlers(), *registry._changing.get_all_handlers(),
-                *registry._spawning.get_all_handlers()]
+    handlers = [
+        *registry._indexing.get_all_handlers(),
+        *registry._changing.get_all_handlers(),
+        *registry._spawning.get_all_handlers(),
+    ]
     for handler in handlers:
         selector = handler.selector
         resource = selector.plural or selector.any_name or (PLURAL if selector.group == GROUP else None)
@@ -67,8 +71,13 @@ def granted_by_the_chart(tmp: Path) -> set[Permission]:
     result = helm("template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, tmp=tmp)
     assert result.returncode == 0, result.stderr
     (cluster_role,) = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] in ("ClusterRole", "Role")]
-    return {(g, r, v) for rule in cluster_role["rules"]
-            for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return {
+        (g, r, v)
+        for rule in cluster_role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
 
 
 def test_the_chart_grants_exactly_what_the_operator_uses(tmp_path: Path) -> None:

@@ -19,17 +19,30 @@ def test_example_gets_owned_children_and_becomes_ready(
         assert child is not None, f"{key} missing"
         (ref,) = child["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (
-            "InferenceDeployment", "chat", infd["metadata"]["uid"], True), key
-        managers = installed_chart.kubectl("get", key, "-n", namespace, "--show-managed-fields",
-                                           "-o", "jsonpath={.metadata.managedFields[*].manager}").stdout.split()
+            "InferenceDeployment",
+            "chat",
+            infd["metadata"]["uid"],
+            True,
+        ), key
+        managers = installed_chart.kubectl(
+            "get", key, "-n", namespace, "--show-managed-fields", "-o", "jsonpath={.metadata.managedFields[*].manager}"
+        ).stdout.split()
         assert managers[0] == "shoal-operator", (key, managers)
     status = infd["status"]
     assert (status["replicas"], status["readyReplicas"], status["desiredReplicas"]) == (1, 1, 1)
     assert status["observedGeneration"] == infd["metadata"]["generation"]
     assert condition(infd, "Degraded")["reason"] == "AsExpected"
     assert condition(infd, "Ready")["message"] == "1/1 engines and 1/1 gateways ready"
-    pods = installed_chart.kubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=engine",
-                                   "-o", "jsonpath={.items[*].status.phase}").stdout.split()
+    pods = installed_chart.kubectl(
+        "get",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        "app.kubernetes.io/component=engine",
+        "-o",
+        "jsonpath={.items[*].status.phase}",
+    ).stdout.split()
     assert pods == ["Running"]
 
 
@@ -47,7 +60,8 @@ def test_spec_change_updates_children(installed_chart: ControlPlane, operator: O
     apply(installed_chart, namespace, example("edit"))
     before = wait_ready(installed_chart, namespace, "edit")
     old_hash = get(installed_chart, namespace, "deployment", "edit-gateway")["spec"]["template"]["metadata"][
-        "annotations"]["shoal.dev/config-hash"]
+        "annotations"
+    ]["shoal.dev/config-hash"]
     changed = example("edit", gateway={"replicas": 1, "routingPolicy": "round-robin"})
     changed["spec"]["engine"]["maxNumSeqs"] = 8
     apply(installed_chart, namespace, changed)
@@ -71,8 +85,12 @@ def test_kubectl_scale_owns_the_count_while_autoscaling_is_off(
     apply(installed_chart, namespace, example("scaled"))
     wait_ready(installed_chart, namespace, "scaled")
     installed_chart.kubectl("scale", "infd", "scaled", "-n", namespace, "--replicas=3")
-    eventually(lambda: get(installed_chart, namespace, "deployment", "scaled-engine")["spec"]["replicas"] == 3, 30,
-               "engine Deployment scaled to 3")
+    eventually(
+        lambda: get(installed_chart, namespace, "deployment", "scaled-engine")["spec"]["replicas"] == 3,
+        30,
+        "engine Deployment scaled to 3",
+    )
+
     def scaled() -> dict | None:
         infd = get(installed_chart, namespace, "infd", "scaled")
         counts = tuple(infd["status"].get(k) for k in ("replicas", "readyReplicas", "desiredReplicas"))
@@ -81,13 +99,15 @@ def test_kubectl_scale_owns_the_count_while_autoscaling_is_off(
     infd = eventually(scaled, 60, "3 of 3 engines ready")
     last = infd["status"]["history"][-1]
     assert (last["fromReplicas"], last["toReplicas"], last["reason"]) == (1, 3, "replicas.count is 3")
-    scale = installed_chart.kubectl("get", "--raw",
-                                    f"/apis/shoal.dev/v1alpha1/namespaces/{namespace}/inferencedeployments/scaled/scale")
+    scale = installed_chart.kubectl(
+        "get", "--raw", f"/apis/shoal.dev/v1alpha1/namespaces/{namespace}/inferencedeployments/scaled/scale"
+    )
     assert '"replicas":3' in scale.stdout and "app.kubernetes.io/component=engine" in scale.stdout
     over = installed_chart.kubectl("scale", "infd", "scaled", "-n", namespace, "--replicas=9", check=False)
     assert over.returncode != 0 and "replicas.count must lie between replicas.min and replicas.max" in over.stderr
-    events = installed_chart.kubectl("get", "events", "-n", namespace, "--field-selector", "reason=Scaled",
-                                     "-o", "jsonpath={.items[*].message}").stdout
+    events = installed_chart.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", "reason=Scaled", "-o", "jsonpath={.items[*].message}"
+    ).stdout
     assert "engines 1 -> 3: replicas.count is 3" in events
 
 
@@ -97,10 +117,20 @@ def test_delete_garbage_collects_every_child(
     apply(installed_chart, namespace, example("gone"))
     wait_ready(installed_chart, namespace, "gone")
     installed_chart.kubectl("delete", "infd", "gone", "-n", namespace)
-    eventually(lambda: all(c is None for c in children_of(installed_chart, namespace, "gone").values()), 60,
-               "every child garbage-collected")
-    pods = installed_chart.kubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/instance=gone",
-                                   "-o", "name").stdout.split()
-    assert eventually(lambda: not installed_chart.kubectl(
-        "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/instance=gone", "-o", "name").stdout.split(),
-        60, f"pods gone (were {pods})")
+    eventually(
+        lambda: all(c is None for c in children_of(installed_chart, namespace, "gone").values()),
+        60,
+        "every child garbage-collected",
+    )
+    pods = installed_chart.kubectl(
+        "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/instance=gone", "-o", "name"
+    ).stdout.split()
+    assert eventually(
+        lambda: (
+            not installed_chart.kubectl(
+                "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/instance=gone", "-o", "name"
+            ).stdout.split()
+        ),
+        60,
+        f"pods gone (were {pods})",
+    )

@@ -52,9 +52,7 @@ def test_zero_without_a_gateway_keeps_one_engine() -> None:
     assert decide_replicas(with_gateway, current=1, proposal=ScaleDecision(0, "ScaleToZero: idle")).replicas == 0
 
 
-@given(
-    low=st.integers(0, 10), span=st.integers(0, 10), wish=st.integers(-50, 50), current=st.integers(0, 30)
-)
+@given(low=st.integers(0, 10), span=st.integers(0, 10), wish=st.integers(-50, 50), current=st.integers(0, 30))
 def test_the_autoscaler_is_always_clamped_to_the_bounds(low: int, span: int, wish: int, current: int) -> None:
     high = max(low + span, 1)
     s = spec(replicas={"min": low, "max": high}, autoscaling={"enabled": True})

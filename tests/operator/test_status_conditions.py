@@ -23,15 +23,27 @@ def deployment(replicas: int, ready: int, updated: int | None = None, generation
     return {
         "metadata": {"generation": generation},
         "spec": {"replicas": replicas},
-        "status": {"observedGeneration": generation, "replicas": replicas, "readyReplicas": ready,
-                   "updatedReplicas": replicas if updated is None else updated},
+        "status": {
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "readyReplicas": ready,
+            "updatedReplicas": replicas if updated is None else updated,
+        },
     }
 
 
 def status(previous: dict[str, Any], now: datetime = T0, **kw: Any) -> dict[str, Any]:
-    args: dict[str, Any] = dict(spec=SPEC, generation=1, previous=previous, decision=ScaleDecision(2, "replicas.count is 2"),
-                                engine=deployment(2, 2), gateway=deployment(1, 1), problem=None,
-                                selector="app.kubernetes.io/instance=x,app.kubernetes.io/component=engine", now=now)
+    args: dict[str, Any] = dict(
+        spec=SPEC,
+        generation=1,
+        previous=previous,
+        decision=ScaleDecision(2, "replicas.count is 2"),
+        engine=deployment(2, 2),
+        gateway=deployment(1, 1),
+        problem=None,
+        selector="app.kubernetes.io/instance=x,app.kubernetes.io/component=engine",
+        now=now,
+    )
     return compute_status(**(args | kw))
 
 
@@ -41,8 +53,11 @@ def conditions(s: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 def test_all_ready() -> None:
     s = status({})
-    assert conditions(s) == {"Ready": ("True", "Ready"), "Progressing": ("False", "Stable"),
-                             "Degraded": ("False", "AsExpected")}
+    assert conditions(s) == {
+        "Ready": ("True", "Ready"),
+        "Progressing": ("False", "Stable"),
+        "Degraded": ("False", "AsExpected"),
+    }
     assert (s["replicas"], s["readyReplicas"], s["desiredReplicas"], s["observedGeneration"]) == (2, 2, 2, 1)
     assert s["selector"].startswith("app.kubernetes.io/instance=x")
 
@@ -107,37 +122,55 @@ def test_history_records_each_change_and_stays_bounded(wishes: list[int]) -> Non
     assert current["lastScaleTime"] == current["history"][-1]["time"]
 
 
-
 async def test_an_invalid_spec_is_degraded_with_the_same_condition_fields_as_any_other() -> None:
     """A spec the typed model rejects: Degraded carries lastTransitionTime and observedGeneration like every
     condition, and a second pass over the same spec writes nothing and announces nothing."""
     clock = iter([T0, T0 + timedelta(minutes=1)])
     reconciler = Reconciler(client=None, clock=lambda: next(clock))  # type: ignore[arg-type]  # never called here
-    body = {"metadata": {"name": "x", "namespace": "ns", "uid": "u", "generation": 3},
-            "spec": {"model": {"source": "smollm2-135m"}, "replicas": {"count": -1}}, "status": status({})}
+    body = {
+        "metadata": {"name": "x", "namespace": "ns", "uid": "u", "generation": 3},
+        "spec": {"model": {"source": "smollm2-135m"}, "replicas": {"count": -1}},
+        "status": status({}),
+    }
     events: list[dict[str, Any]] = []
     patches = []
     for _ in range(2):
         patch = kopf.Patch()
-        await reconciler.reconcile(kopf.Body(body), patch, Children(None, None, []), trigger="change",
-                                   announce=lambda _, **event: events.append(event))
+        await reconciler.reconcile(
+            kopf.Body(body),
+            patch,
+            Children(None, None, []),
+            trigger="change",
+            announce=lambda _, **event: events.append(event),
+        )
         patches.append(dict(patch.get("status") or {}))
         body["status"] = {**body["status"], **patches[-1]}
     degraded = next(c for c in body["status"]["conditions"] if c["type"] == "Degraded")
-    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec") and "spec.replicas" in degraded["message"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec") and "spec.replicas" in degraded[
+        "message"
+    ]
     assert (degraded["lastTransitionTime"], degraded["observedGeneration"]) == ("2026-01-01T12:00:00Z", 3)
     assert [c["type"] for c in body["status"]["conditions"]] == ["Ready", "Progressing", "Degraded"]
     assert patches[1] == {} and [e["reason"] for e in events] == ["InvalidSpec"]
+
 
 def pod(name: str, **status: Any) -> dict[str, Any]:
     return {"metadata": {"name": name}, "status": status}
 
 
 def test_image_pull_failure_is_named_with_the_kubelet_message() -> None:
-    p = pod("chat-engine-1", containerStatuses=[{
-        "name": "engine", "image": "ghcr.io/x/nope:1",
-        "state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "ghcr.io/x/nope:1"'}},
-    }])
+    p = pod(
+        "chat-engine-1",
+        containerStatuses=[
+            {
+                "name": "engine",
+                "image": "ghcr.io/x/nope:1",
+                "state": {
+                    "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "ghcr.io/x/nope:1"'}
+                },
+            }
+        ],
+    )
     problem = diagnose_pod(p)
     assert problem is not None and problem.reason == "ImagePullFailed"
     assert problem.message == (
@@ -148,13 +181,25 @@ def test_image_pull_failure_is_named_with_the_kubelet_message() -> None:
 
 def test_unschedulable_gpu_request_is_insufficient_gpu() -> None:
     scheduler = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available."
-    p = pod("chat-engine-2", phase="Pending", conditions=[
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": scheduler}])
+    p = pod(
+        "chat-engine-2",
+        phase="Pending",
+        conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": scheduler}],
+    )
     problem = diagnose_pod(p)
     assert problem is not None and problem.reason == "InsufficientGPU"
     assert problem.message == f"pod chat-engine-2 cannot be scheduled: {scheduler}"
-    other = pod("x", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                  "message": "0/2 nodes are available: 2 node(s) didn't match node selector."}])
+    other = pod(
+        "x",
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/2 nodes are available: 2 node(s) didn't match node selector.",
+            }
+        ],
+    )
     assert diagnose_pod(other).reason == "Unschedulable"  # type: ignore[union-attr]
 
 

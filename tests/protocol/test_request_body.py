@@ -32,8 +32,9 @@ def asgi_body(*chunks: bytes, disconnect: bool = False) -> tuple[Callable[[], Aw
     return receive, taken
 
 
-def read(receive: Callable[[], Awaitable[Mapping[str, Any]]], declared: bytes | None = None,
-         drain_limit: int | None = None) -> bytes:
+def read(
+    receive: Callable[[], Awaitable[Mapping[str, Any]]], declared: bytes | None = None, drain_limit: int | None = None
+) -> bytes:
     return asyncio.run(read_body(receive, declared, LIMIT, drain_limit))
 
 

@@ -64,8 +64,14 @@ def test_attempts_and_waits_stay_within_the_budget(
 ) -> None:
     time = FakeTime()
     pending = itertools.cycle(draws)
-    retry = Retry(backoff, max_attempts=max_attempts, deadline=budget, clock=time.clock, sleep=time.sleep,
-                  draw=lambda: next(pending))
+    retry = Retry(
+        backoff,
+        max_attempts=max_attempts,
+        deadline=budget,
+        clock=time.clock,
+        sleep=time.sleep,
+        draw=lambda: next(pending),
+    )
     started_at: list[float] = []
 
     async def run() -> None:

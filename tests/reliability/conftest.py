@@ -21,18 +21,25 @@ from tiny_checkpoints import build_checkpoint  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama with a real BPE tokenizer, served as ``tiny``."""
-    return build_checkpoint(tmp_path_factory.mktemp("reliability-tiny"), "llama", seed=11,
-                            max_position_embeddings=2048)
+    return build_checkpoint(tmp_path_factory.mktemp("reliability-tiny"), "llama", seed=11, max_position_embeddings=2048)
 
 
 @pytest.fixture(scope="session")
 def targets(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A real engine (its own request limit kept short, so a valid but long request cannot look like a hang)
     and a gateway in front of it, that the hostile-input, fuzzing and served-schema tests share."""
-    engine = EngineProcess(str(tiny_model), tmp_path_factory.mktemp("fuzz") / "engine.log", "tiny",
-                           "--max-model-len", "512", "--request-timeout", "10").wait_ready()
-    handle = GatewayHandle(make_gateway([engine.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model)},
-                                        request_timeout_s=15.0))
+    engine = EngineProcess(
+        str(tiny_model),
+        tmp_path_factory.mktemp("fuzz") / "engine.log",
+        "tiny",
+        "--max-model-len",
+        "512",
+        "--request-timeout",
+        "10",
+    ).wait_ready()
+    handle = GatewayHandle(
+        make_gateway([engine.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model)}, request_timeout_s=15.0)
+    )
     try:
         handle.wait_healthy(1)
         yield {"engine": engine.url, "gateway": handle.url}
@@ -47,8 +54,10 @@ def start_engines(tiny_model: Path, tmp_path: Path) -> Iterator[Callable[..., li
     started: list[EngineProcess] = []
 
     def start(count: int, *extra: str) -> list[EngineProcess]:
-        batch = [EngineProcess(str(tiny_model), tmp_path / f"engine-{len(started) + i}.log", "tiny", *extra)
-                 for i in range(count)]
+        batch = [
+            EngineProcess(str(tiny_model), tmp_path / f"engine-{len(started) + i}.log", "tiny", *extra)
+            for i in range(count)
+        ]
         started.extend(batch)
         return [engine.wait_ready() for engine in batch]
 

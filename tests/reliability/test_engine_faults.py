@@ -39,8 +39,9 @@ def stream_outcome(url: str, outcomes: list[tuple[str, float]], first_byte: thre
 def start_streams(url: str, count: int) -> tuple[list[threading.Thread], list[tuple[str, float]]]:
     outcomes: list[tuple[str, float]] = []
     started = [threading.Event() for _ in range(count)]
-    threads = [threading.Thread(target=stream_outcome, args=(url, outcomes, started[i]), daemon=True)
-               for i in range(count)]
+    threads = [
+        threading.Thread(target=stream_outcome, args=(url, outcomes, started[i]), daemon=True) for i in range(count)
+    ]
     for thread in threads:
         thread.start()
     for event in started:
@@ -50,8 +51,13 @@ def start_streams(url: str, count: int) -> tuple[list[threading.Thread], list[tu
 
 def test_an_engine_killed_under_load(start_engines, gateway_over, tiny_model) -> None:
     doomed, survivor = start_engines(2, "--num-kv-blocks", "512")
-    handle = gateway_over([doomed.url, survivor.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model)},
-                          policy="round-robin", **LIMITS)
+    handle = gateway_over(
+        [doomed.url, survivor.url],
+        byte_tokenized=(),
+        tokenizers={"tiny": str(tiny_model)},
+        policy="round-robin",
+        **LIMITS,
+    )
     handle.wait_healthy(2)
     _, outcomes = start_streams(handle.url, 8)  # round-robin: 4 on each
     killed_at = time.monotonic()
@@ -60,14 +66,15 @@ def test_an_engine_killed_under_load(start_engines, gateway_over, tiny_model) ->
     assert [code for code, _ in outcomes] == ["upstream_error"] * 4  # the survivor's still stream
     assert max(at for _, at in outcomes) - killed_at < 10  # none hung until a timeout
     for _ in range(6):  # new requests go to the survivor, without an error
-        response = httpx.post(handle.url + "/v1/completions", json={**LONG, "stream": False, "max_tokens": 4},
-                              timeout=60)
+        response = httpx.post(
+            handle.url + "/v1/completions", json={**LONG, "stream": False, "max_tokens": 4}, timeout=60
+        )
         assert response.status_code == 200
     assert not handle.gateway.fleet.replicas[doomed.url].healthy
 
 
 def test_a_wedged_engine_is_cut_off_and_frees_its_blocks(start_engines, gateway_over, tiny_model) -> None:
-    engine, = start_engines(1, "--num-kv-blocks", "512")
+    (engine,) = start_engines(1, "--num-kv-blocks", "512")
     handle = gateway_over([engine.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model)}, **LIMITS)
     handle.wait_healthy(1)
     threads, outcomes = start_streams(handle.url, 3)
@@ -80,6 +87,11 @@ def test_a_wedged_engine_is_cut_off_and_frees_its_blocks(start_engines, gateway_
         assert max(at for _, at in outcomes) - stopped_at < LIMITS["inter_token_timeout_s"] + 10
     finally:
         os.kill(engine.process.pid, signal.SIGCONT)
-    eventually(lambda: metric(engine.url, "shoal_engine_requests_running") == 0
-               and metric(engine.url, "shoal_engine_kv_cache_usage_ratio") == 0, 60,
-               "the engine to abort the requests the gateway closed and free their blocks")
+    eventually(
+        lambda: (
+            metric(engine.url, "shoal_engine_requests_running") == 0
+            and metric(engine.url, "shoal_engine_kv_cache_usage_ratio") == 0
+        ),
+        60,
+        "the engine to abort the requests the gateway closed and free their blocks",
+    )

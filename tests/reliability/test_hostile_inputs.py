@@ -24,10 +24,14 @@ def check(response: httpx.Response) -> None:
 
 @pytest.mark.parametrize("target", ["engine", "gateway"])
 @pytest.mark.parametrize(("name", "endpoint", "raw"), HOSTILE, ids=[case[0] for case in HOSTILE])
-def test_a_hostile_request_is_a_client_error(targets: dict[str, str], target: str, name: str, endpoint: str,
-                                              raw: bytes) -> None:
-    check(httpx.post(f"{targets[target]}/v1/{endpoint}", content=raw, timeout=60,
-                     headers={"Content-Type": "application/json"}))
+def test_a_hostile_request_is_a_client_error(
+    targets: dict[str, str], target: str, name: str, endpoint: str, raw: bytes
+) -> None:
+    check(
+        httpx.post(
+            f"{targets[target]}/v1/{endpoint}", content=raw, timeout=60, headers={"Content-Type": "application/json"}
+        )
+    )
 
 
 @pytest.mark.parametrize("target", ["engine", "gateway"])
@@ -35,8 +39,9 @@ def test_generated_requests_never_get_a_server_error(targets: dict[str, str], ta
     report = fuzz(targets[target], examples=15, model="tiny", max_tokens=4)
     assert report.failures == [], report.failures[:5]
     sent = {answer.rsplit(" ", 1)[0] for answer in report.answers}
-    assert {f"POST /v1/{path} {mode}" for path in ("completions", "chat/completions")
-            for mode in ("positive", "negative")} <= sent, report.answers
+    assert {
+        f"POST /v1/{path} {mode}" for path in ("completions", "chat/completions") for mode in ("positive", "negative")
+    } <= sent, report.answers
 
 
 def test_the_servers_still_serve_and_hold_nothing(targets: dict[str, str]) -> None:

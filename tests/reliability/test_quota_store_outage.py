@@ -42,13 +42,15 @@ def test_redis_down_and_back(fake_engine, gateway_over, tmp_path: Path, caplog, 
     _, server = fake_engine
     redis = start_redis(tmp_path / "redis")
     keys = ApiKeys({"acme": (["sk-acme"], Limits(requests_per_minute=2))})
-    handle = gateway_over([server.url], api_keys=keys,
-                          quota=RedisQuota(redis.url, prefix=f"test:{uuid.uuid4().hex}", fail_open=fail_open))
+    handle = gateway_over(
+        [server.url], api_keys=keys, quota=RedisQuota(redis.url, prefix=f"test:{uuid.uuid4().hex}", fail_open=fail_open)
+    )
     handle.wait_healthy(1)
 
     def send() -> int:
-        return httpx.post(handle.url + "/v1/completions", json=BODY, headers={"Authorization": "Bearer sk-acme"},
-                          timeout=30).status_code
+        return httpx.post(
+            handle.url + "/v1/completions", json=BODY, headers={"Authorization": "Bearer sk-acme"}, timeout=30
+        ).status_code
 
     try:
         with caplog.at_level(logging.WARNING, logger="shoal.gateway.quota_redis"):

@@ -30,8 +30,17 @@ def test_a_gateway_at_debug_level_logs_no_key(fake_engine, tmp_path: Path) -> No
     keys = tmp_path / "keys.yaml"
     keys.write_text("tenants:\n  acme:\n    api_keys: [sk-secret-acme]\n    requests_per_minute: 1\n")
     gateway = LocalProcess(
-        shoal_command("gateway", "--backend", server.url, "--api-keys", str(keys), "--log-level", "debug",
-                      "--health-interval", "0.2"),
+        shoal_command(
+            "gateway",
+            "--backend",
+            server.url,
+            "--api-keys",
+            str(keys),
+            "--log-level",
+            "debug",
+            "--health-interval",
+            "0.2",
+        ),
         tmp_path / "gateway.log",
     )
     url, log = gateway.url, gateway.log_path

@@ -25,8 +25,14 @@ KEY = "sk-openapi-reader"
 @pytest.fixture(scope="module")
 def keyed_gateway(targets: dict[str, str], tiny_model: Any) -> Iterator[str]:
     """A gateway with API keys in front of the shared engine."""
-    handle = GatewayHandle(make_gateway([targets["engine"]], byte_tokenized=(), tokenizers={"tiny": str(tiny_model)},
-                                        api_keys=ApiKeys({"acme": ([KEY], Limits())})))
+    handle = GatewayHandle(
+        make_gateway(
+            [targets["engine"]],
+            byte_tokenized=(),
+            tokenizers={"tiny": str(tiny_model)},
+            api_keys=ApiKeys({"acme": ([KEY], Limits())}),
+        )
+    )
     try:
         handle.wait_healthy(1)
         yield handle.url

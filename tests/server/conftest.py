@@ -42,8 +42,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> It
 def constrained_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[ServeProcess]:
     """One sequence at a time, two may wait, and each may generate for 0.3 s: admission and time limits."""
     yield from _start(
-        tmp_path_factory, tiny_model_dir,
-        "--max-num-seqs", "1", "--max-waiting-requests", "2", "--request-timeout", "0.3",
+        tmp_path_factory,
+        tiny_model_dir,
+        "--max-num-seqs",
+        "1",
+        "--max-waiting-requests",
+        "2",
+        "--request-timeout",
+        "0.3",
     )
 
 

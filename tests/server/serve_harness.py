@@ -30,7 +30,11 @@ class ServeProcess(LocalProcess):
     """One ``shoal serve`` subprocess serving ``name``; its output goes to ``log_path`` for post-mortems."""
 
     def __init__(
-        self, model: Path | str, log_path: Path, *extra_args: str, name: str = TINY_MODEL_NAME,
+        self,
+        model: Path | str,
+        log_path: Path,
+        *extra_args: str,
+        name: str = TINY_MODEL_NAME,
         env: dict[str, str] | None = None,
     ) -> None:
         self.model_name = name

@@ -24,7 +24,10 @@ def test_fifty_streams_cancelled_at_random_points_free_every_block(server: Serve
     with httpx.Client(timeout=60) as http:
         for i in range(50):
             body = {
-                "model": M, "prompt": f"Request {i}: once upon a time", "max_tokens": 200, "stream": True,
+                "model": M,
+                "prompt": f"Request {i}: once upon a time",
+                "max_tokens": 200,
+                "stream": True,
                 "ignore_eos": True,
             }
             cut_after = rng.randint(0, 12)  # SSE lines read before hanging up (0: right after the headers)
@@ -36,7 +39,9 @@ def test_fifty_streams_cancelled_at_random_points_free_every_block(server: Serve
     assert wait_for(lambda: _settled(server.url)), server.log()
     assert wait_for(lambda: metric(server.url, "shoal_engine_requests_aborted_total") - aborted_before == 50)
     assert metric(server.url, "shoal_engine_kv_cache_usage_ratio") == 0
-    assert metric(server.url, "shoal_engine_kv_cache_free_blocks") == metric(server.url, "shoal_engine_kv_cache_total_blocks")
+    assert metric(server.url, "shoal_engine_kv_cache_free_blocks") == metric(
+        server.url, "shoal_engine_kv_cache_total_blocks"
+    )
 
 
 def test_non_streaming_client_that_gives_up_aborts_its_request(server: ServeProcess) -> None:

@@ -48,7 +48,8 @@ def test_snapshot_then_numbered_events_cover_a_new_prompt(server: ServeProcess) 
         assert snapshot.hash_scheme == BLOCK_HASH_SCHEME and snapshot.engine_id
         r = httpx.post(
             f"{server.url}/v1/completions",
-            json={"model": TINY_MODEL_NAME, "prompt": prompt, "max_tokens": 1}, timeout=30,
+            json={"model": TINY_MODEL_NAME, "prompt": prompt, "max_tokens": 1},
+            timeout=30,
         )
         assert r.status_code == 200
         held = set(snapshot.hashes)

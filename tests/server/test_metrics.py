@@ -39,11 +39,24 @@ def test_histograms_and_counters_move_with_traffic(server: ServeProcess) -> None
     for i in range(3):
         r = httpx.post(
             f"{server.url}/v1/completions",
-            json={"model": server.model_name, "prompt": f"count {i}", "max_tokens": 5, "ignore_eos": True}, timeout=30,
+            json={"model": server.model_name, "prompt": f"count {i}", "max_tokens": 5, "ignore_eos": True},
+            timeout=30,
         )
         assert r.status_code == 200
     assert metric(server.url, "shoal_engine_requests_finished_total") == finished + 3
     assert metric(server.url, "shoal_engine_generation_tokens_total") >= generated + 15
-    assert metric_values(server.url, "shoal_engine_requests_finished_total").get(f'{{model="{server.model_name}",reason="length"}}', 0) >= 3
-    for name in ("time_to_first_token", "inter_token_latency", "e2e_request_latency", "queue_time", "prefill_time", "decode_time"):
+    assert (
+        metric_values(server.url, "shoal_engine_requests_finished_total").get(
+            f'{{model="{server.model_name}",reason="length"}}', 0
+        )
+        >= 3
+    )
+    for name in (
+        "time_to_first_token",
+        "inter_token_latency",
+        "e2e_request_latency",
+        "queue_time",
+        "prefill_time",
+        "decode_time",
+    ):
         assert metric(server.url, f"shoal_engine_{name}_seconds_count") > 0, name

@@ -17,7 +17,9 @@ def test_models_lists_the_served_name(client: openai.OpenAI) -> None:
 
 
 def test_completion_counts_tokens_and_stops_at_the_limit(client: openai.OpenAI, tiny_tokenizer: Tokenizer) -> None:
-    out = client.completions.create(model=M, prompt="The capital of France is", max_tokens=7, extra_body={"ignore_eos": True})
+    out = client.completions.create(
+        model=M, prompt="The capital of France is", max_tokens=7, extra_body={"ignore_eos": True}
+    )
     assert out.choices[0].finish_reason == "length"
     assert out.usage.completion_tokens == 7
     assert out.usage.prompt_tokens == len(tiny_tokenizer.encode("The capital of France is"))
@@ -39,7 +41,12 @@ def test_chat_and_chat_streaming_agree(client: openai.OpenAI) -> None:
     whole = client.chat.completions.create(model=M, messages=messages, max_tokens=12, temperature=0)  # type: ignore[arg-type]
     assert whole.choices[0].message.role == "assistant"
     stream = client.chat.completions.create(
-        model=M, messages=messages, max_tokens=12, temperature=0, stream=True, stream_options={"include_usage": True}  # type: ignore[arg-type]
+        model=M,
+        messages=messages,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},  # type: ignore[arg-type]
     )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -50,7 +57,11 @@ def test_chat_and_chat_streaming_agree(client: openai.OpenAI) -> None:
 
 def test_n_choices_share_the_prompt_and_count_it_once(client: openai.OpenAI) -> None:
     out = client.chat.completions.create(
-        model=M, messages=[{"role": "user", "content": "Tell me a story about a fox."}], max_tokens=8, n=3, seed=7,
+        model=M,
+        messages=[{"role": "user", "content": "Tell me a story about a fox."}],
+        max_tokens=8,
+        n=3,
+        seed=7,
         extra_body={"ignore_eos": True},
     )
     assert sorted(c.index for c in out.choices) == [0, 1, 2]
@@ -74,7 +85,12 @@ def test_logprobs_in_both_formats(client: openai.OpenAI) -> None:
     assert all(len(top) <= 2 for top in lp.top_logprobs)
     assert all(v <= 0.0 for v in lp.token_logprobs)
     chat = client.chat.completions.create(
-        model=M, messages=[{"role": "user", "content": "Hi"}], max_tokens=3, logprobs=True, top_logprobs=3, temperature=0
+        model=M,
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=3,
+        logprobs=True,
+        top_logprobs=3,
+        temperature=0,
     )
     content = chat.choices[0].logprobs.content
     assert len(content) == 3 and all(len(t.top_logprobs) == 3 for t in content)
@@ -83,7 +99,9 @@ def test_logprobs_in_both_formats(client: openai.OpenAI) -> None:
 
 
 def test_stop_sequence_ends_with_reason_stop(client: openai.OpenAI) -> None:
-    free = client.completions.create(model=M, prompt="The", max_tokens=30, temperature=0, extra_body={"ignore_eos": True})
+    free = client.completions.create(
+        model=M, prompt="The", max_tokens=30, temperature=0, extra_body={"ignore_eos": True}
+    )
     text = free.choices[0].text
     stop = text[len(text) // 2 : len(text) // 2 + 2]
     if not stop.strip():
@@ -109,7 +127,8 @@ def test_request_id_is_echoed_and_stages_are_timed(server: ServeProcess) -> None
     import httpx
 
     r = httpx.post(
-        f"{server.url}/v1/completions", json={"model": M, "prompt": "Hi", "max_tokens": 2},
+        f"{server.url}/v1/completions",
+        json={"model": M, "prompt": "Hi", "max_tokens": 2},
         headers={"X-Request-Id": "trace-abc-123"},
     )
     assert r.headers["x-request-id"] == "trace-abc-123"

@@ -13,9 +13,17 @@ from shoal.engine.server.output_stream import Delta, RequestStream
 
 def delta(index: int, n: int, finished: bool) -> Delta:
     return Delta(
-        index=index, token_ids=[n], text=f"<{index}:{n}>", logprobs=None, finished=finished,
-        finish_reason="length" if finished else None, stop_reason=None, num_prompt_tokens=3, num_cached_tokens=0,
-        num_output_tokens=n + 1, metrics=RequestMetrics(arrival_time=0.0),
+        index=index,
+        token_ids=[n],
+        text=f"<{index}:{n}>",
+        logprobs=None,
+        finished=finished,
+        finish_reason="length" if finished else None,
+        stop_reason=None,
+        num_prompt_tokens=3,
+        num_cached_tokens=0,
+        num_output_tokens=n + 1,
+        metrics=RequestMetrics(arrival_time=0.0),
     )
 
 
@@ -26,12 +34,16 @@ def delta(index: int, n: int, finished: bool) -> Delta:
     lengths=st.lists(st.integers(1, 30), min_size=4, max_size=4),
     reads=st.lists(st.integers(1, 40), min_size=1, max_size=20),
 )
-def test_coalescing_keeps_every_token_in_order(choices: int, capacity: int, lengths: list[int], reads: list[int]) -> None:
+def test_coalescing_keeps_every_token_in_order(
+    choices: int, capacity: int, lengths: list[int], reads: list[int]
+) -> None:
     """A reader that only looks now and then (after ``reads[i]`` writes) still gets each choice's tokens in order."""
 
     async def run() -> None:
         stream = RequestStream(num_choices=choices, capacity=capacity)
-        writes = [delta(i, n, n == lengths[i] - 1) for n in range(max(lengths)) for i in range(choices) if n < lengths[i]]
+        writes = [
+            delta(i, n, n == lengths[i] - 1) for n in range(max(lengths)) for i in range(choices) if n < lengths[i]
+        ]
         got: dict[int, list[int]] = {i: [] for i in range(choices)}
         texts: dict[int, str] = {i: "" for i in range(choices)}
         schedule = iter(reads * (len(writes) + 1))

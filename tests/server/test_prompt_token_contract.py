@@ -63,8 +63,9 @@ def test_completion_prompts_are_the_shared_functions_ids_on_both_sides(tiny_toke
 
 
 @pytest.mark.parametrize("messages", CHATS.values(), ids=CHATS.keys())
-def test_chats_are_the_shared_functions_ids_on_both_sides(tiny_tokenizer: Tokenizer,
-                                                          messages: list[dict[str, Any]]) -> None:
+def test_chats_are_the_shared_functions_ids_on_both_sides(
+    tiny_tokenizer: Tokenizer, messages: list[dict[str, Any]]
+) -> None:
     request = ChatCompletionRequest.model_validate({"model": MODEL, "messages": messages, "max_tokens": 4})
     expected = chat_token_ids(tiny_tokenizer, request)
     rendered = tiny_tokenizer.apply_chat_template([m.for_template() for m in request.messages])
@@ -75,11 +76,14 @@ def test_chats_are_the_shared_functions_ids_on_both_sides(tiny_tokenizer: Tokeni
 
 @settings(max_examples=25, deadline=None)
 @given(text=st.text(min_size=1, max_size=40), as_chat=st.booleans())
-def test_any_text_tokenizes_the_same_for_the_engine_and_the_gateway(tiny_tokenizer: Tokenizer, text: str,
-                                                                    as_chat: bool) -> None:
+def test_any_text_tokenizes_the_same_for_the_engine_and_the_gateway(
+    tiny_tokenizer: Tokenizer, text: str, as_chat: bool
+) -> None:
     request: CompletionRequest | ChatCompletionRequest
     if as_chat:
-        request = ChatCompletionRequest.model_validate({"model": MODEL, "messages": [{"role": "user", "content": text}]})
+        request = ChatCompletionRequest.model_validate(
+            {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+        )
     else:
         request = CompletionRequest.model_validate({"model": MODEL, "prompt": text, "max_tokens": 1})
     assert _engine_ids(request, tiny_tokenizer) == [_gateway_ids(request, tiny_tokenizer)]

@@ -17,13 +17,24 @@ CHAT = [{"role": "user", "content": "hi"}]
 CASES = [
     # (endpoint, raw body, status, expected param, words the message must contain)
     ("completions", b'{"model": "tiny-llama", "prompt": ', 400, None, "Malformed JSON"),
-    ("completions", b"\xff\xfe{\"model\": 1}", 400, None, "UTF-8"),
+    ("completions", b'\xff\xfe{"model": 1}', 400, None, "UTF-8"),
     ("completions", b"[1, 2]", 400, None, "JSON object"),
-    ("completions", b'{"model": "tiny-llama", "prompt": "x", "user": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", 400,
-     None, "nested too deeply"),
+    (
+        "completions",
+        b'{"model": "tiny-llama", "prompt": "x", "user": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+        400,
+        None,
+        "nested too deeply",
+    ),
     ("completions", {"model": M, "prompt": "x", "max_tokens": "many"}, 400, "max_tokens", "integer"),
     ("completions", {"model": M, "prompt": "x", "temperature": 3.5}, 400, "temperature", "less than or equal"),
-    ("completions", {"model": M, "prompt": "x", "max_tokens": 4, "frobnicate": True}, 400, "frobnicate", "Unrecognized"),
+    (
+        "completions",
+        {"model": M, "prompt": "x", "max_tokens": 4, "frobnicate": True},
+        400,
+        "frobnicate",
+        "Unrecognized",
+    ),
     ("completions", {"model": M, "prompt": ""}, 400, "prompt", "empty"),
     ("completions", {"model": M, "prompt": [1, 2, 999999]}, 400, "prompt", "vocabulary"),
     ("completions", {"model": M, "prompt": "x", "max_tokens": 10_000}, 400, "max_tokens", "context length"),
@@ -32,16 +43,30 @@ CASES = [
     ("completions", {"model": M, "prompt": "word " * 400}, 400, "prompt", "context length"),
     ("completions", {"model": "gpt-17", "prompt": "x"}, 404, "model", "does not exist"),
     ("chat/completions", {"model": M, "messages": []}, 400, "messages", "at least 1"),
-    ("chat/completions", {"model": M, "messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0].role", "Input should be 'system'"),
+    (
+        "chat/completions",
+        {"model": M, "messages": [{"role": "wizard", "content": "x"}]},
+        400,
+        "messages[0].role",
+        "Input should be 'system'",
+    ),
     ("chat/completions", {"model": M, "messages": [{"role": "tool", "content": "x"}]}, 400, "messages", "tool"),
     ("chat/completions", {"model": M, "messages": CHAT, "top_logprobs": 2}, 400, "top_logprobs", "logprobs"),
-    ("chat/completions", {"model": M, "messages": CHAT, "stream_options": {"include_usage": True}}, 400, "stream_options", "stream"),
+    (
+        "chat/completions",
+        {"model": M, "messages": CHAT, "stream_options": {"include_usage": True}},
+        400,
+        "stream_options",
+        "stream",
+    ),
     ("chat/completions", {"messages": CHAT}, 400, "model", "required"),
 ]
 
 
 @pytest.mark.parametrize(("endpoint", "body", "status", "param", "words"), CASES)
-def test_bad_request_is_named(server: ServeProcess, endpoint: str, body: object, status: int, param: str | None, words: str) -> None:
+def test_bad_request_is_named(
+    server: ServeProcess, endpoint: str, body: object, status: int, param: str | None, words: str
+) -> None:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     r = httpx.post(f"{server.url}/v1/{endpoint}", content=content, headers={"Content-Type": "application/json"})
     assert r.status_code == status, r.text

@@ -36,8 +36,11 @@ def test_sigterm_drains_then_exits(tmp_path: Path, tiny_model_dir: Path, grace: 
         threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]  # two run, two wait
         for t in threads:
             t.start()
+
         def admitted_and_some_in_flight() -> bool:
-            in_engine = metric(server.url, "shoal_engine_requests_running") + metric(server.url, "shoal_engine_requests_waiting")
+            in_engine = metric(server.url, "shoal_engine_requests_running") + metric(
+                server.url, "shoal_engine_requests_waiting"
+            )
             return in_engine > 0 and in_engine + metric(server.url, "shoal_engine_requests_finished_total") == 4
 
         assert wait_for(admitted_and_some_in_flight)

@@ -16,8 +16,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 def test_knows_the_capital_of_france(smollm2_server: ServeProcess) -> None:
     client = openai.OpenAI(base_url=f"{smollm2_server.url}/v1", api_key="unused", max_retries=0)
     out = client.chat.completions.create(
-        model="smollm2-135m", messages=[{"role": "user", "content": "What is the capital of France?"}],
-        max_tokens=24, temperature=0,
+        model="smollm2-135m",
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=24,
+        temperature=0,
     )
     assert "Paris" in out.choices[0].message.content
 
@@ -30,8 +32,11 @@ def test_sixty_four_concurrent_streaming_chats_complete(smollm2_server: ServePro
 
     async def one(client: openai.AsyncOpenAI, i: int) -> tuple[str | None, int]:
         stream = await client.chat.completions.create(
-            model="smollm2-135m", messages=[{"role": "user", "content": f"Write a sentence about the number {i}."}],
-            max_tokens=16, stream=True, stream_options={"include_usage": True},
+            model="smollm2-135m",
+            messages=[{"role": "user", "content": f"Write a sentence about the number {i}."}],
+            max_tokens=16,
+            stream=True,
+            stream_options={"include_usage": True},
         )
         reason, tokens = None, 0
         async for chunk in stream:

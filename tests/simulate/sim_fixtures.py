@@ -11,8 +11,13 @@ from shoal.simulate.trace import Trace, make_trace
 def small_profile(**overrides: object) -> EngineProfile:
     """A replica that runs 8 sequences, 512 tokens a step, 20 ms a step plus a little per token."""
     fields: dict[str, object] = dict(
-        name="test", source="tests", max_num_batched_tokens=512, max_num_seqs=8, kv_capacity_tokens=16384,
-        covered_batch_tokens=1024, covered_decode_seqs=16,
+        name="test",
+        source="tests",
+        max_num_batched_tokens=512,
+        max_num_seqs=8,
+        kv_capacity_tokens=16384,
+        covered_batch_tokens=1024,
+        covered_decode_seqs=16,
         step=StepCost(base_s=0.02, per_prefill_token_s=1e-4, per_decode_seq_s=1e-3, per_context_token_s=1e-6),
         startup_s=(20.0, 40.0),
     )

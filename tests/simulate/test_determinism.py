@@ -12,8 +12,9 @@ from shoal.simulate.profile import EngineProfile
 def test_the_same_seed_gives_the_same_run(profile: EngineProfile) -> None:
     trace = generate("bursty", profile, seed=3).head(1500)
     first = compare(trace, profile, ["shoal", "hpa"], slo_ttft_p95_s=1.0, seed=3)
-    second = compare(generate("bursty", profile, seed=3).head(1500), profile, ["shoal", "hpa"], slo_ttft_p95_s=1.0,
-                     seed=3)
+    second = compare(
+        generate("bursty", profile, seed=3).head(1500), profile, ["shoal", "hpa"], slo_ttft_p95_s=1.0, seed=3
+    )
     assert first.results == second.results
     for name in ("shoal", "hpa"):
         np.testing.assert_array_equal(first.runs[name].first_token, second.runs[name].first_token)

@@ -34,8 +34,11 @@ def test_a_long_prompt_is_prefilled_in_chunks_of_the_token_budget() -> None:
     trace = make_trace("long", [0.0], [1200], [2])
     run = simulate(trace, profile, FixedForPeak(1), RoundRobin(), SimConfig(initial_replicas=1))
     # Each chunk attends to what came before it and to itself: chunk x (computed + chunk) pairs.
-    chunks = [profile.step.seconds(512, 0, 0, 512 * 512), profile.step.seconds(512, 0, 512, 512 * 1024),
-              profile.step.seconds(176, 0, 1024, 176 * 1200)]
+    chunks = [
+        profile.step.seconds(512, 0, 0, 512 * 512),
+        profile.step.seconds(512, 0, 512, 512 * 1024),
+        profile.step.seconds(176, 0, 1024, 176 * 1200),
+    ]
     assert run.first_token[0] == pytest.approx(sum(chunks))
 
 

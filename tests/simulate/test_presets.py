@@ -32,8 +32,9 @@ def test_diurnal_rises_fourfold_to_its_peak_and_falls_back(profile: EngineProfil
     assert _rate(trace.arrival, 6900.0, 7200.0) / edge == pytest.approx(1.0, rel=0.2)
 
 
-def test_an_azure_preset_without_its_files_says_where_to_put_them(profile: EngineProfile, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_azure_preset_without_its_files_says_where_to_put_them(
+    profile: EngineProfile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SHOAL_AZURE_TRACE_DIR", str(tmp_path))
     with pytest.raises(TraceError, match=r"AzureLLMInferenceTrace_conv.csv is missing"):
         resolve_trace("azure-conv", profile)

@@ -53,8 +53,13 @@ def test_mm1_waiting_time_distribution_is_exponential_tailed() -> None:
     rng = np.random.default_rng(11)
     arrival = np.cumsum(rng.exponential(1.0 / arrival_rate, count))
     output = rng.geometric(STEP_S, count)
-    run = simulate(make_trace("mm1", arrival, np.ones(count, np.int64), output), profile, FixedForPeak(1),
-                   RoundRobin(), SimConfig(initial_replicas=1))
+    run = simulate(
+        make_trace("mm1", arrival, np.ones(count, np.int64), output),
+        profile,
+        FixedForPeak(1),
+        RoundRobin(),
+        SimConfig(initial_replicas=1),
+    )
     wait = run.first_token - arrival - STEP_S
     for t in (0.5, 1.5, 3.0):
         expected = arrival_rate * math.exp(-(1.0 - arrival_rate) * t)

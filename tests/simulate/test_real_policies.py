@@ -68,8 +68,11 @@ class CheckingRouting:
         for view in replicas:
             replica = self.by_name[view.replica_id]
             assert replica.phase == "ready"
-            assert (view.load_tokens, view.sequences, view.cached) == (replica.load_tokens, replica.in_flight,
-                                                                       replica.cache.blocks)
+            assert (view.load_tokens, view.sequences, view.cached) == (
+                replica.load_tokens,
+                replica.in_flight,
+                replica.cache.blocks,
+            )
         self.calls += 1
         self.sizes.add(len(replicas))
         return self.inner.decide(replicas, request)
@@ -80,8 +83,9 @@ def test_views_updated_in_place_are_what_the_gateway_would_build(profile: Engine
     snapshot a fresh build gives, in replica-id order, only ready replicas, through scale-ups and downs."""
     routing = CheckingRouting()
     policy = shoal.autoscale.ShoalPolicy(AutoscalingConfig(min_replicas=1, max_replicas=6))
-    simulator = FleetSimulator(poisson_trace(30.0, 3000, groups=4), profile, policy, routing,
-                               SimConfig(initial_replicas=1, tail_s=60.0))
+    simulator = FleetSimulator(
+        poisson_trace(30.0, 3000, groups=4), profile, policy, routing, SimConfig(initial_replicas=1, tail_s=60.0)
+    )
     routing.by_name = simulator.by_name
     simulator.run()
     assert routing.calls == sum(r is not None for r in simulator.routed_to) > 0  # the checks ran on every decision

@@ -15,14 +15,36 @@ from shoal.simulate.policies import POLICY_NAMES
 def test_simulate_writes_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = poisson_trace(6.0, 1500, groups=4)
     csv = tmp_path / "trace.csv"
-    rows = zip(trace.arrival, trace.prompt_tokens, trace.output_tokens, trace.prefix_group, trace.prefix_tokens, strict=True)
-    csv.write_text("timestamp,prompt_tokens,output_tokens,prefix_group,prefix_tokens\n"
-                   + "".join(f"{a},{p},{o},{'' if g < 0 else g},{x}\n" for a, p, o, g, x in rows))
+    rows = zip(
+        trace.arrival, trace.prompt_tokens, trace.output_tokens, trace.prefix_group, trace.prefix_tokens, strict=True
+    )
+    csv.write_text(
+        "timestamp,prompt_tokens,output_tokens,prefix_group,prefix_tokens\n"
+        + "".join(f"{a},{p},{o},{'' if g < 0 else g},{x}\n" for a, p, o, g, x in rows)
+    )
     profile = tmp_path / "profile.json"
     profile.write_text(small_profile().to_json())
     out, plots = tmp_path / "out.json", tmp_path / "plots"
-    code = main(["simulate", "--trace", str(csv), "--profile", str(profile), "--slo-ttft-p95", "1.5",
-                 "--replicas-max", "6", "--seed", "4", "--json", str(out), "--plots", str(plots), "--no-progress"])
+    code = main(
+        [
+            "simulate",
+            "--trace",
+            str(csv),
+            "--profile",
+            str(profile),
+            "--slo-ttft-p95",
+            "1.5",
+            "--replicas-max",
+            "6",
+            "--seed",
+            "4",
+            "--json",
+            str(out),
+            "--plots",
+            str(plots),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     table = capsys.readouterr().out
     assert all(name in table for name in POLICY_NAMES)

@@ -32,8 +32,14 @@ class AdmissionGate:
     """``held`` lists the held requests as ``{operation, kind, name}``; ``release(allow)`` answers them (and every
     later request) allowed or denied."""
 
-    def __init__(self, plane: ControlPlane, namespace: str, user: str, resources: tuple[str, ...] = ("deployments",),
-                 api_group: str = "apps") -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        namespace: str,
+        user: str,
+        resources: tuple[str, ...] = ("deployments",),
+        api_group: str = "apps",
+    ) -> None:
         self.plane, self.namespace, self.user = plane, namespace, user
         self.resources, self.api_group = resources, api_group
         self.name = f"shoal-test-gate-{namespace}"
@@ -69,8 +75,9 @@ class AdmissionGate:
                 response = {"uid": review["request"]["uid"], "allowed": allowed}
                 if not allowed:
                     response["status"] = {"code": 403, "message": "held by the test's admission gate, then refused"}
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": response}).encode()
+                body = json.dumps(
+                    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -89,8 +96,13 @@ class AdmissionGate:
             self._probed = self._probed or bool(request.get("dryRun"))
             return True
         with self._lock:
-            self.held.append({"operation": request["operation"], "kind": request["kind"]["kind"],
-                              "name": request.get("name") or request["object"]["metadata"]["name"]})
+            self.held.append(
+                {
+                    "operation": request["operation"],
+                    "kind": request["kind"]["kind"],
+                    "name": request.get("name") or request["object"]["metadata"]["name"],
+                }
+            )
         self._open.wait(HOLD_SECONDS)
         with self._lock:
             return self._allow
@@ -101,24 +113,45 @@ class AdmissionGate:
         webhook = {
             "name": "gate.shoal.test",
             "clientConfig": {"url": f"https://127.0.0.1:{port}/", "caBundle": ca},
-            "rules": [{"apiGroups": [self.api_group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                       "resources": list(self.resources), "scope": "Namespaced"}],
+            "rules": [
+                {
+                    "apiGroups": [self.api_group],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": list(self.resources),
+                    "scope": "Namespaced",
+                }
+            ],
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": self.namespace}},
-            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 30,
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 30,
         }
-        config = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-                  "metadata": {"name": self.name}, "webhooks": [webhook]}
+        config = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": self.name},
+            "webhooks": [webhook],
+        }
         self.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(config))
         eventually(self._in_force, 60, "the apiserver to call the admission gate")
         return self
 
     def _in_force(self) -> bool:
         """The apiserver reads webhook configurations through an informer: probe with an admin dry run."""
-        probe = {"apiVersion": "apps/v1", "kind": "Deployment",
-                 "metadata": {"name": "gate-probe", "namespace": self.namespace},
-                 "spec": {"selector": {"matchLabels": {"app": "probe"}}, "template": {
-                     "metadata": {"labels": {"app": "probe"}},
-                     "spec": {"containers": [{"name": "probe", "image": "probe"}]}}}}
+        probe = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "gate-probe", "namespace": self.namespace},
+            "spec": {
+                "selector": {"matchLabels": {"app": "probe"}},
+                "template": {
+                    "metadata": {"labels": {"app": "probe"}},
+                    "spec": {"containers": [{"name": "probe", "image": "probe"}]},
+                },
+            },
+        }
         self.plane.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(probe), check=False)
         return self._probed
 

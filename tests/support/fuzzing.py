@@ -31,8 +31,15 @@ class FuzzReport:
     answers: Counter[str] = field(default_factory=Counter)
 
 
-def fuzz(base_url: str, examples: int, model: str, timeout: float = 60.0, seed_value: int | None = None,
-         headers: Mapping[str, str] | None = None, max_tokens: int | None = None) -> FuzzReport:
+def fuzz(
+    base_url: str,
+    examples: int,
+    model: str,
+    timeout: float = 60.0,
+    seed_value: int | None = None,
+    headers: Mapping[str, str] | None = None,
+    max_tokens: int | None = None,
+) -> FuzzReport:
     """Sends up to ``examples`` generated requests per operation and mode (fewer where hypothesis runs out of
     distinct ones); derandomized unless ``seed_value`` is given. Valid bodies name ``model`` (a served one), so
     that they get past the model check into tokenizing, admission and generation; with ``max_tokens`` they ask
@@ -46,8 +53,13 @@ def fuzz(base_url: str, examples: int, model: str, timeout: float = 60.0, seed_v
             continue
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             send = _sender(result.ok(), mode, base_url, model, max_tokens, dict(headers or {}), timeout, report)
-            run = settings(max_examples=examples, deadline=None, database=None, derandomize=seed_value is None,
-                           suppress_health_check=list(HealthCheck))(given(st.data())(send))
+            run = settings(
+                max_examples=examples,
+                deadline=None,
+                database=None,
+                derandomize=seed_value is None,
+                suppress_health_check=list(HealthCheck),
+            )(given(st.data())(send))
             if seed_value is not None:
                 run = seed(seed_value)(run)
             with contextlib.suppress(Unsatisfiable):  # nothing invalid to generate (no parameters)
@@ -55,8 +67,16 @@ def fuzz(base_url: str, examples: int, model: str, timeout: float = 60.0, seed_v
     return report
 
 
-def _sender(operation: Any, mode: GenerationMode, base_url: str, model: str, max_tokens: int | None,
-            headers: dict[str, str], timeout: float, report: FuzzReport) -> Any:
+def _sender(
+    operation: Any,
+    mode: GenerationMode,
+    base_url: str,
+    model: str,
+    max_tokens: int | None,
+    headers: dict[str, str],
+    timeout: float,
+    report: FuzzReport,
+) -> Any:
     """One generated request of ``operation`` per call, sent and checked, into ``report``."""
     where = f"{operation.label} {mode.value}"
 

@@ -113,9 +113,15 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                    key_encipherment=False, data_encipherment=False, key_agreement=False,
-                    encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -262,10 +268,12 @@ class ControlPlane:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{
-                "name": "shoal-test",
-                "cluster": {"server": self.url, "certificate-authority-data": _b64(self.ca.cert_pem)},
-            }],
+            "clusters": [
+                {
+                    "name": "shoal-test",
+                    "cluster": {"server": self.url, "certificate-authority-data": _b64(self.ca.cert_pem)},
+                }
+            ],
             "users": [{"name": user, "user": auth}],
             "contexts": [{"name": "shoal-test", "context": {"cluster": "shoal-test", "user": user}}],
             "current-context": "shoal-test",
@@ -351,8 +359,12 @@ class ControlPlane:
         log_path = self.logs_dir / f"{name}.log"
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.workdir, start_new_session=True,
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                start_new_session=True,
             )
         component = Component(name, process, log_path)
         self.components.append(component)
@@ -372,19 +384,22 @@ class ControlPlane:
         client_port, peer_port = free_port(), free_port()
         client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
         self.etcd_url = client_url
-        etcd = self._spawn("etcd", [
-            str(self.bin_dir / "etcd"),
-            f"--data-dir={self.workdir / 'etcd'}",
-            "--name=shoal-test",
-            f"--listen-client-urls={client_url}",
-            f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=shoal-test={peer_url}",
-            "--listen-metrics-urls=",
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ])
+        etcd = self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                f"--data-dir={self.workdir / 'etcd'}",
+                "--name=shoal-test",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=shoal-test={peer_url}",
+                "--listen-metrics-urls=",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
 
         def healthy() -> bool:
             with urllib.request.urlopen(client_url + "/health", timeout=2) as response:
@@ -395,8 +410,13 @@ class ControlPlane:
     def _start_apiserver(self) -> None:
         serving_cert, serving_key = self.ca.issue(
             "kube-apiserver",
-            dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                       "kubernetes.default.svc.cluster.local"],
+            dns_names=[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
             ip_addresses=["127.0.0.1", "10.0.0.1"],
             server=True,
         )
@@ -408,13 +428,20 @@ class ControlPlane:
         # the aggregation layer's front proxy: without it, every controller logs a missing requestheader CA
         front_proxy_cert, front_proxy_key = self.ca.issue("front-proxy-client")
         files = {
-            "ca.key": self.ca.key_pem, "apiserver.crt": serving_cert, "apiserver.key": serving_key,
-            "admin.crt": admin_cert, "admin.key": admin_key, "sa.key": _pem_key(sa_key), "sa.pub": sa_pub,
-            "front-proxy.crt": front_proxy_cert, "front-proxy.key": front_proxy_key,
+            "ca.key": self.ca.key_pem,
+            "apiserver.crt": serving_cert,
+            "apiserver.key": serving_key,
+            "admin.crt": admin_cert,
+            "admin.key": admin_key,
+            "sa.key": _pem_key(sa_key),
+            "sa.pub": sa_pub,
+            "front-proxy.crt": front_proxy_cert,
+            "front-proxy.key": front_proxy_key,
         }
         paths = {name: self._write_pki(name, data) for name, data in files.items()}
         self._write_kubeconfig(
-            self.kubeconfig, "shoal-admin",
+            self.kubeconfig,
+            "shoal-admin",
             {"client-certificate-data": _b64(admin_cert), "client-key-data": _b64(admin_key)},
         )
         admission = [] if self.service_account_admission else ["--disable-admission-plugins=ServiceAccount"]
@@ -479,50 +506,67 @@ class ControlPlane:
             return
         kcm_port, scheduler_port, kwok_port = free_port(), free_port(), free_port()
         kubeconfig = str(self.kubeconfig)
-        kcm = self._spawn("kube-controller-manager", [
-            str(self.bin_dir / "kube-controller-manager"),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={kcm_port}",
-            "--leader-elect=false",
-            "--controllers=*",
-            f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
-            f"--root-ca-file={self.ca_file}",
-            f"--cluster-signing-cert-file={self.ca_file}",
-            f"--cluster-signing-key-file={self.pki_dir / 'ca.key'}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            f"--cert-dir={self.workdir / 'kcm-certs'}",
-            "--v=1",
-        ])
-        scheduler = self._spawn("kube-scheduler", [
-            str(self.bin_dir / "kube-scheduler"),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={scheduler_port}",
-            "--leader-elect=false",
-            f"--cert-dir={self.workdir / 'scheduler-certs'}",
-            "--v=1",
-        ])
-        kwok = self._spawn("kwok", [
-            str(self.bin_dir / "kwok"),
-            f"--kubeconfig={kubeconfig}",
-            f"--config={self._write_kwok_config()}",
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-            "--node-ip=10.1.0.1",
-            "--cidr=10.2.0.0/16",
-            f"--server-address=127.0.0.1:{kwok_port}",
-        ])
+        kcm = self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                "--leader-elect=false",
+                "--controllers=*",
+                f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
+                f"--root-ca-file={self.ca_file}",
+                f"--cluster-signing-cert-file={self.ca_file}",
+                f"--cluster-signing-key-file={self.pki_dir / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                f"--cert-dir={self.workdir / 'kcm-certs'}",
+                "--v=1",
+            ],
+        )
+        scheduler = self._spawn(
+            "kube-scheduler",
+            [
+                str(self.bin_dir / "kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={scheduler_port}",
+                "--leader-elect=false",
+                f"--cert-dir={self.workdir / 'scheduler-certs'}",
+                "--v=1",
+            ],
+        )
+        kwok = self._spawn(
+            "kwok",
+            [
+                str(self.bin_dir / "kwok"),
+                f"--kubeconfig={kubeconfig}",
+                f"--config={self._write_kwok_config()}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                "--node-ip=10.1.0.1",
+                "--cidr=10.2.0.0/16",
+                f"--server-address=127.0.0.1:{kwok_port}",
+            ],
+        )
         self.workloads = True
         for component, port in ((kcm, kcm_port), (scheduler, scheduler_port)):
-            wait_for(lambda port=port: self._healthz(port), what=f"{component.name} /healthz", timeout=90,
-                     component=component)
-        wait_for(lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
-                 what="the default ServiceAccount (controller-manager running)", timeout=90, component=kcm)
+            wait_for(
+                lambda port=port: self._healthz(port),
+                what=f"{component.name} /healthz",
+                timeout=90,
+                component=component,
+            )
+        wait_for(
+            lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
+            what="the default ServiceAccount (controller-manager running)",
+            timeout=90,
+            component=kcm,
+        )
         for index in range(gpu_nodes):
             self.add_gpu_node(f"gpu-node-{index}", gpus_per_node)
         wait_for(self.nodes_ready, what="kwok to mark the GPU nodes Ready", timeout=60, component=kwok)
@@ -535,8 +579,11 @@ class ControlPlane:
         controller declares both nodes unreachable and marks every pod on them NotReady, and kwok never readies
         a pod twice: a Deployment that was not yet seen available stays unavailable for good."""
         path = self.workdir / "kwok.yaml"
-        config = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
-                  "options": {"nodeLeaseDurationSeconds": NODE_LEASE_SECONDS}}
+        config = {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokConfiguration",
+            "options": {"nodeLeaseDurationSeconds": NODE_LEASE_SECONDS},
+        }
         path.write_text(yaml.safe_dump(config))
         return path
 
@@ -551,8 +598,12 @@ class ControlPlane:
     def nodes_ready(self) -> bool:
         """Every kwok node reports Ready."""
         out = self.kubectl(
-            "get", "nodes", "-l", "type=kwok",
-            "-o", "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}",
+            "get",
+            "nodes",
+            "-l",
+            "type=kwok",
+            "-o",
+            "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}",
         ).stdout.split()
         return bool(out) and all(status == "True" for status in out)
 
@@ -566,8 +617,11 @@ class ControlPlane:
                 "name": name,
                 "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
                 "labels": {
-                    "type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64", "nvidia.com/gpu.present": "true",
+                    "type": "kwok",
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "nvidia.com/gpu.present": "true",
                 },
             },
             "status": {"allocatable": resources, "capacity": resources},
@@ -593,4 +647,3 @@ class ControlPlane:
         """Stops every component, newest first (kwok and controllers before the apiserver, etcd last)."""
         for component in reversed(self.components):
             component.stop()
-

@@ -72,8 +72,9 @@ def up(directory: Path, minimal: bool) -> int:
     argv += ["--minimal"] if minimal else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])))
     with (directory / "supervisor.log").open("wb") as log:
-        supervisor = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      env=env, start_new_session=True)
+        supervisor = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
     deadline = time.monotonic() + 300
     while (state := _read_state(directory)) is None:
         if supervisor.poll() is not None or time.monotonic() > deadline:
@@ -105,8 +106,11 @@ def serve(directory: Path, minimal: bool) -> int:
         shutil.copyfile(plane.kubeconfig, directory / "kubeconfig")
         (directory / "kubeconfig").chmod(0o600)
         state = {
-            "supervisor_pid": os.getpid(), "component_pids": plane.pids(), "url": plane.url,
-            "version": plane.version(), "bin_dir": str(plane.bin_dir),
+            "supervisor_pid": os.getpid(),
+            "component_pids": plane.pids(),
+            "url": plane.url,
+            "version": plane.version(),
+            "bin_dir": str(plane.bin_dir),
         }
         (directory / "state.tmp").write_text(json.dumps(state))
         (directory / "state.tmp").rename(directory / "state.json")
@@ -114,8 +118,10 @@ def serve(directory: Path, minimal: bool) -> int:
         while not stopping:
             for component in plane.components:
                 if component.process.poll() is not None:
-                    print(f"{component.name} exited with {component.process.returncode}:\n{component.log_tail()}",
-                          flush=True)
+                    print(
+                        f"{component.name} exited with {component.process.returncode}:\n{component.log_tail()}",
+                        flush=True,
+                    )
                     stopping = True
             time.sleep(1)
     finally:

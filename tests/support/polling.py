@@ -10,7 +10,10 @@ import pytest
 
 
 def eventually(
-    check: Callable[[], Any], timeout: float = 60.0, what: str = "", interval: float = 0.3,
+    check: Callable[[], Any],
+    timeout: float = 60.0,
+    what: str = "",
+    interval: float = 0.3,
     detail: Callable[[], str] | None = None,
 ) -> Any:
     """Polls until ``check`` returns something truthy and returns it; fails the test with the last value and,
@@ -22,5 +25,6 @@ def eventually(
         if value:
             return value
         time.sleep(interval)
-    pytest.fail(f"{what or 'condition'} not met within {timeout}s (last value: {value!r})"
-                + (f"\n{detail()}" if detail else ""))
+    pytest.fail(
+        f"{what or 'condition'} not met within {timeout}s (last value: {value!r})" + (f"\n{detail()}" if detail else "")
+    )

@@ -34,7 +34,11 @@ def _spawn(name: str, argv: list[str], workdir: Path) -> Component:
     log_path = workdir / f"{name}.log"
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir,
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=workdir,
             start_new_session=True,
         )
     return Component(name, process, log_path)
@@ -105,17 +109,21 @@ def start_prometheus(workdir: Path, config: dict[str, Any] | None = None) -> Pro
         "scrape_configs": [{"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
     }
     config_path.write_text(yaml.safe_dump(config))
-    component = _spawn("prometheus", [
-        _binary("prometheus"),
-        f"--config.file={config_path}",
-        f"--storage.tsdb.path={workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--web.enable-lifecycle",
-        "--storage.tsdb.retention.time=1h",
-        # alerts that fire before the notifier has discovered Alertmanager are dropped and resent only after
-        # this delay (1 min by default): keep it short so an alert reaches Alertmanager within seconds
-        "--rules.alert.resend-delay=1s",
-    ], workdir)
+    component = _spawn(
+        "prometheus",
+        [
+            _binary("prometheus"),
+            f"--config.file={config_path}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+            "--storage.tsdb.retention.time=1h",
+            # alerts that fire before the notifier has discovered Alertmanager are dropped and resent only after
+            # this delay (1 min by default): keep it short so an alert reaches Alertmanager within seconds
+            "--rules.alert.resend-delay=1s",
+        ],
+        workdir,
+    )
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: _http_ok(url + "/-/ready"), what="Prometheus /-/ready", timeout=60, component=component)
     return Prometheus(url, port, workdir, component, config_path)
@@ -131,13 +139,17 @@ def start_alertmanager(workdir: Path, config: dict[str, Any] | None = None) -> S
         "receivers": [{"name": "null"}],
     }
     config_path.write_text(yaml.safe_dump(config))
-    component = _spawn("alertmanager", [
-        _binary("prometheus-alertmanager"),
-        f"--config.file={config_path}",
-        f"--storage.path={workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-    ], workdir)
+    component = _spawn(
+        "alertmanager",
+        [
+            _binary("prometheus-alertmanager"),
+            f"--config.file={config_path}",
+            f"--storage.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        workdir,
+    )
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: _http_ok(url + "/-/ready"), what="Alertmanager /-/ready", timeout=60, component=component)
     return Service(url, port, workdir, component)
@@ -147,10 +159,23 @@ def start_redis(workdir: Path, port: int | None = None) -> Service:
     """Starts redis-server on loopback without persistence (on ``port``, to bring a stopped one back)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    component = _spawn("redis", [
-        _binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-        "--dir", str(workdir),
-    ], workdir)
+    component = _spawn(
+        "redis",
+        [
+            _binary("redis-server"),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        workdir,
+    )
 
     def pong() -> bool:
         with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:

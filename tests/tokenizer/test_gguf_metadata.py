@@ -51,11 +51,19 @@ def test_every_value_type_round_trips(tmp_path: Path) -> None:
     writer.close()
     metadata = read_gguf_metadata(path)
     assert metadata == reference(path)
-    assert metadata["t.str"] == "Paris 🐟 東京" and metadata["t.u64"] == 2**63 + 5 and metadata["t.strs"] == ["a", "", "ü"]
+    assert (
+        metadata["t.str"] == "Paris 🐟 東京" and metadata["t.u64"] == 2**63 + 5 and metadata["t.strs"] == ["a", "", "ü"]
+    )
 
 
-@pytest.mark.parametrize("data", [b"NOPE" + bytes(20), b"GGUF" + b"\xff" * 64, b"GGUF\x03\x00\x00\x00" + bytes(8)
-                                  + (1).to_bytes(8, "little") + (1000).to_bytes(8, "little") + b"short"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"NOPE" + bytes(20),
+        b"GGUF" + b"\xff" * 64,
+        b"GGUF\x03\x00\x00\x00" + bytes(8) + (1).to_bytes(8, "little") + (1000).to_bytes(8, "little") + b"short",
+    ],
+)
 def test_a_malformed_file_is_an_error_naming_it(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / "broken.gguf"
     path.write_bytes(data)

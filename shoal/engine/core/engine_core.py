@@ -95,8 +95,9 @@ class EngineCore:
         tokenizer = Tokenizer.from_source(source)
         plan = plan_hardware(config, source)
         log_plan(plan)
-        model = load_model(source, plan.dtype, get_ops(config.attention_backend, plan.device), plan.device,
-                           plan.quantization)
+        model = load_model(
+            source, plan.dtype, get_ops(config.attention_backend, plan.device), plan.device, plan.quantization
+        )
         num_blocks = kv_cache_blocks(config, model.config, plan.dtype)
         length = max_model_len(config, model.config, num_blocks)
         block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)

@@ -108,11 +108,14 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error_response(internal_error())
 
 
-async def _generate(request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest],
-                    endpoint: ModuleType) -> Response:
+async def _generate(
+    request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest], endpoint: ModuleType
+) -> Response:
     """The path both generation endpoints share: read, validate, check the model, tokenize, admit, respond."""
     limit = settings.max_body_bytes
-    raw = await read_body(request.receive, request.headers.get("content-length"), limit, drain_limit=DRAIN_FACTOR * limit)
+    raw = await read_body(
+        request.receive, request.headers.get("content-length"), limit, drain_limit=DRAIN_FACTOR * limit
+    )
     req = validated(model, parse_json_object(raw))
     if req.model not in settings.served_model_names:
         raise model_not_found(req.model)
@@ -138,11 +141,18 @@ def _model_list(engine: AsyncEngine, settings: ServerSettings) -> ModelList:
     if core is None:
         return ModelList(data=[ModelCard(id=name) for name in settings.served_model_names])
     config = core.config
-    return ModelList(data=[
-        ModelCard(id=name, max_model_len=core.max_model_len, max_num_batched_tokens=config.max_num_batched_tokens,
-                  max_num_seqs=config.max_num_seqs, block_size=config.block_size)
-        for name in settings.served_model_names
-    ])
+    return ModelList(
+        data=[
+            ModelCard(
+                id=name,
+                max_model_len=core.max_model_len,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_num_seqs=config.max_num_seqs,
+                block_size=config.block_size,
+            )
+            for name in settings.served_model_names
+        ]
+    )
 
 
 def _add_model_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:

@@ -182,14 +182,15 @@ class AsyncEngine:
             self.metrics.observe_rejected("draining")
             raise service_unavailable("The server is shutting down.", retry_after_s=1)
         if len(children) > self.max_waiting:  # could never be admitted: the client's mistake, not a busy server
-            raise invalid_request(f"This request has {len(children)} sequences (prompts x n); at most "
-                                  f"{self.max_waiting} are accepted at once.", param="n")
+            raise invalid_request(
+                f"This request has {len(children)} sequences (prompts x n); at most "
+                f"{self.max_waiting} are accepted at once.",
+                param="n",
+            )
         waiting = len(self._routes) - self._num_running
         if waiting + len(children) > self.max_waiting:
             self.metrics.observe_rejected("queue_full")
-            raise service_unavailable(
-                f"Too many requests waiting ({waiting}); try again shortly.", retry_after_s=1
-            )
+            raise service_unavailable(f"Too many requests waiting ({waiting}); try again shortly.", retry_after_s=1)
         child_ids = [f"{request_id}-{child.index}" for child in children]
         if any(cid in self._routes for cid in child_ids):
             raise invalid_request(f"Request id {request_id!r} is already in flight.", param="X-Request-Id")

@@ -8,21 +8,41 @@ import argparse
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="Serve a model over an OpenAI-compatible HTTP API.")
     p.add_argument("--model", required=True, help="model name (e.g. smollm2-135m) or checkpoint path")
-    p.add_argument("--served-model-name", action="append", default=None,
-                   help="name clients use (repeatable); default: the model's own name and --model")
+    p.add_argument(
+        "--served-model-name",
+        action="append",
+        default=None,
+        help="name clients use (repeatable); default: the model's own name and --model",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     engine = p.add_argument_group("engine")
-    engine.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-                        help="auto: bf16 on CPUs with native bf16 (avx512_bf16/AMX), else fp32; on CUDA the "
-                             "checkpoint's half-precision dtype")
-    engine.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                        help="auto: cuda when a CUDA GPU is available, else cpu")
-    engine.add_argument("--quantization", default="auto", choices=("auto", "none", "int4", "int8"),
-                        help="weight-only quantized copies for small decode batches (CPU, bf16); auto: int4 "
-                             "for a GGUF file with Q4_0/Q4_1 weights, none otherwise")
-    engine.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads; default: all CPUs but one, left to the event loop")
+    engine.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="auto: bf16 on CPUs with native bf16 (avx512_bf16/AMX), else fp32; on CUDA the "
+        "checkpoint's half-precision dtype",
+    )
+    engine.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        help="auto: cuda when a CUDA GPU is available, else cpu",
+    )
+    engine.add_argument(
+        "--quantization",
+        default="auto",
+        choices=("auto", "none", "int4", "int8"),
+        help="weight-only quantized copies for small decode batches (CPU, bf16); auto: int4 "
+        "for a GGUF file with Q4_0/Q4_1 weights, none otherwise",
+    )
+    engine.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads; default: all CPUs but one, left to the event loop",
+    )
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--max-num-batched-tokens", type=int, default=2048)
     engine.add_argument("--max-num-seqs", type=int, default=128)
@@ -33,15 +53,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--attention-backend", default=None, choices=("torch", "triton"))
     engine.add_argument("--seed", type=int, default=0)
     server = p.add_argument_group("server")
-    server.add_argument("--max-waiting-requests", type=int, default=512,
-                        help="requests waiting for the batch beyond which new ones get 503")
-    server.add_argument("--request-timeout", type=float, default=600.0,
-                        help="seconds a request may generate before it is aborted")
+    server.add_argument(
+        "--max-waiting-requests",
+        type=int,
+        default=512,
+        help="requests waiting for the batch beyond which new ones get 503",
+    )
+    server.add_argument(
+        "--request-timeout", type=float, default=600.0, help="seconds a request may generate before it is aborted"
+    )
     server.add_argument("--max-body-bytes", type=int, default=1024 * 1024)
-    server.add_argument("--stream-buffer", type=int, default=64,
-                        help="pending output chunks per request before they are merged")
-    server.add_argument("--shutdown-grace", type=float, default=30.0,
-                        help="seconds in-flight requests may finish after SIGTERM")
+    server.add_argument(
+        "--stream-buffer", type=int, default=64, help="pending output chunks per request before they are merged"
+    )
+    server.add_argument(
+        "--shutdown-grace", type=float, default=30.0, help="seconds in-flight requests may finish after SIGTERM"
+    )
     server.add_argument("--log-level", default="info")
     p.set_defaults(func=_serve)
 

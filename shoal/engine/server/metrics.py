@@ -47,7 +47,11 @@ class _StatsCollector(Collector):
             family.add_metric([self._model], value)
             yield family
         counters = (
-            ("prefix_cache_queries_tokens", "Prompt tokens looked up in the prefix cache.", stats.prefix_queried_tokens),
+            (
+                "prefix_cache_queries_tokens",
+                "Prompt tokens looked up in the prefix cache.",
+                stats.prefix_queried_tokens,
+            ),
             ("prefix_cache_hits_tokens", "Prompt tokens found in the prefix cache.", stats.prefix_hit_tokens),
             ("preemptions", "Requests preempted (KV blocks reclaimed, recomputed later).", stats.num_preemptions),
             ("prompt_tokens", "Prompt tokens computed (prefilled).", stats.prompt_tokens),
@@ -74,7 +78,9 @@ class ServerMetrics:
             return Histogram(f"{PREFIX}_{name}", doc, ["model"], registry=reg, buckets=tuple(buckets)).labels(model)
 
         self.ttft = histogram("time_to_first_token_seconds", "Arrival to first generated token.", TTFT_BUCKETS)
-        self.itl = histogram("inter_token_latency_seconds", "Time between consecutive tokens of a request.", FAST_BUCKETS)
+        self.itl = histogram(
+            "inter_token_latency_seconds", "Time between consecutive tokens of a request.", FAST_BUCKETS
+        )
         self.e2e = histogram("e2e_request_latency_seconds", "Arrival to finish.", SLOW_BUCKETS)
         self.queue = histogram("queue_time_seconds", "Arrival to first scheduled.", SLOW_BUCKETS)
         self.prefill = histogram("prefill_time_seconds", "First scheduled to first token.", TTFT_BUCKETS)

@@ -55,7 +55,9 @@ class Delta:
         logprobs = None
         if self.logprobs is not None or later.logprobs is not None:
             logprobs = (self.logprobs or []) + (later.logprobs or [])
-        return replace(later, token_ids=self.token_ids + later.token_ids, text=self.text + later.text, logprobs=logprobs)
+        return replace(
+            later, token_ids=self.token_ids + later.token_ids, text=self.text + later.text, logprobs=logprobs
+        )
 
 
 class StreamFailed(Exception):

@@ -124,7 +124,12 @@ def run(args: argparse.Namespace) -> int:
     )
     app = build_app(engine, ServerSettings(served_model_names=names, max_body_bytes=args.max_body_bytes))
     server_config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_config=None, access_log=False, timeout_graceful_shutdown=5,
+        app,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
     )
     server = DrainingServer(server_config, engine, args.shutdown_grace)
     engine.on_dead = server.stop_after_engine_death

@@ -29,12 +29,34 @@ MAX_SPLITS = 16
 
 @triton.jit
 def _decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-    out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr,
-    qk_scale, num_blocks, table_width,
-    stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_bt, stride_ot, stride_oh,
-    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, UPCAST: tl.constexpr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    part_acc_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    qk_scale,
+    num_blocks,
+    table_width,
+    stride_qt,
+    stride_qh,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    stride_bt,
+    stride_ot,
+    stride_oh,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    UPCAST: tl.constexpr,
     FP32_DOTS: tl.constexpr,
 ):
     seq = tl.program_id(0)
@@ -50,7 +72,8 @@ def _decode_kernel(
     d_mask = offs_d < HEAD_DIM
     q = tl.load(
         q_ptr + seq * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-        mask=g_mask[:, None] & d_mask[None, :], other=0.0,
+        mask=g_mask[:, None] & d_mask[None, :],
+        other=0.0,
     )
     if UPCAST:
         q = q.to(tl.float32)
@@ -67,9 +90,28 @@ def _decode_kernel(
     table_ptr = block_tables_ptr + seq * stride_bt
     for tile in range(tile_lo, tile_hi):
         acc, m_i, l_i = attend_kv_tile(
-            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table_ptr, tile * BLOCK_N + offs_n, seq_len, last_pos,
-            qk_scale, num_blocks, table_width, kv_head, stride_cb, stride_ct, stride_ch, offs_d, d_mask,
-            BLOCK_SIZE, UPCAST, FP32_DOTS,
+            q,
+            acc,
+            m_i,
+            l_i,
+            k_cache_ptr,
+            v_cache_ptr,
+            table_ptr,
+            tile * BLOCK_N + offs_n,
+            seq_len,
+            last_pos,
+            qk_scale,
+            num_blocks,
+            table_width,
+            kv_head,
+            stride_cb,
+            stride_ct,
+            stride_ch,
+            offs_d,
+            d_mask,
+            BLOCK_SIZE,
+            UPCAST,
+            FP32_DOTS,
         )
 
     out_mask = g_mask[:, None] & d_mask[None, :]
@@ -77,7 +119,8 @@ def _decode_kernel(
         out = acc / l_i[:, None]
         tl.store(
             out_ptr + seq * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
-            out.to(out_ptr.dtype.element_ty), mask=out_mask,
+            out.to(out_ptr.dtype.element_ty),
+            mask=out_mask,
         )
     else:
         num_heads = tl.num_programs(1) * GROUP
@@ -89,8 +132,16 @@ def _decode_kernel(
 
 @triton.jit
 def _merge_kernel(
-    out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+    out_ptr,
+    part_acc_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    stride_ot,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_SPLITS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -106,7 +157,8 @@ def _merge_kernel(
     out = tl.sum(acc * weight[:, None], 0) / tl.sum(sums * weight, 0)
     tl.store(
         out_ptr + seq * stride_ot + head * stride_oh + offs_d,
-        out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM,
+        out.to(out_ptr.dtype.element_ty),
+        mask=offs_d < HEAD_DIM,
     )
 
 
@@ -145,19 +197,48 @@ def paged_decode_attention(
     else:
         part_acc = part_max = part_sum = out
     _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
-        query, k_cache, v_cache, block_tables, seq_lens,
-        out, part_acc, part_max, part_sum,
-        scale * LOG2E, num_blocks, block_tables.shape[1],
-        query.stride(0), query.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0), out.stride(0), out.stride(1),
-        GROUP=group, BLOCK_G=pow2(group, 16), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        BLOCK_SIZE=block_size, BLOCK_N=BLOCK_N, NUM_SPLITS=num_splits,
+        query,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        out,
+        part_acc,
+        part_max,
+        part_sum,
+        scale * LOG2E,
+        num_blocks,
+        block_tables.shape[1],
+        query.stride(0),
+        query.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        GROUP=group,
+        BLOCK_G=pow2(group, 16),
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_SIZE=block_size,
+        BLOCK_N=BLOCK_N,
+        NUM_SPLITS=num_splits,
         UPCAST=upcast_dots(query.dtype),
-        FP32_DOTS=fp32_dots(query.dtype), num_warps=NUM_WARPS,
+        FP32_DOTS=fp32_dots(query.dtype),
+        num_warps=NUM_WARPS,
     )
     if num_splits > 1:
         _merge_kernel[(num_seqs, num_heads)](
-            out, part_acc, part_max, part_sum, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits, BLOCK_SPLITS=pow2(num_splits),
+            out,
+            part_acc,
+            part_max,
+            part_sum,
+            out.stride(0),
+            out.stride(1),
+            HEAD_DIM=head_dim,
+            BLOCK_D=block_d,
+            NUM_SPLITS=num_splits,
+            BLOCK_SPLITS=pow2(num_splits),
         )
     return out

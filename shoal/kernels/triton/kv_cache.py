@@ -17,9 +17,20 @@ from shoal.kernels.triton.launch import pow2
 
 @triton.jit
 def _write_kv_kernel(
-    key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr, num_slots,
-    stride_kt, stride_kh, stride_vt, stride_vh,
-    NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    key_ptr,
+    value_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_mapping_ptr,
+    num_slots,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    NUM_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     token = tl.program_id(0)
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
@@ -45,7 +56,18 @@ def write_kv_cache(
     if num_tokens == 0:
         return
     _write_kv_kernel[(num_tokens,)](
-        key, value, k_cache, v_cache, slot_mapping, k_cache.shape[0] * k_cache.shape[1],
-        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_H=pow2(num_kv_heads), BLOCK_D=pow2(head_dim),
+        key,
+        value,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        k_cache.shape[0] * k_cache.shape[1],
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        NUM_KV_HEADS=num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_H=pow2(num_kv_heads),
+        BLOCK_D=pow2(head_dim),
     )

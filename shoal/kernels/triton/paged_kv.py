@@ -16,10 +16,28 @@ LOG2E = 1.4426950408889634  # launchers multiply the softmax scale by it: exp(x)
 
 @triton.jit
 def attend_kv_tile(
-    q, acc, m_i, l_i,
-    k_cache_ptr, v_cache_ptr, table_ptr, pos, key_end, last_pos, qk_scale, num_blocks, table_width,
-    kv_head, stride_cb, stride_ct, stride_ch, offs_d, d_mask,
-    BLOCK_SIZE: tl.constexpr, UPCAST: tl.constexpr, FP32_DOTS: tl.constexpr,
+    q,
+    acc,
+    m_i,
+    l_i,
+    k_cache_ptr,
+    v_cache_ptr,
+    table_ptr,
+    pos,
+    key_end,
+    last_pos,
+    qk_scale,
+    num_blocks,
+    table_width,
+    kv_head,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    offs_d,
+    d_mask,
+    BLOCK_SIZE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    FP32_DOTS: tl.constexpr,
 ):
     col = pos // BLOCK_SIZE
     valid = (pos < key_end) & (col < table_width)

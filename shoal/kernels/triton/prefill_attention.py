@@ -33,11 +33,33 @@ def num_warps(block_d: int) -> int:
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_loc_ptr, out_ptr,
-    qk_scale, num_blocks, table_width, num_tokens,
-    stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_bt, stride_ot, stride_oh,
-    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_Q: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    query_start_loc_ptr,
+    out_ptr,
+    qk_scale,
+    num_blocks,
+    table_width,
+    num_tokens,
+    stride_qt,
+    stride_qh,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    stride_bt,
+    stride_ot,
+    stride_oh,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
     FP32_DOTS: tl.constexpr,
 ):
     seq = tl.program_id(0)
@@ -71,16 +93,36 @@ def _prefill_kernel(
     table_ptr = block_tables_ptr + seq * stride_bt
     for start in range(0, key_end, BLOCK_N):
         acc, m_i, l_i = attend_kv_tile(
-            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table_ptr, start + offs_n, key_end, q_pos,
-            qk_scale, num_blocks, table_width, kv_head, stride_cb, stride_ct, stride_ch, offs_d, d_mask,
-            BLOCK_SIZE, UPCAST, FP32_DOTS,
+            q,
+            acc,
+            m_i,
+            l_i,
+            k_cache_ptr,
+            v_cache_ptr,
+            table_ptr,
+            start + offs_n,
+            key_end,
+            q_pos,
+            qk_scale,
+            num_blocks,
+            table_width,
+            kv_head,
+            stride_cb,
+            stride_ct,
+            stride_ch,
+            offs_d,
+            d_mask,
+            BLOCK_SIZE,
+            UPCAST,
+            FP32_DOTS,
         )
 
     out = acc / l_i[:, None]
     o_rows = (q_start + token).to(tl.int64) * stride_ot + heads * stride_oh
     tl.store(
         out_ptr + o_rows[:, None] + offs_d[None, :],
-        out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & d_mask[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=row_valid[:, None] & d_mask[None, :],
     )
 
 
@@ -108,12 +150,34 @@ def paged_prefill_attention(
     if num_tokens == 0 or num_seqs == 0:
         return out
     _prefill_kernel[(num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads)](
-        query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out,
-        scale * LOG2E, num_blocks, block_tables.shape[1], num_tokens,
-        query.stride(0), query.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0), out.stride(0), out.stride(1),
-        GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_D=pow2(head_dim, 16),
-        BLOCK_SIZE=block_size, BLOCK_N=BLOCK_N, UPCAST=upcast_dots(query.dtype),
-        FP32_DOTS=fp32_dots(query.dtype), num_warps=num_warps(pow2(head_dim, 16)),
+        query,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        query_start_loc,
+        out,
+        scale * LOG2E,
+        num_blocks,
+        block_tables.shape[1],
+        num_tokens,
+        query.stride(0),
+        query.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        GROUP=group,
+        BLOCK_G=block_g,
+        BLOCK_Q=block_q,
+        HEAD_DIM=head_dim,
+        BLOCK_D=pow2(head_dim, 16),
+        BLOCK_SIZE=block_size,
+        BLOCK_N=BLOCK_N,
+        UPCAST=upcast_dots(query.dtype),
+        FP32_DOTS=fp32_dots(query.dtype),
+        num_warps=num_warps(pow2(head_dim, 16)),
     )
     return out

@@ -19,9 +19,19 @@ from shoal.kernels.triton.launch import pow2
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, residual_ptr, weight_ptr, out_ptr, sum_ptr, eps, hidden,
-    stride_x, stride_r, stride_out, stride_sum,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    sum_ptr,
+    eps,
+    hidden,
+    stride_x,
+    stride_r,
+    stride_out,
+    stride_sum,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
@@ -51,9 +61,20 @@ def _launch(
     block = pow2(hidden)
     if rows.shape[0]:
         _rms_norm_kernel[(rows.shape[0],)](
-            rows, res, weight, out, total, eps, hidden,
-            rows.stride(0), res.stride(0), out.stride(0), total.stride(0),
-            HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=min(16, max(4, block // 512)),
+            rows,
+            res,
+            weight,
+            out,
+            total,
+            eps,
+            hidden,
+            rows.stride(0),
+            res.stride(0),
+            out.stride(0),
+            total.stride(0),
+            HAS_RESIDUAL=residual is not None,
+            BLOCK=block,
+            num_warps=min(16, max(4, block // 512)),
         )
     return out.view(x.shape), total.view(x.shape)
 

@@ -18,8 +18,9 @@ from shoal.kernels.triton.launch import pow2
 
 
 @triton.jit
-def _rotate_heads(x_ptr, stride_h, num_heads, cos, sin, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
-                  BLOCK_HALF: tl.constexpr):
+def _rotate_heads(
+    x_ptr, stride_h, num_heads, cos, sin, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr
+):
     offs_h = tl.arange(0, BLOCK_H)
     offs = tl.arange(0, BLOCK_HALF)
     mask = (offs_h[:, None] < num_heads) & (offs[None, :] < HALF)
@@ -32,9 +33,22 @@ def _rotate_heads(x_ptr, stride_h, num_heads, cos, sin, HALF: tl.constexpr, BLOC
 
 @triton.jit
 def _rotary_kernel(
-    positions_ptr, q_ptr, k_ptr, cache_ptr, max_position, num_heads, num_kv_heads,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_cache,
-    HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_KVH: tl.constexpr,
+    positions_ptr,
+    q_ptr,
+    k_ptr,
+    cache_ptr,
+    max_position,
+    num_heads,
+    num_kv_heads,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_cache,
+    HALF: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_KVH: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     pos = tl.load(positions_ptr + token).to(tl.int64)
@@ -56,8 +70,21 @@ def rotary_embedding_(
     half = cos_sin_cache.shape[-1] // 2
     if num_tokens:
         _rotary_kernel[(num_tokens,)](
-            positions, query, key, cos_sin_cache, cos_sin_cache.shape[0], num_heads, num_kv_heads,
-            query.stride(0), query.stride(1), key.stride(0), key.stride(1), cos_sin_cache.stride(0),
-            HALF=half, BLOCK_HALF=pow2(half), BLOCK_H=pow2(num_heads), BLOCK_KVH=pow2(num_kv_heads),
+            positions,
+            query,
+            key,
+            cos_sin_cache,
+            cos_sin_cache.shape[0],
+            num_heads,
+            num_kv_heads,
+            query.stride(0),
+            query.stride(1),
+            key.stride(0),
+            key.stride(1),
+            cos_sin_cache.stride(0),
+            HALF=half,
+            BLOCK_HALF=pow2(half),
+            BLOCK_H=pow2(num_heads),
+            BLOCK_KVH=pow2(num_kv_heads),
         )
     return query, key

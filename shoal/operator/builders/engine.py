@@ -35,15 +35,24 @@ def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
     engine = spec.engine
     args = [
         "serve",
-        "--model", spec.model.source,
-        "--served-model-name", spec.served_name,
-        "--host", "0.0.0.0",
-        "--port", str(ENGINE_PORT),
-        "--dtype", engine.dtype,
-        "--block-size", str(engine.block_size),
-        "--max-num-seqs", str(engine.max_num_seqs),
-        "--device", "cuda" if engine.resources.gpus else "cpu",
-        "--attention-backend", "triton" if engine.resources.gpus else "torch",
+        "--model",
+        spec.model.source,
+        "--served-model-name",
+        spec.served_name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ENGINE_PORT),
+        "--dtype",
+        engine.dtype,
+        "--block-size",
+        str(engine.block_size),
+        "--max-num-seqs",
+        str(engine.max_num_seqs),
+        "--device",
+        "cuda" if engine.resources.gpus else "cpu",
+        "--attention-backend",
+        "triton" if engine.resources.gpus else "torch",
     ]
     if engine.max_model_len is not None:
         args += ["--max-model-len", str(engine.max_model_len)]
@@ -52,15 +61,30 @@ def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
     return args + list(engine.extra_args)
 
 
-_SUFFIXES: dict[str, int | Fraction] = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-             "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_SUFFIXES: dict[str, int | Fraction] = {
+    "": 1,
+    "m": Fraction(1, 1000),
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 def quantity_bytes(quantity: str) -> int:
     """A Kubernetes memory quantity ("8Gi", "512M", "1000", even "500m") as whole bytes, rounded up as the
     kubelet rounds memory; exact (a ``Fraction``), so "1.1Gi" is not off by a float's last bit."""
     number = quantity.rstrip("kKMGTPEim")
-    return math.ceil(Fraction(number) * _SUFFIXES[quantity[len(number):]])
+    return math.ceil(Fraction(number) * _SUFFIXES[quantity[len(number) :]])
 
 
 def _resources(spec: InferenceDeploymentSpec) -> dict[str, Any]:
@@ -112,9 +136,7 @@ def engine_container(spec: InferenceDeploymentSpec) -> dict[str, Any]:
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT],
     }
     if spec.model.volume is not None:
-        container["volumeMounts"].append(
-            {"name": "model", "mountPath": spec.model.volume.mount_path, "readOnly": True}
-        )
+        container["volumeMounts"].append({"name": "model", "mountPath": spec.model.volume.mount_path, "readOnly": True})
     return container
 
 

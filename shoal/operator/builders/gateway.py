@@ -94,7 +94,8 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
     config_hash = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     probe = {"periodSeconds": 5, "timeoutSeconds": 3}
     volumes: list[dict[str, Any]] = [
-        SCRATCH_VOLUME, {"name": "api-keys", "secret": {"secretName": api_key_secret_ref(owner, spec).name}}
+        SCRATCH_VOLUME,
+        {"name": "api-keys", "secret": {"secretName": api_key_secret_ref(owner, spec).name}},
     ]
     mounts: list[dict[str, Any]] = [SCRATCH_MOUNT, {"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True}]
     if spec.model.volume is not None:  # the gateway tokenizes prompts with the model's own tokenizer

@@ -20,14 +20,18 @@ OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "shoal", COMPONENT_LABEL: "oper
 
 def engine_network_policy(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, Any]:
     port = [{"protocol": "TCP", "port": ENGINE_PORT}]
-    scrapers = {"namespaceSelector": {}, "podSelector": {"matchLabels": dict(spec.network_policy.prometheus_pod_labels)}}
+    scrapers = {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": dict(spec.network_policy.prometheus_pod_labels)},
+    }
     ingress = [
         {"from": [{"podSelector": {"matchLabels": owner.selector("gateway")}}], "ports": port},
         {"from": [scrapers], "ports": port},
     ]
     if spec.autoscaling.enabled and spec.autoscaling.metrics.source == "scrape":  # the autoscaler reads /metrics
-        ingress.append({"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": OPERATOR_POD_LABELS}}],
-                        "ports": port})
+        ingress.append(
+            {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": OPERATOR_POD_LABELS}}], "ports": port}
+        )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
