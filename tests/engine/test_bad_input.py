@@ -61,6 +61,9 @@ def test_bad_requests_leave_their_batch_mates_untouched(engine: EngineCore) -> N
     with pytest.raises(InvalidRequestError) as outside:
         engine.add_request("oov", [3, 10**6], GOOD)
     assert outside.value.field == "prompt" and "1000000" in str(outside.value)
+    with pytest.raises(InvalidRequestError) as stop_outside:  # min_tokens bans stop ids by indexing the logits
+        engine.add_request("stop-oov", [3, 4], SamplingParams(max_tokens=4, min_tokens=2, stop_token_ids=[10**6]))
+    assert stop_outside.value.field == "stop_token_ids" and "1000000" in str(stop_outside.value)
     with pytest.raises(InvalidRequestError) as empty:
         engine.add_request("empty", [], GOOD)
     assert empty.value.field == "prompt"

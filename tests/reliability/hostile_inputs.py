@@ -55,6 +55,11 @@ HOSTILE: list[tuple[str, str, bytes]] = [
     ("token ids past 32 bits", "completions", _json({"model": M, "prompt": [2**33] * 20})),
     ("huge stop_token_ids", "completions", _json({"model": M, "prompt": "x", "stop_token_ids": [2**70]})),
     (
+        "stop_token_ids outside the vocabulary",
+        "chat/completions",
+        _json({"model": M, "messages": CHAT, "stop_token_ids": [542, 10**6], "min_tokens": 2, "max_tokens": 4}),
+    ),
+    (
         "thousands of messages",
         "chat/completions",
         _json({"model": M, "messages": [{"role": "user", "content": "hi"}] * 20_000}),

@@ -140,6 +140,7 @@ class EngineCore:
         if request_id in self._tracked:
             raise InvalidRequestError("request_id", f"{request_id!r} is already in the engine")
         params.validate()
+        self._check_in_vocabulary("stop_token_ids", params.stop_token_ids)
         token_ids = self._prompt_token_ids(prompt)
         if len(token_ids) >= self.max_model_len:
             raise InvalidRequestError(
@@ -222,13 +223,17 @@ class EngineCore:
             token_ids = self.tokenizer.encode(prompt)
         else:
             token_ids = list(prompt)
-            vocab = self.model_config.vocab_size
-            bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
-            if bad is not None:
-                raise InvalidRequestError("prompt", f"token id {bad!r} is outside the vocabulary [0, {vocab})")
+            self._check_in_vocabulary("prompt", token_ids)
         if not token_ids:
             raise InvalidRequestError("prompt", "the prompt is empty")
         return token_ids
+
+    def _check_in_vocabulary(self, field: str, token_ids: list[int]) -> None:
+        """A token id the model has no logit for would fail a step for the whole batch, so it is refused here."""
+        vocab = self.model_config.vocab_size
+        bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
+        if bad is not None:
+            raise InvalidRequestError(field, f"token id {bad!r} is outside the vocabulary [0, {vocab})")
 
     def _on_token(self, request: Request, logprobs: SampleLogprobs | None, now: float) -> RequestOutput:
         token_id = request.all_token_ids[-1]

@@ -36,7 +36,7 @@ from shoal.engine.core.outputs import EngineStats, RequestOutput
 from shoal.engine.core.sampling_params import SamplingParams
 from shoal.engine.server.kv_event_hub import Follower, KVEventHub
 from shoal.engine.server.metrics import ServerMetrics
-from shoal.engine.server.output_stream import Delta, RequestStream
+from shoal.engine.server.output_stream import Delta, RequestStream, StreamFailed
 from shoal.engine.server.request_params import engine_error
 from shoal.protocol.errors import invalid_request, service_unavailable
 
@@ -126,6 +126,7 @@ class AsyncEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         # Loop-side state (touched only on the event loop).
         self._routes: dict[str, tuple[RequestStream, int]] = {}
+        self._adding: dict[str, Future[None]] = {}  # admissions the step thread has not answered yet
         self._num_running = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -200,6 +201,7 @@ class AsyncEngine:
         self._idle.clear()
         added: Future[None] = Future()
         arrival = time.monotonic()
+        self._adding[request_id] = added
         self._post(lambda: self._add_all(core, child_ids, children, arrival, added))
         generation = Generation(self, request_id, child_ids, stream)
         try:
@@ -208,9 +210,14 @@ class AsyncEngine:
             self._forget(child_ids)
             self.metrics.observe_rejected("invalid")
             raise engine_error(exc) from None
+        except StreamFailed:
+            generation.close()
+            raise service_unavailable("The engine has stopped.", retry_after_s=5) from None
         except BaseException:
             generation.close()
             raise
+        finally:
+            self._adding.pop(request_id, None)
         if self.request_timeout_s is not None:
             generation.limit_time(self.request_timeout_s)
         return generation
@@ -254,11 +261,15 @@ class AsyncEngine:
                 self._forget([out.request_id])
 
     def _fail_all(self, error: BaseException) -> None:
-        streams = {stream for stream, _ in self._routes.values()}
+        # the n choices of a request share one stream; streams are dataclasses (unhashable), so dedupe by identity
+        streams = list({id(stream): stream for stream, _ in self._routes.values()}.values())
         self._routes.clear()
         self._idle.set()
         for stream in streams:
             stream.fail(error)
+        for added in self._adding.values():  # the step thread is gone: nobody else will answer these
+            if not added.done():
+                added.set_exception(StreamFailed(str(error)))
 
     # ---- the step thread -------------------------------------------------------------------------------
 
