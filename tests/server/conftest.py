@@ -39,11 +39,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> It
 
 
 @pytest.fixture(scope="session")
-def constrained_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[ServeProcess]:
-    """One sequence at a time, two may wait, and each may generate for 0.3 s: admission and time limits."""
+def constrained_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """One sequence at a time, two may wait, and each may generate for 0.3 s: admission and time limits. Its model
+    has 4,096 positions, so a request can ask for more tokens than any machine generates in 0.3 s."""
     yield from _start(
         tmp_path_factory,
-        tiny_model_dir,
+        build_tiny_model(tmp_path_factory.mktemp("server-tiny-llama-4k"), context=4096),
         "--max-num-seqs",
         "1",
         "--max-waiting-requests",

@@ -21,9 +21,9 @@ from tiny_checkpoints import build_checkpoint  # noqa: E402
 TINY_MODEL_NAME = "tiny-llama"
 
 
-def build_tiny_model(directory: Path) -> Path:
-    """A tiny random Llama (vocab 384, context 256) with a ChatML template."""
-    return build_checkpoint(directory, "llama", seed=1)
+def build_tiny_model(directory: Path, context: int = 256) -> Path:
+    """A tiny random Llama (vocab 384, ``context`` positions) with a ChatML template."""
+    return build_checkpoint(directory, "llama", seed=1, max_position_embeddings=context)
 
 
 class ServeProcess(LocalProcess):

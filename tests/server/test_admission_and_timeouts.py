@@ -11,15 +11,16 @@ from serve_harness import ServeProcess, wait_for
 from shoal.local import metric, metric_values
 
 pytestmark = pytest.mark.timeout(120)
+LONG = 4000  # tokens: seconds of decoding even for the tiny model on an idle machine, against a 0.3 s limit
 
 
 def _long(server: ServeProcess) -> httpx.Response:
-    body = {"model": server.model_name, "prompt": "go on and on", "max_tokens": 240, "ignore_eos": True}
+    body = {"model": server.model_name, "prompt": "go on and on", "max_tokens": LONG, "ignore_eos": True}
     return httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
 
 
 def test_full_queue_gets_503_and_admitted_requests_time_out(constrained_server: ServeProcess) -> None:
-    """One may run and two may wait; each may generate for 0.3 s, far less than 240 tokens take."""
+    """One may run and two may wait; each may generate for 0.3 s, far less than LONG tokens take."""
     with ThreadPoolExecutor(8) as pool:
         responses = list(pool.map(lambda _: _long(constrained_server), range(8)))
     refused = [r for r in responses if r.status_code == 503]
@@ -30,7 +31,7 @@ def test_full_queue_gets_503_and_admitted_requests_time_out(constrained_server: 
     for r in served:
         choice = r.json()["choices"][0]
         assert choice["finish_reason"] == "abort"
-        assert r.json()["usage"]["completion_tokens"] < 240
+        assert r.json()["usage"]["completion_tokens"] < LONG
     rejected = metric_values(constrained_server.url, "shoal_engine_requests_rejected_total")
     assert sum(v for k, v in rejected.items() if 'reason="queue_full"' in k) == len(refused)
     assert '"status": "timeout"' in constrained_server.log()
