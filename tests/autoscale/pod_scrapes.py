@@ -17,18 +17,23 @@ from support.kube_testbed import ControlPlane
 from support.services import Prometheus
 
 
-def engine_pods(plane: ControlPlane, namespace: str, name: str) -> list[str]:
+def component_pods(plane: ControlPlane, namespace: str, name: str, component: str) -> list[str]:
+    """The names of an InferenceDeployment's pods of one component (``engine`` or ``gateway``), sorted."""
     listing = plane.kubectl(
         "get",
         "pods",
         "-n",
         namespace,
         "-l",
-        f"app.kubernetes.io/instance={name},app.kubernetes.io/component=engine",
+        f"app.kubernetes.io/instance={name},app.kubernetes.io/component={component}",
         "-o",
         "jsonpath={.items[*].metadata.name}",
     ).stdout
     return sorted(listing.split())
+
+
+def engine_pods(plane: ControlPlane, namespace: str, name: str) -> list[str]:
+    return component_pods(plane, namespace, name, "engine")
 
 
 def engines(plane: ControlPlane, namespace: str, name: str) -> int | None:

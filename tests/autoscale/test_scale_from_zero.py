@@ -20,7 +20,7 @@ from typing import Any
 import openai
 import pytest
 from operator_harness import apply, condition, example, get
-from pod_scrapes import engine_pods, engines, pod_scrapes, start_operator
+from pod_scrapes import component_pods, engine_pods, engines, pod_scrapes, start_operator
 from support.kube_testbed import ControlPlane, free_port
 from support.polling import eventually
 from support.services import Prometheus
@@ -28,20 +28,6 @@ from support.services import Prometheus
 from shoal.local import LocalProcess, metric, shoal_command
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
-
-
-def gateway_pods(plane: ControlPlane, namespace: str, name: str) -> list[str]:
-    listing = plane.kubectl(
-        "get",
-        "pods",
-        "-n",
-        namespace,
-        "-l",
-        f"app.kubernetes.io/instance={name},app.kubernetes.io/component=gateway",
-        "-o",
-        "jsonpath={.items[*].metadata.name}",
-    ).stdout
-    return listing.split()
 
 
 def zero_fleet(name: str, gateways: int) -> dict[str, Any]:
@@ -85,14 +71,17 @@ def test_a_request_at_zero_engines_is_held_scales_the_fleet_to_one_and_is_served
         gateway.wait_ready("/health", timeout=120)
         with pod_scrapes(prometheus, scraped_fleet, plane, namespace, "cold") as scrapes:
             apply(plane, namespace, zero_fleet("cold", gateways=1))
-            eventually(lambda: gateway_pods(plane, namespace, "cold"), 60, "the gateway pod")
+            eventually(lambda: component_pods(plane, namespace, "cold", "gateway"), 60, "the gateway pod")
             scrapes.extra_jobs = [
                 {
                     "job_name": "infd-gateways",
                     "static_configs": [
                         {
                             "targets": [gateway.url.removeprefix("http://")],
-                            "labels": {"namespace": namespace, "pod": gateway_pods(plane, namespace, "cold")[0]},
+                            "labels": {
+                                "namespace": namespace,
+                                "pod": component_pods(plane, namespace, "cold", "gateway")[0],
+                            },
                         }
                     ],
                 }
