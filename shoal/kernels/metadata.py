@@ -46,7 +46,6 @@ class AttentionMetadata:
         if not (len(query_lens) == len(seq_lens) == len(block_tables)):
             raise ValueError("query_lens, seq_lens and block_tables must have one entry per sequence")
         width = max((len(t) for t in block_tables), default=0) or 1
-        table = torch.zeros((len(block_tables), width), dtype=torch.int32)
         slots: list[int] = []
         starts = [0]
         for s, (qlen, slen, blocks) in enumerate(zip(query_lens, seq_lens, block_tables, strict=True)):
@@ -54,14 +53,14 @@ class AttentionMetadata:
                 raise ValueError(f"sequence {s}: query_len={qlen} must be in [1, seq_len={slen}]")
             if len(blocks) * block_size < slen:
                 raise ValueError(f"sequence {s}: {len(blocks)} blocks cannot hold {slen} tokens")
-            table[s, : len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
             for pos in range(slen - qlen, slen):
                 slots.append(blocks[pos // block_size] * block_size + pos % block_size)
             starts.append(starts[-1] + qlen)
+        rows = [[*blocks, *[0] * (width - len(blocks))] for blocks in block_tables]
         return AttentionMetadata(
             query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-            block_tables=table.to(device),
+            block_tables=torch.tensor(rows, dtype=torch.int32, device=device).view(len(block_tables), width),
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
             max_query_len=max(query_lens, default=0),
             max_seq_len=max(seq_lens, default=0),

@@ -8,6 +8,12 @@ waste small: a mixed batch attends its decodes and its longer chunks as two grou
 256-token chunk would do 256 times their work), and the query heads sharing a KV head are folded into the
 matrix rows, so gathered keys and values are never copied once per query head. Decodes (one new token per
 sequence) take a shorter road: one ``scaled_dot_product_attention`` call over the gathered blocks.
+
+A batch-1 decode step is ~40 small ops per layer, so what is the same for every layer of one forward pass is
+worked out once and kept for the next layers, recognised by identity (the model passes the same ``positions``
+and ``AttentionMetadata`` objects to all of them): the RoPE rows in the activations' dtype, and a decode batch's
+flat block ids and padding mask. Query and key heads that sit side by side in the fused QKV projection's
+output (the model's layout) are rotated as one tensor.
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ class TorchOps:
 
     name = "torch"
 
+    def __init__(self) -> None:
+        self._rope: tuple[torch.Tensor, torch.Tensor, torch.dtype, torch.Tensor, torch.Tensor] | None = None
+        self._decode: tuple[AttentionMetadata, int, torch.Tensor, torch.Tensor | None] | None = None
+
     def write_kv(
         self,
         key: torch.Tensor,
@@ -30,9 +40,9 @@ class TorchOps:
         v_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
-        num_blocks, block_size = k_cache.shape[:2]
-        k_cache.view(num_blocks * block_size, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-        v_cache.view(num_blocks * block_size, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+        slots = k_cache.shape[0] * k_cache.shape[1]
+        k_cache.view(slots, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
+        v_cache.view(slots, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
 
     def attention(
         self,
@@ -42,29 +52,22 @@ class TorchOps:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
+        if meta.max_query_len == 1:  # decodes only: query row s is sequence s
+            blocks, mask = self._decode_inputs(meta, k_cache.shape[1])
+            return _attend_decodes(query, k_cache, v_cache, blocks, mask, meta.max_seq_len, scale)
         out = torch.empty_like(query)
         if meta.num_seqs == 0:
             return out
         starts = meta.query_start_loc[:-1].long()
-        if meta.max_query_len == 1:
-            out[starts] = _decode_attention(
-                query[starts], k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, scale
-            )
-            return out
         query_lens = meta.query_start_loc[1:].long() - starts
         decode = query_lens == 1
         if bool(decode.any()):
             # decodes padded to the longest chunk would multiply the work: attend them on their own
             rows = starts[decode]
-            out[rows] = _decode_attention(
-                query[rows],
-                k_cache,
-                v_cache,
-                meta.block_tables[decode],
-                meta.seq_lens[decode],
-                int(meta.seq_lens[decode].max()),
-                scale,
-            )
+            lens = meta.seq_lens[decode]
+            max_s = int(lens.max())
+            blocks, mask = _decode_layout(meta.block_tables[decode], lens, max_s, k_cache.shape[1])
+            out[rows] = _attend_decodes(query[rows], k_cache, v_cache, blocks, mask, max_s, scale)
             chunks = ~decode
             rows, values = _padded_attention(
                 query,
@@ -108,9 +111,33 @@ class TorchOps:
     def rotary(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # gathered and cast once for both (HF casts the fp32 table to the activations' dtype too)
-        cos, sin = cos_sin_cache[positions.long()][:, None, :].to(query.dtype).chunk(2, dim=-1)  # [T, 1, rot/2]
-        return _rotate(query, cos, sin), _rotate(key, cos, sin)
+        cos, sin = self._rope_rows(positions, cos_sin_cache, query.dtype)
+        both = _side_by_side(query, key)
+        if both is None:
+            return _rotate(query, cos, sin), _rotate(key, cos, sin)
+        rotated = _rotate(both, cos, sin)
+        num_heads = query.shape[1]
+        return rotated[:, :num_heads], rotated[:, num_heads:]
+
+    def _rope_rows(
+        self, positions: torch.Tensor, cos_sin_cache: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin`` ``[T, 1, rot/2]`` in ``dtype``, gathered once per forward pass (HF casts the table too)."""
+        kept = self._rope
+        if kept is not None and kept[0] is positions and kept[1] is cos_sin_cache and kept[2] == dtype:
+            return kept[3], kept[4]
+        cos, sin = cos_sin_cache[positions.long()][:, None, :].to(dtype).chunk(2, dim=-1)
+        self._rope = (positions, cos_sin_cache, dtype, cos, sin)
+        return cos, sin
+
+    def _decode_inputs(self, meta: AttentionMetadata, block_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A decode batch's flat block ids (padded to its longest sequence) and key mask, once per forward pass."""
+        kept = self._decode
+        if kept is not None and kept[0] is meta and kept[1] == block_size:
+            return kept[2], kept[3]
+        blocks, mask = _decode_layout(meta.block_tables, meta.seq_lens, meta.max_seq_len, block_size)
+        self._decode = (meta, block_size, blocks, mask)
+        return blocks, mask
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
@@ -161,28 +188,36 @@ def _padded_attention(
     return index[valid_q], out[valid_q].to(query.dtype)
 
 
-def _decode_attention(
+def _decode_layout(
+    block_tables: torch.Tensor, seq_lens: torch.Tensor, max_s: int, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Decoding sequences' block ids, each padded to ``max_s`` tokens' worth, flat; and the mask hiding the
+    padding, ``[S, 1, 1, max_s]`` (None for one sequence, which has none)."""
+    blocks = block_tables[:, : (max_s + block_size - 1) // block_size].reshape(-1).long()
+    if seq_lens.shape[0] == 1:
+        return blocks, None
+    keys = torch.arange(max_s, device=blocks.device)
+    return blocks, (keys[None, :] < seq_lens[:, None])[:, None, None, :]
+
+
+def _attend_decodes(
     query: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
+    blocks: torch.Tensor,
+    mask: torch.Tensor | None,
     max_s: int,
     scale: float,
 ) -> torch.Tensor:
     """One new token per sequence (``query`` ``[S, H, D]``): one SDPA call over each sequence's gathered blocks.
 
-    torch's fused CPU attention reads the gathered cache in place (query heads grouped over KV heads, fp32
-    accumulation), where two bf16 matmuls would cost oneDNN a new primitive for every new context length: at
-    batch 1 that was most of a decode step's attention. Keys past a sequence's length are masked only when the
-    batch has sequences of different lengths.
+    ``blocks`` and ``mask`` come from ``_decode_layout``. torch's fused CPU attention reads the gathered cache in
+    place (query heads grouped over KV heads, fp32 accumulation), where two bf16 matmuls would cost oneDNN a new
+    primitive for every new context length: at batch 1 that was most of a decode step's attention.
     """
     num_seqs = query.shape[0]
-    keys = _gather_tokens(k_cache, block_tables, max_s).transpose(1, 2)  # [S, KVH, max_s, D]
-    values = _gather_tokens(v_cache, block_tables, max_s).transpose(1, 2)
-    mask = None
-    if num_seqs > 1:
-        mask = (torch.arange(max_s, device=query.device)[None, :] < seq_lens[:, None])[:, None, None, :]
+    keys = _gather_blocks(k_cache, blocks, num_seqs, max_s).transpose(1, 2)  # [S, KVH, max_s, D]
+    values = _gather_blocks(v_cache, blocks, num_seqs, max_s).transpose(1, 2)
     out = torch.nn.functional.scaled_dot_product_attention(
         query.to(keys.dtype)[:, :, None, :], keys, values, attn_mask=mask, scale=scale, enable_gqa=True
     )
@@ -195,14 +230,17 @@ def _gather(cache: torch.Tensor, block_tables: torch.Tensor, max_s: int) -> torc
 
 
 def _gather_tokens(cache: torch.Tensor, block_tables: torch.Tensor, max_s: int) -> torch.Tensor:
-    """The first ``max_s`` cached tokens of each sequence as ``[S, max_s, KV heads, D]`` (a fresh tensor's view).
-
-    ``index_select`` over whole blocks is a memcpy per block, many times faster than advanced indexing.
-    """
-    num_blocks, block_size, num_kv_heads, head_dim = cache.shape
+    """The first ``max_s`` cached tokens of each sequence as ``[S, max_s, KV heads, D]`` (a fresh tensor's view)."""
+    block_size = cache.shape[1]
     blocks = block_tables[:, : (max_s + block_size - 1) // block_size].reshape(-1).long()
+    return _gather_blocks(cache, blocks, block_tables.shape[0], max_s)
+
+
+def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int, max_s: int) -> torch.Tensor:
+    """``[num_seqs, max_s, KV heads, D]`` from flat block ids (``index_select`` of whole blocks: a memcpy each)."""
+    num_blocks, _, num_kv_heads, head_dim = cache.shape
     gathered = torch.index_select(cache.view(num_blocks, -1), 0, blocks)
-    return gathered.view(block_tables.shape[0], -1, num_kv_heads, head_dim)[:, :max_s]
+    return gathered.view(num_seqs, -1, num_kv_heads, head_dim)[:, :max_s]
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -214,3 +252,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     if x_pass.shape[-1] == 0:
         return rotated
     return torch.cat((rotated, x_pass), dim=-1)
+
+
+def _side_by_side(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
+    """``[T, H + KVH, D]`` over both when the key's heads directly follow the query's in one buffer, else None."""
+    tokens, heads, head_dim = query.shape
+    if query.stride()[1:] != (head_dim, 1) or key.stride()[1:] != (head_dim, 1) or key.shape[2] != head_dim:
+        return None
+    if tokens > 1 and key.stride(0) != query.stride(0):
+        return None
+    if key.data_ptr() != query.data_ptr() + heads * head_dim * query.element_size():
+        return None
+    return query.as_strided((tokens, heads + key.shape[1], head_dim), query.stride())

@@ -101,10 +101,10 @@ def test_quantization_that_cannot_run_is_an_error_naming_the_option() -> None:
         choose_quantization("fp8", "cpu", "bfloat16", "hf", frozenset())
 
 
-def test_threads_leave_the_event_loop_a_core_and_warn_above_the_cores() -> None:
+def test_threads_default_to_a_per_step_choice_and_warn_above_the_cores() -> None:
     assert choose_threads(None, 1).value == "1"
-    assert choose_threads(None, 2).value == "1"
-    assert choose_threads(None, 16).value == "15"
+    assert choose_threads(None, 2).value == "1-2"
+    assert choose_threads(None, 16).value == "15-16"
     over = choose_threads(4, 2)
     assert over.value == "4" and over.warning is not None and "--threads 4" in over.warning
     assert choose_threads(2, 2).warning is None

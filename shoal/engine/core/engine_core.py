@@ -27,6 +27,7 @@ from shoal.engine.core.request import Request, RequestStatus
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.sampling_params import SamplingParams
 from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
+from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.core.stop_checker import TextState, token_stop
 from shoal.engine.loader import load_model
 from shoal.engine.model import allocate_kv_cache, kv_cache_bytes_per_block
@@ -89,8 +90,9 @@ class EngineCore:
         self._finished_by_reason: dict[str, int] = {}
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> EngineCore:
-        """Resolves and loads the model on the hardware chosen for it, sizes and allocates its KV cache."""
+    def from_config(cls, config: EngineConfig, step_threads: StepThreads | None = None) -> EngineCore:
+        """Resolves and loads the model on the hardware chosen for it, sizes and allocates its KV cache;
+        ``step_threads`` (a server's) sets torch's thread count per step."""
         source = resolve_model(config.model)
         tokenizer = Tokenizer.from_source(source)
         plan = plan_hardware(config, source)
@@ -112,7 +114,7 @@ class EngineCore:
             max_model_len=length,
             scheduler=Scheduler(block_manager, config.max_num_batched_tokens, config.max_num_seqs),
             sampler=sampler,
-            runner=ModelRunner(model, kv_caches, config.block_size, sampler, plan.device),
+            runner=ModelRunner(model, kv_caches, config.block_size, sampler, plan.device, step_threads),
         )
 
     @property

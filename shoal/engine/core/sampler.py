@@ -42,6 +42,8 @@ class Sampler:
         logits = logits.float()
         raw = logits
         params = [r.params for r in requests]
+        if all(_argmax_only(r) for r in requests):  # nothing to build but one argmax (a greedy stream)
+            return logits.argmax(dim=-1).tolist(), [None] * len(requests)
         penalized = [i for i, p in enumerate(params) if p.has_penalties]
         banned = [
             (i, self._banned_tokens(r)) for i, r in enumerate(requests) if r.num_output_tokens < r.params.min_tokens
@@ -116,6 +118,17 @@ class Sampler:
             top = [TokenLogprob(t, v) for t, v in zip(id_rows[row][:n], value_rows[row][:n], strict=True)]
             result[i] = SampleLogprobs(token_ids[i], chosen[row], top)
         return result
+
+
+def _argmax_only(request: Request) -> bool:
+    """Greedy, with no penalty, no banned token and no logprobs: the token is the raw logits' argmax."""
+    params = request.params
+    return (
+        params.greedy
+        and not params.has_penalties
+        and params.logprobs is None
+        and request.num_output_tokens >= params.min_tokens
+    )
 
 
 def apply_penalties(logits: torch.Tensor, rows: list[int], requests: Sequence[Request]) -> None:
