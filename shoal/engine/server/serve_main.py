@@ -22,6 +22,7 @@ from shoal.cpu_features import cpu_info
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.engine_core import EngineCore
 from shoal.engine.core.hardware_plan import plan_hardware
+from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.hardware import choose_threads
 from shoal.engine.server.app import ServerSettings, build_app
 from shoal.engine.server.async_engine import AsyncEngine
@@ -91,13 +92,16 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     )
 
 
-def set_threads(requested: int | None) -> None:
-    """torch's intra-op thread count, chosen so the step thread's workers leave the event loop a core."""
-    threads = choose_threads(requested, cpu_info().cores)
+def set_threads(requested: int | None) -> StepThreads | None:
+    """torch's intra-op thread count: ``--threads``, or a ``StepThreads`` policy that picks it for each step."""
+    cores = cpu_info().cores
+    threads = choose_threads(requested, cores)
     if threads.warning:
         log.warning("%s", threads.warning)
-    torch.set_num_threads(int(threads.value))
     log.info("torch threads %s (%s)", threads.value, threads.reason)
+    policy = StepThreads(cores) if requested is None and cores >= 2 else None
+    torch.set_num_threads(policy.fewer if policy is not None else int(threads.value))
+    return policy
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
         config = engine_config(args)
-        set_threads(args.threads)
+        step_threads = set_threads(args.threads)
         source = resolve_model(args.model)  # a wrong name fails now, not after the server is up
         plan_hardware(config, source)  # so does --device cuda without a GPU, or an impossible --quantization
     except (ModelNotFoundError, ValueError) as exc:
@@ -115,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = ServerMetrics(names[0])
     hub = KVEventHub(config.block_size, engine_id=uuid.uuid4().hex)
     engine = AsyncEngine(
-        lambda: EngineCore.from_config(config),
+        lambda: EngineCore.from_config(config, step_threads),
         metrics,
         hub,
         max_waiting=args.max_waiting_requests,
