@@ -12,11 +12,18 @@ wins; ties go to the replica left furthest under its bound. A request nobody hol
 same way: to the eligible replica left furthest under its bound, so new prefixes find their homes on the
 least busy replicas and the homes spread with the load (placed by hash alone, one replica could be home to
 three of eight prefixes and spill their requests to replicas without them, each spill a prefill of the whole
-prefix: 7 of 64 requests in one run of ``bench/gateway_routing.py``). Replicas equally far under it (an idle fleet) are ranked by rendezvous hashing
-of the request's first block, never by arrival order or dict order, so two gateways fed the same snapshot
-decide the same, and every gateway replica (active-active, each following the same KV events) sends a new
-prefix to the same idle engine even before that engine has reported storing it; gateways whose own in-flight
-counts differ may give a new prefix two homes, one extra prefill.
+prefix: 7 of 64 requests in one run of ``bench/gateway_routing.py``). Replicas equally far under it (an idle
+fleet) are ranked on a hash ring: the nearest past the point of the request's first block wins, never arrival
+order or dict order, so two gateways fed the same snapshot decide the same, and every gateway replica
+(active-active, each following the same KV events) sends a new prefix to the same idle engine even before that
+engine has reported storing it; gateways whose own in-flight counts differ may give a new prefix two homes, one
+extra prefill. (A ring rather than rendezvous hashing, which ranked equals as well: an ``Indexed`` fleet finds
+the nearest of hundreds of equally idle replicas by bisection, where rendezvous must hash every one of them.)
+
+A caller that keeps many replicas hands the policy an ``Indexed`` fleet (``shoal.gateway.fleet_index``): the
+holders of the request's first block, and the lightest of the others per capacity, are all the replicas that
+could be chosen, so a decision looks at those instead of every replica, and decides exactly as the plain scan
+(``tests/gateway/test_indexed_routing.py`` holds the two to it).
 
 The load measure, in tokens, is the work a replica still has, which is what a simulator must feed as well:
 
@@ -50,8 +57,9 @@ no capacities and no ``block_size`` this is exactly the earlier token-count poli
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import takewhile
 from typing import Literal, Protocol
 
@@ -151,17 +159,59 @@ def matched_blocks(cached: Container[int], block_hashes: Sequence[int]) -> int:
     return len(list(takewhile(cached.__contains__, block_hashes)))  # one C loop: prompts run to hundreds of blocks
 
 
-def rendezvous_weight(replica_id: str, key: int) -> int:
-    """Highest-random-weight hashing: stable across processes, so every gateway ranks replicas alike."""
-    digest = hashlib.blake2b(key.to_bytes(8, "little") + replica_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+RING = 1 << 64
+
+
+def _hash64(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+@lru_cache(maxsize=65536)
+def ring_position(replica_id: str) -> int:
+    """Where a replica sits on the hash ring: stable across processes, so every gateway ranks replicas alike."""
+    return _hash64(replica_id.encode())
+
+
+def key_point(key: int) -> int:
+    """Where a request's first block hash falls on the ring (hashed again: simulated hashes are not uniform)."""
+    return _hash64(key.to_bytes(8, "little"))
+
+
+def clockwise(replica_id: str, point: int) -> int:
+    """How far past ``point`` a replica sits on the ring: among equals, the nearest wins."""
+    return (ring_position(replica_id) - point) % RING
+
+
+def load_denominator(capacity: Capacity | None) -> int:
+    """What a replica's load numerator is divided by: its ``max_seqs`` (1 without a capacity)."""
+    return 1 if capacity is None else capacity.max_seqs
+
+
+def load_numerator(replica: ReplicaView) -> int:
+    """A replica's load times its ``load_denominator``: an integer, so that a fleet's total is exact in any order
+    (the plain scan and ``Indexed`` fleets sum it differently and must agree to the last bit)."""
+    if replica.capacity is None:
+        return replica.load_tokens
+    return replica.load_tokens + replica.sequences * replica.capacity.token_budget
 
 
 def load(replica: ReplicaView) -> float:
     """A replica's load in tokens: its sequences' charge plus what it still has to prefill (charged as above)."""
-    if replica.capacity is None:
-        return replica.load_tokens
-    return replica.capacity.prefill_charge(replica.load_tokens) + replica.sequences * replica.capacity.sequence_tokens
+    return load_numerator(replica) / load_denominator(replica.capacity)
+
+
+def total_of(numerators: dict[int, int]) -> float:
+    """The total load of a fleet from its load numerators summed per denominator (one division per denominator)."""
+    return sum(numerator / denominator for denominator, numerator in sorted(numerators.items()))
+
+
+def total_load(replicas: Iterable[ReplicaView]) -> float:
+    """The fleet's total load, exactly as an ``Indexed`` fleet keeps it."""
+    numerators: dict[int, int] = {}
+    for replica in replicas:
+        denominator = load_denominator(replica.capacity)
+        numerators[denominator] = numerators.get(denominator, 0) + load_numerator(replica)
+    return total_of(numerators)
 
 
 def cost_on(replica: ReplicaView, request: RouteRequest, matched: int) -> float:
@@ -174,7 +224,7 @@ def cost_on(replica: ReplicaView, request: RouteRequest, matched: int) -> float:
 
 def mean_load_after(replicas: Sequence[ReplicaView], cost_tokens: int) -> float:
     """The fleet's mean load once a request of ``cost_tokens`` is placed (charged at its full cost)."""
-    return (sum(load(r) for r in replicas) + cost_tokens) / len(replicas)
+    return (total_load(replicas) + cost_tokens) / len(replicas)
 
 
 def floor_tokens(replica: ReplicaView, bound_factor: float, default_floor: int) -> float:
@@ -237,6 +287,33 @@ class LeastLoad:
         return Decision(chosen.replica_id, "least_load", matched_blocks(chosen.cached, request.block_hashes))
 
 
+class Indexed(IdOrdered):
+    """Views kept with two indexes, so that ``PrefixAware`` looks at a few replicas per request instead of all of
+    them (``shoal.gateway.fleet_index.FleetIndex``, which the simulator keeps across a thousand replicas). Its
+    decisions are the plain scan's, bit for bit: the candidates it looks at include every replica the scan could
+    choose (the holders of the request's first block, and the lightest of the rest), and the total load is exact.
+    """
+
+    def total_load(self) -> float:
+        """``total_load`` of the views."""
+        raise NotImplementedError
+
+    def holders(self, block_hash: int) -> list[ReplicaView]:
+        """Every view whose ``cached`` holds ``block_hash``, in any order."""
+        raise NotImplementedError
+
+    def roomiest_others(
+        self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+    ) -> list[tuple[ReplicaView, float]]:
+        """Among the views not in ``skip``, with their ``headroom``: for each capacity, of those with the most
+        headroom, at least the one nearest past ``point`` on the ring (it beats the others tied with it).
+        ``headroom`` must depend only on a view's capacity and load, and not grow with load."""
+        raise NotImplementedError
+
+
+Candidate = tuple[ReplicaView, int, float]  # a replica, the blocks of the request it holds, its headroom
+
+
 @dataclass
 class PrefixAware:
     """Longest cached prefix among the replicas within the load bound (see the module docstring)."""
@@ -244,6 +321,7 @@ class PrefixAware:
     bound_factor: float = DEFAULT_BOUND_FACTOR
     load_floor_tokens: int = DEFAULT_LOAD_FLOOR_TOKENS
     name: str = "prefix-aware"
+    indexed = True  # a caller that keeps many replicas may hand it an ``Indexed`` fleet
 
     def __post_init__(self) -> None:
         if self.bound_factor < 1.0:
@@ -251,37 +329,63 @@ class PrefixAware:
         if self.load_floor_tokens < 0:
             raise ValueError(f"load_floor_tokens must be >= 0, got {self.load_floor_tokens}")
 
+    def headroom(self, replica: ReplicaView, held: float, request: RouteRequest, matched: int, mean: float) -> float:
+        """Limit minus load after taking the request: >= 0 means eligible."""
+        limit = self.bound_factor * max(mean, floor_tokens(replica, self.bound_factor, self.load_floor_tokens))
+        return limit - (held + cost_on(replica, request, matched))
+
     def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
         hashes = request.block_hashes
-        key = hashes[0] if hashes else 0
-        loads = [load(r) for r in replicas]
-        mean = (sum(loads) + request.cost_tokens) / len(replicas)  # mean_load_after, each load computed once
-        matches = [matched_blocks(r.cached, hashes) for r in replicas] if hashes else [0] * len(replicas)
-        headroom = [  # limit minus load after taking the request: >= 0 means eligible
-            self.bound_factor * max(mean, floor_tokens(r, self.bound_factor, self.load_floor_tokens))
-            - (held + cost_on(r, request, matched))
-            for r, held, matched in zip(replicas, loads, matches, strict=True)
+        if isinstance(replicas, Indexed):
+            return self._decide_indexed(replicas, request)
+        mean = (total_load(replicas) + request.cost_tokens) / len(replicas)  # mean_load_after
+        candidates = [
+            (r, matched, self.headroom(r, load(r), request, matched, mean))
+            for r in replicas
+            for matched in (matched_blocks(r.cached, hashes) if hashes else 0,)
         ]
+        return self._choose(candidates, any(c[1] for c in candidates), hashes[0] if hashes else 0)
 
-        def roomiest(candidates: list[int]) -> int:
-            """The candidate left furthest under its bound; equals by rendezvous weight, hashed only for them."""
-            top = max(headroom[i] for i in candidates)
-            tied = [i for i in candidates if headroom[i] == top]
+    def _decide_indexed(self, fleet: Indexed, request: RouteRequest) -> Decision:
+        """The plain scan's decision from the holders of the first block and the lightest of the other replicas."""
+        hashes = request.block_hashes
+        mean = (fleet.total_load() + request.cost_tokens) / len(fleet)
+        holders = fleet.holders(hashes[0]) if hashes else []
+        candidates = [
+            (r, matched, self.headroom(r, load(r), request, matched, mean))
+            for r in holders
+            for matched in (matched_blocks(r.cached, hashes),)
+        ]
+        skip = {r.replica_id for r in holders}
+        point = key_point(hashes[0] if hashes else 0)
+        others = fleet.roomiest_others(skip, lambda r: self.headroom(r, load(r), request, 0, mean), point)
+        candidates.extend((r, 0, room) for r, room in others)
+        return self._choose(candidates, bool(holders), hashes[0] if hashes else 0)
+
+    @staticmethod
+    def _choose(candidates: list[Candidate], held_anywhere: bool, key: int) -> Decision:
+        """The rule of the module docstring over ``candidates``, which hold every replica it could pick."""
+
+        def roomiest(among: list[Candidate]) -> Candidate:
+            """The candidate left furthest under its bound; equals by the ring, placed only for them."""
+            top = max(c[2] for c in among)
+            tied = [c for c in among if c[2] == top]
             if len(tied) == 1:
                 return tied[0]
-            return max(tied, key=lambda i: (rendezvous_weight(replicas[i].replica_id, key), replicas[i].replica_id))
+            point = key_point(key)
+            return min(tied, key=lambda c: (clockwise(c[0].replica_id, point), c[0].replica_id))
 
-        eligible = [i for i, room in enumerate(headroom) if room >= 0]
+        eligible = [c for c in candidates if c[2] >= 0]
         if not eligible:
-            chosen = roomiest(list(range(len(replicas))))
-            return Decision(replicas[chosen].replica_id, "load_bound_fallback", matches[chosen])
-        best = max(matches[i] for i in eligible)
+            chosen = roomiest(candidates)
+            return Decision(chosen[0].replica_id, "load_bound_fallback", chosen[1])
+        best = max(c[1] for c in eligible)
         if best > 0:
-            chosen = roomiest([i for i in eligible if matches[i] == best])
-            return Decision(replicas[chosen].replica_id, "prefix_hit", best)
+            chosen = roomiest([c for c in eligible if c[1] == best])
+            return Decision(chosen[0].replica_id, "prefix_hit", best)
         chosen = roomiest(eligible)
-        reason: Reason = "load_bound_fallback" if any(matches) else "miss"
-        return Decision(replicas[chosen].replica_id, reason, 0)
+        reason: Reason = "load_bound_fallback" if held_anywhere else "miss"
+        return Decision(chosen[0].replica_id, reason, 0)
 
 
 def make_policy(

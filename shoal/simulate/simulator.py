@@ -32,6 +32,7 @@ import numpy as np
 
 from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.policy import ScalingPolicy
+from shoal.gateway.fleet_index import FleetIndex
 from shoal.gateway.routing import Capacity, IdOrdered, RouteRequest, RoutingPolicy
 from shoal.simulate.observe import SignalWindow, observe
 from shoal.simulate.profile import EngineProfile
@@ -126,6 +127,8 @@ class FleetSimulator:
         self.finished_spans: list[tuple[float, float]] = []
         self.routable: list[SimReplica] = []
         self.views = IdOrdered()  # the routable replicas' views (``SimReplica.view``), by name
+        # kept indexed for a policy that can use it (prefix-aware: holders and load order, not a scan per request)
+        self.index = FleetIndex() if getattr(routing, "indexed", False) else None
         self.by_name: dict[str, SimReplica] = {}
         self.desired = 0
         self.held: deque[int] = deque()
@@ -226,16 +229,21 @@ class FleetSimulator:
             self._hashes[key] = prefix
         return (*prefix, unique)
 
-    @staticmethod
-    def _refresh(replica: SimReplica) -> None:
+    def _refresh(self, replica: SimReplica) -> None:
         """Brings one replica's routing view up to its load, in place (the others stay as they are)."""
         view = replica.view
         view.load_tokens = replica.load_tokens
         view.sequences = replica.in_flight
+        if self.index is not None:
+            self.index.changed(view)
 
     def _rotation_changed(self) -> None:
         self.routable.sort(key=lambda r: r.name)
-        self.views = IdOrdered(r.view for r in self.routable)
+        if self.index is None:
+            self.views = IdOrdered(r.view for r in self.routable)
+        else:
+            self.index.reset(r.view for r in self.routable)
+            self.views = self.index
 
     def _route(self, rid: int) -> None:
         """Places a request as the gateway does, and charges the replica as its lease does (``Fleet.acquire``)."""
@@ -255,6 +263,8 @@ class FleetSimulator:
         group = self.group[rid]
         if group >= 0:
             replica.cache.routed(group, self.prefix[rid])
+            if self.index is not None:
+                self.index.may_hold(replica.view, request.block_hashes[0])
         self._refresh(replica)
         replica.waiting.append(rid)
         if replica.busy_until is None:

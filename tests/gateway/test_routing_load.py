@@ -21,10 +21,11 @@ from shoal.gateway.routing import (
     PrefixAware,
     ReplicaView,
     RouteRequest,
+    clockwise,
     cost_on,
+    key_point,
     load,
     matched_blocks,
-    rendezvous_weight,
 )
 from shoal.protocol.block_hash import hash_blocks
 
@@ -135,18 +136,18 @@ def test_a_miss_goes_to_the_replica_left_furthest_under_its_bound(fleet, policy:
         assert headroom[decision.replica_id] == pytest.approx(max(headroom.values()))
 
 
-def test_a_new_prefix_goes_to_the_least_busy_replica_and_idle_ones_rank_by_rendezvous() -> None:
+def test_a_new_prefix_goes_to_the_least_busy_replica_and_idle_ones_rank_on_the_ring() -> None:
     """Homes spread with the load; an idle fleet (all alike) still sends a new prefix where every gateway would."""
     capacity = Capacity(token_budget=512, max_seqs=4)
     request = RouteRequest(CHAIN, cost_tokens=445 + 32, block_size=BLOCK, output_tokens=32)
     idle = [ReplicaView(name, capacity=capacity) for name in ("a", "b", "c", "d")]
     home = PrefixAware().decide(idle, request).replica_id
-    assert home == max("abcd", key=lambda name: rendezvous_weight(name, CHAIN[0]))
+    assert home == min("abcd", key=lambda name: clockwise(name, key_point(CHAIN[0])))
     busy_home = [ReplicaView(v.replica_id, sequences=int(v.replica_id == home), capacity=capacity) for v in idle]
     moved = PrefixAware().decide(busy_home, request)
     assert moved.reason == "miss"
-    assert moved.replica_id == max(
-        (v.replica_id for v in idle if v.replica_id != home), key=lambda name: rendezvous_weight(name, CHAIN[0])
+    assert moved.replica_id == min(
+        (v.replica_id for v in idle if v.replica_id != home), key=lambda name: clockwise(name, key_point(CHAIN[0]))
     )
 
 

@@ -1,0 +1,185 @@
+"""A fleet's routing views with the indexes that make prefix-aware routing independent of the fleet's size.
+
+``PrefixAware`` scanning a plain list looks at every replica per request: its match, load and headroom. Only
+two kinds of replica can be chosen, though: one holding the request's first block (the holders of a prefix are
+few next to a thousand replicas), or, among the rest, one left furthest under its bound and, among equals, the
+nearest past the request's point on the ring. For replicas of one capacity headroom falls as load grows, and
+replicas of equal load are equals. ``FleetIndex`` keeps what answers both questions:
+
+- **holders**: block hash -> ids of the replicas that may hold it, told by the caller (``may_hold``) whenever a
+  replica may come to hold a chain's first block (the simulator: when it routes a request there). Each query
+  checks the replica's own ``cached`` and forgets those in the rotation that no longer hold it, so the index
+  may say too much but never too little, as long as every replica that holds a block was told since it last
+  failed the check;
+- **load order**: per capacity, buckets of replicas of equal load (numerator), each sorted by ring position,
+  and a heap of the loads present (stale ones skipped and dropped when they surface). The roomiest others are
+  the first bucket's replica nearest past the point, and the same of any next bucket as roomy (equal
+  headroom): a few heap pops and a bisection per request, however many replicas are idle alike;
+- the fleet's **total load** as exact integer numerators per denominator, so the mean is the plain scan's to
+  the last bit.
+
+The caller keeps it current: ``changed(view)`` after a view's load, sequences or capacity change, ``reset(views)``
+when the rotation changes. Policies only read it. Pure data, no I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Container, Iterable
+from dataclasses import dataclass, field
+
+from shoal.gateway.routing import (
+    Capacity,
+    Indexed,
+    ReplicaView,
+    load_denominator,
+    load_numerator,
+    ring_position,
+    total_of,
+)
+
+Slot = tuple[int, str]  # ring position, replica id: a bucket's sort order
+
+
+@dataclass(slots=True)
+class _Loads:
+    """The replicas of one capacity by load: buckets of equal numerators and a heap of the numerators present."""
+
+    buckets: dict[int, list[Slot]] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+
+    def add(self, numerator: int, slot: Slot) -> None:
+        bucket = self.buckets.get(numerator)
+        if bucket is None:
+            self.buckets[numerator] = [slot]
+            heapq.heappush(self.order, numerator)
+            if len(self.order) > 2 * len(self.buckets) + 64:  # stale numerators outnumber the live ones
+                self.order = sorted(self.buckets)
+        else:
+            insort(bucket, slot)
+
+    def remove(self, numerator: int, slot: Slot) -> None:
+        bucket = self.buckets[numerator]
+        del bucket[bisect_left(bucket, slot)]
+        if not bucket:
+            del self.buckets[numerator]  # its numerator stays in the heap until it surfaces
+
+
+class FleetIndex(Indexed):
+    """The routable views in replica-id order, indexed by the blocks they hold and by load (module docstring)."""
+
+    def __init__(self, views: Iterable[ReplicaView] = ()) -> None:
+        super().__init__()
+        self._holders: dict[int, set[str]] = {}
+        self._by_id: dict[str, ReplicaView] = {}
+        self._state: dict[str, tuple[int, int, Capacity | None]] = {}  # id -> numerator, denominator, capacity
+        self._numerators: dict[int, int] = {}  # load denominator -> sum of the numerators
+        self._loads: dict[Capacity | None, _Loads] = {}
+        self.reset(views)
+
+    def reset(self, views: Iterable[ReplicaView]) -> None:
+        """Makes the rotation exactly ``views`` (what replicas may hold is kept, and checked when asked)."""
+        self[:] = sorted(views, key=lambda view: view.replica_id)
+        self._by_id = {view.replica_id: view for view in self}
+        self._state = {}
+        self._numerators = {}
+        self._loads = {}
+        for view in self:
+            self._add(view)
+
+    def changed(self, view: ReplicaView) -> None:
+        """``view``'s load, sequences or capacity changed (a view not in the rotation is ignored)."""
+        if self._by_id.get(view.replica_id) is not view:
+            return
+        numerator, denominator, capacity = self._state[view.replica_id]
+        self._numerators[denominator] -= numerator
+        self._loads[capacity].remove(numerator, (ring_position(view.replica_id), view.replica_id))
+        self._add(view)
+
+    def may_hold(self, view: ReplicaView, block_hash: int) -> None:
+        """``view`` may hold ``block_hash`` from now on (say it for the first block of every chain it may hold)."""
+        holders = self._holders.get(block_hash)
+        if holders is None:
+            self._holders[block_hash] = {view.replica_id}
+        else:
+            holders.add(view.replica_id)
+
+    def total_load(self) -> float:
+        return total_of(self._numerators)
+
+    def holders(self, block_hash: int) -> list[ReplicaView]:
+        ids = self._holders.get(block_hash)
+        if not ids:
+            return []
+        found, gone = [], []
+        for replica_id in ids:
+            view = self._by_id.get(replica_id)
+            if view is None:
+                continue  # out of the rotation, maybe for a while: kept, and checked if it comes back
+            if block_hash in view.cached:
+                found.append(view)
+            else:
+                gone.append(replica_id)
+        ids.difference_update(gone)
+        if not ids:
+            del self._holders[block_hash]
+        return found
+
+    def roomiest_others(
+        self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+    ) -> list[tuple[ReplicaView, float]]:
+        found: list[tuple[ReplicaView, float]] = []
+        for loads in self._loads.values():
+            found.extend(self._lightest(loads, skip, headroom, point))
+        return found
+
+    def _lightest(
+        self, loads: _Loads, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+    ) -> list[tuple[ReplicaView, float]]:
+        """Buckets lightest first, the nearest replica past ``point`` of each, while as roomy as the first."""
+        order, buckets = loads.order, loads.buckets
+        taken: list[int] = []
+        found: list[tuple[ReplicaView, float]] = []
+        top = 0.0
+        try:
+            while order:
+                numerator = heapq.heappop(order)
+                if numerator not in buckets or (taken and taken[-1] == numerator):
+                    continue  # a stale or repeated numerator: dropped for good
+                taken.append(numerator)
+                nearest = _nearest(buckets[numerator], point, skip)
+                if nearest is None:
+                    continue
+                view = self._by_id[nearest]
+                room = headroom(view)
+                if found and room < top:
+                    break
+                if not found:
+                    top = room
+                found.append((view, room))
+        finally:
+            for numerator in taken:
+                heapq.heappush(order, numerator)
+        return found
+
+    def _add(self, view: ReplicaView) -> None:
+        numerator = load_numerator(view)
+        denominator = load_denominator(view.capacity)
+        self._numerators[denominator] = self._numerators.get(denominator, 0) + numerator
+        self._state[view.replica_id] = (numerator, denominator, view.capacity)
+        loads = self._loads.get(view.capacity)
+        if loads is None:
+            loads = self._loads[view.capacity] = _Loads()
+        loads.add(numerator, (ring_position(view.replica_id), view.replica_id))
+
+
+def _nearest(bucket: list[Slot], point: int, skip: Container[str]) -> str | None:
+    """The replica of ``bucket`` (sorted by ring position) nearest past ``point``, wrapping, not in ``skip``."""
+    start = bisect_left(bucket, (point, ""))
+    size = len(bucket)
+    for step in range(size):
+        replica_id = bucket[(start + step) % size][1]
+        if replica_id not in skip:
+            return replica_id
+    return None
