@@ -6,13 +6,16 @@ achieved FLOP/s of the engine against a matmul peak measured here, in the same d
 
 Every phase is timed twice: wall clock, and CPU time of this process (``time.process_time``). On a machine
 shared with other jobs the wall clock mostly measures the neighbours; with one thread, CPU time is the work
-done, so the CPU-time ratios are the ones to compare there.
+done, so the CPU-time ratios are the ones to compare there. ``--rounds N`` alternates Shoal and the static
+batches N times in one process (both models loaded once) and sums each side's time, so a neighbour's burst
+or a falling load lands on both sides of the wall-clock ratio instead of on whichever phase ran first.
 
 Every report names the CPU model and flags (avx2/avx512f/avx512_bf16/amx), and the dtype and quantization the
 engine chose (``auto`` by default, as ``shoal serve`` would). Hugging Face runs in the engine's dtype. The
 comparison with llama.cpp's ``llama-server`` on the same GGUF is ``bench/serve.py``'s (it needs HTTP).
 
     .venv/bin/python bench/engine_throughput.py [--threads 1] [--dtype auto] [--quantization auto] [--one-at-a-time 4]
+        [--rounds 3]
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from shoal.cpu_features import cpu_info
 
 
 class Timer:
-    """Wall and CPU seconds of a block."""
+    """Wall and CPU seconds of a block (or, with ``add``, of several)."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
 
     def __enter__(self) -> Timer:
         self.wall, self.cpu = time.perf_counter(), time.process_time()
@@ -38,6 +44,11 @@ class Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+    def add(self, other: Timer) -> Timer:
+        self.wall += other.wall
+        self.cpu += other.cpu
+        return self
 
 
 def matmul_peak(dtype: torch.dtype, size: int = 1024, reps: int = 20) -> Timer:
@@ -65,24 +76,28 @@ def model_flops(cfg, prompt_len: int, output_len: int, num_requests: int) -> flo
     return num_requests * (linear + attention + lm_head)
 
 
-def run_shoal(
-    prompts: list[list[int]], output_len: int, dtype: str, quantization: str, max_num_batched_tokens: int
-) -> tuple[Timer, object]:
+def load_shoal(dtype: str, quantization: str, max_num_seqs: int, max_num_batched_tokens: int):
     from shoal.engine import LLM, SamplingParams
 
     llm = LLM(
         "smollm2-135m",
         dtype=dtype,
         quantization=quantization,
-        max_num_seqs=len(prompts),
+        max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
     )
+    llm.generate([[100, 101]] * 2, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))  # warm-up
+    return llm
+
+
+def run_shoal(llm, prompts: list[list[int]], output_len: int) -> Timer:
+    from shoal.engine import SamplingParams
+
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
-    llm.generate(prompts[:2], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))  # warm-up
     with Timer() as timer:
         outputs = llm.generate(prompts, params)
     assert all(len(o.token_ids) == output_len for o in outputs)
-    return timer, llm.engine
+    return timer
 
 
 def load_hf(dtype: torch.dtype):
@@ -119,20 +134,27 @@ def main() -> None:
     parser.add_argument("--static-batch", type=int, default=16)
     parser.add_argument("--one-at-a-time", type=int, default=4, help="requests timed one at a time (a subset)")
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--rounds", type=int, default=1, help="alternate Shoal and the static batches this many times")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     rng = random.Random(0)
     prompts = [[rng.randrange(100, 49000) for _ in range(args.prompt_len)] for _ in range(args.requests)]
-    generated = args.requests * args.output_len
+    generated = args.requests * args.output_len * args.rounds
 
-    shoal, engine = run_shoal(prompts, args.output_len, args.dtype, args.quantization, args.max_num_batched_tokens)
-    flops = model_flops(engine.model_config, args.prompt_len, args.output_len, args.requests)
+    llm = load_shoal(args.dtype, args.quantization, args.requests, args.max_num_batched_tokens)
+    engine = llm.engine
+    flops = args.rounds * model_flops(engine.model_config, args.prompt_len, args.output_len, args.requests)
     dtype, quantization = engine.dtype, engine.quantization
-    del engine
     peak = matmul_peak(dtype)
     hf = load_hf(dtype)
-    static = run_hf(hf, prompts, args.output_len, args.static_batch)
+    shoal, static = Timer(), Timer()
+    rounds = []
+    for _ in range(args.rounds):
+        ours, theirs = run_shoal(llm, prompts, args.output_len), run_hf(hf, prompts, args.output_len, args.static_batch)
+        rounds.append({"shoal_wall_s": round(ours.wall, 1), "hf_static_wall_s": round(theirs.wall, 1)})
+        shoal.add(ours)
+        static.add(theirs)
     single = run_hf(hf, prompts[: args.one_at_a_time], args.output_len, 1)
 
     report: dict[str, object] = {
@@ -142,6 +164,7 @@ def main() -> None:
         "dtype": str(dtype).removeprefix("torch."),
         "quantization": quantization,
         "workload": f"{args.requests} requests x {args.prompt_len} prompt + {args.output_len} output tokens",
+        "rounds": rounds,
     }
     for clock in ("wall", "cpu"):
         shoal_tps = generated / getattr(shoal, clock)

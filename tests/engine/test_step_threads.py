@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shoal.engine import LLM, SamplingParams
 from shoal.engine.core.step_threads import MAX_PROBE_INTERVAL, PROBE_INTERVAL, PROBE_STEPS, StepThreads
 
 
@@ -88,3 +92,18 @@ def test_steady_times_settle_on_the_faster_count(fast: float, ratio: float, fast
     times = {faster: fast, 3 - faster: fast * ratio}
     run(policy, 2_000, times)
     assert policy.choice == faster
+
+
+def test_the_model_runner_applies_the_policy_and_times_both_counts(tiny_llama_dir: Path) -> None:
+    """A real engine: small decode steps alternate between the counts as probed, the tokens are unchanged."""
+    llm = LLM(str(tiny_llama_dir), dtype="float32", num_kv_blocks=64)
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    plain = llm.generate([[5, 9, 40, 7, 100]], params)[0].token_ids
+    policy = StepThreads(cores=2, probe_interval=2, probe_steps=3)
+    llm.engine.runner.step_threads = policy  # the engine's runner is a ModelRunner
+    before = torch.get_num_threads()
+    try:
+        assert llm.generate([[5, 9, 40, 7, 100]], params)[0].token_ids == plain
+        assert set(policy.seconds) == {1, 2}  # both counts ran small steps and were timed
+    finally:
+        torch.set_num_threads(before)

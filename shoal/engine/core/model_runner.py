@@ -9,6 +9,7 @@ batch from its size and the times earlier batches took (measured here, around th
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
@@ -20,6 +21,8 @@ from shoal.engine.core.scheduler import SchedulerOutput
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.model import CausalLM
 from shoal.kernels import AttentionMetadata
+
+log = logging.getLogger(__name__)
 
 
 class ModelRunner:
@@ -51,7 +54,13 @@ class ModelRunner:
             torch.set_num_threads(threads)
         start = time.perf_counter()
         result = self._execute(batch)
+        choice = self.step_threads.choice
         self.step_threads.observe(threads, rows, decode_only, time.perf_counter() - start)
+        if self.step_threads.choice != choice:
+            ms = {n: round(s * 1e3, 1) for n, s in sorted(self.step_threads.seconds.items())}
+            log.info(
+                "small decode steps now on %d torch threads (ms a step by threads: %s)", self.step_threads.choice, ms
+            )
         return result
 
     @torch.inference_mode()
