@@ -35,6 +35,7 @@ class TimedRouting:
     def __init__(self, inner: RoutingPolicy) -> None:
         self.inner = inner
         self.name = inner.name
+        self.indexed = getattr(inner, "indexed", False)  # the simulator keeps a FleetIndex for a policy that uses it
         self.wall_s = 0.0
 
     def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
