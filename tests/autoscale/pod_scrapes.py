@@ -93,20 +93,27 @@ def pod_scrapes(
 
 @contextmanager
 def load(fleet: Any, engine: int, requests: int) -> Iterator[None]:
-    """``requests`` concurrent completions, resent as they finish, on one engine until the block ends."""
+    """``requests`` clients on one engine, each sending its next completion as soon as its last one ends, until
+    the block ends: the engine's queue then holds ``requests`` minus what it runs at every instant. (Resending
+    only once a whole round had finished let the queue drain to zero at the end of every round; with rounds
+    shorter than the policy's 6 s panic window, as on an idle machine since the faster decode, a queue breach
+    could never last the window and a scale-up waited for chance samples.)"""
     stop = threading.Event()
 
-    def keep_busy() -> None:
+    def client_loop(index: int) -> None:
+        client = fleet.client(engine)
         while not stop.is_set():
-            fleet.load(engine, requests, max_tokens=32)
+            fleet.complete(client, f"load {index}", 32)
 
-    worker = threading.Thread(target=keep_busy, daemon=True)
-    worker.start()
+    workers = [threading.Thread(target=client_loop, args=(i,), daemon=True) for i in range(requests)]
+    for worker in workers:
+        worker.start()
     try:
         yield
     finally:
         stop.set()
-        worker.join(120)
+        for worker in workers:
+            worker.join(120)
 
 
 def start_operator(

@@ -35,22 +35,27 @@ class ScrapedFleet:
         targets = [ReplicaTarget(f"engine-{i}", "ready", 0.0, e.url) for i, e in enumerate(self.engines)]
         return [*targets, ReplicaTarget(self.dead_name, "ready", 0.0, self.dead_url)] if dead else targets
 
+    def client(self, engine: int) -> openai.OpenAI:
+        """The official client for one engine, no retries (a failed request is a finding)."""
+        return openai.OpenAI(base_url=f"{self.engines[engine].url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+    @staticmethod
+    def complete(client: openai.OpenAI, prompt: str, max_tokens: int) -> float:
+        """One completion of exactly ``max_tokens`` tokens (EOS ignored); returns its latency in seconds."""
+        response = client.with_raw_response.completions.create(
+            model="tiny-llama",
+            prompt=prompt,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            extra_body={"ignore_eos": True},
+        )
+        return response.elapsed.total_seconds()
+
     def load(self, engine: int, requests: int, max_tokens: int = 48) -> list[float]:
         """Sends ``requests`` concurrent completions to one engine and returns each one's latency."""
-        client = openai.OpenAI(base_url=f"{self.engines[engine].url}/v1", api_key="unused", max_retries=0, timeout=120)
-
-        def one(i: int) -> float:
-            response = client.with_raw_response.completions.create(
-                model="tiny-llama",
-                prompt=f"load {i}",
-                max_tokens=max_tokens,
-                temperature=0.0,
-                extra_body={"ignore_eos": True},
-            )
-            return response.elapsed.total_seconds()
-
+        client = self.client(engine)
         with ThreadPoolExecutor(requests) as pool:
-            return list(pool.map(one, range(requests)))
+            return list(pool.map(lambda i: self.complete(client, f"load {i}", max_tokens), range(requests)))
 
 
 @contextmanager

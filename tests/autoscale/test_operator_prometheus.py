@@ -79,6 +79,7 @@ def test_a_burst_scales_up_through_prometheus_and_down_only_after_its_window(
                     90,
                     "a scale-up from the queue",
                     interval=0.1,
+                    detail=lambda: repr(get(plane, namespace, "infd", "burst")["status"].get("lastDecision")),
                 )
                 reaction = time.monotonic() - started
                 eventually(lambda: len(scrapes.sync()) >= 2, 60, "the new pod mapped to engine 1")
