@@ -33,15 +33,19 @@ CHROMIUM_FLAGS = (
 
 
 def _fleet_manifest(tiny_model: Path) -> dict:
-    """Two sequences per engine, so a dozen concurrent clients queue and breach a queue target of 2."""
+    """Two sequences per engine and a queue target of 1, so the burst's 16 clients keep 14 requests in flight
+    beyond what one engine runs: its queue stays over target for the policy's whole 6 s panic window even while
+    a loaded machine keeps several clients between requests (12 clients over a target of 2 left a margin of five,
+    which a load of 17 ate once). Engines get 180 s to load: two loading at once beside the burst took 24 s at
+    load 13, and one past its start-up limit is restarted from scratch."""
     return manifest(
         str(tiny_model),
         model={"source": str(tiny_model), "servedName": MODEL},
-        engine={"maxNumSeqs": 2, "maxModelLen": 256, "startupSeconds": 60},
+        engine={"maxNumSeqs": 2, "maxModelLen": 256, "startupSeconds": 180},
         replicas={"min": 1, "max": 3},
         autoscaling={
             "enabled": True,
-            "queueDepthPerReplica": 2,
+            "queueDepthPerReplica": 1,
             "ttftP95Seconds": 5,
             "scaleDownStabilizationSeconds": 15,
         },
@@ -92,9 +96,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
 
 
 def test_a_burst_scales_up_and_every_request_succeeds(fleet: UpProcess) -> None:
-    load = Load(fleet.url, clients=12)
+    load = Load(fleet.url, clients=16)
     try:
-        eventually(lambda: fleet.ready() >= 2, timeout=120, what="a second ready engine", detail=fleet.output)
+        eventually(lambda: fleet.ready() >= 2, timeout=240, what="a second ready engine", detail=fleet.output)
         time.sleep(2)  # requests keep flowing while the new engine joins the rotation
     finally:
         load.stop()
