@@ -20,8 +20,20 @@ feed the estimate, both from signals every source already reports:
   an estimate that a lighter request mix made too low, and a saturated measurement below it lowers it again. A
   single observation is not enough: the first second of a step looks fine before its queue has built.
 
-Until the queue has outgrown the fleet once the estimate is unknown and the policy relies on its reactive rules alone,
-and on a **ceiling**: the per-replica arrival rate at which the fleet last breached a target, which a
+- **Near full** (occupancy, running over the batch limit or KV usage, whichever is higher, at least
+  ``NEAR_FULL`` on average over a stretch of ``measure_seconds``, the queue not growing): the replicas serve close
+  to what they can. By Little's law a replica's occupancy is its arrival rate times the time a request spends in
+  it, and that time never shrinks as the batch fills (a fuller step is never a faster one), so the capacity is at
+  most ``served / occupancy``: what they serve is at least ``NEAR_FULL`` of it. Until the queue has outgrown the
+  fleet once, this lower estimate is the capacity, so a ramp is answered while the batches fill, before the
+  queue does (the diurnal trace's first ramp: one replica at 90% of its capacity runs its batch 70% full, at 78%
+  only 43% full, as the step time grows with the batch). Sizing on it errs one way: too many replicas, at most
+  ``1 / NEAR_FULL`` times, never too few; a saturated measurement replaces it. It assumes the batch or the KV
+  cache is what fills first; a replica bound by its prefill compute (long prompts) never looks full, and the
+  other observations are all it has.
+
+Until the queue has outgrown the fleet once or the batches have run near full, the estimate is unknown and the
+policy relies on its reactive rules alone, and on a **ceiling**: the per-replica arrival rate at which the fleet last breached a target, which a
 consolidation must stay under (a fleet that breached at 1 replica for 1 req/s is not taken back to 1 replica for
 1 req/s: Dynamo's 2-to-1 oscillation). A stretch within the SLO at or above the ceiling lifts it.
 """
@@ -39,23 +51,39 @@ _MIN_ARRIVALS = 50.0
 # the queue must grow by more than this many standard deviations of the arrival count for a saturated stretch to
 # measure the capacity; a queue that held its size only shows the replicas kept up
 _GROWTH_NOISE = 2.0
+# mean occupancy from which what the replicas serve estimates their capacity (at least this share of it); lower
+# answers a ramp earlier at the price of more replicas until a saturated measurement comes
+NEAR_FULL = 0.7
 
 
 class _Stretch:
-    """Observations since ``start`` with a constant ready count, and the arrival rates reported over it."""
+    """Observations since ``start`` with a constant ready count, and the arrival rates and occupancies reported
+    over it (occupancy None when any observation lacked it)."""
 
-    __slots__ = ("arrivals", "ready", "start", "waiting")
+    __slots__ = ("arrivals", "occupancy", "ready", "start", "waiting")
 
-    def __init__(self, start: float, waiting: float, ready: int, arrival: float) -> None:
+    def __init__(
+        self, start: float, waiting: float, ready: int, arrival: float, occupancy: float | None = None
+    ) -> None:
         self.start, self.waiting, self.ready = start, waiting, ready
         self.arrivals = [arrival]
+        self.occupancy: list[float] | None = None if occupancy is None else [occupancy]
 
-    def add(self, arrival: float) -> None:
+    def add(self, arrival: float, occupancy: float | None = None) -> None:
         self.arrivals.append(arrival)
+        if self.occupancy is not None:
+            if occupancy is None:
+                self.occupancy = None
+            else:
+                self.occupancy.append(occupancy)
 
     @property
     def mean_arrival(self) -> float:
         return sum(self.arrivals) / len(self.arrivals)
+
+    @property
+    def mean_occupancy(self) -> float | None:
+        return None if self.occupancy is None else sum(self.occupancy) / len(self.occupancy)
 
     @property
     def steady(self) -> bool:
@@ -70,13 +98,16 @@ class _Stretch:
 
 
 class CapacityEstimate:
-    """Requests/s one ready replica serves at saturation (``per_replica``, None until measured)."""
+    """Requests/s one ready replica serves at saturation (``per_replica``, None until measured or seen near
+    full)."""
 
     __slots__ = (
+        "_basis",
         "_ceiling",
         "_comfortable",
         "_floor",
         "_measured",
+        "_occupied",
         "_recent",
         "_stretch",
         "measure_seconds",
@@ -87,10 +118,12 @@ class CapacityEstimate:
         self.measure_seconds = measure_seconds
         self.smoothing = smoothing
         self._measured: float | None = None
+        self._basis = "unknown"
         self._floor = 0.0
         self._ceiling = math.inf
         self._stretch: _Stretch | None = None  # saturated
         self._comfortable: _Stretch | None = None  # within the SLO
+        self._occupied: _Stretch | None = None  # not saturated, occupancy reported
         self._recent: deque[tuple[float, float, int]] = deque()  # (time, waiting, ready) over the last seconds
 
     @property
@@ -98,6 +131,11 @@ class CapacityEstimate:
         if self._measured is None:
             return None
         return max(self._measured, self._floor)
+
+    @property
+    def basis(self) -> str:
+        """What the latest measurement of ``per_replica`` saw, for the decisions' messages."""
+        return self._basis
 
     @property
     def floor(self) -> float | None:
@@ -117,11 +155,21 @@ class CapacityEstimate:
             self._ceiling = min(self._ceiling, arrival / ready)
 
     def observe(
-        self, time: float, ready: int, waiting: float, arrival: float, within_slo: bool, saturated: bool
+        self,
+        time: float,
+        ready: int,
+        waiting: float,
+        arrival: float,
+        within_slo: bool,
+        saturated: bool,
+        occupancy: float | None = None,
     ) -> None:
         """Feeds one complete observation (every ready replica reported its queue, the arrival rate is known);
-        ``saturated``: every ready replica has a request waiting."""
+        ``saturated``: every ready replica has a request waiting; ``occupancy``: how full their batches are
+        (None when the engines do not say)."""
         self._remember_queue(time, waiting, ready)
+        if ready:  # a request waiting now and then is part of running near full: this stretch spans both
+            self._observe_occupied(time, ready, waiting, arrival, occupancy)
         if saturated:
             self._comfortable = None
             self._observe_saturated(time, ready, waiting, arrival)
@@ -161,10 +209,37 @@ class CapacityEstimate:
             return
         stretch.add(arrival)
         if time - stretch.start >= self.measure_seconds:
-            self._floor = max(self._floor, stretch.mean_arrival / ready)
+            self._floor = max(self._floor, _lower(stretch.mean_arrival, time - stretch.start) / ready)
             if self._floor >= self._ceiling:  # the breach was noise: this load was served well for a whole stretch
                 self._ceiling = math.inf
             self._comfortable = _Stretch(time, 0.0, ready, arrival)
+
+    def _observe_occupied(
+        self, time: float, ready: int, waiting: float, arrival: float, occupancy: float | None
+    ) -> None:
+        stretch = self._occupied
+        if stretch is None or stretch.ready != ready or stretch.occupancy is None:
+            self._occupied = _Stretch(time, waiting, ready, arrival, occupancy)
+            return
+        stretch.add(arrival, occupancy)
+        elapsed = time - stretch.start
+        mean = stretch.mean_occupancy
+        if elapsed < self.measure_seconds or mean is None:
+            return
+        self._occupied = _Stretch(time, waiting, ready, arrival, occupancy)
+        arrived = stretch.mean_arrival * elapsed
+        growth = waiting - stretch.waiting
+        if mean < NEAR_FULL or arrived < _MIN_ARRIVALS or not stretch.steady:
+            return  # not near full, too few arrivals to tell, or a ramp the windowed rate still catches up with
+        if stretch.waiting > ready or growth > _GROWTH_NOISE * math.sqrt(arrived):
+            return  # a backlog keeps batches full whatever arrives; a queue building is the saturated rule's case
+        served = (stretch.mean_arrival - growth / elapsed) / ready
+        most = served / mean  # Little's law: the capacity is at most this
+        self._floor = min(self._floor, most)
+        previous = self._measured
+        estimate = served if previous is None else min(max(previous, served), most)
+        if estimate != previous:
+            self._measured, self._basis = estimate, f"served at {mean:.0%} occupancy"
 
     def _observe_saturated(self, time: float, ready: int, waiting: float, arrival: float) -> None:
         stretch = self._stretch
@@ -186,7 +261,7 @@ class CapacityEstimate:
         if growth < _GROWTH_NOISE * noise:
             # full batches but a queue that did not grow: the replicas kept up with what arrived, so this is what
             # they serve at least, not what they can serve (a replica admitting at every step always shows a wait)
-            self._floor = max(self._floor, served / ready)
+            self._floor = max(self._floor, _lower(stretch.mean_arrival, elapsed) / ready)
             return
         if not stretch.steady:
             return
@@ -194,3 +269,10 @@ class CapacityEstimate:
         previous = self._measured
         self._measured = per_replica if previous is None else previous + self.smoothing * (per_replica - previous)
         self._floor = min(self._floor, per_replica)
+        self._basis = "measured at saturation"
+
+
+def _lower(rate: float, seconds: float) -> float:
+    """A Poisson rate's lower confidence bound from ``seconds`` of it: the floor is the largest of many such
+    readings, so a reading at face value would let arrival noise lift it past the capacity."""
+    return max(0.0, rate - _GROWTH_NOISE * math.sqrt(rate * seconds) / seconds)

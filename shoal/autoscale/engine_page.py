@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 WAITING = "shoal_engine_requests_waiting"
 RUNNING = "shoal_engine_requests_running"
 KV_USAGE = "shoal_engine_kv_cache_usage_ratio"
+MAX_NUM_SEQS = "shoal_engine_max_num_seqs"
 FINISHED = "shoal_engine_requests_finished"
 REJECTED = "shoal_engine_requests_rejected"
 GENERATED = "shoal_engine_generation_tokens"
@@ -28,8 +29,9 @@ class PageError(ValueError):
 
 @dataclass(frozen=True)
 class EnginePage:
-    """Gauges as read; counters (``ended``: finished plus turned away for a full queue) and TTFT buckets
-    cumulative since the engine started, for the source to difference between scrapes."""
+    """Gauges as read (``max_num_seqs`` None from an engine that does not export it); counters (``ended``:
+    finished plus turned away for a full queue) and TTFT buckets cumulative since the engine started, for the
+    source to difference between scrapes."""
 
     waiting: float
     running: float
@@ -37,6 +39,7 @@ class EnginePage:
     ended: float
     generated: float
     ttft_buckets: dict[float, float]
+    max_num_seqs: float | None = None
 
     @property
     def in_flight(self) -> float:
@@ -50,7 +53,7 @@ def parse_engine_page(text: str) -> EnginePage:
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if family.name in (WAITING, RUNNING, KV_USAGE):
+                if family.name in (WAITING, RUNNING, KV_USAGE, MAX_NUM_SEQS):
                     gauges[family.name] = gauges.get(family.name, 0.0) + sample.value
                 elif (family.name == FINISHED and sample.name.endswith("_total")) or (
                     family.name == REJECTED
@@ -71,6 +74,7 @@ def parse_engine_page(text: str) -> EnginePage:
     if not all(math.isfinite(v) and v >= 0 for v in values):
         raise PageError(f"negative or non-finite values: {values}")
     kv_usage = gauges.get(KV_USAGE)
+    limit = gauges.get(MAX_NUM_SEQS)
     return EnginePage(
         gauges[WAITING],
         gauges[RUNNING],
@@ -78,4 +82,5 @@ def parse_engine_page(text: str) -> EnginePage:
         ended,
         generated,
         buckets if math.inf in buckets else {},
+        limit if limit is not None and math.isfinite(limit) and limit > 0 else None,
     )

@@ -3,6 +3,10 @@
 Replicas that report no queue (their scrape failed) are counted apart, so the policy can scale up on what the
 others show but never scale down on a partial view; so are replicas still starting after the start-up timeout
 (``stuck``): a pod that never loads must not count as capacity on its way forever.
+
+**Occupancy** is how full the ready replicas are, each as the larger of its batch (running over its
+``max_num_seqs``) and its KV cache: the engine admits nothing more once either is full, so a replica near 1 is
+near saturation even while nothing waits. It is the mean over the replicas that report a batch limit.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from shoal.autoscale.signals import FleetSignals
 class FleetLoad:
     """``waiting``/``running``/``kv_usage`` are over the ready replicas that reported them (``known`` of ``ready``);
     ``kv_usage`` is their mean, None when none reported it; ``queued_replicas`` have at least one request waiting;
-    ``starting`` are loading within the start-up timeout, ``stuck`` past it."""
+    ``starting`` are loading within the start-up timeout, ``stuck`` past it; ``occupancy`` (0..1, see the module
+    docstring) is None when no ready replica reported its batch limit."""
 
     ready: int
     starting: int
@@ -26,6 +31,7 @@ class FleetLoad:
     kv_usage: float | None
     queued_replicas: int = 0
     stuck: int = 0
+    occupancy: float | None = None
 
     @property
     def partial(self) -> bool:
@@ -47,8 +53,8 @@ class FleetLoad:
 
 
 def fleet_load(signals: FleetSignals, startup_timeout_seconds: float = float("inf")) -> FleetLoad:
-    ready = starting = stuck = known = kv_known = queued = 0
-    waiting = running = kv_total = 0.0
+    ready = starting = stuck = known = kv_known = queued = limited = 0
+    waiting = running = kv_total = occupied = 0.0
     for replica in signals.replicas:
         if replica.phase == "starting":
             if signals.time - replica.since > startup_timeout_seconds:
@@ -64,8 +70,12 @@ def fleet_load(signals: FleetSignals, startup_timeout_seconds: float = float("in
             waiting += replica.waiting
             running += replica.running or 0.0
             queued += replica.waiting >= 1
+            if replica.max_num_seqs:
+                limited += 1
+                occupied += min(1.0, max((replica.running or 0.0) / replica.max_num_seqs, replica.kv_usage or 0.0))
         if replica.kv_usage is not None:
             kv_known += 1
             kv_total += replica.kv_usage
     kv_usage = kv_total / kv_known if kv_known else None
-    return FleetLoad(ready, starting, known, waiting, running, kv_usage, queued, stuck)
+    occupancy = occupied / limited if limited else None
+    return FleetLoad(ready, starting, known, waiting, running, kv_usage, queued, stuck, occupancy)

@@ -5,7 +5,8 @@
 run concurrently, each an instant query over a ``window`` (``1m``: at least four scrapes at the PodMonitor's
 15 s):
 
-- per replica: ``sum by (pod) (shoal_engine_requests_waiting{...})``, running, KV usage, and the age of the
+- per replica: ``sum by (pod) (shoal_engine_requests_waiting{...})``, running, KV usage, the batch limit
+  (``shoal_engine_max_num_seqs``), and the age of the
   queue sample, ``time() - timestamp(...)``, measured on Prometheus's clock, so skew between the operator's clock
   and Prometheus's does not make fresh data look stale (or stale data fresh);
 - TTFT P95: ``histogram_quantile(0.95, sum by (le) (rate(shoal_engine_time_to_first_token_seconds_bucket[1m])))``;
@@ -27,7 +28,17 @@ from collections.abc import Sequence
 
 import httpx
 
-from shoal.autoscale.engine_page import FINISHED, GENERATED, KV_USAGE, REJECTED, RUNNING, TTFT, UNSERVED_REASON, WAITING
+from shoal.autoscale.engine_page import (
+    FINISHED,
+    GENERATED,
+    KV_USAGE,
+    MAX_NUM_SEQS,
+    REJECTED,
+    RUNNING,
+    TTFT,
+    UNSERVED_REASON,
+    WAITING,
+)
 from shoal.autoscale.signals import FleetSignals, ReplicaSignals
 from shoal.autoscale.source import ReplicaTarget
 
@@ -59,6 +70,7 @@ class PrometheusSource:
             "waiting": f"sum by ({by}) ({WAITING}{{{sel}}})",
             "running": f"sum by ({by}) ({RUNNING}{{{sel}}})",
             "kv_usage": f"max by ({by}) ({KV_USAGE}{{{sel}}})",
+            "max_num_seqs": f"max by ({by}) ({MAX_NUM_SEQS}{{{sel}}})",
             "age": f"max by ({by}) (time() - timestamp({WAITING}{{{sel}}}))",
             "ttft": f"histogram_quantile(0.95, sum by (le) (rate({TTFT}_bucket{{{sel}}}[{w}])))",
             "finished": f"sum(rate({FINISHED}_total{{{sel}}}[{w}]))",
@@ -137,6 +149,7 @@ class PrometheusSource:
             waiting=waiting,
             running=running,
             kv_usage=answers["kv_usage"].get(target.name),
+            max_num_seqs=answers["max_num_seqs"].get(target.name),
         )
 
     @staticmethod

@@ -1,7 +1,7 @@
 """The direct-scrape source: every ready engine's ``/metrics``, read concurrently, differenced between scrapes.
 
 For fleets without a Prometheus (local mode, or the operator with ``metrics.source: scrape``). Each observation
-reads the gauges as they are (queue, running, KV usage) and what the counters did since this source's previous
+reads the gauges as they are (queue, running, KV usage, the batch limit) and what the counters did since this source's previous
 scrape of the same engine:
 
 - **arrival rate**: requests that ended (finished, or turned away for a full queue) plus the growth of those in
@@ -104,7 +104,13 @@ class ScrapeSource:
         if page is None:
             return ReplicaSignals(target.name, target.phase, target.since)
         return ReplicaSignals(
-            target.name, target.phase, target.since, waiting=page.waiting, running=page.running, kv_usage=page.kv_usage
+            target.name,
+            target.phase,
+            target.since,
+            waiting=page.waiting,
+            running=page.running,
+            kv_usage=page.kv_usage,
+            max_num_seqs=page.max_num_seqs,
         )
 
     def _remember(self, now: float, read: dict[str, EnginePage], known: set[str]) -> None:

@@ -14,8 +14,9 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    while every ready replica has requests waiting (``ScaleUpTTFT``: one more replica, or the demand sizing when
    capacity is known; a latency window still remembering a breach already answered must not multiply the fleet,
    and without queues a slow first token is not a lack of replicas), and the demand over the learned capacity
-   (``ScaleUpRate``: ``demand / (capacity * target_utilization)``, see :mod:`shoal.autoscale.capacity`), which
-   moves before latency does. A count guessed from the queue's proportion or from latency moves at most
+   (``ScaleUpRate``: ``demand / (capacity * target_utilization)``, see :mod:`shoal.autoscale.capacity`: measured
+   when the queue outgrew the fleet, or before that estimated from what replicas serve with their batches near
+   full), which moves before latency does. A count guessed from the queue's proportion or from latency moves at most
    ``max_step`` per decision; a breach sized from measured rates (**panic**, Knative's word) goes to that size in
    one decision, since a 3x step needs twice the fleet added at once. The smallest recommendation over
    ``scale_up_stabilization_seconds`` applies (0 by default: the first breached observation acts), except under
@@ -99,6 +100,7 @@ class ShoalPolicy:
             "queue_per_ready": load.queue_per_ready,
             "running": load.running,
             "kv_usage": load.kv_usage,
+            "occupancy": load.occupancy,
             "ttft_p95_seconds": signals.ttft_p95_seconds,
             "arrival_rate": signals.arrival_rate,
             "held_requests": float(signals.held_requests),
@@ -179,7 +181,7 @@ class ShoalPolicy:
         ttft_breach = ttft is not None and ttft > cfg.ttft_p95_seconds and load.saturated
         if not load.partial and (ttft is not None or not load.busy) and arrival is not None:
             within_slo = queue < 1 and (ttft is None or ttft <= cfg.ttft_p95_seconds)
-            self.capacity.observe(now, load.ready, load.waiting, arrival, within_slo, load.saturated)
+            self.capacity.observe(now, load.ready, load.waiting, arrival, within_slo, load.saturated, load.occupancy)
         capacity = self.capacity.per_replica
         values["capacity_per_replica"], values["capacity_floor"] = capacity, self.capacity.floor
         sized: float | None = None
@@ -227,7 +229,10 @@ class ShoalPolicy:
         usable = current - load.stuck
         if sized is not None and sized > usable * (1 + cfg.tolerance) and math.ceil(sized) + load.stuck > need:
             need, rule = math.ceil(sized) + load.stuck, "ScaleUpRate"
-            why = f"demand {demand:.3g} req/s needs {sized:.3g} replicas at {capacity:.3g} req/s each"
+            why = (
+                f"demand {demand:.3g} req/s needs {sized:.3g} replicas at {capacity:.3g} req/s each"
+                f" ({self.capacity.basis})"
+            )
             panic = queue_breach or ttft_breach
         if load.stuck and need > current:
             why += f" (and {load.stuck} stuck starting for over {cfg.startup_timeout_seconds:.0f}s, not counted)"

@@ -16,7 +16,8 @@ ReplicaPhase = Literal["starting", "ready", "draining"]
 
 @dataclass(frozen=True)
 class ReplicaSignals:
-    """One engine replica as the source saw it."""
+    """One engine replica as the source saw it; ``max_num_seqs`` is its batch limit (None from an engine that does
+    not export it), so ``running / max_num_seqs`` is how full its batch is."""
 
     name: str
     phase: ReplicaPhase
@@ -24,6 +25,7 @@ class ReplicaSignals:
     waiting: float | None = None
     running: float | None = None
     kv_usage: float | None = None
+    max_num_seqs: float | None = None
 
 
 @dataclass(frozen=True)

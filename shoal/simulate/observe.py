@@ -1,7 +1,7 @@
 """What the autoscaler sees of the simulated fleet: a ``FleetSignals`` built as the production sources build it.
 
-Per replica, what a scrape of its ``/metrics`` gives: phase, since when, requests waiting and running, KV usage
-(a replica still loading reports nothing, so its values are None). For the fleet, what PromQL over a window
+Per replica, what a scrape of its ``/metrics`` gives: phase, since when, requests waiting and running, KV usage,
+the batch limit (a replica still loading reports nothing, so its values are None). For the fleet, what PromQL over a window
 gives: TTFT P95 of the first tokens seen in the window (None when there were none, as ``histogram_quantile``
 of an empty histogram is NaN), the arrival rate and the output tokens per second. The quantile is exact here,
 where Prometheus interpolates within histogram buckets.
@@ -68,6 +68,7 @@ def replica_signals(replica: SimReplica) -> ReplicaSignals:
         waiting=float(len(replica.waiting)),
         running=float(replica.running),
         kv_usage=replica.kv_usage,
+        max_num_seqs=float(replica.profile.max_num_seqs),
     )
 
 

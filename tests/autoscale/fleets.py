@@ -27,10 +27,12 @@ def observe(
     arrival: float | None = 0.0,
     kv_usage: float | None = None,
     unreported: int = 0,
+    max_num_seqs: float | None = None,
     **fleet: object,
 ) -> FleetSignals:
-    """A fleet of ``ready`` ready replicas (default: ``desired - starting``) sharing ``waiting``/``running`` evenly;
-    ``unreported`` of the ready ones have no queue reading (their scrape failed)."""
+    """A fleet of ``ready`` ready replicas (default: ``desired - starting``) sharing ``waiting``/``running`` evenly,
+    each with batch limit ``max_num_seqs``; ``unreported`` of the ready ones have no queue reading (their scrape
+    failed)."""
     ready = desired - starting if ready is None else ready
     reported = max(ready - unreported, 1)
     replicas = [
@@ -41,6 +43,7 @@ def observe(
             waiting=None if i < unreported else waiting / reported,
             running=None if i < unreported else running / reported,
             kv_usage=None if i < unreported else kv_usage,
+            max_num_seqs=max_num_seqs,
         )
         for i in range(ready)
     ]

@@ -8,6 +8,7 @@ import pytest
 from fleets import FluidFleet, observe
 
 from shoal.autoscale import AutoscalingConfig, FleetSignals, ReplicaSignals, ShoalPolicy
+from shoal.autoscale.capacity import CapacityEstimate
 
 CONFIG = AutoscalingConfig(
     min_replicas=1,
@@ -155,14 +156,16 @@ def test_a_queue_breach_without_a_measured_rate_moves_at_most_max_step() -> None
 
 
 def test_a_queue_breach_is_sized_on_the_rate_served_without_a_queue_before_capacity_is_measured() -> None:
-    """A fleet that served 10 req/s on 2 replicas without a queue serves 5 each at least: 30 req/s needs 6."""
+    """A fleet that served 10 req/s on 2 replicas without a queue serves 4 each at least (the 10 s readings' lower
+    confidence bound, 10 - 2 * sqrt(10 * 10) / 10 = 8 req/s: a reading at face value lets arrival noise lift the
+    largest of them past the capacity): 30 req/s plus the backlog needs 8."""
     policy = ShoalPolicy(AutoscalingConfig(max_replicas=40))
     for t in range(30):
         policy.decide(observe(float(t), desired=2, running=4.0, arrival=10.0))
-    assert policy.capacity.per_replica is None and policy.capacity.floor == pytest.approx(5.0)
+    assert policy.capacity.per_replica is None and policy.capacity.floor == pytest.approx(4.0)
     policy.decide(observe(30.0, desired=2, waiting=40.0, running=8.0, arrival=30.0))  # one look: noise
     decision = policy.decide(observe(36.0, desired=2, waiting=40.0, running=8.0, arrival=30.0))  # the panic window
-    assert (decision.replicas, decision.rule) == (7, "ScaleUpQueue"), decision  # (30 + 40 / 60) / 5, rounded up
+    assert (decision.replicas, decision.rule) == (8, "ScaleUpQueue"), decision  # (30 + 40 / 60) / 4, rounded up
     assert "served without a queue" in decision.message and "panic" in decision.message
 
 
@@ -173,7 +176,8 @@ def test_a_full_batch_whose_queue_keeps_its_size_is_a_lower_bound_not_the_capaci
     for t in range(120):
         decision = policy.decide(observe(float(t), desired=1, waiting=1.0, running=8.0, arrival=7.0))
         assert decision.replicas == 1, decision
-    assert policy.capacity.per_replica is None and policy.capacity.floor == pytest.approx(7.0, rel=0.05)
+    lower = 7.0 - 2 * math.sqrt(7.0 * 10) / 10  # what 10 s of 7 req/s shows at least (two Poisson deviations)
+    assert policy.capacity.per_replica is None and policy.capacity.floor == pytest.approx(lower, rel=0.05)
 
 
 def test_a_replica_stuck_starting_stops_blocking_scale_ups_after_the_start_up_timeout() -> None:
@@ -204,3 +208,38 @@ def test_a_replica_stuck_starting_stops_blocking_scale_ups_after_the_start_up_ti
 def test_config_rejects_impossible_values(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="|".join(bad)):
         AutoscalingConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_batches_near_full_give_the_capacity_before_any_queue() -> None:
+    """One replica serving a steady 20 req/s with its batch 78% full and nothing waiting serves close to what it
+    can (Little's law: at most 20 / 0.78 req/s), so 20 req/s is taken as its capacity and the fleet is sized to
+    the target utilization, 20 / (20 * 0.9) = 1.11 replicas: a second one, before any queue shows. An engine that
+    does not say its batch limit leaves the capacity unknown, and nothing moves."""
+    for limit in (256.0, None):
+        policy = ShoalPolicy(AutoscalingConfig(max_replicas=4))
+        decisions = [
+            policy.decide(observe(float(t), desired=1, running=200.0, arrival=20.0, max_num_seqs=limit))
+            for t in range(0, 30, 2)
+        ]
+        ups = [d for d in decisions if d.replicas > 1]
+        if limit is None:
+            assert policy.capacity.per_replica is None and not ups, ups
+            continue
+        assert policy.capacity.per_replica == pytest.approx(20.0)
+        up = ups[0]
+        assert (up.time, up.replicas, up.rule) == (10.0, 2, "ScaleUpRate"), up  # one measure_seconds stretch
+        assert up.values["occupancy"] == pytest.approx(200 / 256) and up.values["waiting"] == 0.0
+        assert "needs 1.11 replicas at 20 req/s each (served at 78% occupancy)" in up.message
+
+
+def test_full_batches_cap_a_capacity_measured_too_high() -> None:
+    """A saturated stretch measured 10 req/s; later the replica serves 5 req/s with its batch 80% full, so it
+    cannot serve more than 6.25 (Little's law): the estimate comes down to that, and the floor with it."""
+    capacity = CapacityEstimate()
+    for t in range(11):  # 20 req/s arriving, the queue growing by 10 a second: 10 served
+        capacity.observe(float(t), 1, 1.0 + 10 * t, 20.0, within_slo=False, saturated=True, occupancy=1.0)
+    assert capacity.per_replica == pytest.approx(10.0) and capacity.basis == "measured at saturation"
+    for t in range(20, 41):
+        capacity.observe(float(t), 1, 0.0, 5.0, within_slo=True, saturated=False, occupancy=0.8)
+    assert capacity.per_replica == pytest.approx(6.25) and capacity.basis == "served at 80% occupancy"
+    assert capacity.floor is not None and capacity.floor <= 6.25

@@ -316,6 +316,7 @@ class AsyncEngine:
             log.exception("the model failed to load")
             self._die(exc)
             return
+        self.metrics.loaded(core.config.max_num_seqs)
         self.metrics.observe_step([], core.stats())  # a ready engine's /metrics shows its (empty) queue at once
         self.core = core
         log.info("model loaded: %s (max_model_len %d)", core.model_name, core.max_model_len)

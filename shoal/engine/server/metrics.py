@@ -5,7 +5,9 @@ request reaches a milestone (first token, each further token, finish). Engine-wi
 usage, cumulative token and prefix-cache counters) is a snapshot the step thread stores after every step;
 a custom collector turns the latest snapshot into gauges and counters at scrape time, so a scrape never
 touches the single-threaded engine. Every series carries the ``model`` label; the autoscaler reads
-``shoal_engine_requests_waiting`` and the TTFT histogram's P95.
+``shoal_engine_requests_waiting`` and the TTFT histogram's P95, and ``shoal_engine_requests_running`` against
+``shoal_engine_max_num_seqs`` (the batch limit, constant for the process) to see a replica near saturation before
+its queue grows.
 """
 
 from __future__ import annotations
@@ -29,19 +31,23 @@ class _StatsCollector(Collector):
 
     def __init__(self, model: str) -> None:
         self._model = model
+        self.max_num_seqs: int | None = None
         self.stats: EngineStats | None = None
 
     def collect(self) -> Iterator[Metric]:
         stats = self.stats
         if stats is None:
             return
-        gauges = (
+        gauges: tuple[tuple[str, str, float], ...] = (
             ("requests_running", "Requests in the running batch.", stats.num_running),
             ("requests_waiting", "Requests waiting to be scheduled (queue depth).", stats.num_waiting),
             ("kv_cache_usage_ratio", "Fraction of KV cache blocks in use by requests (0..1).", stats.kv_usage),
             ("kv_cache_free_blocks", "KV cache blocks not held by any request.", stats.num_free_blocks),
             ("kv_cache_total_blocks", "KV cache blocks in the pool.", stats.num_total_blocks),
         )
+        if self.max_num_seqs is not None:
+            limit = ("max_num_seqs", "Requests the running batch holds at most (--max-num-seqs).", self.max_num_seqs)
+            gauges = (*gauges, limit)
         for name, doc, value in gauges:
             family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
             family.add_metric([self._model], value)
@@ -101,6 +107,10 @@ class ServerMetrics:
             registry=reg,
         )
         self._last_token: dict[str, float] = {}
+
+    def loaded(self, max_num_seqs: int) -> None:
+        """The loaded engine's batch limit, exported from now on next to its running count."""
+        self._stats.max_num_seqs = max_num_seqs
 
     def observe_step(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
         """Records one engine step: latency milestones per request, then the engine snapshot."""
