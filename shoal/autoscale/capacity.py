@@ -1,39 +1,38 @@
 """How many requests per second one ready replica serves, learned online from the fleet's own behaviour.
 
 A latency signal lags: by the time TTFT P95 breaches, the queue has been growing for a while. Knowing what one
-replica can serve turns the arrival rate, which moves first, into a replica count directly. Two observations
-feed the estimate, both from signals every source already reports:
+replica can serve turns the arrival rate, which moves first, into a replica count directly. Three observations
+feed the estimate, from signals every source reports:
 
 - **Saturation** (a request waiting on every ready replica, so every batch is full): the fleet
   then serves exactly its capacity, and what it serves is what arrived minus what piled up. Over a stretch of at
   least ``measure_seconds`` and 50 arrivals, long enough that arrival noise is under a fifth of what was served,
-  with the same ready replicas and a steady reported arrival rate
-  (its two halves' means within 10%: a windowed rate still catching up with a step would make the fleet look
-  slower than it is), it is
-  ``(mean arrival rate - queue growth per second) / ready replicas``, blended into a moving average. This is the
-  only observation that can *set* the estimate, and only when the queue grew by more than twice the arrival
-  count's Poisson spread: full batches over a queue that held its size (a replica admitting at every step always
-  shows a request waiting) say only that the replicas kept up, a lower bound like the one below. Taking that for
-  the capacity sized a fleet that one replica served at two (Azure conv trace).
+  with the same ready replicas and a steady reported arrival rate (its two halves' means within 10%: a windowed
+  rate still catching up with a step would make the fleet look slower than it is), it is
+  ``(mean arrival rate - queue growth per second) / ready replicas``, blended into a moving average; only when the
+  queue grew by more than twice the arrival count's Poisson spread: full batches over a queue that held its size
+  (a replica admitting at every step always shows a request waiting) say only that the replicas kept up, a lower
+  bound like the one below. Taking that for the capacity sized a fleet that one replica served at two (Azure conv).
 - **Within the SLO** (no queue to speak of, TTFT P95 within target) for a whole stretch of ``measure_seconds``:
-  each ready replica then served the stretch's mean ``arrival / ready`` without trouble, a lower bound; it raises
-  an estimate that a lighter request mix made too low, and a saturated measurement below it lowers it again. A
-  single observation is not enough: the first second of a step looks fine before its queue has built.
+  each ready replica then served the stretch's mean ``arrival / ready`` without trouble, a lower bound (the
+  **floor**); it raises an estimate that a lighter request mix made too low, and a saturated measurement below it
+  lowers it again. A single observation is not enough: the first second of a step looks fine before its queue
+  has built. Each reading enters the floor less two Poisson deviations (:func:`_lower`): the floor is the largest
+  of many readings, and at face value noise lifted it past the capacity.
+- **Near full** (occupancy, running over the batch limit or KV usage, whichever is higher, at least ``NEAR_FULL``
+  on average over a stretch of ``measure_seconds``, no backlog at its start and a queue that did not grow): by
+  Little's law occupancy is the arrival rate times the time a request spends in the engine, and that time never
+  shrinks as the batch fills (a fuller step is never a faster one), so the capacity is at most
+  ``served / occupancy``: what the replicas serve is at least ``NEAR_FULL`` of it. With no estimate yet it is the
+  estimate, so a ramp is answered while the batches fill, before the queue does (the diurnal trace's one
+  replica runs its batch 70% full at 90% of its capacity, 43% full at 78%, as its steps slow with the batch);
+  sizing on it errs one way, towards at most ``1 / NEAR_FULL`` times the replicas. Any estimate is kept within
+  ``[served, served / occupancy]``. It assumes the batch or the KV cache is what fills as load rises; a replica
+  bound by its prefill compute with few sequences running (long prompts) never looks full, and the other
+  observations are all it has.
 
-- **Near full** (occupancy, running over the batch limit or KV usage, whichever is higher, at least
-  ``NEAR_FULL`` on average over a stretch of ``measure_seconds``, the queue not growing): the replicas serve close
-  to what they can. By Little's law a replica's occupancy is its arrival rate times the time a request spends in
-  it, and that time never shrinks as the batch fills (a fuller step is never a faster one), so the capacity is at
-  most ``served / occupancy``: what they serve is at least ``NEAR_FULL`` of it. Until the queue has outgrown the
-  fleet once, this lower estimate is the capacity, so a ramp is answered while the batches fill, before the
-  queue does (the diurnal trace's first ramp: one replica at 90% of its capacity runs its batch 70% full, at 78%
-  only 43% full, as the step time grows with the batch). Sizing on it errs one way: too many replicas, at most
-  ``1 / NEAR_FULL`` times, never too few; a saturated measurement replaces it. It assumes the batch or the KV
-  cache is what fills first; a replica bound by its prefill compute (long prompts) never looks full, and the
-  other observations are all it has.
-
-Until the queue has outgrown the fleet once or the batches have run near full, the estimate is unknown and the
-policy relies on its reactive rules alone, and on a **ceiling**: the per-replica arrival rate at which the fleet last breached a target, which a
+Until one of these has measured the fleet, the estimate is unknown and the policy relies on its reactive rules
+alone, and on a **ceiling**: the per-replica arrival rate at which the fleet last breached a target, which a
 consolidation must stay under (a fleet that breached at 1 replica for 1 req/s is not taken back to 1 replica for
 1 req/s: Dynamo's 2-to-1 oscillation). A stretch within the SLO at or above the ceiling lifts it.
 """
