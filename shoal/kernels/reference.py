@@ -30,7 +30,7 @@ class TorchOps:
 
     def __init__(self) -> None:
         self._rope: tuple[torch.Tensor, torch.Tensor, torch.dtype, torch.Tensor, torch.Tensor] | None = None
-        self._decode: tuple[AttentionMetadata, int, torch.Tensor, torch.Tensor | None] | None = None
+        self._decode: tuple[AttentionMetadata, int, torch.Tensor | slice, torch.Tensor | None] | None = None
 
     def write_kv(
         self,
@@ -130,7 +130,9 @@ class TorchOps:
         self._rope = (positions, cos_sin_cache, dtype, cos, sin)
         return cos, sin
 
-    def _decode_inputs(self, meta: AttentionMetadata, block_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _decode_inputs(
+        self, meta: AttentionMetadata, block_size: int
+    ) -> tuple[torch.Tensor | slice, torch.Tensor | None]:
         """A decode batch's flat block ids (padded to its longest sequence) and key mask, once per forward pass."""
         kept = self._decode
         if kept is not None and kept[0] is meta and kept[1] == block_size:
@@ -190,11 +192,17 @@ def _padded_attention(
 
 def _decode_layout(
     block_tables: torch.Tensor, seq_lens: torch.Tensor, max_s: int, block_size: int
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+) -> tuple[torch.Tensor | slice, torch.Tensor | None]:
     """Decoding sequences' block ids, each padded to ``max_s`` tokens' worth, flat; and the mask hiding the
-    padding, ``[S, 1, 1, max_s]`` (None for one sequence, which has none)."""
+    padding, ``[S, 1, 1, max_s]`` (None for one sequence, which has none).
+
+    One sequence whose blocks are consecutive (a single stream on a fresh cache) gets a ``slice`` instead of
+    ids: its keys and values are then read where they lie, with no copy per layer."""
     blocks = block_tables[:, : (max_s + block_size - 1) // block_size].reshape(-1).long()
     if seq_lens.shape[0] == 1:
+        first, last = int(blocks[0]), int(blocks[-1])
+        if last - first + 1 == blocks.shape[0] and bool((blocks.diff() == 1).all()):
+            return slice(first, last + 1), None
         return blocks, None
     keys = torch.arange(max_s, device=blocks.device)
     return blocks, (keys[None, :] < seq_lens[:, None])[:, None, None, :]
@@ -204,7 +212,7 @@ def _attend_decodes(
     query: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    blocks: torch.Tensor,
+    blocks: torch.Tensor | slice,
     mask: torch.Tensor | None,
     max_s: int,
     scale: float,
@@ -236,9 +244,12 @@ def _gather_tokens(cache: torch.Tensor, block_tables: torch.Tensor, max_s: int) 
     return _gather_blocks(cache, blocks, block_tables.shape[0], max_s)
 
 
-def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int, max_s: int) -> torch.Tensor:
-    """``[num_seqs, max_s, KV heads, D]`` from flat block ids (``index_select`` of whole blocks: a memcpy each)."""
+def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor | slice, num_seqs: int, max_s: int) -> torch.Tensor:
+    """``[num_seqs, max_s, KV heads, D]`` from flat block ids (``index_select`` of whole blocks: a memcpy each),
+    or a view of the cache for a ``slice`` of consecutive blocks."""
     num_blocks, _, num_kv_heads, head_dim = cache.shape
+    if isinstance(blocks, slice):
+        return cache[blocks].view(num_seqs, -1, num_kv_heads, head_dim)[:, :max_s]
     gathered = torch.index_select(cache.view(num_blocks, -1), 0, blocks)
     return gathered.view(num_seqs, -1, num_kv_heads, head_dim)[:, :max_s]
 

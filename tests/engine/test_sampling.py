@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kv_invariants import assert_all_free
 
 from shoal.engine.core import EngineConfig, EngineCore, SamplingParams
 from shoal.engine.core.request import Request, RequestStatus
-from shoal.engine.core.sampler import Sampler, apply_min_p, apply_penalties, apply_top_k_top_p
+from shoal.engine.core.sampler import Sampler, apply_min_p, apply_penalties, apply_top_k_top_p, row_argmax
 from shoal.engine.core.stop_checker import token_stop
 
 VOCAB = 50
@@ -198,3 +200,19 @@ def test_greedy_logprobs_through_the_engine_pick_the_top_token(engine: EngineCor
     (lp,) = out.new_logprobs
     assert lp.top[0].token_id == lp.token_id and lp.top[0].logprob == lp.logprob
     assert lp.top[1].logprob <= lp.logprob <= 0.0 and math.isfinite(lp.top[1].logprob)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(
+            st.sampled_from([-1.5, 0.0, 2.0, 7.25, float("inf"), float("-inf"), float("nan")]), min_size=1, max_size=12
+        ),
+        min_size=1,
+        max_size=6,
+    ).filter(lambda r: len({len(row) for row in r}) == 1)
+)
+def test_row_argmax_is_torch_argmax_ties_and_nan_included(rows: list[list[float]]) -> None:
+    """The sampler's CPU argmax (numpy's, many times faster here) picks the same index as torch's."""
+    x = torch.tensor(rows, dtype=torch.float32)
+    assert torch.equal(row_argmax(x), x.argmax(dim=-1))

@@ -61,6 +61,25 @@ def test_reference_attention_equals_naive_loop(query_lens, seq_lens, num_heads, 
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("tables", [[[5, 6, 7, 8]], [[5, 6, 8, 7]], [[2]]])
+def test_one_decode_over_consecutive_or_scattered_blocks_and_a_reused_ops_equal_the_naive_loop(tables) -> None:
+    """Consecutive blocks are read in place (no gather); one ``TorchOps`` keeps per-forward values only for the
+    metadata object they came from, so a new batch (here a different layout each call) is never served stale."""
+    torch.manual_seed(0)
+    block_size, num_kv_heads, head_dim = 4, 2, 8
+    k_cache = torch.randn(10, block_size, num_kv_heads, head_dim)
+    v_cache = torch.randn_like(k_cache)
+    ops = TorchOps()
+    for seq_len in (len(tables[0]) * block_size, len(tables[0]) * block_size - 2, 1):
+        used = [tables[0][: (seq_len + block_size - 1) // block_size]]
+        meta = AttentionMetadata.build([1], [seq_len], used, block_size)
+        query = torch.randn(1, 6, head_dim)
+        for _ in range(2):  # the second call is a later layer of the same forward pass: the kept layout
+            out = ops.attention(query, k_cache, v_cache, meta, 0.3)
+            expected = naive_attention(query, k_cache, v_cache, [1], [seq_len], used, 0.3)
+            torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_reference_write_kv_puts_each_token_in_its_slot() -> None:
     torch.manual_seed(0)
     k_cache = torch.zeros(6, 4, 2, 8)
@@ -96,6 +115,24 @@ def test_reference_rotary_rotates_each_pair_by_its_angle() -> None:
                 assert rx[t, 0, i].item() == pytest.approx(pair.real, abs=1e-5)
                 assert rx[t, 0, i + half].item() == pytest.approx(pair.imag, abs=1e-5)
         assert torch.equal(rx[..., rotary_dim:], x[..., rotary_dim:])
+
+
+@pytest.mark.parametrize("tokens", [1, 5])
+def test_query_and_key_side_by_side_in_the_fused_projection_rotate_exactly_as_apart(tokens: int) -> None:
+    """The model's layout (q, k, v heads of a token in one row) takes the one-tensor road; same bits as two."""
+    torch.manual_seed(0)
+    heads, kv_heads, head_dim = 6, 2, 16
+    cache = torch.randn(64, head_dim)
+    ops = TorchOps()
+    for positions in (torch.randint(0, 64, (tokens,)), torch.randint(0, 64, (tokens,))):  # a new forward each
+        qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, dtype=torch.bfloat16)
+        q = qkv[:, : heads * head_dim].view(tokens, heads, head_dim)
+        k = qkv[:, heads * head_dim : (heads + kv_heads) * head_dim].view(tokens, kv_heads, head_dim)
+        joint_q, joint_k = ops.rotary(positions, q, k, cache)
+        apart_q, apart_k = TorchOps().rotary(positions, q.clone(), k.clone(), cache)
+        assert torch.equal(joint_q, apart_q) and torch.equal(joint_k, apart_k)
+        assert joint_q.shape == q.shape and joint_k.shape == k.shape
+        assert joint_k.data_ptr() == joint_q.data_ptr() + heads * head_dim * 2  # rotated as one bf16 tensor
 
 
 def test_reference_rms_norm_matches_hugging_face() -> None:
