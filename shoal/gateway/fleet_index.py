@@ -108,17 +108,20 @@ class FleetIndex(Indexed):
     def total_load(self) -> float:
         return total_of(self._numerators)
 
-    def holders(self, block_hash: int) -> list[ReplicaView]:
+    def holders(self, block_hash: int) -> list[tuple[ReplicaView, float]]:
         ids = self._holders.get(block_hash)
         if not ids:
             return []
-        found, gone = [], []
+        found: list[tuple[ReplicaView, float]] = []
+        gone = []
+        by_id, state = self._by_id, self._state
         for replica_id in ids:
-            view = self._by_id.get(replica_id)
+            view = by_id.get(replica_id)
             if view is None:
                 continue  # out of the rotation, maybe for a while: kept, and checked if it comes back
             if block_hash in view.cached:
-                found.append(view)
+                numerator, denominator, _ = state[replica_id]
+                found.append((view, numerator / denominator))  # ``load(view)``, from what ``changed`` saw
             else:
                 gone.append(replica_id)
         ids.difference_update(gone)

@@ -298,8 +298,8 @@ class Indexed(IdOrdered):
         """``total_load`` of the views."""
         raise NotImplementedError
 
-    def holders(self, block_hash: int) -> list[ReplicaView]:
-        """Every view whose ``cached`` holds ``block_hash``, in any order."""
+    def holders(self, block_hash: int) -> list[tuple[ReplicaView, float]]:
+        """Every view whose ``cached`` holds ``block_hash``, in any order, with its ``load``."""
         raise NotImplementedError
 
     def roomiest_others(
@@ -329,10 +329,13 @@ class PrefixAware:
         if self.load_floor_tokens < 0:
             raise ValueError(f"load_floor_tokens must be >= 0, got {self.load_floor_tokens}")
 
+    def limit(self, replica: ReplicaView, mean: float) -> float:
+        """The most load ``replica`` may hold after taking a request, at this mean load after placement."""
+        return self.bound_factor * max(mean, floor_tokens(replica, self.bound_factor, self.load_floor_tokens))
+
     def headroom(self, replica: ReplicaView, held: float, request: RouteRequest, matched: int, mean: float) -> float:
         """Limit minus load after taking the request: >= 0 means eligible."""
-        limit = self.bound_factor * max(mean, floor_tokens(replica, self.bound_factor, self.load_floor_tokens))
-        return limit - (held + cost_on(replica, request, matched))
+        return self.limit(replica, mean) - (held + cost_on(replica, request, matched))
 
     def decide(self, replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
         hashes = request.block_hashes
@@ -351,16 +354,31 @@ class PrefixAware:
         hashes = request.block_hashes
         mean = (fleet.total_load() + request.cost_tokens) / len(fleet)
         holders = fleet.holders(hashes[0]) if hashes else []
-        candidates = [
-            (r, matched, self.headroom(r, load(r), request, matched, mean))
-            for r in holders
-            for matched in (matched_blocks(r.cached, hashes),)
-        ]
-        skip = {r.replica_id for r in holders}
+        # A holder's headroom is at most what it would be with every block matched (cost falls as matches grow):
+        # only holders that could be eligible need their match, unless no replica is (then all are compared).
+        bounds: dict[Capacity | None, tuple[float, float]] = {}
+        maybe, rest = [], []
+        for r, held in holders:
+            bound = bounds.get(r.capacity)
+            if bound is None:
+                bound = bounds[r.capacity] = (self.limit(r, mean), cost_on(r, request, len(hashes)))
+            (maybe if bound[0] - (held + bound[1]) >= 0 else rest).append((r, held))
+        candidates = self._exact(maybe, request, mean)
         point = key_point(hashes[0] if hashes else 0)
+        skip = {r.replica_id for r, _ in holders}
         others = fleet.roomiest_others(skip, lambda r: self.headroom(r, load(r), request, 0, mean), point)
         candidates.extend((r, 0, room) for r, room in others)
+        if rest and not any(c[2] >= 0 for c in candidates):
+            candidates.extend(self._exact(rest, request, mean))
         return self._choose(candidates, bool(holders), hashes[0] if hashes else 0)
+
+    def _exact(self, holders: list[tuple[ReplicaView, float]], request: RouteRequest, mean: float) -> list[Candidate]:
+        hashes = request.block_hashes
+        return [
+            (r, matched, self.headroom(r, held, request, matched, mean))
+            for r, held in holders
+            for matched in (matched_blocks(r.cached, hashes),)
+        ]
 
     @staticmethod
     def _choose(candidates: list[Candidate], held_anywhere: bool, key: int) -> Decision:

@@ -110,3 +110,17 @@ def test_a_replica_that_no_longer_holds_a_prefix_is_not_counted_as_its_holder() 
     assert PrefixAware().decide(index, request) == PrefixAware().decide(list(views), request)
     assert PrefixAware().decide(index, request).reason == "miss"
     assert index.holders(CHAINS[1][0]) == []
+
+
+def test_when_no_replica_is_within_its_bound_a_holder_over_it_still_competes() -> None:
+    """A holder over its bound even with every block matched is left out of the search for eligible replicas,
+    but when none is eligible the roomiest of all takes the request, and here that is the holder."""
+    holder = ReplicaView("a", 1100, set(CHAINS[2]))
+    others = [ReplicaView(name, 1000) for name in ("b", "c")]
+    index = FleetIndex([holder, *others])
+    index.may_hold(holder, CHAINS[2][0])
+    request = RouteRequest(CHAINS[2], 7 * BLOCK + 48, BLOCK, 8)
+    policy = PrefixAware(bound_factor=1.0, load_floor_tokens=0)
+    decision = policy.decide(index, request)
+    assert (decision.replica_id, decision.reason, decision.matched_blocks) == ("a", "load_bound_fallback", 7)
+    assert decision == policy.decide([holder, *others], request)
