@@ -14,6 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from shoal.autoscale import AutoscalingConfig, FleetSignals, ReplicaSignals, ScalingDecision, ShoalPolicy
+from shoal.autoscale.capacity import CapacityEstimate
 
 SCALE_DOWN_RULES = {"ScaleDown", "ScaleToZero"}
 
@@ -48,6 +49,7 @@ class Moment:
     missing: str | None
     alert: bool
     held: int
+    limit: float | None = None  # the replicas' batch limit (None: engines that do not export it)
 
     def signals(self, time: float, desired: int) -> FleetSignals:
         starting = min(self.starting, desired)
@@ -64,6 +66,7 @@ class Moment:
             missing=self.missing,
             alert_firing=self.alert,
             held_requests=self.held if desired == 0 else 0,
+            max_num_seqs=self.limit,
         )
 
 
@@ -79,6 +82,7 @@ moments = st.builds(
     missing=st.sampled_from([None] * 9 + ["prometheus: timed out after 2s"]),
     alert=st.sampled_from([False] * 9 + [True]),
     held=st.sampled_from([0, 0, 3]),
+    limit=st.sampled_from([None, None, 16.0, 64.0, 256.0]),
 )
 
 
@@ -171,7 +175,17 @@ def load_pairs(draw: st.DrawFn) -> tuple[Moment, Moment]:
     ttft = draw(st.floats(0, 30))
     arrival = draw(st.floats(0, 100))
     low = Moment(
-        low.gap, low.waiting, low.running, ttft, arrival, low.starting, low.unreported, low.missing, low.alert, low.held
+        low.gap,
+        low.waiting,
+        low.running,
+        ttft,
+        arrival,
+        low.starting,
+        low.unreported,
+        low.missing,
+        low.alert,
+        low.held,
+        low.limit,
     )
     high = Moment(
         low.gap,
@@ -184,6 +198,7 @@ def load_pairs(draw: st.DrawFn) -> tuple[Moment, Moment]:
         low.missing,
         low.alert,
         low.held,
+        low.limit,
     )
     return low, high
 
@@ -286,3 +301,31 @@ def test_a_replica_past_its_start_up_timeout_never_holds_a_scale_up(
         return decision.replicas - count
 
     assert breach(ShoalPolicy(config), True) >= min(breach(ShoalPolicy(config), False), config.max_replicas - desired)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ready=st.integers(1, 6),
+    stretches=st.lists(st.tuples(st.floats(10, 300), st.floats(0.7, 1.0)), min_size=1, max_size=4),
+    saturated_first=st.booleans(),
+)
+def test_full_batches_keep_the_capacity_between_what_they_serve_and_that_over_occupancy(
+    ready: int, stretches: list[tuple[float, float]], saturated_first: bool
+) -> None:
+    """Whatever came before (a saturation measurement, other near-full stretches, the floor they raise), a 10 s
+    stretch of batches at least 70% full with no queue leaves the estimate within [served, served / occupancy]
+    per replica: Little's law's bound, and what the replicas were seen to serve."""
+    capacity, time = CapacityEstimate(), 0.0
+    if saturated_first:  # a queue growing by 20 a second over 40 req/s arriving: 20 served
+        for t in range(11):
+            capacity.observe(float(t), ready, ready + 20.0 * t, 40.0, within_slo=False, saturated=True, occupancy=1.0)
+        time = 20.0
+    for arrival, occupancy in stretches:
+        for t in range(11):
+            capacity.observe(time + t, ready, 0.0, arrival, within_slo=True, saturated=False, occupancy=occupancy)
+        time += 20.0
+    arrival, occupancy = stretches[-1]
+    served = arrival / ready
+    estimate = capacity.per_replica
+    assert estimate is not None
+    assert served * (1 - 1e-9) <= estimate <= served / occupancy * (1 + 1e-9)
