@@ -46,3 +46,10 @@ def test_chosen_hardware_is_logged_and_too_many_threads_warn(tmp_path: Path, tin
         assert "quantization none (" in log
     finally:
         server.stop()
+
+
+def test_default_threads_are_chosen_per_step_and_logged(server: ServeProcess) -> None:
+    """Without ``--threads`` the server picks torch's thread count for each step, and says so at start-up."""
+    cores = len(os.sched_getaffinity(0))
+    expected = f"torch threads {cores - 1}-{cores} ({cores} CPUs: steps of up to 4 decoding sequences on all"
+    assert (expected if cores >= 2 else "torch threads 1 (1 CPU)") in server.log()
