@@ -40,6 +40,7 @@ from shoal.gateway.routing import (
 )
 
 Slot = tuple[int, str]  # ring position, replica id: a bucket's sort order
+_Entry = tuple[int, str, int]  # load numerator, replica id, version of its state: a holder in a block's heap
 
 
 @dataclass(slots=True)
@@ -72,8 +73,11 @@ class FleetIndex(Indexed):
     def __init__(self, views: Iterable[ReplicaView] = ()) -> None:
         super().__init__()
         self._holders: dict[int, set[str]] = {}
+        self._told: dict[str, set[int]] = {}  # replica id -> the blocks it may hold
+        self._held: dict[int, dict[Capacity | None, list[_Entry]]] = {}  # block -> its holders by load, per capacity
         self._by_id: dict[str, ReplicaView] = {}
-        self._state: dict[str, tuple[int, int, Capacity | None]] = {}  # id -> numerator, denominator, capacity
+        self._state: dict[str, tuple[int, int, Capacity | None, int]] = {}  # numerator, denominator, capacity, version
+        self._version = 0
         self._numerators: dict[int, int] = {}  # load denominator -> sum of the numerators
         self._loads: dict[Capacity | None, _Loads] = {}
         self.reset(views)
@@ -92,7 +96,7 @@ class FleetIndex(Indexed):
         """``view``'s load, sequences or capacity changed (a view not in the rotation is ignored)."""
         if self._by_id.get(view.replica_id) is not view:
             return
-        numerator, denominator, capacity = self._state[view.replica_id]
+        numerator, denominator, capacity, _ = self._state[view.replica_id]
         self._numerators[denominator] -= numerator
         self._loads[capacity].remove(numerator, (ring_position(view.replica_id), view.replica_id))
         self._add(view)
@@ -104,6 +108,13 @@ class FleetIndex(Indexed):
             self._holders[block_hash] = {view.replica_id}
         else:
             holders.add(view.replica_id)
+        told = self._told.setdefault(view.replica_id, set())
+        if block_hash in told:
+            return  # its entry in the block's heap is already there, renewed at each change of its load
+        told.add(block_hash)
+        if self._by_id.get(view.replica_id) is view:
+            numerator, _, capacity, version = self._state[view.replica_id]
+            self._push_held(block_hash, capacity, (numerator, view.replica_id, version))
 
     def total_load(self) -> float:
         return total_of(self._numerators)
@@ -120,14 +131,44 @@ class FleetIndex(Indexed):
             if view is None:
                 continue  # out of the rotation, maybe for a while: kept, and checked if it comes back
             if block_hash in view.cached:
-                numerator, denominator, _ = state[replica_id]
+                numerator, denominator, _, _ = state[replica_id]
                 found.append((view, numerator / denominator))  # ``load(view)``, from what ``changed`` saw
             else:
                 gone.append(replica_id)
-        ids.difference_update(gone)
-        if not ids:
-            del self._holders[block_hash]
+        for replica_id in gone:
+            self._forget(block_hash, replica_id)
         return found
+
+    def holding(self, block_hash: int) -> Container[str]:
+        return _Holding(self, block_hash)
+
+    def lightest_holders(
+        self, block_hash: int, wanted: Callable[[ReplicaView, float], bool]
+    ) -> tuple[list[tuple[ReplicaView, float]], bool]:
+        found: list[tuple[ReplicaView, float]] = []
+        held = False
+        for heap in self._held.get(block_hash, {}).values():
+            taken: list[_Entry] = []
+            try:
+                while heap:
+                    entry = heapq.heappop(heap)
+                    state = self._state.get(entry[1])
+                    if state is None or state[3] != entry[2]:
+                        continue  # stale: its load changed since, or it left the rotation
+                    view = self._by_id[entry[1]]
+                    if block_hash not in view.cached:
+                        self._forget(block_hash, entry[1])
+                        continue
+                    taken.append(entry)
+                    held = True
+                    load = state[0] / state[1]
+                    if not wanted(view, load):
+                        break
+                    found.append((view, load))
+            finally:
+                for entry in taken:
+                    heapq.heappush(heap, entry)
+        return found, held
 
     def roomiest_others(
         self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
@@ -170,11 +211,42 @@ class FleetIndex(Indexed):
         numerator = load_numerator(view)
         denominator = load_denominator(view.capacity)
         self._numerators[denominator] = self._numerators.get(denominator, 0) + numerator
-        self._state[view.replica_id] = (numerator, denominator, view.capacity)
+        self._version += 1
+        self._state[view.replica_id] = (numerator, denominator, view.capacity, self._version)
+        for block_hash in self._told.get(view.replica_id, ()):
+            self._push_held(block_hash, view.capacity, (numerator, view.replica_id, self._version))
         loads = self._loads.get(view.capacity)
         if loads is None:
             loads = self._loads[view.capacity] = _Loads()
         loads.add(numerator, (ring_position(view.replica_id), view.replica_id))
+
+    def _push_held(self, block_hash: int, capacity: Capacity | None, entry: _Entry) -> None:
+        heaps = self._held.setdefault(block_hash, {})
+        heap = heaps.setdefault(capacity, [])
+        heapq.heappush(heap, entry)
+        if len(heap) > 4 * len(self._holders.get(block_hash, ())) + 16:  # stale entries outnumber the live ones
+            state = self._state
+            heap[:] = [e for e in heap if (st := state.get(e[1])) is not None and st[3] == e[2]]
+            heapq.heapify(heap)
+
+    def _forget(self, block_hash: int, replica_id: str) -> None:
+        """``replica_id`` no longer holds ``block_hash`` (it will be told again if it comes to)."""
+        self._holders.get(block_hash, set()).discard(replica_id)
+        self._told.get(replica_id, set()).discard(block_hash)
+
+
+class _Holding:
+    """The ids of the replicas that hold a block, checked one at a time as they are asked about."""
+
+    __slots__ = ("block_hash", "index")
+
+    def __init__(self, index: FleetIndex, block_hash: int) -> None:
+        self.index, self.block_hash = index, block_hash
+
+    def __contains__(self, replica_id: object) -> bool:
+        ids = self.index._holders.get(self.block_hash, ())
+        view = self.index._by_id.get(replica_id) if isinstance(replica_id, str) else None
+        return replica_id in ids and view is not None and self.block_hash in view.cached
 
 
 def _nearest(bucket: list[Slot], point: int, skip: Container[str]) -> str | None:

@@ -302,6 +302,17 @@ class Indexed(IdOrdered):
         """Every view whose ``cached`` holds ``block_hash``, in any order, with its ``load``."""
         raise NotImplementedError
 
+    def holding(self, block_hash: int) -> Container[str]:
+        """The ids of the views whose ``cached`` holds ``block_hash`` (asked about one at a time)."""
+        raise NotImplementedError
+
+    def lightest_holders(
+        self, block_hash: int, wanted: Callable[[ReplicaView, float], bool]
+    ) -> tuple[list[tuple[ReplicaView, float]], bool]:
+        """For each capacity, the views holding ``block_hash`` lightest first, with their load, while ``wanted``
+        (which must stay false once false as load grows); and whether any view holds it."""
+        raise NotImplementedError
+
     def roomiest_others(
         self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
@@ -353,24 +364,32 @@ class PrefixAware:
         """The plain scan's decision from the holders of the first block and the lightest of the other replicas."""
         hashes = request.block_hashes
         mean = (fleet.total_load() + request.cost_tokens) / len(fleet)
-        holders = fleet.holders(hashes[0]) if hashes else []
+        if not hashes:
+            others = fleet.roomiest_others((), lambda r: self.headroom(r, load(r), request, 0, mean), key_point(0))
+            return self._choose([(r, 0, room) for r, room in others], False, 0)
         # A holder's headroom is at most what it would be with every block matched (cost falls as matches grow):
-        # only holders that could be eligible need their match, unless no replica is (then all are compared).
+        # only the holders that could be eligible, the lightest, need their match, unless no replica is eligible
+        # (then every holder is compared).
         bounds: dict[Capacity | None, tuple[float, float]] = {}
-        maybe, rest = [], []
-        for r, held in holders:
-            bound = bounds.get(r.capacity)
+
+        def could_be_eligible(replica: ReplicaView, held: float) -> bool:
+            bound = bounds.get(replica.capacity)
             if bound is None:
-                bound = bounds[r.capacity] = (self.limit(r, mean), cost_on(r, request, len(hashes)))
-            (maybe if bound[0] - (held + bound[1]) >= 0 else rest).append((r, held))
+                bound = bounds[replica.capacity] = (self.limit(replica, mean), cost_on(replica, request, len(hashes)))
+            return bound[0] - (held + bound[1]) >= 0
+
+        maybe, held_anywhere = fleet.lightest_holders(hashes[0], could_be_eligible)
         candidates = self._exact(maybe, request, mean)
-        point = key_point(hashes[0] if hashes else 0)
-        skip = {r.replica_id for r, _ in holders}
-        others = fleet.roomiest_others(skip, lambda r: self.headroom(r, load(r), request, 0, mean), point)
-        candidates.extend((r, 0, room) for r, room in others)
-        if rest and not any(c[2] >= 0 for c in candidates):
-            candidates.extend(self._exact(rest, request, mean))
-        return self._choose(candidates, bool(holders), hashes[0] if hashes else 0)
+        headroom = lambda r: self.headroom(r, load(r), request, 0, mean)  # noqa: E731
+        candidates.extend(
+            (r, 0, room) for r, room in fleet.roomiest_others(fleet.holding(hashes[0]), headroom, key_point(hashes[0]))
+        )
+        if held_anywhere and not any(c[2] >= 0 for c in candidates):
+            seen = {r.replica_id for r, _ in maybe}
+            candidates.extend(
+                self._exact([h for h in fleet.holders(hashes[0]) if h[0].replica_id not in seen], request, mean)
+            )
+        return self._choose(candidates, held_anywhere, hashes[0])
 
     def _exact(self, holders: list[tuple[ReplicaView, float]], request: RouteRequest, mean: float) -> list[Candidate]:
         hashes = request.block_hashes
