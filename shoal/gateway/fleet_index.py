@@ -1,16 +1,19 @@
 """A fleet's routing views with the indexes that make prefix-aware routing independent of the fleet's size.
 
 ``PrefixAware`` scanning a plain list looks at every replica per request: its match, load and headroom. Only
-two kinds of replica can be chosen, though: one holding the request's first block (the holders of a prefix are
-few next to a thousand replicas), or, among the rest, one left furthest under its bound and, among equals, the
+two kinds of replica can be chosen, though: one holding the request's first block (of which only the lightest
+can be eligible), or, among the rest, one left furthest under its bound and, among equals, the
 nearest past the request's point on the ring. For replicas of one capacity headroom falls as load grows, and
 replicas of equal load are equals. ``FleetIndex`` keeps what answers both questions:
 
 - **holders**: block hash -> ids of the replicas that may hold it, told by the caller (``may_hold``) whenever a
-  replica may come to hold a chain's first block (the simulator: when it routes a request there). Each query
-  checks the replica's own ``cached`` and forgets those in the rotation that no longer hold it, so the index
-  may say too much but never too little, as long as every replica that holds a block was told since it last
-  failed the check;
+  replica may come to hold a chain's first block (the simulator: when it routes a request there), and per block
+  and capacity a heap of those holders by load (an entry renewed at each change of the holder's load, stale ones
+  dropped as they surface). Each query checks the replica's own ``cached`` and forgets those in the rotation that
+  no longer hold it, so the index may say too much but never too little, as long as every replica that holds a
+  block was told since it last failed the check. A popular prefix gathers many holders over a long run (each
+  spill makes one); the policy takes them lightest first and stops at the first that could not be eligible even
+  with every block matched, so it computes the matches of a few;
 - **load order**: per capacity, buckets of replicas of equal load (numerator), each sorted by ring position,
   and a heap of the loads present (stale ones skipped and dropped when they surface). The roomiest others are
   the first bucket's replica nearest past the point, and the same of any next bucket as roomy (equal
