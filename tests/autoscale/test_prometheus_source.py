@@ -5,7 +5,9 @@ data with its reason, never zeros."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
@@ -34,30 +36,71 @@ async def observe(
         return await source.observe(time.time() if now is None else now, 2, fleet.targets(dead=dead))
 
 
+class Resending:
+    """``clients`` threads each sending a completion to one engine and the next as it ends, until the block
+    exits: the engine keeps a queue, and Prometheus's one-minute windows keep holding arrivals and first tokens
+    for as long as the checks take. A fixed burst could end, and slide out of those windows, before a loaded
+    machine's scrapes and queries saw it. Every latency and failure is kept."""
+
+    def __init__(self, fleet: ScrapedFleet, engine: int, clients: int, max_tokens: int) -> None:
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._client = fleet.client(engine)
+        self._max_tokens = max_tokens
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
+
+    def __enter__(self) -> Resending:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Stops resending and waits for the requests in flight, so their latencies count and the shared engine
+        is left to drain."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=150)
+
+    def _run(self, client: int) -> None:
+        while not self._stop.is_set():
+            try:
+                self.latencies.append(ScrapedFleet.complete(self._client, f"load {client}", self._max_tokens))
+            except Exception as error:  # noqa: BLE001 - a failed request is a finding, and ends this client
+                self.failures.append(repr(error))
+                return
+
+
 async def test_a_burst_shows_per_replica_queues_ttft_and_arrivals(scraped_fleet: ScrapedFleet) -> None:
-    burst = asyncio.get_running_loop().run_in_executor(None, scraped_fleet.load, 0, 12, 200)  # seconds, even idle
-    peak = 0.0
-    while not burst.done():
-        signals = await observe(scraped_fleet)
-        assert signals.missing is None, signals.missing
-        peak = max(peak, signals.replicas[0].waiting or 0.0)
-        assert signals.replicas[1].waiting == 0.0  # the other engine got nothing
-        await asyncio.sleep(0.3)
-    latencies = await burst
-    assert peak >= 1.0, "12 requests on an engine running one at a time must show a queue in Prometheus"
+    def signals_while(ready: Callable[[FleetSignals], bool]) -> Callable[[], FleetSignals | None]:
+        def check() -> FleetSignals | None:
+            signals = asyncio.run(observe(scraped_fleet))
+            assert signals.missing is None, signals.missing
+            assert signals.replicas[1].waiting == 0.0  # the other engine gets nothing
+            return signals if ready(signals) else None
 
-    def served() -> FleetSignals | None:
-        signals = asyncio.run(observe(scraped_fleet))
-        return signals if signals.ttft_p95_seconds is not None and (signals.arrival_rate or 0) > 0 else None
+        return check
 
-    signals = await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(served, 30, "TTFT and rate"))
-    assert 0.0 < signals.ttft_p95_seconds <= max(latencies) * 1.5  # type: ignore[operator]
+    def in_thread(check: Callable[[], FleetSignals | None], what: str) -> Awaitable[FleetSignals]:
+        return asyncio.get_running_loop().run_in_executor(None, lambda: eventually(check, 60, what))
+
+    with Resending(scraped_fleet, 0, clients=6, max_tokens=32) as load:
+        await in_thread(
+            signals_while(lambda s: (s.replicas[0].waiting or 0.0) >= 1.0),
+            "a queue on engine-0 (6 clients on an engine running one at a time)",
+        )
+        signals = await in_thread(
+            signals_while(lambda s: s.ttft_p95_seconds is not None and (s.arrival_rate or 0.0) > 0.0),
+            "TTFT and arrival rate",
+        )
+    assert not load.failures, load.failures
+    assert 0.0 < signals.ttft_p95_seconds <= max(load.latencies) * 1.5  # type: ignore[operator]
     assert signals.output_tokens_per_second and signals.output_tokens_per_second > 0
 
     def drained() -> bool:  # the next tests share this fleet and expect Prometheus to see it idle
         return asyncio.run(observe(scraped_fleet)).replicas[0].waiting == 0.0
 
-    await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(drained, 30, "an idle engine-0"))
+    await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(drained, 60, "an idle engine-0"))
 
 
 async def test_a_replica_without_series_is_unreported_not_idle(scraped_fleet: ScrapedFleet) -> None:
