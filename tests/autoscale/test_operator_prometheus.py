@@ -100,7 +100,7 @@ def test_a_burst_scales_up_through_prometheus_and_down_only_after_its_window(
                     "jsonpath={.items[*].message}",
                 ).stdout.split("\n")
             )
-            print(f"burst start -> scale-up written: {reaction:.1f} s ({record['rule']}: {record['reason']})")
+            print(f"burst start -> scale-up written: {reaction:.1f} s ({record['reason']})")
 
             eventually(
                 lambda: (
