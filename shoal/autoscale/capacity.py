@@ -34,7 +34,11 @@ feed the estimate, from signals every source reports:
 Until one of these has measured the fleet, the estimate is unknown and the policy relies on its reactive rules
 alone, and on a **ceiling**: the per-replica arrival rate at which the fleet last breached a target, which a
 consolidation must stay under (a fleet that breached at 1 replica for 1 req/s is not taken back to 1 replica for
-1 req/s: Dynamo's 2-to-1 oscillation). A stretch within the SLO at or above the ceiling lifts it.
+1 req/s: Dynamo's 2-to-1 oscillation). A stretch within the SLO at or above the ceiling lifts it. A breach's own
+arrival rate is read at a noisy moment, so the policy adds a second, firmer one: when a consolidation is followed
+by a breach within a scale-down window, the rate per survivor it was taken at (:meth:`consolidation_failed`),
+which no stretch lifts (a lower load still passes under it; without it, constant load flipped the fleet between
+N and N+1 every few minutes).
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ class CapacityEstimate:
         "_measured",
         "_occupied",
         "_recent",
+        "_regret",
         "_stretch",
         "measure_seconds",
         "smoothing",
@@ -120,6 +125,7 @@ class CapacityEstimate:
         self._basis = "unknown"
         self._floor = 0.0
         self._ceiling = math.inf
+        self._regret = math.inf
         self._stretch: _Stretch | None = None  # saturated
         self._comfortable: _Stretch | None = None  # within the SLO
         self._occupied: _Stretch | None = None  # not saturated, occupancy reported
@@ -146,12 +152,23 @@ class CapacityEstimate:
     def ceiling(self) -> float:
         """Requests/s per ready replica at which the fleet breached its targets (inf if never): what
         consolidation must stay under while the capacity itself is unknown."""
-        return self._ceiling
+        return min(self._ceiling, self._regret)
 
     def breached(self, ready: int, arrival: float) -> None:
-        """The fleet breached a target with ``ready`` replicas serving ``arrival`` requests/s."""
+        """The fleet breached a target with ``ready`` replicas serving ``arrival`` requests/s. Not while the queue
+        shrinks: that is a backlog draining (a TTFT window lags it by a minute, typically just after the replicas
+        asked for it joined), which says nothing of what these replicas carry; taken for a ceiling it held a
+        fleet at 11 replicas where 3 serve the load."""
+        recent = self._recent
+        if len(recent) >= 2 and recent[-1][1] < recent[0][1]:
+            return
         if ready and arrival > 0:
             self._ceiling = min(self._ceiling, arrival / ready)
+
+    def consolidation_failed(self, survivors: int, arrival: float) -> None:
+        """``survivors`` replicas left with ``arrival`` requests/s by a consolidation breached soon after."""
+        if survivors and arrival > 0:
+            self._regret = min(self._regret, arrival / survivors)
 
     def observe(
         self,

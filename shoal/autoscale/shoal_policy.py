@@ -35,7 +35,7 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    demand over ``capacity * target_utilization * (1 - tolerance)`` (the tolerance band: steady load never flaps
    around a boundary), else, before capacity is known, one fewer when the consolidation check passes (under one
    request waiting per survivor, each survivor's share of arrivals under the rate per replica at which the fleet
-   last breached, TTFT under half its target, KV usage of the survivors, ``N/(N-1)`` of today's, under 0.8). The largest
+   last breached or a consolidation was followed by a breach, TTFT under half its target, KV usage of the survivors, ``N/(N-1)`` of today's, under 0.8). The largest
    recommendation over ``scale_down_stabilization_seconds`` applies, at most ``max_step`` down. Scale-down is
    held while an alert fires, while data is partial, while a replica is loading (it would be the one removed),
    and until the policy has a full window of its own history (a restarted autoscaler knows nothing).
@@ -85,6 +85,7 @@ class ShoalPolicy:
         self._since: float | None = None
         self._panic = WindowExtreme(_PANIC_SECONDS, largest=False)
         self._burst_demand, self._burst_until = 0.0, -math.inf
+        self._consolidated: tuple[float, int, float] | None = None  # (time, survivors, arrival) of the last one
 
     def decide(self, signals: FleetSignals) -> ScalingDecision:
         now = signals.time
@@ -195,6 +196,7 @@ class ShoalPolicy:
 
         if (queue_breach or ttft_breach) and arrival is not None:
             self.capacity.breached(load.ready, arrival)
+            self._regret_consolidation(now)
         need, rule, why = current, "", ""
         # panic (Knative's word): a breach with measured rates to size by goes to that size in one decision; a 3x
         # step needs twice the fleet added at once, which maxStep, meant for guesses, would take several decisions to
@@ -312,6 +314,8 @@ class ShoalPolicy:
             return current, "HoldStabilization", message, None
         target = max(int(stable), current - cfg.max_step, cfg.min_replicas)
         rule = "ScaleToZero" if target == 0 else "ScaleDown"
+        if sized is None and not idle and arrival:
+            self._consolidated = (now, target, arrival)
         return target, rule, f"{basis}, for the last {window:.0f}s: {current} -> {target}", None
 
     def _remember_burst(self, now: float, demand: float) -> None:
@@ -331,6 +335,17 @@ class ShoalPolicy:
         if demand is not None and demand >= (1 - self.config.tolerance) * self._burst_demand:
             self._burst_until = now + self.config.burst_memory_seconds
         return math.ceil(self._burst_demand / capacity)
+
+    def _regret_consolidation(self, now: float) -> None:
+        """A breach within a scale-down window of a consolidation: the survivors could not carry the arrivals they
+        were left with, so that rate per replica becomes the ceiling (a breach's own arrival rate is read at a noisy
+        peak; without this, constant load flips the fleet between N and N+1 every few minutes)."""
+        if self._consolidated is None:
+            return
+        time, survivors, arrival = self._consolidated
+        if now - time <= self.config.scale_down_stabilization_seconds:
+            self.capacity.consolidation_failed(survivors, arrival)
+        self._consolidated = None
 
     def _consolidate(self, load: FleetLoad, ttft: float | None, arrival: float | None, current: int) -> tuple[int, str]:
         """Before capacity is known: one fewer if the survivors absorb the leaver's load (N/(N-1)) with room."""

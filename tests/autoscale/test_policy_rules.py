@@ -243,3 +243,43 @@ def test_full_batches_cap_a_capacity_measured_too_high() -> None:
         capacity.observe(float(t), 1, 0.0, 5.0, within_slo=True, saturated=False, occupancy=0.8)
     assert capacity.per_replica == pytest.approx(6.25) and capacity.basis == "served at 80% occupancy"
     assert capacity.floor is not None and capacity.floor <= 6.25
+
+
+def test_a_consolidation_followed_by_a_breach_is_not_taken_again_at_that_load() -> None:
+    """Capacity unknown: 3 -> 2 at 1.2 req/s, then a TTFT breach on 2 (read at 2.4 req/s, a noisy moment whose
+    ceiling a calm stretch would lift): the fleet goes back to 3 and stays there under the same load."""
+    config = AutoscalingConfig(min_replicas=1, max_replicas=10, scale_down_stabilization_seconds=60.0)
+    policy = ShoalPolicy(config)
+    decisions = [policy.decide(observe(float(t), desired=3, arrival=1.2, ttft=0.5)) for t in range(0, 61, 5)]
+    assert decisions[-1].rule == "ScaleDown" and decisions[-1].replicas == 2
+    breach = policy.decide(observe(70.0, desired=2, waiting=6.0, running=2.0, ttft=3.0, arrival=2.4))
+    assert breach.replicas == 3
+    later = [policy.decide(observe(float(t), desired=3, arrival=1.2, ttft=0.5)) for t in range(75, 600, 5)]
+    assert {d.replicas for d in later} == {3}
+    assert "0.6 req/s per replica that breached before" in later[-1].message
+    assert policy.decide(observe(600.0, desired=3, arrival=0.6, ttft=0.5)).replicas == 3  # one look: the window
+    quieter = [policy.decide(observe(float(t), desired=3, arrival=0.6, ttft=0.5)) for t in range(605, 700, 5)]
+    assert quieter[-1].replicas == 2  # a lower load still consolidates
+
+
+def test_a_breach_while_the_backlog_drains_sets_no_ceiling() -> None:
+    """A TTFT window lags the queue: replicas that just joined still see the old backlog's latency. That breach
+    says nothing of what they carry; one over a queue that grows does."""
+    estimate = CapacityEstimate()
+    for t, waiting in ((0.0, 40.0), (2.0, 30.0), (4.0, 20.0)):
+        estimate.observe(t, 10, waiting, 6.0, within_slo=False, saturated=True)
+    estimate.breached(10, 6.0)
+    assert estimate.ceiling == math.inf
+    for t, waiting in ((6.0, 22.0), (8.0, 26.0), (10.0, 30.0), (12.0, 34.0)):
+        estimate.observe(t, 10, waiting, 6.0, within_slo=False, saturated=True)
+    estimate.breached(10, 6.0)
+    assert estimate.ceiling == pytest.approx(0.6)
+
+
+def test_a_cold_start_backlog_does_not_hold_the_fleet_at_its_peak() -> None:
+    """One replica meeting twice its capacity: the queue's proportion asks for 10, and the backlog's lagging TTFT
+    on those 10 once held them (and an 11th) for the whole hour where 3 serve the load (hypothesis found it)."""
+    config = AutoscalingConfig(min_replicas=1, max_replicas=100, max_step=10)
+    counts = FluidFleet(capacity=3.0, startup=8.0, seed=8).run(ShoalPolicy(config), 6.0, 3600)
+    assert max(counts) >= 10
+    assert counts[-1] <= math.ceil(6.0 / (3.0 * config.target_utilization)) + 1
