@@ -22,7 +22,7 @@ from shoal.autoscale.baselines import FixedForPeak
 from shoal.gateway.routing import make_policy
 from shoal.simulate.profile import load_profile
 from shoal.simulate.results import summarize_run
-from shoal.simulate.simulator import SimConfig, simulate
+from shoal.simulate.simulator import SimConfig, SimRun, simulate
 from shoal.simulate.trace import Trace, make_trace
 
 
@@ -54,25 +54,21 @@ def main() -> None:
     args = parser.parse_args()
     profile = load_profile(args.profile).with_engine(args.max_num_batched_tokens, args.max_num_seqs)
 
-    def run(trace: Trace, replicas: int, routing: str) -> dict:
-        result = simulate(
+    def simulated(trace: Trace, replicas: int, routing: str) -> SimRun:
+        return simulate(
             trace,
             profile,
             FixedForPeak(replicas),
             make_policy(routing),
             SimConfig(seed=args.seed, initial_replicas=replicas),
         )
-        return summarize_run(result, slo_ttft_p95_s=1e9)
+
+    def run(trace: Trace, replicas: int, routing: str) -> dict:
+        return summarize_run(simulated(trace, replicas, routing), slo_ttft_p95_s=1e9)
 
     def mean_in_flight(trace: Trace, replicas: int, routing: str) -> float:
         """Requests in the fleet on average over the run (Little's law on the simulated times)."""
-        result = simulate(
-            trace,
-            profile,
-            FixedForPeak(replicas),
-            make_policy(routing),
-            SimConfig(seed=args.seed, initial_replicas=replicas),
-        )
+        result = simulated(trace, replicas, routing)
         spent = result.finish - result.arrival
         return float(np.nansum(spent) / (np.nanmax(result.finish) - result.arrival[0]))
 

@@ -7,7 +7,7 @@ and the simulator apply it, while load, latency, missing data, alerts and loadin
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleets import FluidFleet, observe, reversals
 from hypothesis import assume, given, settings
@@ -174,31 +174,13 @@ def load_pairs(draw: st.DrawFn) -> tuple[Moment, Moment]:
     more = draw(st.tuples(*(st.floats(0, 50) for _ in range(4))))
     ttft = draw(st.floats(0, 30))
     arrival = draw(st.floats(0, 100))
-    low = Moment(
-        low.gap,
-        low.waiting,
-        low.running,
-        ttft,
-        arrival,
-        low.starting,
-        low.unreported,
-        low.missing,
-        low.alert,
-        low.held,
-        low.limit,
-    )
-    high = Moment(
-        low.gap,
-        low.waiting + more[0],
-        low.running + more[1],
-        ttft + more[2],
-        arrival + more[3],
-        low.starting,
-        low.unreported,
-        low.missing,
-        low.alert,
-        low.held,
-        low.limit,
+    low = replace(low, ttft=ttft, arrival=arrival)
+    high = replace(
+        low,
+        waiting=low.waiting + more[0],
+        running=low.running + more[1],
+        ttft=ttft + more[2],
+        arrival=arrival + more[3],
     )
     return low, high
 
