@@ -5,7 +5,6 @@ a real process with the autoscaler's flags."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import yaml
 from operator_harness import OperatorProcess, get
+from scraped_fleet import Resending, ScrapedFleet
 from support.kube_testbed import ControlPlane
 from support.services import Prometheus
 
@@ -91,29 +91,9 @@ def pod_scrapes(
         scrapes.restore()
 
 
-@contextmanager
-def load(fleet: Any, engine: int, requests: int) -> Iterator[None]:
-    """``requests`` clients on one engine, each sending its next completion as soon as its last one ends, until
-    the block ends: the engine's queue then holds ``requests`` minus what it runs at every instant. (Resending
-    only once a whole round had finished let the queue drain to zero at the end of every round; with rounds
-    shorter than the policy's 6 s panic window, as on an idle machine since the faster decode, a queue breach
-    could never last the window and a scale-up waited for chance samples.)"""
-    stop = threading.Event()
-
-    def client_loop(index: int) -> None:
-        client = fleet.client(engine)
-        while not stop.is_set():
-            fleet.complete(client, f"load {index}", 32)
-
-    workers = [threading.Thread(target=client_loop, args=(i,), daemon=True) for i in range(requests)]
-    for worker in workers:
-        worker.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for worker in workers:
-            worker.join(120)
+def load(fleet: ScrapedFleet, engine: int, requests: int) -> Resending:
+    """``requests`` clients on one engine, each resending as its own request ends, for the ``with`` block."""
+    return Resending(fleet, engine, requests)
 
 
 def start_operator(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -56,6 +57,43 @@ class ScrapedFleet:
         client = self.client(engine)
         with ThreadPoolExecutor(requests) as pool:
             return list(pool.map(lambda i: self.complete(client, f"load {i}", max_tokens), range(requests)))
+
+
+class Resending:
+    """``clients`` threads each sending a completion to one engine and the next as soon as its own ends, until
+    the block exits: the engine's queue then holds ``clients`` minus what it runs at every instant, and
+    Prometheus's one-minute windows keep holding arrivals and first tokens for as long as the checks take.
+    (A fixed burst could end, and slide out of those windows, before a loaded machine's scrapes saw it; resending
+    only once a whole round had finished let the queue drain to zero every round, so on an idle machine a queue
+    breach never lasted the policy's 6 s panic window.) Every latency and failure is kept."""
+
+    def __init__(self, fleet: ScrapedFleet, engine: int, clients: int, max_tokens: int = 32) -> None:
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._client = fleet.client(engine)
+        self._max_tokens = max_tokens
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
+
+    def __enter__(self) -> Resending:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Stops resending and waits for the requests in flight, so their latencies count and the shared engine
+        is left to drain."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=150)
+
+    def _run(self, client: int) -> None:
+        while not self._stop.is_set():
+            try:
+                self.latencies.append(ScrapedFleet.complete(self._client, f"load {client}", self._max_tokens))
+            except Exception as error:  # noqa: BLE001 - a failed request is a finding, and ends this client
+                self.failures.append(repr(error))
+                return
 
 
 @contextmanager

@@ -5,13 +5,12 @@ data with its reason, never zeros."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
-from scraped_fleet import ScrapedFleet, paused
+from scraped_fleet import Resending, ScrapedFleet, paused
 from support.kube_testbed import free_port
 from support.polling import eventually
 
@@ -34,41 +33,6 @@ async def observe(
     async with httpx.AsyncClient() as client:
         source = PrometheusSource(client, url or fleet.prometheus.url, selector, timeout_seconds=timeout)
         return await source.observe(time.time() if now is None else now, 2, fleet.targets(dead=dead))
-
-
-class Resending:
-    """``clients`` threads each sending a completion to one engine and the next as it ends, until the block
-    exits: the engine keeps a queue, and Prometheus's one-minute windows keep holding arrivals and first tokens
-    for as long as the checks take. A fixed burst could end, and slide out of those windows, before a loaded
-    machine's scrapes and queries saw it. Every latency and failure is kept."""
-
-    def __init__(self, fleet: ScrapedFleet, engine: int, clients: int, max_tokens: int) -> None:
-        self.latencies: list[float] = []
-        self.failures: list[str] = []
-        self._client = fleet.client(engine)
-        self._max_tokens = max_tokens
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
-
-    def __enter__(self) -> Resending:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        """Stops resending and waits for the requests in flight, so their latencies count and the shared engine
-        is left to drain."""
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=150)
-
-    def _run(self, client: int) -> None:
-        while not self._stop.is_set():
-            try:
-                self.latencies.append(ScrapedFleet.complete(self._client, f"load {client}", self._max_tokens))
-            except Exception as error:  # noqa: BLE001 - a failed request is a finding, and ends this client
-                self.failures.append(repr(error))
-                return
 
 
 async def test_a_burst_shows_per_replica_queues_ttft_and_arrivals(scraped_fleet: ScrapedFleet) -> None:
