@@ -9,18 +9,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 from aiohttp import web
 from support.kube_testbed import free_port
 from support.polling import eventually
-from support.services import Service, http_json
+from support.services import Service, http_json, route_alerts_to_shoal
 
 from shoal.autoscale import FleetSignals
 from shoal.operator.alert_receiver import AlertReceiver, read_token, serve
@@ -194,13 +192,6 @@ def test_a_failed_evaluation_is_a_500_and_the_retry_evaluates(receiver: Receiver
     assert post(receiver, firing).json()["duplicates"] == 1
 
 
-def reload_alertmanager(alertmanager: Service, config: dict[str, Any]) -> None:
-    (alertmanager.workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
-    request = urllib.request.Request(alertmanager.url + "/-/reload", method="POST")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
-
-
 def test_a_real_alertmanager_delivers_with_the_token_and_its_retries_scale_once(
     alertmanager: Service, receiver: Receiver, tmp_path: Path
 ) -> None:
@@ -208,32 +199,7 @@ def test_a_real_alertmanager_delivers_with_the_token_and_its_retries_scale_once(
     as a mounted Secret would be; the first delivery fails (a 500) and Alertmanager's retry evaluates."""
     token_file = tmp_path / "am-token"
     token_file.write_text(TOKEN)
-    reload_alertmanager(
-        alertmanager,
-        {
-            "route": {
-                "receiver": "null",
-                "group_wait": "1s",
-                "group_interval": "1s",
-                "repeat_interval": "1h",
-                "routes": [{"receiver": "shoal", "matchers": ['infd=~".+"'], "group_by": ["namespace", "infd"]}],
-            },
-            "receivers": [
-                {"name": "null"},
-                {
-                    "name": "shoal",
-                    "webhook_configs": [
-                        {
-                            "url": receiver.url + "/alerts",
-                            "send_resolved": True,
-                            "max_alerts": 0,
-                            "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(token_file)}},
-                        }
-                    ],
-                },
-            ],
-        },
-    )
+    route_alerts_to_shoal(alertmanager, receiver.url + "/alerts", token_file)
     receiver.failures_left = 1
     labels = {"alertname": "ShoalEngineQueueBacklog", "namespace": "team-a", "infd": "chat", "severity": "warning"}
     http_json(alertmanager.url + "/api/v2/alerts", [{"labels": labels, "annotations": {}}])

@@ -14,17 +14,15 @@ there are more pods than engines, so what a new replica reports is real engine d
 from __future__ import annotations
 
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from operator_harness import apply, condition, example, get
 from pod_scrapes import engines, load, pod_scrapes, start_operator
 from support.kube_testbed import ControlPlane, free_port
 from support.polling import eventually
-from support.services import Prometheus, Service
+from support.services import Prometheus, Service, route_alerts_to_shoal
 
 from shoal.operator.builders.monitoring import prometheus_rule
 from shoal.operator.naming import Owner
@@ -146,35 +144,7 @@ def test_the_shipped_alert_rule_routed_by_alertmanager_scales_up_at_once(
     plane = installed_chart
     token_file, port = tmp_path / "token", free_port()
     token_file.write_text(TOKEN)
-    (alertmanager.workdir / "alertmanager.yml").write_text(
-        yaml.safe_dump(
-            {
-                "route": {
-                    "receiver": "null",
-                    "group_wait": "1s",
-                    "group_interval": "1s",
-                    "repeat_interval": "1h",
-                    "routes": [{"receiver": "shoal", "matchers": ['infd=~".+"'], "group_by": ["namespace", "infd"]}],
-                },
-                "receivers": [
-                    {"name": "null"},
-                    {
-                        "name": "shoal",
-                        "webhook_configs": [
-                            {
-                                "url": f"http://127.0.0.1:{port}/alerts",
-                                "send_resolved": True,
-                                "http_config": {
-                                    "authorization": {"type": "Bearer", "credentials_file": str(token_file)}
-                                },
-                            }
-                        ],
-                    },
-                ],
-            }
-        )
-    )
-    urllib.request.urlopen(urllib.request.Request(alertmanager.url + "/-/reload", method="POST"), timeout=30)
+    route_alerts_to_shoal(alertmanager, f"http://127.0.0.1:{port}/alerts", token_file)
     operator = start_operator(
         plane,
         operator_kubeconfig,

@@ -155,6 +155,39 @@ def start_alertmanager(workdir: Path, config: dict[str, Any] | None = None) -> S
     return Service(url, port, workdir, component)
 
 
+def route_alerts_to_shoal(alertmanager: Service, webhook_url: str, token_file: Path) -> None:
+    """Loads the route docs/autoscaling.md documents (alerts labelled ``infd`` grouped per fleet, sent with
+    their resolutions to the operator's webhook with a bearer token read from a file, as from a mounted Secret),
+    with 1 s group timers so a test need not wait Alertmanager's defaults, and waits for the reload."""
+    config = {
+        "route": {
+            "receiver": "null",
+            "group_wait": "1s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+            "routes": [{"receiver": "shoal", "matchers": ['infd=~".+"'], "group_by": ["namespace", "infd"]}],
+        },
+        "receivers": [
+            {"name": "null"},
+            {
+                "name": "shoal",
+                "webhook_configs": [
+                    {
+                        "url": webhook_url,
+                        "send_resolved": True,
+                        "max_alerts": 0,
+                        "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(token_file)}},
+                    }
+                ],
+            },
+        ],
+    }
+    (alertmanager.workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    request = urllib.request.Request(alertmanager.url + "/-/reload", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+
+
 def start_redis(workdir: Path, port: int | None = None) -> Service:
     """Starts redis-server on loopback without persistence (on ``port``, to bring a stopped one back)."""
     workdir.mkdir(parents=True, exist_ok=True)
