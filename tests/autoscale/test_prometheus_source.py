@@ -45,26 +45,37 @@ async def test_a_burst_shows_per_replica_queues_ttft_and_arrivals(scraped_fleet:
 
         return check
 
-    def in_thread(check: Callable[[], FleetSignals | None], what: str) -> Awaitable[FleetSignals]:
-        return asyncio.get_running_loop().run_in_executor(None, lambda: eventually(check, 60, what))
+    def in_thread(check: Callable[[], FleetSignals | None], what: str, timeout: float = 60) -> Awaitable[FleetSignals]:
+        return asyncio.get_running_loop().run_in_executor(None, lambda: eventually(check, timeout, what))
 
-    with Resending(scraped_fleet, 0, clients=6, max_tokens=32) as load:
-        await in_thread(
-            signals_while(lambda s: (s.replicas[0].waiting or 0.0) >= 1.0),
-            "a queue on engine-0 (6 clients on an engine running one at a time)",
+    def seen_by_clients(s: FleetSignals) -> bool:
+        """A TTFT P95 no slower than the clients' own latencies allow (1.5x: the histogram interpolates within a
+        bucket). The one-minute window may still hold an earlier test's slower requests on this shared engine
+        (the operator's burst test queues 8 on it just before): the clients keep sending until they have left it."""
+        ttft = s.ttft_p95_seconds
+        return (
+            ttft is not None
+            and (s.arrival_rate or 0.0) > 0.0
+            and bool(load.latencies)
+            and 0.0 < ttft <= max(load.latencies) * 1.5
         )
-        signals = await in_thread(
-            signals_while(lambda s: s.ttft_p95_seconds is not None and (s.arrival_rate or 0.0) > 0.0),
-            "TTFT and arrival rate",
-        )
-    assert not load.failures, load.failures
-    assert 0.0 < signals.ttft_p95_seconds <= max(load.latencies) * 1.5  # type: ignore[operator]
-    assert signals.output_tokens_per_second and signals.output_tokens_per_second > 0
 
     def drained() -> bool:  # the next tests share this fleet and expect Prometheus to see it idle
         return asyncio.run(observe(scraped_fleet)).replicas[0].waiting == 0.0
 
-    await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(drained, 60, "an idle engine-0"))
+    try:
+        with Resending(scraped_fleet, 0, clients=6, max_tokens=32) as load:
+            await in_thread(
+                signals_while(lambda s: (s.replicas[0].waiting or 0.0) >= 1.0),
+                "a queue on engine-0 (6 clients on an engine running one at a time)",
+            )
+            signals = await in_thread(
+                signals_while(seen_by_clients), "TTFT P95 within the clients' latencies, and an arrival rate", 150
+            )
+        assert not load.failures, load.failures
+        assert signals.output_tokens_per_second and signals.output_tokens_per_second > 0
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(drained, 60, "an idle engine-0"))
 
 
 async def test_a_replica_without_series_is_unreported_not_idle(scraped_fleet: ScrapedFleet) -> None:
