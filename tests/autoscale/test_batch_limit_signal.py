@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from scraped_fleet import ScrapedFleet
+from scraped_fleet import Resending, ScrapedFleet
 from support.polling import eventually
 
 from shoal.autoscale import FleetSignals
@@ -39,17 +39,20 @@ async def test_a_full_batch_is_occupancy_one_from_the_scrape_and_from_prometheus
     idle = await scraped()
     assert [r.max_num_seqs for r in idle.replicas] == [1.0, 1.0]
     assert fleet_load(idle).occupancy == 0.0
-    burst = asyncio.get_running_loop().run_in_executor(None, scraped_fleet.load, 0, 4, 200)  # seconds, even idle
     full_scraped = full_queried = None
-    while not burst.done() and (full_scraped is None or full_queried is None):
-        signals = await scraped()
-        if signals.replicas[0].running == 1.0:
-            full_scraped = signals
-        signals = await queried()
-        if signals.missing is None and signals.replicas[0].running == 1.0:
-            full_queried = signals
-        await asyncio.sleep(0.2)
-    await burst
+    deadline = time.monotonic() + 120
+    # Clients resend as each request ends, so engine-0's one slot stays taken for as long as the sources need to
+    # see it: a fixed burst could end before Prometheus's first scrapes of a just-started fleet read it.
+    with Resending(scraped_fleet, 0, clients=4, max_tokens=64) as load:
+        while time.monotonic() < deadline and not load.failures and (full_scraped is None or full_queried is None):
+            signals = await scraped()
+            if signals.replicas[0].running == 1.0:
+                full_scraped = signals
+            signals = await queried()
+            if signals.missing is None and signals.replicas[0].running == 1.0:
+                full_queried = signals
+            await asyncio.sleep(0.2)
+    assert not load.failures, load.failures
     for signals in (full_scraped, full_queried):
         assert signals is not None, "a running request on an engine of batch limit 1 must show in both sources"
         assert [r.max_num_seqs for r in signals.replicas] == [1.0, 1.0]
