@@ -17,7 +17,9 @@ replicas of equal load are equals. ``FleetIndex`` keeps what answers both questi
 - **load order**: per capacity, buckets of replicas of equal load (numerator), each sorted by ring position,
   and a heap of the loads present (stale ones skipped and dropped when they surface). The roomiest others are
   the first bucket's replica nearest past the point, and the same of any next bucket as roomy (equal
-  headroom): a few heap pops and a bisection per request, however many replicas are idle alike;
+  headroom): a few heap pops and a bisection per request, however many replicas are idle alike; the same
+  again per capacity and number of ``homes``, where a miss looks for the lightest of the fewest homes that is
+  eligible (homes levels are few: the prefixes a replica holds);
 - the fleet's **total load** as exact integer numerators per denominator, so the mean is the plain scan's to
   the last bit.
 
@@ -80,9 +82,11 @@ class FleetIndex(Indexed):
         self._held: dict[int, dict[Capacity | None, list[_Entry]]] = {}  # block -> its holders by load, per capacity
         self._by_id: dict[str, ReplicaView] = {}
         self._state: dict[str, tuple[int, int, Capacity | None, int]] = {}  # numerator, denominator, capacity, version
+        self._homes: dict[str, int] = {}  # replica id -> its homes when ``changed`` last saw it
         self._version = 0
         self._numerators: dict[int, int] = {}  # load denominator -> sum of the numerators
         self._loads: dict[Capacity | None, _Loads] = {}
+        self._by_homes: dict[Capacity | None, dict[int, _Loads]] = {}  # the same, per number of homes
         self.reset(views)
 
     def reset(self, views: Iterable[ReplicaView]) -> None:
@@ -92,16 +96,24 @@ class FleetIndex(Indexed):
         self._state = {}
         self._numerators = {}
         self._loads = {}
+        self._by_homes = {}
+        self._homes = {}
         for view in self:
             self._add(view)
 
     def changed(self, view: ReplicaView) -> None:
-        """``view``'s load, sequences or capacity changed (a view not in the rotation is ignored)."""
+        """``view``'s load, sequences, homes or capacity changed (a view not in the rotation is ignored)."""
         if self._by_id.get(view.replica_id) is not view:
             return
         numerator, denominator, capacity, _ = self._state[view.replica_id]
         self._numerators[denominator] -= numerator
-        self._loads[capacity].remove(numerator, (ring_position(view.replica_id), view.replica_id))
+        slot = (ring_position(view.replica_id), view.replica_id)
+        self._loads[capacity].remove(numerator, slot)
+        levels = self._by_homes[capacity]
+        homes = self._homes[view.replica_id]
+        levels[homes].remove(numerator, slot)
+        if not levels[homes].buckets:
+            del levels[homes]
         self._add(view)
 
     def may_hold(self, view: ReplicaView, block_hash: int) -> None:
@@ -181,6 +193,18 @@ class FleetIndex(Indexed):
             found.extend(self._lightest(loads, skip, headroom, point))
         return found
 
+    def fewest_homes_others(
+        self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+    ) -> list[tuple[ReplicaView, float]]:
+        found: list[tuple[ReplicaView, float]] = []
+        for levels in self._by_homes.values():
+            for homes in sorted(levels):
+                lightest = self._lightest(levels[homes], skip, headroom, point)
+                if lightest and lightest[0][1] >= 0:
+                    found.extend(lightest)
+                    break
+        return found
+
     def _lightest(
         self, loads: _Loads, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
@@ -218,10 +242,17 @@ class FleetIndex(Indexed):
         self._state[view.replica_id] = (numerator, denominator, view.capacity, self._version)
         for block_hash in self._told.get(view.replica_id, ()):
             self._push_held(block_hash, view.capacity, (numerator, view.replica_id, self._version))
+        slot = (ring_position(view.replica_id), view.replica_id)
         loads = self._loads.get(view.capacity)
         if loads is None:
             loads = self._loads[view.capacity] = _Loads()
-        loads.add(numerator, (ring_position(view.replica_id), view.replica_id))
+        loads.add(numerator, slot)
+        self._homes[view.replica_id] = view.homes
+        levels = self._by_homes.setdefault(view.capacity, {})
+        level = levels.get(view.homes)
+        if level is None:
+            level = levels[view.homes] = _Loads()
+        level.add(numerator, slot)
 
     def _push_held(self, block_hash: int, capacity: Capacity | None, entry: _Entry) -> None:
         heaps = self._held.setdefault(block_hash, {})

@@ -6,6 +6,11 @@ flight on the replica are about to be stored there (the engine reports blocks on
 they count too: a burst of requests sharing a new system prompt then follows its first request. While the
 stream is down (never connected, a gap, a restart) the gateway's own routing history, a bounded LRU of the
 hashes it sent there, stands in for it.
+
+It also counts the prefixes the replica is *home to* (``homes``): the distinct first blocks of the prompts this
+gateway sent there that it still holds, by the same three sources. Routing places a new prefix on an eligible
+replica home to the fewest, so homes spread evenly. A one-off prompt counts too while it is held: among replicas
+alike, new prompts then rotate over those holding the fewest distinct prompts.
 """
 
 from __future__ import annotations
@@ -34,6 +39,17 @@ class PrefixIndex:
         self._history: OrderedDict[int, None] = OrderedDict()
         self._history_blocks = history_blocks
         self._in_flight: Counter[int] = Counter()
+        self._heads: set[int] = set()  # first blocks of the prompts sent here, while held
+
+    @property
+    def homes(self) -> int:
+        """How many distinct prompt chains sent here the replica still holds."""
+        return len(self._heads)
+
+    def _drop_heads_gone(self, hashes: Iterable[int]) -> None:
+        for block_hash in hashes:
+            if block_hash in self._heads and block_hash not in self:
+                self._heads.discard(block_hash)
 
     def __contains__(self, block_hash: object) -> bool:
         if block_hash in self._in_flight:
@@ -48,6 +64,7 @@ class PrefixIndex:
             self.block_size = event.block_size
             self._seq = event.seq
             self.synced = True
+            self._drop_heads_gone(list(self._heads))
             return
         if not self.synced or event.seq != self._seq + 1:
             self.desync()
@@ -57,19 +74,25 @@ class PrefixIndex:
             self.cached.update(event.hashes)
         else:
             self.cached.difference_update(event.hashes)
+            self._drop_heads_gone(event.hashes)
 
     def desync(self) -> None:
         """The stream is gone: fall back to the routing history until the next snapshot."""
         self.synced = False
+        self._drop_heads_gone(list(self._heads))
 
     def routed(self, block_hashes: Sequence[int]) -> None:
         """Remembers a request sent here: its prefix counts while in flight and in the history after."""
         self._in_flight.update(block_hashes)
+        if block_hashes:
+            self._heads.add(block_hashes[0])
         for block_hash in block_hashes:
             self._history[block_hash] = None
             self._history.move_to_end(block_hash)
         while len(self._history) > self._history_blocks:
-            self._history.popitem(last=False)
+            evicted, _ = self._history.popitem(last=False)
+            if not self.synced:
+                self._drop_heads_gone((evicted,))
 
     def finished(self, block_hashes: Iterable[int]) -> None:
         """A request sent here has ended; its blocks are now known (or not) through the event stream."""
@@ -79,3 +102,4 @@ class PrefixIndex:
                 self._in_flight[block_hash] = count
             else:
                 self._in_flight.pop(block_hash, None)
+                self._drop_heads_gone((block_hash,))

@@ -33,7 +33,7 @@ class Replica:
     index: PrefixIndex = field(default_factory=PrefixIndex)
 
     def view(self) -> ReplicaView:
-        return ReplicaView(self.url, self.load_tokens, self.index, self.in_flight, self.capacity)
+        return ReplicaView(self.url, self.load_tokens, self.index, self.in_flight, self.capacity, self.index.homes)
 
 
 @dataclass

@@ -8,11 +8,15 @@ Prefix-aware routing works like consistent hashing with bounded loads (CHWBL), b
 they really hold instead of by a hash ring. A replica is *eligible* while its load plus this request stays
 within ``bound_factor`` x the fleet's mean load after placement, where the mean never counts below the
 replica's *floor*. Among eligible replicas the longest cached prefix of the request's chained block hashes
-wins; ties go to the replica left furthest under its bound. A request nobody holds any of (a miss) goes the
-same way: to the eligible replica left furthest under its bound, so new prefixes find their homes on the
-least busy replicas and the homes spread with the load (placed by hash alone, one replica could be home to
-three of eight prefixes and spill their requests to replicas without them, each spill a prefill of the whole
-prefix: 7 of 64 requests in one run of ``bench/gateway_routing.py``). Replicas equally far under it (an idle
+wins; ties go to the replica left furthest under its bound. A request no eligible replica holds any of (a
+miss, or a spill from holders past their bound) goes to the eligible replica *home to the fewest prefixes*
+(``ReplicaView.homes``: the distinct prompt chains it holds that were placed there), and among those to the
+one left furthest under its bound, so the homes spread evenly whatever the load was at the moments they were
+placed. (Placed by hash alone, one replica could be home to three of eight prefixes and spill their requests to
+replicas without them, each spill a prefill of the whole prefix: 7 of 64 requests in one run of
+``bench/gateway_routing.py``. Placed on the least busy replica, homes followed momentary load: two or three of
+eight on one replica in 5 of 12 seeds of ``bench/simulate_routing.py``, which took 21-22 of 64 requests without
+ever reaching its bound, max/mean 1.31-1.38.) Replicas equally far under it (an idle
 fleet) are ranked on a hash ring: the nearest past the point of the request's first block wins, never arrival
 order or dict order, so two gateways fed the same snapshot decide the same, and every gateway replica
 (active-active, each following the same KV events) sends a new prefix to the same idle engine even before that
@@ -21,8 +25,8 @@ extra prefill. (A ring rather than rendezvous hashing, which ranked equals as we
 the nearest of hundreds of equally idle replicas by bisection, where rendezvous must hash every one of them.)
 
 A caller that keeps many replicas hands the policy an ``Indexed`` fleet (``shoal.gateway.fleet_index``): the
-holders of the request's first block, and the lightest of the others per capacity, are all the replicas that
-could be chosen, so a decision looks at those instead of every replica, and decides exactly as the plain scan
+holders of the request's first block, and of the others per capacity the lightest and the lightest eligible
+among those home to the fewest prefixes, are all the replicas that could be chosen, so a decision looks at those instead of every replica, and decides exactly as the plain scan
 (``tests/gateway/test_indexed_routing.py`` holds the two to it).
 
 The load measure, in tokens, is the work a replica still has, which is what a simulator must feed as well:
@@ -111,6 +115,7 @@ class ReplicaView:
     cached: Container[int] = field(default_factory=frozenset)
     sequences: int = 0
     capacity: Capacity | None = None
+    homes: int = 0  # prefixes it is home to: distinct prompt chains placed there that it still holds
 
 
 @dataclass(slots=True)
@@ -321,6 +326,13 @@ class Indexed(IdOrdered):
         ``headroom`` must depend only on a view's capacity and load, and not grow with load."""
         raise NotImplementedError
 
+    def fewest_homes_others(
+        self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+    ) -> list[tuple[ReplicaView, float]]:
+        """As ``roomiest_others``, among the views of the fewest ``homes`` that have some headroom >= 0, for each
+        capacity (none for a capacity where no view outside ``skip`` has any)."""
+        raise NotImplementedError
+
 
 Candidate = tuple[ReplicaView, int, float]  # a replica, the blocks of the request it holds, its headroom
 
@@ -364,8 +376,10 @@ class PrefixAware:
         """The plain scan's decision from the holders of the first block and the lightest of the other replicas."""
         hashes = request.block_hashes
         mean = (fleet.total_load() + request.cost_tokens) / len(fleet)
+        headroom = lambda r: self.headroom(r, load(r), request, 0, mean)  # noqa: E731
         if not hashes:
-            others = fleet.roomiest_others((), lambda r: self.headroom(r, load(r), request, 0, mean), key_point(0))
+            point = key_point(0)
+            others = fleet.roomiest_others((), headroom, point) + fleet.fewest_homes_others((), headroom, point)
             return self._choose([(r, 0, room) for r, room in others], False, 0)
         # A holder's headroom is at most what it would be with every block matched (cost falls as matches grow):
         # only the holders that could be eligible, the lightest, need their match, unless no replica is eligible
@@ -380,10 +394,9 @@ class PrefixAware:
 
         maybe, held_anywhere = fleet.lightest_holders(hashes[0], could_be_eligible)
         candidates = self._exact(maybe, request, mean)
-        headroom = lambda r: self.headroom(r, load(r), request, 0, mean)  # noqa: E731
-        candidates.extend(
-            (r, 0, room) for r, room in fleet.roomiest_others(fleet.holding(hashes[0]), headroom, key_point(hashes[0]))
-        )
+        holding, point = fleet.holding(hashes[0]), key_point(hashes[0])
+        others = fleet.roomiest_others(holding, headroom, point) + fleet.fewest_homes_others(holding, headroom, point)
+        candidates.extend((r, 0, room) for r, room in others)
         if held_anywhere and not any(c[2] >= 0 for c in candidates):
             seen = {r.replica_id for r, _ in maybe}
             candidates.extend(
@@ -420,7 +433,8 @@ class PrefixAware:
         if best > 0:
             chosen = roomiest([c for c in eligible if c[1] == best])
             return Decision(chosen[0].replica_id, "prefix_hit", best)
-        chosen = roomiest(eligible)
+        fewest = min(c[0].homes for c in eligible)
+        chosen = roomiest([c for c in eligible if c[0].homes == fewest])
         reason: Reason = "load_bound_fallback" if held_anywhere else "miss"
         return Decision(chosen[0].replica_id, reason, 0)
 

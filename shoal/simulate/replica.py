@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict, deque
+from functools import lru_cache
 
 from shoal.autoscale.signals import ReplicaPhase
 from shoal.gateway.routing import Capacity, ReplicaView
@@ -26,6 +27,13 @@ from shoal.simulate.profile import EngineProfile
 
 GROUP_SHIFT = 24  # a prefix block's hash is (group << GROUP_SHIFT) | block index
 BLOCK_TOKENS = 16
+
+
+@lru_cache(maxsize=64)
+def capacity_of(profile: EngineProfile) -> Capacity:
+    """The capacity a replica of ``profile`` announces: one object for all of them, which the routing index
+    finds by identity before it compares fields."""
+    return Capacity(profile.max_num_batched_tokens, profile.max_num_seqs)
 
 
 class PrefixCache:
@@ -57,6 +65,11 @@ class PrefixCache:
             return
         base = group << GROUP_SHIFT
         self.blocks.difference_update(range(base, base + self._extent.pop(group, 0)))
+
+    @property
+    def homes(self) -> int:
+        """The prefix groups it holds (stored or in flight): what the gateway counts as the prefixes it is home to."""
+        return len(self._extent)
 
     def routed(self, group: int, prefix_tokens: int) -> None:
         self.in_flight[group] = self.in_flight.get(group, 0) + 1
@@ -138,9 +151,7 @@ class SimReplica:
         self.pending: list[tuple[list[int], int]] | None = None  # this prefill step's chunks
         self.busy_until: float | None = None
         self.cache = PrefixCache()
-        self.view = ReplicaView(
-            name, 0, self.cache.blocks, 0, Capacity(profile.max_num_batched_tokens, profile.max_num_seqs)
-        )
+        self.view = ReplicaView(name, 0, self.cache.blocks, 0, capacity_of(profile))
 
     @property
     def running(self) -> int:

@@ -33,10 +33,10 @@ import numpy as np
 from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.policy import ScalingPolicy
 from shoal.gateway.fleet_index import FleetIndex
-from shoal.gateway.routing import Capacity, IdOrdered, RouteRequest, RoutingPolicy
+from shoal.gateway.routing import IdOrdered, RouteRequest, RoutingPolicy
 from shoal.simulate.observe import SignalWindow, observe
 from shoal.simulate.profile import EngineProfile
-from shoal.simulate.replica import BLOCK_TOKENS, GROUP_SHIFT, SimReplica
+from shoal.simulate.replica import BLOCK_TOKENS, GROUP_SHIFT, SimReplica, capacity_of
 from shoal.simulate.trace import Trace
 
 DROP_REASONS = ("exceeds_kv_capacity", "hold_full", "hold_timeout", "drain_timeout")
@@ -119,9 +119,8 @@ class FleetSimulator:
         self.first_token = [math.nan] * n
         self.finish = [math.nan] * n
         self.routed_to: list[SimReplica | None] = [None] * n
-        self.prefill_charge = [0] * n
-        self.held_charge = [0] * n
-        self.capacity = Capacity(profile.max_num_batched_tokens, profile.max_num_seqs)
+        self.prefill_charge = [0] * n  # what each request's lease holds on its replica until its first token
+        self.capacity = capacity_of(profile)
         self.dropped: dict[int, str] = {}
         self.replicas: list[SimReplica] = []
         self.finished_spans: list[tuple[float, float]] = []
@@ -234,6 +233,7 @@ class FleetSimulator:
         view = replica.view
         view.load_tokens = replica.load_tokens
         view.sequences = replica.in_flight
+        view.homes = replica.cache.homes
         if self.index is not None:
             self.index.changed(view)
 
@@ -246,35 +246,41 @@ class FleetSimulator:
             self.views = self.index
 
     def _route(self, rid: int) -> None:
-        """Places a request as the gateway does, and charges the replica as its lease does (``Fleet.acquire``)."""
-        request = RouteRequest(
-            self._block_hashes(rid), self.prompt[rid] + self.output[rid], BLOCK_TOKENS, self.output[rid]
-        )
+        """Places a request as the gateway does, and charges the replica as its lease does (``Fleet.acquire``: a
+        replica that announces its capacity, as these do, is charged the prompt tokens it still has to compute;
+        its sequence counts through ``in_flight``)."""
+        prompt, output = self.prompt[rid], self.output[rid]
+        hashes = self._block_hashes(rid)
+        request = RouteRequest(hashes, prompt + output, BLOCK_TOKENS, output)
         decision = self.routing.decide(self.views, request)
         self.route_reasons[decision.reason] += 1
         replica = self.by_name[decision.replica_id]
         self.routed_to[rid] = replica
-        prefill = request.prefill_tokens(decision.matched_blocks)
-        held = request.tokens_on(self.capacity, decision.matched_blocks) - prefill
+        prefill = request.tokens_on(self.capacity, decision.matched_blocks)
         self.prefill_charge[rid] = prefill
-        self.held_charge[rid] = held
-        replica.load_tokens += prefill + held
+        replica.load_tokens += prefill
         replica.in_flight += 1
+        view = replica.view  # the view brought up to the replica's load, in place (``_refresh``)
+        view.load_tokens = replica.load_tokens
+        view.sequences = replica.in_flight
         group = self.group[rid]
         if group >= 0:
             replica.cache.routed(group, self.prefix[rid])
-            if self.index is not None:
-                self.index.may_hold(replica.view, request.block_hashes[0])
-        self._refresh(replica)
-        replica.waiting.append(rid)
+        index = self.index
+        if index is not None:
+            if group >= 0:
+                index.may_hold(view, hashes[0])
+            index.changed(view)
+        waiting = replica.waiting
+        waiting.append(rid)
         if replica.busy_until is None:
             self._plan(replica)
         elif replica.segment is not None:
-            head = replica.waiting[0]
+            head = waiting[0]
             if replica.can_admit(self.prompt[head] + self.output[head]):
                 end = replica.cut(self.now)
                 if end is not None:
-                    self._push(end, _STEP, replica, replica.version)
+                    heapq.heappush(self.heap, (end, next(self._seq), _STEP, replica, replica.version))
 
     def _plan(self, replica: SimReplica) -> None:
         if replica.waiting:
@@ -283,37 +289,36 @@ class FleetSimulator:
             self.prefill_saved += replica.context - before
         end = replica.plan(self.now, self.prompt)
         if end is not None:
-            self._push(end, _STEP, replica, replica.version)
+            heapq.heappush(self.heap, (end, next(self._seq), _STEP, replica, replica.version))
 
     def _step_done(self, replica: SimReplica) -> None:
         now = self.now
         first, finished, produced = replica.finish_step(self.prompt, self.output)
-        self.window.produced(now, produced)
-        for rid in first:
-            self.first_token[rid] = now
-            replica.load_tokens -= self.prefill_charge[rid]  # the first byte is back: Fleet.prefilled
-            self.prefill_charge[rid] = 0
-            self.window.first_token(now, now - self.arrival[rid])
-            group = self.group[rid]
-            if group >= 0:
-                replica.cache.store(group, self.prefix[rid], self.profile.kv_capacity_tokens - replica.reserved)
-        for rid in finished:
-            self.finish[rid] = now
-            self._release(replica, rid)
+        window = self.window
+        window.produced(now, produced)
         if first or finished:
+            prefill_charge, group_of = self.prefill_charge, self.group
+            for rid in first:
+                self.first_token[rid] = now
+                replica.load_tokens -= prefill_charge[rid]  # the first byte is back: Fleet.prefilled
+                prefill_charge[rid] = 0
+                window.first_token(now, now - self.arrival[rid])
+                group = group_of[rid]
+                if group >= 0:
+                    replica.cache.store(group, self.prefix[rid], self.profile.kv_capacity_tokens - replica.reserved)
+            finish, cache = self.finish, replica.cache
+            for rid in finished:  # released as a lease is: its prefill charge went with its first token
+                finish[rid] = now
+                group = group_of[rid]
+                if group >= 0:
+                    cache.finished(group)
+            replica.in_flight -= len(finished)
+            self.outstanding -= len(finished)
             self._refresh(replica)
         if replica.phase == "draining" and replica.in_flight == 0:
             self._end(replica)
         else:
             self._plan(replica)
-
-    def _release(self, replica: SimReplica, rid: int) -> None:
-        replica.load_tokens -= self.prefill_charge[rid] + self.held_charge[rid]
-        replica.in_flight -= 1
-        group = self.group[rid]
-        if group >= 0:
-            replica.cache.finished(group)
-        self.outstanding -= 1
 
     def _drop(self, rid: int, reason: str) -> None:
         self.dropped[rid] = reason

@@ -1,0 +1,204 @@
+"""New prefixes go to the eligible replica home to the fewest prefixes: the rule, its index, and its count.
+
+Properties over random fleets (loads, capacities, cached chains, homes) for the plain scan and the ``FleetIndex``,
+and the gateway's count of the prefixes a replica is home to (``PrefixIndex.homes``) through its three sources.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoal.gateway.fleet_index import FleetIndex
+from shoal.gateway.prefix_index import PrefixIndex
+from shoal.gateway.routing import (
+    Capacity,
+    PrefixAware,
+    ReplicaView,
+    RouteRequest,
+    cost_on,
+    load,
+    matched_blocks,
+    total_load,
+)
+from shoal.protocol.block_hash import hash_blocks
+from shoal.protocol.kv_events import KVEvent
+
+BLOCK = 16
+CHAINS = [hash_blocks([chain] * BLOCK + list(range(BLOCK * 5))) for chain in range(5)]  # 5 prompts, 6 blocks each
+CAPACITIES = [None, Capacity(512, 4), Capacity(2048, 16)]
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[list[ReplicaView], RouteRequest]:
+    """Replicas of mixed capacities holding random prefixes of the chains, with random loads and homes."""
+    views = []
+    for i in range(draw(st.integers(1, 8))):
+        capacity = draw(st.sampled_from(CAPACITIES))
+        sequences = draw(st.integers(0, 20))
+        cached = {h for chain in CHAINS for h in chain[: draw(st.sampled_from([0, 0, 0, 2, 6]))]}
+        homes = draw(st.integers(0, 4))
+        views.append(ReplicaView(f"r{i}", draw(st.integers(0, 3_000)), cached, sequences, capacity, homes))
+    chain, blocks = draw(st.integers(0, 4)), draw(st.integers(0, 6))
+    output = draw(st.integers(0, 300))
+    request = RouteRequest(CHAINS[chain][:blocks], blocks * BLOCK + draw(st.integers(1, 800)) + output, BLOCK, output)
+    return views, request
+
+
+policies = st.builds(PrefixAware, st.floats(1.0, 2.0), st.integers(0, 4_000))
+
+
+def eligible(policy: PrefixAware, views: list[ReplicaView], request: RouteRequest) -> list[ReplicaView]:
+    mean = (total_load(views) + request.cost_tokens) / len(views)
+    return [
+        v
+        for v in views
+        if policy.headroom(v, load(v), request, matched_blocks(v.cached, request.block_hashes), mean) >= 0
+    ]
+
+
+@given(fleets(), policies)
+def test_a_prefix_no_eligible_replica_holds_goes_to_one_home_to_the_fewest(fleet, policy: PrefixAware) -> None:
+    views, request = fleet
+    decision = policy.decide(views, request)
+    within = eligible(policy, views, request)
+    if not within or any(matched_blocks(v.cached, request.block_hashes) for v in within):
+        return
+    chosen = next(v for v in views if v.replica_id == decision.replica_id)
+    assert chosen in within
+    assert chosen.homes == min(v.homes for v in within)
+    assert decision.reason in ("miss", "load_bound_fallback")
+
+
+@given(fleets(), policies)
+def test_a_holder_within_its_bound_is_chosen_whatever_the_homes(fleet, policy: PrefixAware) -> None:
+    views, request = fleet
+    within = eligible(policy, views, request)
+    best = max((matched_blocks(v.cached, request.block_hashes) for v in within), default=0)
+    decision = policy.decide(views, request)
+    if best:
+        assert (decision.reason, decision.matched_blocks) == ("prefix_hit", best)
+
+
+@given(fleets(), policies)
+def test_the_bound_is_exceeded_by_at_most_one_request_and_only_when_no_replica_is_within_it(
+    fleet, policy: PrefixAware
+) -> None:
+    """Chosen within its bound whenever some replica is; else the roomiest, which goes past its limit by less
+    than the request's own cost only if it was within it before."""
+    views, request = fleet
+    decision = policy.decide(views, request)
+    chosen = next(v for v in views if v.replica_id == decision.replica_id)
+    mean = (total_load(views) + request.cost_tokens) / len(views)
+    after = load(chosen) + cost_on(chosen, request, decision.matched_blocks)
+    if eligible(policy, views, request):
+        assert after <= policy.limit(chosen, mean) + 1e-9
+    else:
+        assert decision.reason == "load_bound_fallback"
+        assert after > policy.limit(chosen, mean)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 3)), min_size=1, max_size=10),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["load", "homes", "cache", "rotation"]),
+            st.integers(0, 9),
+            st.integers(0, 2_000),
+            st.integers(0, 6),
+            st.integers(0, 4),
+            st.integers(0, 6),
+            st.integers(0, 600),
+        ),
+        max_size=25,
+    ),
+    policies,
+)
+def test_the_index_finds_the_fewest_homes_as_the_plain_scan_does(replicas, script, policy: PrefixAware) -> None:
+    """Homes changing with loads, caches and rotation, equal loads across homes levels, mixed capacities:
+    the indexed decision is the plain scan's."""
+    views = [
+        ReplicaView(f"r{i:02d}", sequences * 100, set(), sequences, CAPACITIES[capacity], homes)
+        for i, (capacity, sequences, homes) in enumerate(replicas)
+    ]
+    index = FleetIndex(views)
+    rotation = list(views)
+    for kind, who, a, b, chain, blocks, extra in script:
+        view = views[who % len(views)]
+        if kind == "load":
+            view.load_tokens, view.sequences = a, b
+        elif kind == "homes":
+            view.homes = b
+        elif kind == "cache":
+            cached = view.cached
+            assert isinstance(cached, set)
+            cached.difference_update(CHAINS[chain])
+            cached.update(CHAINS[chain][:blocks])
+            if blocks:
+                index.may_hold(view, CHAINS[chain][0])
+        else:
+            rotation = [v for i, v in enumerate(views) if (i + who) % len(views) <= b]
+            index.reset(rotation)
+        index.changed(view)
+        request = RouteRequest(CHAINS[chain][:blocks], blocks * BLOCK + extra + 8, BLOCK, 8)
+        assert policy.decide(index, request) == policy.decide(list(rotation), request)
+
+
+def test_eight_new_prefixes_on_four_idle_replicas_get_two_homes_each() -> None:
+    """Each placement adds a home to the replica chosen (as the gateway's and the simulator's counts do), so an
+    idle fleet takes new prefixes in turn instead of by the ring alone, plain scan and index alike."""
+    for indexed in (False, True):
+        views = [ReplicaView(f"r{i}", 0, set(), 0, Capacity(512, 4)) for i in range(4)]
+        fleet: list[ReplicaView] = FleetIndex(views) if indexed else views
+        for chain in range(8):
+            prompt = hash_blocks([chain + 100] * BLOCK * 3)
+            decision = PrefixAware().decide(fleet, RouteRequest(prompt, 3 * BLOCK + 8, BLOCK, 8))
+            assert decision.reason == "miss"
+            chosen = next(v for v in views if v.replica_id == decision.replica_id)
+            chosen.homes += 1
+            if isinstance(fleet, FleetIndex):
+                fleet.changed(chosen)
+        assert sorted(v.homes for v in views) == [2, 2, 2, 2]
+
+
+def stored(seq: int, hashes: list[int]) -> KVEvent:
+    return KVEvent(type="stored", seq=seq, hashes=hashes)
+
+
+def test_the_gateway_counts_a_home_while_the_replica_holds_the_prompt_it_was_sent() -> None:
+    index = PrefixIndex()
+    index.apply(KVEvent(type="snapshot", seq=0, hashes=[], block_size=BLOCK, engine_id="e"))
+    a, b = CHAINS[0], CHAINS[1]
+    index.routed(a)
+    index.routed(a)  # the same prefix again: still one home
+    index.routed(b)
+    assert index.homes == 2  # in flight: about to be stored
+    index.apply(stored(1, list(a)))
+    index.finished(a)
+    index.finished(a)
+    index.finished(b)  # b ended before the engine reported storing it (e.g. aborted): not a home
+    assert index.homes == 1
+    index.apply(KVEvent(type="removed", seq=2, hashes=list(a)))
+    assert index.homes == 0
+
+
+def test_a_snapshot_or_a_lost_stream_recounts_the_homes_from_what_stands_for_the_cache() -> None:
+    index = PrefixIndex(history_blocks=8)
+    index.apply(KVEvent(type="snapshot", seq=0, hashes=list(CHAINS[0]), block_size=BLOCK, engine_id="e"))
+    index.routed(CHAINS[0])
+    index.finished(CHAINS[0])
+    assert index.homes == 1
+    index.apply(KVEvent(type="snapshot", seq=0, hashes=[], block_size=BLOCK, engine_id="e2"))  # engine restarted
+    assert index.homes == 0
+    index.routed(CHAINS[1])
+    index.finished(CHAINS[1])
+    assert index.homes == 0  # in sync and never reported stored
+    index.desync()  # the history stands in: it holds what was sent
+    index.routed(CHAINS[2])
+    index.finished(CHAINS[2])
+    assert index.homes == 1  # CHAINS[1] was dropped while in sync; CHAINS[2] is in the history
+    index.routed(CHAINS[3])  # 6 more blocks push CHAINS[2]'s first block out of the 8-block history
+    index.finished(CHAINS[3])
+    assert index.homes == 1
+    assert CHAINS[2][0] not in index
