@@ -260,17 +260,12 @@ class FleetSimulator:
         self.prefill_charge[rid] = prefill
         replica.load_tokens += prefill
         replica.in_flight += 1
-        view = replica.view  # the view brought up to the replica's load, in place (``_refresh``)
-        view.load_tokens = replica.load_tokens
-        view.sequences = replica.in_flight
         group = self.group[rid]
         if group >= 0:
             replica.cache.routed(group, self.prefix[rid])
-        index = self.index
-        if index is not None:
-            if group >= 0:
-                index.may_hold(view, hashes[0])
-            index.changed(view)
+            if self.index is not None:
+                self.index.may_hold(replica.view, hashes[0])
+        self._refresh(replica)
         waiting = replica.waiting
         waiting.append(rid)
         if replica.busy_until is None:

@@ -68,10 +68,11 @@ class CheckingRouting:
         for view in replicas:
             replica = self.by_name[view.replica_id]
             assert replica.phase == "ready"
-            assert (view.load_tokens, view.sequences, view.cached) == (
+            assert (view.load_tokens, view.sequences, view.cached, view.homes) == (
                 replica.load_tokens,
                 replica.in_flight,
                 replica.cache.blocks,
+                replica.cache.homes,
             )
         self.calls += 1
         self.sizes.add(len(replicas))
