@@ -8,9 +8,11 @@ stream is down (never connected, a gap, a restart) the gateway's own routing his
 hashes it sent there, stands in for it.
 
 It also counts the prefixes the replica is *home to* (``homes``): the distinct first blocks of the prompts this
-gateway sent there that it still holds, by the same three sources. Routing places a new prefix on an eligible
-replica home to the fewest, so homes spread evenly. A one-off prompt counts too while it is held: among replicas
-alike, new prompts then rotate over those holding the fewest distinct prompts.
+gateway sent there, until the replica is known not to hold one (a removed event, a snapshot without it, or, while
+the stream is down, its leaving the history; one the engine never reported storing goes when it leaves the
+history: a request that ends before its stored event arrives keeps its home). Routing places a new prefix on an
+eligible replica home to the fewest, so homes spread evenly. A one-off prompt counts too while it is held: among
+replicas alike, new prompts then rotate over those holding the fewest distinct prompts.
 """
 
 from __future__ import annotations
@@ -91,8 +93,7 @@ class PrefixIndex:
             self._history.move_to_end(block_hash)
         while len(self._history) > self._history_blocks:
             evicted, _ = self._history.popitem(last=False)
-            if not self.synced:
-                self._drop_heads_gone((evicted,))
+            self._drop_heads_gone((evicted,))  # in sync, a head the engine never reported goes here
 
     def finished(self, block_hashes: Iterable[int]) -> None:
         """A request sent here has ended; its blocks are now known (or not) through the event stream."""
@@ -102,4 +103,3 @@ class PrefixIndex:
                 self._in_flight[block_hash] = count
             else:
                 self._in_flight.pop(block_hash, None)
-                self._drop_heads_gone((block_hash,))

@@ -166,39 +166,40 @@ def stored(seq: int, hashes: list[int]) -> KVEvent:
     return KVEvent(type="stored", seq=seq, hashes=hashes)
 
 
-def test_the_gateway_counts_a_home_while_the_replica_holds_the_prompt_it_was_sent() -> None:
-    index = PrefixIndex()
+def test_the_gateway_counts_a_home_until_the_replica_is_known_not_to_hold_it() -> None:
+    index = PrefixIndex(history_blocks=12)
     index.apply(KVEvent(type="snapshot", seq=0, hashes=[], block_size=BLOCK, engine_id="e"))
-    a, b = CHAINS[0], CHAINS[1]
+    a, b, c = CHAINS[0], CHAINS[1], CHAINS[2]
+    index.routed(b)
     index.routed(a)
     index.routed(a)  # the same prefix again: still one home
-    index.routed(b)
-    assert index.homes == 2  # in flight: about to be stored
+    assert index.homes == 2
+    index.finished(b)  # ended before its stored event arrived: still a home
+    index.finished(a)
+    index.finished(a)
     index.apply(stored(1, list(a)))
-    index.finished(a)
-    index.finished(a)
-    index.finished(b)  # b ended before the engine reported storing it (e.g. aborted): not a home
-    assert index.homes == 1
+    assert index.homes == 2
     index.apply(KVEvent(type="removed", seq=2, hashes=list(a)))
-    assert index.homes == 0
+    assert index.homes == 1
+    index.routed(c)  # 6 more blocks push b's first block out of the 12-block history; never stored: gone
+    index.finished(c)
+    assert index.homes == 1
+    assert b[0] not in index
 
 
 def test_a_snapshot_or_a_lost_stream_recounts_the_homes_from_what_stands_for_the_cache() -> None:
     index = PrefixIndex(history_blocks=8)
     index.apply(KVEvent(type="snapshot", seq=0, hashes=list(CHAINS[0]), block_size=BLOCK, engine_id="e"))
     index.routed(CHAINS[0])
-    index.finished(CHAINS[0])
-    assert index.homes == 1
-    index.apply(KVEvent(type="snapshot", seq=0, hashes=[], block_size=BLOCK, engine_id="e2"))  # engine restarted
-    assert index.homes == 0
     index.routed(CHAINS[1])
+    index.finished(CHAINS[0])
     index.finished(CHAINS[1])
-    assert index.homes == 0  # in sync and never reported stored
-    index.desync()  # the history stands in: it holds what was sent
-    index.routed(CHAINS[2])
-    index.finished(CHAINS[2])
-    assert index.homes == 1  # CHAINS[1] was dropped while in sync; CHAINS[2] is in the history
-    index.routed(CHAINS[3])  # 6 more blocks push CHAINS[2]'s first block out of the 8-block history
-    index.finished(CHAINS[3])
+    assert index.homes == 2
+    index.apply(KVEvent(type="snapshot", seq=0, hashes=list(CHAINS[1]), block_size=BLOCK, engine_id="e2"))
+    assert index.homes == 1  # the restarted engine holds only CHAINS[1]
+    index.desync()  # the history stands in: it holds what was sent (CHAINS[1]'s 6 blocks)
     assert index.homes == 1
-    assert CHAINS[2][0] not in index
+    index.routed(CHAINS[2])  # its 6 blocks push CHAINS[1]'s first block out of the 8-block history
+    index.finished(CHAINS[2])
+    assert index.homes == 1
+    assert CHAINS[1][0] not in index and CHAINS[2][0] in index
