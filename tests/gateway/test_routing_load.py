@@ -137,7 +137,8 @@ def test_a_miss_goes_to_the_replica_left_furthest_under_its_bound(fleet, policy:
 
 
 def test_a_new_prefix_goes_to_the_least_busy_replica_and_idle_ones_rank_on_the_ring() -> None:
-    """Homes spread with the load; an idle fleet (all alike) still sends a new prefix where every gateway would."""
+    """Among replicas home to as many prefixes, the least busy takes a new one; an idle fleet (all alike) still
+    sends it where every gateway would."""
     capacity = Capacity(token_budget=512, max_seqs=4)
     request = RouteRequest(CHAIN, cost_tokens=445 + 32, block_size=BLOCK, output_tokens=32)
     idle = [ReplicaView(name, capacity=capacity) for name in ("a", "b", "c", "d")]
