@@ -1,19 +1,18 @@
 """A fleet's routing views with the indexes that make prefix-aware routing independent of the fleet's size.
 
 ``PrefixAware`` scanning a plain list looks at every replica per request: its match, load and headroom. Only
-two kinds of replica can be chosen, though: one holding the request's first block (of which only the lightest
-can be eligible), or, among the rest, one left furthest under its bound and, among equals, the
+two kinds of replica can be chosen, though: one holding the request's first block, or, among the rest, one left furthest under its bound and, among equals, the
 nearest past the request's point on the ring. For replicas of one capacity headroom falls as load grows, and
 replicas of equal load are equals. ``FleetIndex`` keeps what answers both questions:
 
 - **holders**: block hash -> ids of the replicas that may hold it, told by the caller (``may_hold``) whenever a
-  replica may come to hold a chain's first block (the simulator: when it routes a request there), and per block
-  and capacity a heap of those holders by load (an entry renewed at each change of the holder's load, stale ones
-  dropped as they surface). Each query checks the replica's own ``cached`` and forgets those in the rotation that
-  no longer hold it, so the index may say too much but never too little, as long as every replica that holds a
-  block was told since it last failed the check. A popular prefix gathers many holders over a long run (each
-  spill makes one); the policy takes them lightest first and stops at the first that could not be eligible even
-  with every block matched, so it computes the matches of a few;
+  replica may come to hold a chain's first block (the simulator: when it routes a request there). Each query
+  checks the replica's own ``cached`` and forgets those in the rotation that no longer hold it, so the index may
+  say too much but never too little, as long as every replica that holds a block was told since it last failed
+  the check. A popular prefix gathers many holders over a long run (each spill makes one); the policy walks
+  them with their loads, a set lookup each for most (``PrefixAware._holders_that_could_win``), and computes the
+  matches of a few. (A heap of each block's holders by load, renewed at every load change, cost more to keep
+  than the walk it saved: ~20 holders per request at 1,000 replicas, all far under their bound);
 - **load order**: per capacity, buckets of replicas of equal load (numerator), each sorted by ring position,
   and a heap of the loads present (stale ones skipped and dropped when they surface). The roomiest others are
   the first bucket's replica nearest past the point, and the same of any next bucket as roomy (equal
@@ -45,7 +44,8 @@ from shoal.gateway.routing import (
 )
 
 Slot = tuple[int, str]  # ring position, replica id: a bucket's sort order
-_Entry = tuple[int, str, int]  # load numerator, replica id, version of its state: a holder in a block's heap
+_State = tuple[int, int, "Capacity | None", int, Slot]  # what ``changed`` last saw: numerator, denominator,
+# capacity, homes, and the replica's slot in the load buckets
 
 
 @dataclass(slots=True)
@@ -78,12 +78,8 @@ class FleetIndex(Indexed):
     def __init__(self, views: Iterable[ReplicaView] = ()) -> None:
         super().__init__()
         self._holders: dict[int, set[str]] = {}
-        self._told: dict[str, set[int]] = {}  # replica id -> the blocks it may hold
-        self._held: dict[int, dict[Capacity | None, list[_Entry]]] = {}  # block -> its holders by load, per capacity
         self._by_id: dict[str, ReplicaView] = {}
-        self._state: dict[str, tuple[int, int, Capacity | None, int]] = {}  # numerator, denominator, capacity, version
-        self._homes: dict[str, int] = {}  # replica id -> its homes when ``changed`` last saw it
-        self._version = 0
+        self._state: dict[str, _State] = {}
         self._numerators: dict[int, int] = {}  # load denominator -> sum of the numerators
         self._loads: dict[Capacity | None, _Loads] = {}
         self._by_homes: dict[Capacity | None, dict[int, _Loads]] = {}  # the same, per number of homes
@@ -97,7 +93,6 @@ class FleetIndex(Indexed):
         self._numerators = {}
         self._loads = {}
         self._by_homes = {}
-        self._homes = {}
         for view in self:
             self._add(view)
 
@@ -105,16 +100,15 @@ class FleetIndex(Indexed):
         """``view``'s load, sequences, homes or capacity changed (a view not in the rotation is ignored)."""
         if self._by_id.get(view.replica_id) is not view:
             return
-        numerator, denominator, capacity, _ = self._state[view.replica_id]
+        numerator, denominator, capacity, homes, slot = self._state[view.replica_id]
         self._numerators[denominator] -= numerator
-        slot = (ring_position(view.replica_id), view.replica_id)
         self._loads[capacity].remove(numerator, slot)
         levels = self._by_homes[capacity]
-        homes = self._homes[view.replica_id]
-        levels[homes].remove(numerator, slot)
-        if not levels[homes].buckets:
+        level = levels[homes]
+        level.remove(numerator, slot)
+        if not level.buckets:
             del levels[homes]
-        self._add(view)
+        self._add(view, slot)
 
     def may_hold(self, view: ReplicaView, block_hash: int) -> None:
         """``view`` may hold ``block_hash`` from now on (say it for the first block of every chain it may hold)."""
@@ -123,13 +117,6 @@ class FleetIndex(Indexed):
             self._holders[block_hash] = {view.replica_id}
         else:
             holders.add(view.replica_id)
-        told = self._told.setdefault(view.replica_id, set())
-        if block_hash in told:
-            return  # its entry in the block's heap is already there, renewed at each change of its load
-        told.add(block_hash)
-        if self._by_id.get(view.replica_id) is view:
-            numerator, _, capacity, version = self._state[view.replica_id]
-            self._push_held(block_hash, capacity, (numerator, view.replica_id, version))
 
     def total_load(self) -> float:
         return total_of(self._numerators)
@@ -146,7 +133,7 @@ class FleetIndex(Indexed):
             if view is None:
                 continue  # out of the rotation, maybe for a while: kept, and checked if it comes back
             if block_hash in view.cached:
-                numerator, denominator, _, _ = state[replica_id]
+                numerator, denominator = state[replica_id][:2]
                 found.append((view, numerator / denominator))  # ``load(view)``, from what ``changed`` saw
             else:
                 gone.append(replica_id)
@@ -156,34 +143,6 @@ class FleetIndex(Indexed):
 
     def holding(self, block_hash: int) -> Container[str]:
         return _Holding(self, block_hash)
-
-    def lightest_holders(
-        self, block_hash: int, wanted: Callable[[ReplicaView, float], bool]
-    ) -> tuple[list[tuple[ReplicaView, float]], bool]:
-        found: list[tuple[ReplicaView, float]] = []
-        held = False
-        for heap in self._held.get(block_hash, {}).values():
-            taken: list[_Entry] = []
-            try:
-                while heap:
-                    entry = heapq.heappop(heap)
-                    state = self._state.get(entry[1])
-                    if state is None or state[3] != entry[2]:
-                        continue  # stale: its load changed since, or it left the rotation
-                    view = self._by_id[entry[1]]
-                    if block_hash not in view.cached:
-                        self._forget(block_hash, entry[1])
-                        continue
-                    taken.append(entry)
-                    held = True
-                    load = state[0] / state[1]
-                    if not wanted(view, load):
-                        break
-                    found.append((view, load))
-            finally:
-                for entry in taken:
-                    heapq.heappush(heap, entry)
-        return found, held
 
     def roomiest_others(
         self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
@@ -234,39 +193,29 @@ class FleetIndex(Indexed):
                 heapq.heappush(order, numerator)
         return found
 
-    def _add(self, view: ReplicaView) -> None:
+    def _add(self, view: ReplicaView, slot: Slot | None = None) -> None:
         numerator = load_numerator(view)
-        denominator = load_denominator(view.capacity)
+        capacity, homes = view.capacity, view.homes
+        denominator = load_denominator(capacity)
         self._numerators[denominator] = self._numerators.get(denominator, 0) + numerator
-        self._version += 1
-        self._state[view.replica_id] = (numerator, denominator, view.capacity, self._version)
-        for block_hash in self._told.get(view.replica_id, ()):
-            self._push_held(block_hash, view.capacity, (numerator, view.replica_id, self._version))
-        slot = (ring_position(view.replica_id), view.replica_id)
-        loads = self._loads.get(view.capacity)
+        if slot is None:
+            slot = (ring_position(view.replica_id), view.replica_id)
+        self._state[view.replica_id] = (numerator, denominator, capacity, homes, slot)
+        loads = self._loads.get(capacity)
         if loads is None:
-            loads = self._loads[view.capacity] = _Loads()
+            loads = self._loads[capacity] = _Loads()
         loads.add(numerator, slot)
-        self._homes[view.replica_id] = view.homes
-        levels = self._by_homes.setdefault(view.capacity, {})
-        level = levels.get(view.homes)
+        levels = self._by_homes.get(capacity)
+        if levels is None:
+            levels = self._by_homes[capacity] = {}
+        level = levels.get(homes)
         if level is None:
-            level = levels[view.homes] = _Loads()
+            level = levels[homes] = _Loads()
         level.add(numerator, slot)
-
-    def _push_held(self, block_hash: int, capacity: Capacity | None, entry: _Entry) -> None:
-        heaps = self._held.setdefault(block_hash, {})
-        heap = heaps.setdefault(capacity, [])
-        heapq.heappush(heap, entry)
-        if len(heap) > 4 * len(self._holders.get(block_hash, ())) + 16:  # stale entries outnumber the live ones
-            state = self._state
-            heap[:] = [e for e in heap if (st := state.get(e[1])) is not None and st[3] == e[2]]
-            heapq.heapify(heap)
 
     def _forget(self, block_hash: int, replica_id: str) -> None:
         """``replica_id`` no longer holds ``block_hash`` (it will be told again if it comes to)."""
         self._holders.get(block_hash, set()).discard(replica_id)
-        self._told.get(replica_id, set()).discard(block_hash)
 
 
 class _Holding:

@@ -311,13 +311,6 @@ class Indexed(IdOrdered):
         """The ids of the views whose ``cached`` holds ``block_hash`` (asked about one at a time)."""
         raise NotImplementedError
 
-    def lightest_holders(
-        self, block_hash: int, wanted: Callable[[ReplicaView, float], bool]
-    ) -> tuple[list[tuple[ReplicaView, float]], bool]:
-        """For each capacity, the views holding ``block_hash`` lightest first, with their load, while ``wanted``
-        (which must stay false once false as load grows); and whether any view holds it."""
-        raise NotImplementedError
-
     def roomiest_others(
         self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
@@ -373,36 +366,64 @@ class PrefixAware:
         return self._choose(candidates, any(c[1] for c in candidates), hashes[0] if hashes else 0)
 
     def _decide_indexed(self, fleet: Indexed, request: RouteRequest) -> Decision:
-        """The plain scan's decision from the holders of the first block and the lightest of the other replicas."""
+        """The plain scan's decision from the holders of the first block and the few others that could win."""
         hashes = request.block_hashes
         mean = (fleet.total_load() + request.cost_tokens) / len(fleet)
         headroom = lambda r: self.headroom(r, load(r), request, 0, mean)  # noqa: E731
-        if not hashes:
-            point = key_point(0)
-            others = fleet.roomiest_others((), headroom, point) + fleet.fewest_homes_others((), headroom, point)
-            return self._choose([(r, 0, room) for r, room in others], False, 0)
-        # A holder's headroom is at most what it would be with every block matched (cost falls as matches grow):
-        # only the holders that could be eligible, the lightest, need their match, unless no replica is eligible
-        # (then every holder is compared).
-        bounds: dict[Capacity | None, tuple[float, float]] = {}
-
-        def could_be_eligible(replica: ReplicaView, held: float) -> bool:
-            bound = bounds.get(replica.capacity)
-            if bound is None:
-                bound = bounds[replica.capacity] = (self.limit(replica, mean), cost_on(replica, request, len(hashes)))
-            return bound[0] - (held + bound[1]) >= 0
-
-        maybe, held_anywhere = fleet.lightest_holders(hashes[0], could_be_eligible)
-        candidates = self._exact(maybe, request, mean)
-        holding, point = fleet.holding(hashes[0]), key_point(hashes[0])
+        first = hashes[0] if hashes else 0
+        holding, point = (fleet.holding(first) if hashes else ()), key_point(first)
         others = fleet.roomiest_others(holding, headroom, point) + fleet.fewest_homes_others(holding, headroom, point)
-        candidates.extend((r, 0, room) for r, room in others)
-        if held_anywhere and not any(c[2] >= 0 for c in candidates):
-            seen = {r.replica_id for r, _ in maybe}
-            candidates.extend(
-                self._exact([h for h in fleet.holders(hashes[0]) if h[0].replica_id not in seen], request, mean)
-            )
-        return self._choose(candidates, held_anywhere, hashes[0])
+        candidates = [(r, 0, room) for r, room in others]
+        holders = fleet.holders(first) if hashes else []
+        could_win, beyond = self._holders_that_could_win(holders, request, mean)
+        candidates.extend(could_win)
+        if beyond and not any(c[2] >= 0 for c in candidates):  # none eligible: the roomiest of all is chosen
+            candidates.extend(self._exact(beyond, request, mean))
+        return self._choose(candidates, bool(holders), first)
+
+    def _holders_that_could_win(
+        self, holders: list[tuple[ReplicaView, float]], request: RouteRequest, mean: float
+    ) -> tuple[list[Candidate], list[tuple[ReplicaView, float]]]:
+        """The holders that could be chosen while some replica is eligible, with their matches; and those that
+        could not be eligible even matching every block (they matter only when no replica is).
+
+        A holder's headroom only grows with its match (its cost falls). So once an eligible holder matched ``m``
+        blocks with headroom ``h``, another that lacks block ``m`` (it matches at most ``m``) and would have less
+        than ``h`` at ``m`` blocks cannot be chosen: a set lookup instead of walking its chain. A popular prefix
+        gathers many holders over a long run, most of them far under their bound.
+        """
+        hashes = request.block_hashes
+        size = len(hashes)
+        per_capacity: dict[int, tuple[float, dict[int, float]]] = {}  # id(capacity) -> limit, cost per match
+        found: list[Candidate] = []
+        beyond: list[tuple[ReplicaView, float]] = []
+        best, best_room = 0, 0.0  # the best eligible holder so far: its match (0: none yet) and headroom
+        for view, held in holders:
+            known = per_capacity.get(id(view.capacity))
+            if known is None:
+                known = per_capacity[id(view.capacity)] = (self.limit(view, mean), {})
+            limit, costs = known
+            cost = costs.get(size)
+            if cost is None:
+                cost = costs[size] = cost_on(view, request, size)
+            if limit - (held + cost) < 0:
+                beyond.append((view, held))
+                continue
+            if best and (best == size or hashes[best] not in view.cached):
+                cost = costs.get(best)
+                if cost is None:
+                    cost = costs[best] = cost_on(view, request, best)
+                if limit - (held + cost) < best_room:
+                    continue
+            matched = matched_blocks(view.cached, hashes)
+            cost = costs.get(matched)
+            if cost is None:
+                cost = costs[matched] = cost_on(view, request, matched)
+            room = limit - (held + cost)  # ``headroom``, term for term
+            found.append((view, matched, room))
+            if room >= 0 and (matched > best or (matched == best and room > best_room)):
+                best, best_room = matched, room
+        return found, beyond
 
     def _exact(self, holders: list[tuple[ReplicaView, float]], request: RouteRequest, mean: float) -> list[Candidate]:
         hashes = request.block_hashes
