@@ -8,8 +8,11 @@ or at ``--rate``; ``--replicas`` replicas fixed. For each routing policy: the pr
 hit rate (prompt tokens served from cache) as a ratio to one replica's on the same trace (the baseline of the
 same run: a single replica sees every group), the max/mean requests per replica, and TTFT p95 as a ratio to
 round-robin's. Targets (issue 12): max/mean at most 1.3 with the hit rate at least 0.9x one replica's.
+Several ``--seed`` values print one line per seed and how many met each target.
 
     .venv/bin/python bench/simulate_routing.py
+    .venv/bin/python bench/simulate_routing.py --max-num-seqs 4 --max-num-batched-tokens 512 --requests 64 \
+        --prefix-len 385 --suffix-len 60 --seed $(seq 0 59)
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 
 from shoal.autoscale.baselines import FixedForPeak
 from shoal.gateway.routing import make_policy
-from shoal.simulate.profile import load_profile
+from shoal.simulate.profile import EngineProfile, load_profile
 from shoal.simulate.results import summarize_run
 from shoal.simulate.simulator import SimConfig, SimRun, simulate
 from shoal.simulate.trace import Trace, make_trace
@@ -50,9 +53,33 @@ def main() -> None:
     parser.add_argument("--rate", type=float, help="arrivals per second instead of the rate found for --in-flight")
     parser.add_argument("--max-num-seqs", type=int, help="the engines' limit (default: the profile's)")
     parser.add_argument("--max-num-batched-tokens", type=int, help="the engines' token budget (default: the profile's)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, nargs="+", default=[0], help="one or more seeds")
     args = parser.parse_args()
     profile = load_profile(args.profile).with_engine(args.max_num_batched_tokens, args.max_num_seqs)
+    if len(args.seed) == 1:
+        compare(args, profile, args.seed[0])
+    else:
+        count_met(args, profile)
+
+
+def count_met(args: argparse.Namespace, profile: EngineProfile) -> None:
+    """One line per seed for prefix-aware, then how many seeds met the targets."""
+    met = {"hit rate and balance": 0, "all three": 0}
+    for seed in args.seed:
+        single, rows, _, _ = measure(args, profile, seed)
+        r, base = rows["prefix-aware"], rows["round-robin"]["ttft_p95_s"]
+        hit = r["prefix_hit_rate"] / single["prefix_hit_rate"]
+        balance, ttft = r["routing"]["max_over_mean_requests"], r["ttft_p95_s"] / base
+        both = hit >= 0.9 and balance <= 1.3
+        met["hit rate and balance"] += both
+        met["all three"] += both and ttft <= 1.0
+        print(f"seed {seed}: prefix-aware hit {hit:.3f}x, max/mean {balance:.2f}, TTFT p95 {ttft:.2f}x round-robin's")
+    print(", ".join(f"{name}: {count} of {len(args.seed)} seeds" for name, count in met.items()))
+
+
+def measure(args: argparse.Namespace, profile: EngineProfile, seed: int) -> tuple[dict, dict[str, dict], float, float]:
+    """One seed: one replica's run, each routing policy's run over ``--replicas``, the arrival rate used and the
+    requests in flight it gives under round-robin."""
 
     def simulated(trace: Trace, replicas: int, routing: str) -> SimRun:
         return simulate(
@@ -60,7 +87,7 @@ def main() -> None:
             profile,
             FixedForPeak(replicas),
             make_policy(routing),
-            SimConfig(seed=args.seed, initial_replicas=replicas),
+            SimConfig(seed=seed, initial_replicas=replicas),
         )
 
     def run(trace: Trace, replicas: int, routing: str) -> dict:
@@ -73,7 +100,7 @@ def main() -> None:
         return float(np.nansum(spent) / (np.nanmax(result.finish) - result.arrival[0]))
 
     def trace_at(rate: float) -> Trace:
-        return chats(args.requests, args.groups, args.prefix_len, args.suffix_len, args.output_len, rate, args.seed)
+        return chats(args.requests, args.groups, args.prefix_len, args.suffix_len, args.output_len, rate, seed)
 
     rate = args.rate or 1.0
     for _ in range(0 if args.rate else 12):
@@ -84,9 +111,14 @@ def main() -> None:
     trace = trace_at(rate)
     single = run(trace, 1, "round-robin")
     rows = {name: run(trace, args.replicas, name) for name in ("round-robin", "least-load", "prefix-aware")}
+    return single, rows, rate, mean_in_flight(trace, args.replicas, "round-robin")
+
+
+def compare(args: argparse.Namespace, profile: EngineProfile, seed: int) -> None:
+    """One seed's table: every routing policy against one replica's hit rate and round-robin's TTFT."""
+    single, rows, rate, in_flight = measure(args, profile, seed)
     print(
-        f"{args.requests} requests at {rate:.2f} req/s "
-        f"({mean_in_flight(trace, args.replicas, 'round-robin'):.1f} in flight under round-robin), "
+        f"{args.requests} requests at {rate:.2f} req/s ({in_flight:.1f} in flight under round-robin), "
         f"{args.groups} groups x {args.prefix_len}-token prefixes, {args.replicas} replicas, profile {profile.name}; "
         f"one replica's hit rate {single['prefix_hit_rate']:.3f}"
     )
