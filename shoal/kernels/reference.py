@@ -9,11 +9,12 @@ waste small: a mixed batch attends its decodes and its longer chunks as two grou
 matrix rows, so gathered keys and values are never copied once per query head. Decodes (one new token per
 sequence) take a shorter road: one ``scaled_dot_product_attention`` call over the gathered blocks.
 
-A batch-1 decode step is ~40 small ops per layer, so what is the same for every layer of one forward pass is
+A batch-1 decode step is ~45 small ops per layer, so what is the same for every layer of one forward pass is
 worked out once and kept for the next layers, recognised by identity (the model passes the same ``positions``
 and ``AttentionMetadata`` objects to all of them): the RoPE rows in the activations' dtype, and a decode batch's
 flat block ids and padding mask. Query and key heads that sit side by side in the fused QKV projection's
-output (the model's layout) are rotated as one tensor.
+output (the model's layout) are rotated as one tensor, a single stream's consecutive blocks are handed to SDPA
+as one strided view, and casts to the dtype a tensor already has are skipped.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ class TorchOps:
         slot_mapping: torch.Tensor,
     ) -> None:
         slots = k_cache.shape[0] * k_cache.shape[1]
-        k_cache.view(slots, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-        v_cache.view(slots, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+        k_cache.view(slots, *k_cache.shape[2:]).index_copy_(0, slot_mapping, _as(key, k_cache.dtype))
+        v_cache.view(slots, *v_cache.shape[2:]).index_copy_(0, slot_mapping, _as(value, v_cache.dtype))
 
     def attention(
         self,
@@ -115,18 +116,19 @@ class TorchOps:
         both = _side_by_side(query, key)
         if both is None:
             return _rotate(query, cos, sin), _rotate(key, cos, sin)
-        rotated = _rotate(both, cos, sin)
-        num_heads = query.shape[1]
-        return rotated[:, :num_heads], rotated[:, num_heads:]
+        rotated_query, rotated_key = _rotate(both, cos, sin).split((query.shape[1], key.shape[1]), dim=1)
+        return rotated_query, rotated_key
 
     def _rope_rows(
         self, positions: torch.Tensor, cos_sin_cache: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos, sin`` ``[T, 1, rot/2]`` in ``dtype``, gathered once per forward pass (HF casts the table too)."""
+        """``cos`` and signed ``sin`` rows ``[T, 1, rot]`` in ``dtype``, once per forward pass (HF casts the table
+        too): ``cat(cos, cos)`` and ``cat(-sin, sin)``, so that rotate-half is ``x * cos + swap_halves(x) * sin``."""
         kept = self._rope
         if kept is not None and kept[0] is positions and kept[1] is cos_sin_cache and kept[2] == dtype:
             return kept[3], kept[4]
         cos, sin = cos_sin_cache[positions.long()][:, None, :].to(dtype).chunk(2, dim=-1)
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
         self._rope = (positions, cos_sin_cache, dtype, cos, sin)
         return cos, sin
 
@@ -224,12 +226,30 @@ def _attend_decodes(
     primitive for every new context length: at batch 1 that was most of a decode step's attention.
     """
     num_seqs = query.shape[0]
-    keys = _gather_blocks(k_cache, blocks, num_seqs, max_s).transpose(1, 2)  # [S, KVH, max_s, D]
-    values = _gather_blocks(v_cache, blocks, num_seqs, max_s).transpose(1, 2)
+    keys = _decode_keys(k_cache, blocks, num_seqs, max_s)  # [S, KVH, max_s, D]
+    values = _decode_keys(v_cache, blocks, num_seqs, max_s)
     out = torch.nn.functional.scaled_dot_product_attention(
-        query.to(keys.dtype)[:, :, None, :], keys, values, attn_mask=mask, scale=scale, enable_gqa=True
+        _as(query, keys.dtype).unsqueeze(2), keys, values, attn_mask=mask, scale=scale, enable_gqa=True
     )
-    return out[:, :, 0, :].to(query.dtype)
+    return _as(out.squeeze(2), query.dtype)
+
+
+def _decode_keys(cache: torch.Tensor, blocks: torch.Tensor | slice, num_seqs: int, max_s: int) -> torch.Tensor:
+    """``[num_seqs, KV heads, max_s, D]`` for SDPA: one ``as_strided`` view of a contiguous cache's consecutive
+    blocks (their tokens lie back to back), else the gathered blocks transposed."""
+    if isinstance(blocks, slice) and cache.is_contiguous():
+        _, token_stride, head_stride, _ = cache.stride()
+        return cache.as_strided(
+            (num_seqs, cache.shape[2], max_s, cache.shape[3]),
+            (max_s * token_stride, head_stride, token_stride, 1),
+            cache.storage_offset() + blocks.start * cache.stride(0),
+        )
+    return _gather_blocks(cache, blocks, num_seqs, max_s).transpose(1, 2)
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` in ``dtype``, without dispatching a no-op ``to`` when it already is (a few us per layer)."""
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def _gather(cache: torch.Tensor, block_tables: torch.Tensor, max_s: int) -> torch.Tensor:
@@ -255,14 +275,15 @@ def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor | slice, num_seqs: 
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE on the first ``rotary_dim`` features (``cos``/``sin``: ``[T, 1, rot/2]`` in ``x``'s dtype)."""
-    rot = cos.shape[-1] * 2
-    x_rot, x_pass = x[..., :rot], x[..., rot:]
-    x1, x2 = x_rot.chunk(2, dim=-1)
-    rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-    if x_pass.shape[-1] == 0:
-        return rotated
-    return torch.cat((rotated, x_pass), dim=-1)
+    """Rotate-half RoPE on the first ``rotary_dim`` features (``cos``/``sin``: ``_rope_rows``' ``[T, 1, rot]``).
+
+    ``x * cos + cat(x2, x1) * cat(-sin, sin)`` rounds each product and the sum as Hugging Face's
+    ``x * cos + rotate_half(x) * sin`` does (``a + b * -s`` is ``a - b * s`` exactly), in four ops, not ten."""
+    rot = cos.shape[-1]
+    if rot != x.shape[-1]:
+        return torch.cat((_rotate(x[..., :rot], cos, sin), x[..., rot:]), dim=-1)
+    swapped = x.unflatten(-1, (2, rot // 2)).flip(-2).flatten(-2)  # a fresh tensor: cat(x2, x1)
+    return (x * cos).add_(swapped.mul_(sin))
 
 
 def _side_by_side(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:

@@ -144,3 +144,23 @@ def test_reference_rms_norm_matches_hugging_face() -> None:
     x = torch.randn(5, 48).half()
 
     assert torch.equal(TorchOps().rms_norm(x, hf.weight.data, 1e-5), hf(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_reference_rotary_rounds_as_hugging_face_does(dtype: torch.dtype) -> None:
+    """The swapped-halves form (``x * cos + cat(x2, x1) * cat(-sin, sin)``) gives HF's bits in every dtype."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    torch.manual_seed(0)
+    head_dim, tokens = 64, 7
+    cache = torch.randn(128, head_dim)
+    positions = torch.randint(0, 128, (tokens,))
+    query, key = torch.randn(tokens, 9, head_dim, dtype=dtype), torch.randn(tokens, 3, head_dim, dtype=dtype)
+    cos, sin = cache[positions].to(dtype).chunk(2, dim=-1)
+    hf_q, hf_k = apply_rotary_pos_emb(
+        query.transpose(0, 1), key.transpose(0, 1), torch.cat((cos, cos), -1), torch.cat((sin, sin), -1), 0
+    )
+
+    rq, rk = TorchOps().rotary(positions, query, key, cache)
+
+    assert torch.equal(rq, hf_q.transpose(0, 1)) and torch.equal(rk, hf_k.transpose(0, 1))
