@@ -20,8 +20,8 @@ ever reaching its bound, max/mean 1.31-1.38.) Replicas equally far under it (an 
 fleet) are ranked on a hash ring: the nearest past the point of the request's first block wins, never arrival
 order or dict order, so two gateways fed the same snapshot decide the same, and every gateway replica
 (active-active, each following the same KV events) sends a new prefix to the same idle engine even before that
-engine has reported storing it; gateways whose own in-flight counts differ may give a new prefix two homes, one
-extra prefill. (A ring rather than rendezvous hashing, which ranked equals as well: an ``Indexed`` fleet finds
+engine has reported storing it; gateways whose own in-flight counts or homes differ (each counts the homes of
+the prompts it sent) may give a new prefix two homes, one extra prefill. (A ring rather than rendezvous hashing, which ranked equals as well: an ``Indexed`` fleet finds
 the nearest of hundreds of equally idle replicas by bisection, where rendezvous must hash every one of them.)
 
 A caller that keeps many replicas hands the policy an ``Indexed`` fleet (``shoal.gateway.fleet_index``): the
