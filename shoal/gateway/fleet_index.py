@@ -14,9 +14,9 @@ replicas of equal load are equals. ``FleetIndex`` keeps what answers both questi
   matches of a few. (A heap of each block's holders by load, renewed at every load change, cost more to keep
   than the walk it saved: ~20 holders per request at 1,000 replicas, all far under their bound);
 - **load order**: per capacity, buckets of replicas of equal load (numerator), each sorted by ring position,
-  and a heap of the loads present (stale ones skipped and dropped when they surface). The roomiest others are
-  the first bucket's replica nearest past the point, and the same of any next bucket as roomy (equal
-  headroom): a few heap pops and a bisection per request, however many replicas are idle alike; the same
+  and the loads present, sorted. The roomiest others are the first bucket's replica nearest past the point,
+  and the same of any next bucket as roomy (equal headroom): two buckets and a bisection per request, however
+  many replicas are idle alike; the same
   again per capacity and number of ``homes``, where a miss looks for the lightest of the fewest homes that is
   eligible (homes levels are few: the prefixes a replica holds);
 - the fleet's **total load** as exact integer numerators per denominator, so the mean is the plain scan's to
@@ -28,7 +28,6 @@ when the rotation changes. Policies only read it. Pure data, no I/O.
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
@@ -44,13 +43,17 @@ from shoal.gateway.routing import (
 )
 
 Slot = tuple[int, str]  # ring position, replica id: a bucket's sort order
-_State = tuple[int, int, "Capacity | None", int, Slot]  # what ``changed`` last saw: numerator, denominator,
-# capacity, homes, and the replica's slot in the load buckets
+_State = tuple[int, int, "Capacity | None", int, Slot, float]  # what ``changed`` last saw: numerator, denominator,
+# capacity, homes, the replica's slot in the load buckets, and its ``load``
 
 
 @dataclass(slots=True)
 class _Loads:
-    """The replicas of one capacity by load: buckets of equal numerators and a heap of the numerators present."""
+    """The replicas of one capacity by load: buckets of equal numerators and the numerators present, sorted.
+
+    A sorted list rather than a heap: the lightest two are read on every request, without popping and
+    pushing them back, and there are at most as many numerators as replicas (an insertion moves a few
+    hundred pointers in C)."""
 
     buckets: dict[int, list[Slot]] = field(default_factory=dict)
     order: list[int] = field(default_factory=list)
@@ -59,9 +62,7 @@ class _Loads:
         bucket = self.buckets.get(numerator)
         if bucket is None:
             self.buckets[numerator] = [slot]
-            heapq.heappush(self.order, numerator)
-            if len(self.order) > 2 * len(self.buckets) + 64:  # stale numerators outnumber the live ones
-                self.order = sorted(self.buckets)
+            insort(self.order, numerator)
         else:
             insort(bucket, slot)
 
@@ -69,7 +70,9 @@ class _Loads:
         bucket = self.buckets[numerator]
         del bucket[bisect_left(bucket, slot)]
         if not bucket:
-            del self.buckets[numerator]  # its numerator stays in the heap until it surfaces
+            del self.buckets[numerator]
+            order = self.order
+            del order[bisect_left(order, numerator)]
 
 
 class FleetIndex(Indexed):
@@ -100,7 +103,7 @@ class FleetIndex(Indexed):
         """``view``'s load, sequences, homes or capacity changed (a view not in the rotation is ignored)."""
         if self._by_id.get(view.replica_id) is not view:
             return
-        numerator, denominator, capacity, homes, slot = self._state[view.replica_id]
+        numerator, denominator, capacity, homes, slot, _ = self._state[view.replica_id]
         self._numerators[denominator] -= numerator
         self._loads[capacity].remove(numerator, slot)
         levels = self._by_homes[capacity]
@@ -133,8 +136,7 @@ class FleetIndex(Indexed):
             if view is None:
                 continue  # out of the rotation, maybe for a while: kept, and checked if it comes back
             if block_hash in view.cached:
-                numerator, denominator = state[replica_id][:2]
-                found.append((view, numerator / denominator))  # ``load(view)``, from what ``changed`` saw
+                found.append((view, state[replica_id][5]))  # ``load(view)``, from what ``changed`` saw
             else:
                 gone.append(replica_id)
         for replica_id in gone:
@@ -168,29 +170,20 @@ class FleetIndex(Indexed):
         self, loads: _Loads, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
         """Buckets lightest first, the nearest replica past ``point`` of each, while as roomy as the first."""
-        order, buckets = loads.order, loads.buckets
-        taken: list[int] = []
+        buckets, by_id = loads.buckets, self._by_id
         found: list[tuple[ReplicaView, float]] = []
         top = 0.0
-        try:
-            while order:
-                numerator = heapq.heappop(order)
-                if numerator not in buckets or (taken and taken[-1] == numerator):
-                    continue  # a stale or repeated numerator: dropped for good
-                taken.append(numerator)
-                nearest = _nearest(buckets[numerator], point, skip)
-                if nearest is None:
-                    continue
-                view = self._by_id[nearest]
-                room = headroom(view)
-                if found and room < top:
-                    break
-                if not found:
-                    top = room
-                found.append((view, room))
-        finally:
-            for numerator in taken:
-                heapq.heappush(order, numerator)
+        for numerator in loads.order:
+            nearest = _nearest(buckets[numerator], point, skip)
+            if nearest is None:
+                continue
+            view = by_id[nearest]
+            room = headroom(view)
+            if found and room < top:
+                break
+            if not found:
+                top = room
+            found.append((view, room))
         return found
 
     def _add(self, view: ReplicaView, slot: Slot | None = None) -> None:
@@ -200,7 +193,7 @@ class FleetIndex(Indexed):
         self._numerators[denominator] = self._numerators.get(denominator, 0) + numerator
         if slot is None:
             slot = (ring_position(view.replica_id), view.replica_id)
-        self._state[view.replica_id] = (numerator, denominator, capacity, homes, slot)
+        self._state[view.replica_id] = (numerator, denominator, capacity, homes, slot, numerator / denominator)
         loads = self._loads.get(capacity)
         if loads is None:
             loads = self._loads[capacity] = _Loads()

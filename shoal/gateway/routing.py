@@ -330,6 +330,28 @@ class Indexed(IdOrdered):
 Candidate = tuple[ReplicaView, int, float]  # a replica, the blocks of the request it holds, its headroom
 
 
+class _Terms:
+    """One decision's ``PrefixAware.headroom``, its limit and costs kept per capacity and match, term for term
+    (an indexed decision asks it of a few dozen replicas, most of one capacity)."""
+
+    __slots__ = ("known", "mean", "policy", "request")
+
+    def __init__(self, policy: PrefixAware, request: RouteRequest, mean: float) -> None:
+        self.policy, self.request, self.mean = policy, request, mean
+        self.known: dict[tuple[int, int], tuple[float, float]] = {}  # (id(capacity), match) -> limit, cost
+
+    def room(self, replica: ReplicaView, held: float, matched: int) -> float:
+        """``policy.headroom(replica, held, request, matched, mean)``."""
+        key = (id(replica.capacity), matched)
+        terms = self.known.get(key)
+        if terms is None:
+            terms = self.known[key] = (
+                self.policy.limit(replica, self.mean),
+                cost_on(replica, self.request, matched),
+            )
+        return terms[0] - (held + terms[1])
+
+
 @dataclass
 class PrefixAware:
     """Longest cached prefix among the replicas within the load bound (see the module docstring)."""
@@ -369,20 +391,22 @@ class PrefixAware:
         """The plain scan's decision from the holders of the first block and the few others that could win."""
         hashes = request.block_hashes
         mean = (fleet.total_load() + request.cost_tokens) / len(fleet)
-        headroom = lambda r: self.headroom(r, load(r), request, 0, mean)  # noqa: E731
+        terms = _Terms(self, request, mean)
+        headroom = lambda r: terms.room(r, load(r), 0)  # noqa: E731
         first = hashes[0] if hashes else 0
         holding, point = (fleet.holding(first) if hashes else ()), key_point(first)
         others = fleet.roomiest_others(holding, headroom, point) + fleet.fewest_homes_others(holding, headroom, point)
         candidates = [(r, 0, room) for r, room in others]
         holders = fleet.holders(first) if hashes else []
-        could_win, beyond = self._holders_that_could_win(holders, request, mean)
+        could_win, beyond = self._holders_that_could_win(holders, terms)
         candidates.extend(could_win)
         if beyond and not any(c[2] >= 0 for c in candidates):  # none eligible: the roomiest of all is chosen
             candidates.extend(self._exact(beyond, request, mean))
         return self._choose(candidates, bool(holders), first)
 
+    @staticmethod
     def _holders_that_could_win(
-        self, holders: list[tuple[ReplicaView, float]], request: RouteRequest, mean: float
+        holders: list[tuple[ReplicaView, float]], terms: _Terms
     ) -> tuple[list[Candidate], list[tuple[ReplicaView, float]]]:
         """The holders that could be chosen while some replica is eligible, with their matches; and those that
         could not be eligible even matching every block (they matter only when no replica is).
@@ -392,34 +416,20 @@ class PrefixAware:
         than ``h`` at ``m`` blocks cannot be chosen: a set lookup instead of walking its chain. A popular prefix
         gathers many holders over a long run, most of them far under their bound.
         """
-        hashes = request.block_hashes
+        hashes = terms.request.block_hashes
         size = len(hashes)
-        per_capacity: dict[int, tuple[float, dict[int, float]]] = {}  # id(capacity) -> limit, cost per match
+        room_at = terms.room
         found: list[Candidate] = []
         beyond: list[tuple[ReplicaView, float]] = []
         best, best_room = 0, 0.0  # the best eligible holder so far: its match (0: none yet) and headroom
         for view, held in holders:
-            known = per_capacity.get(id(view.capacity))
-            if known is None:
-                known = per_capacity[id(view.capacity)] = (self.limit(view, mean), {})
-            limit, costs = known
-            cost = costs.get(size)
-            if cost is None:
-                cost = costs[size] = cost_on(view, request, size)
-            if limit - (held + cost) < 0:
+            if room_at(view, held, size) < 0:
                 beyond.append((view, held))
                 continue
-            if best and (best == size or hashes[best] not in view.cached):
-                cost = costs.get(best)
-                if cost is None:
-                    cost = costs[best] = cost_on(view, request, best)
-                if limit - (held + cost) < best_room:
-                    continue
+            if best and (best == size or hashes[best] not in view.cached) and room_at(view, held, best) < best_room:
+                continue
             matched = matched_blocks(view.cached, hashes)
-            cost = costs.get(matched)
-            if cost is None:
-                cost = costs[matched] = cost_on(view, request, matched)
-            room = limit - (held + cost)  # ``headroom``, term for term
+            room = room_at(view, held, matched)
             found.append((view, matched, room))
             if room >= 0 and (matched > best or (matched == best and room > best_room)):
                 best, best_room = matched, room
