@@ -9,6 +9,7 @@ import torch
 
 from shoal.engine.loader.errors import WeightsError
 from shoal.engine.loader.gguf_weights import gguf_int4_codes, iter_gguf
+from shoal.engine.loader.huge_pages import move_to_huge_pages
 from shoal.engine.loader.quantize import Int4Codes, quantize_projections
 from shoal.engine.loader.safetensors_weights import iter_safetensors
 from shoal.engine.loader.state_dict import build_state_dict, fuse_by_parameter
@@ -42,6 +43,7 @@ def load_model(
 
     ``quantization`` ``int4`` / ``int8`` adds a quantized copy of the projections (``quantize_projections``);
     for int4 a GGUF file's own Q4_0/Q4_1 codes are used, and its projections stored above 4 bits stay dense.
+    On the CPU the weights end in transparent huge pages (``move_to_huge_pages``).
     """
     gguf_codes: dict[str, Int4Codes] | None = None
     if source.format == "hf":
@@ -64,6 +66,7 @@ def load_model(
     model = model.requires_grad_(False).to(device).eval()
     if quantization != "none":
         quantize_projections(model, quantization, gguf_codes)
+    move_to_huge_pages(model)
     return model
 
 
