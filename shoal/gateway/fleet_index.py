@@ -147,7 +147,7 @@ class FleetIndex(Indexed):
         return _Holding(self, block_hash)
 
     def roomiest_others(
-        self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+        self, skip: Container[str], headroom: Callable[[ReplicaView, float], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
         found: list[tuple[ReplicaView, float]] = []
         for loads in self._loads.values():
@@ -155,7 +155,7 @@ class FleetIndex(Indexed):
         return found
 
     def fewest_homes_others(
-        self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+        self, skip: Container[str], headroom: Callable[[ReplicaView, float], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
         found: list[tuple[ReplicaView, float]] = []
         for levels in self._by_homes.values():
@@ -167,10 +167,10 @@ class FleetIndex(Indexed):
         return found
 
     def _lightest(
-        self, loads: _Loads, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+        self, loads: _Loads, skip: Container[str], headroom: Callable[[ReplicaView, float], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
         """Buckets lightest first, the nearest replica past ``point`` of each, while as roomy as the first."""
-        buckets, by_id = loads.buckets, self._by_id
+        buckets, by_id, state = loads.buckets, self._by_id, self._state
         found: list[tuple[ReplicaView, float]] = []
         top = 0.0
         for numerator in loads.order:
@@ -178,7 +178,7 @@ class FleetIndex(Indexed):
             if nearest is None:
                 continue
             view = by_id[nearest]
-            room = headroom(view)
+            room = headroom(view, state[nearest][5])
             if found and room < top:
                 break
             if not found:

@@ -312,15 +312,15 @@ class Indexed(IdOrdered):
         raise NotImplementedError
 
     def roomiest_others(
-        self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+        self, skip: Container[str], headroom: Callable[[ReplicaView, float], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
-        """Among the views not in ``skip``, with their ``headroom``: for each capacity, of those with the most
-        headroom, at least the one nearest past ``point`` on the ring (it beats the others tied with it).
-        ``headroom`` must depend only on a view's capacity and load, and not grow with load."""
+        """Among the views not in ``skip``, with their ``headroom(view, load(view))``: for each capacity, of those
+        with the most headroom, at least the one nearest past ``point`` on the ring (it beats the others tied
+        with it). ``headroom`` must depend only on a view's capacity and load, and not grow with load."""
         raise NotImplementedError
 
     def fewest_homes_others(
-        self, skip: Container[str], headroom: Callable[[ReplicaView], float], point: int
+        self, skip: Container[str], headroom: Callable[[ReplicaView, float], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
         """As ``roomiest_others``, among the views of the fewest ``homes`` that have some headroom >= 0, for each
         capacity (none for a capacity where no view outside ``skip`` has any)."""
@@ -340,16 +340,18 @@ class _Terms:
         self.policy, self.request, self.mean = policy, request, mean
         self.known: dict[tuple[int, int], tuple[float, float]] = {}  # (id(capacity), match) -> limit, cost
 
-    def room(self, replica: ReplicaView, held: float, matched: int) -> float:
-        """``policy.headroom(replica, held, request, matched, mean)``."""
+    def of(self, replica: ReplicaView, matched: int) -> tuple[float, float]:
+        """The replica's limit and the request's cost on it with ``matched`` blocks."""
         key = (id(replica.capacity), matched)
         terms = self.known.get(key)
         if terms is None:
-            terms = self.known[key] = (
-                self.policy.limit(replica, self.mean),
-                cost_on(replica, self.request, matched),
-            )
-        return terms[0] - (held + terms[1])
+            terms = self.known[key] = (self.policy.limit(replica, self.mean), cost_on(replica, self.request, matched))
+        return terms
+
+    def room(self, replica: ReplicaView, held: float, matched: int) -> float:
+        """``policy.headroom(replica, held, request, matched, mean)``."""
+        limit, cost = self.of(replica, matched)
+        return limit - (held + cost)
 
 
 @dataclass
@@ -392,7 +394,7 @@ class PrefixAware:
         hashes = request.block_hashes
         mean = (fleet.total_load() + request.cost_tokens) / len(fleet)
         terms = _Terms(self, request, mean)
-        headroom = lambda r: terms.room(r, load(r), 0)  # noqa: E731
+        headroom = lambda r, held: terms.room(r, held, 0)  # noqa: E731
         first = hashes[0] if hashes else 0
         holding, point = (fleet.holding(first) if hashes else ()), key_point(first)
         others = fleet.roomiest_others(holding, headroom, point) + fleet.fewest_homes_others(holding, headroom, point)
@@ -418,21 +420,27 @@ class PrefixAware:
         """
         hashes = terms.request.block_hashes
         size = len(hashes)
-        room_at = terms.room
         found: list[Candidate] = []
         beyond: list[tuple[ReplicaView, float]] = []
         best, best_room = 0, 0.0  # the best eligible holder so far: its match (0: none yet) and headroom
+        capacity: object = terms  # the capacity whose terms are at hand (none yet)
+        limit = full = at_best = 0.0
         for view, held in holders:
-            if room_at(view, held, size) < 0:
+            if view.capacity is not capacity:
+                capacity = view.capacity
+                limit, full = terms.of(view, size)
+                at_best = terms.of(view, best)[1]
+            if limit - (held + full) < 0:  # ``headroom`` with every block matched, term for term
                 beyond.append((view, held))
                 continue
-            if best and (best == size or hashes[best] not in view.cached) and room_at(view, held, best) < best_room:
+            if best and (best == size or hashes[best] not in view.cached) and limit - (held + at_best) < best_room:
                 continue
             matched = matched_blocks(view.cached, hashes)
-            room = room_at(view, held, matched)
+            room = terms.room(view, held, matched)
             found.append((view, matched, room))
             if room >= 0 and (matched > best or (matched == best and room > best_room)):
                 best, best_room = matched, room
+                at_best = terms.of(view, best)[1]
         return found, beyond
 
     def _exact(self, holders: list[tuple[ReplicaView, float]], request: RouteRequest, mean: float) -> list[Candidate]:

@@ -86,9 +86,10 @@ def test_the_lightest_of_many_replicas_is_found_without_looking_at_the_others() 
     looked: list[str] = []
     policy = PrefixAware()
 
-    def spy(view: ReplicaView) -> float:
+    def spy(view: ReplicaView, held: float) -> float:
         looked.append(view.replica_id)
-        return policy.headroom(view, load(view), request, 0, 0.0)
+        assert held == load(view)
+        return policy.headroom(view, held, request, 0, 0.0)
 
     request = RouteRequest(CHAINS[0], 7 * BLOCK + 40, BLOCK, 8)
     decision = policy.decide(index, request)
