@@ -43,8 +43,6 @@ from shoal.gateway.routing import (
 )
 
 Slot = tuple[int, str]  # ring position, replica id: a bucket's sort order
-_State = tuple[int, int, "Capacity | None", int, Slot, float]  # what ``changed`` last saw: numerator, denominator,
-# capacity, homes, the replica's slot in the load buckets, and its ``load``
 
 
 @dataclass(slots=True)
@@ -75,6 +73,20 @@ class _Loads:
             del order[bisect_left(order, numerator)]
 
 
+@dataclass(slots=True)
+class _Seen:
+    """What ``changed`` last saw of one replica, and the buckets it sits in (found once, not per change)."""
+
+    numerator: int
+    denominator: int
+    capacity: Capacity | None
+    homes: int
+    slot: Slot
+    load: float  # ``load(view)``
+    loads: _Loads  # its capacity's
+    levels: dict[int, _Loads]  # its capacity's, per number of homes
+
+
 class FleetIndex(Indexed):
     """The routable views in replica-id order, indexed by the blocks they hold and by load (module docstring)."""
 
@@ -82,7 +94,7 @@ class FleetIndex(Indexed):
         super().__init__()
         self._holders: dict[int, set[str]] = {}
         self._by_id: dict[str, ReplicaView] = {}
-        self._state: dict[str, _State] = {}
+        self._state: dict[str, _Seen] = {}
         self._numerators: dict[int, int] = {}  # load denominator -> sum of the numerators
         self._loads: dict[Capacity | None, _Loads] = {}
         self._by_homes: dict[Capacity | None, dict[int, _Loads]] = {}  # the same, per number of homes
@@ -103,15 +115,26 @@ class FleetIndex(Indexed):
         """``view``'s load, sequences, homes or capacity changed (a view not in the rotation is ignored)."""
         if self._by_id.get(view.replica_id) is not view:
             return
-        numerator, denominator, capacity, homes, slot, _ = self._state[view.replica_id]
-        self._numerators[denominator] -= numerator
-        self._loads[capacity].remove(numerator, slot)
-        levels = self._by_homes[capacity]
-        level = levels[homes]
+        seen = self._state[view.replica_id]
+        numerator, slot, levels = seen.numerator, seen.slot, seen.levels
+        self._numerators[seen.denominator] -= numerator
+        seen.loads.remove(numerator, slot)
+        level = levels[seen.homes]
         level.remove(numerator, slot)
         if not level.buckets:
-            del levels[homes]
-        self._add(view, slot)
+            del levels[seen.homes]
+        if view.capacity is not seen.capacity:
+            self._add(view, slot)
+            return
+        numerator = seen.numerator = load_numerator(view)  # the same buckets, found without hashing a capacity
+        self._numerators[seen.denominator] += numerator
+        seen.load = numerator / seen.denominator
+        seen.loads.add(numerator, slot)
+        homes = seen.homes = view.homes
+        into = levels.get(homes)
+        if into is None:
+            into = levels[homes] = _Loads()
+        into.add(numerator, slot)
 
     def may_hold(self, view: ReplicaView, block_hash: int) -> None:
         """``view`` may hold ``block_hash`` from now on (say it for the first block of every chain it may hold)."""
@@ -136,7 +159,7 @@ class FleetIndex(Indexed):
             if view is None:
                 continue  # out of the rotation, maybe for a while: kept, and checked if it comes back
             if block_hash in view.cached:
-                found.append((view, state[replica_id][5]))  # ``load(view)``, from what ``changed`` saw
+                found.append((view, state[replica_id].load))  # ``load(view)``, from what ``changed`` saw
             else:
                 gone.append(replica_id)
         for replica_id in gone:
@@ -178,7 +201,7 @@ class FleetIndex(Indexed):
             if nearest is None:
                 continue
             view = by_id[nearest]
-            room = headroom(view, state[nearest][5])
+            room = headroom(view, state[nearest].load)
             if found and room < top:
                 break
             if not found:
@@ -193,7 +216,6 @@ class FleetIndex(Indexed):
         self._numerators[denominator] = self._numerators.get(denominator, 0) + numerator
         if slot is None:
             slot = (ring_position(view.replica_id), view.replica_id)
-        self._state[view.replica_id] = (numerator, denominator, capacity, homes, slot, numerator / denominator)
         loads = self._loads.get(capacity)
         if loads is None:
             loads = self._loads[capacity] = _Loads()
@@ -205,6 +227,9 @@ class FleetIndex(Indexed):
         if level is None:
             level = levels[homes] = _Loads()
         level.add(numerator, slot)
+        self._state[view.replica_id] = _Seen(
+            numerator, denominator, capacity, homes, slot, numerator / denominator, loads, levels
+        )
 
     def _forget(self, block_hash: int, replica_id: str) -> None:
         """``replica_id`` no longer holds ``block_hash`` (it will be told again if it comes to)."""
