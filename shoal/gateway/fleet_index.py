@@ -166,9 +166,6 @@ class FleetIndex(Indexed):
             self._forget(block_hash, replica_id)
         return found
 
-    def holding(self, block_hash: int) -> Container[str]:
-        return _Holding(self, block_hash)
-
     def roomiest_others(
         self, skip: Container[str], headroom: Callable[[ReplicaView, float], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
@@ -197,13 +194,16 @@ class FleetIndex(Indexed):
         found: list[tuple[ReplicaView, float]] = []
         top = 0.0
         for numerator in loads.order:
-            nearest = _nearest(buckets[numerator], point, skip)
+            bucket = buckets[numerator]
+            if found:  # a bucket's replicas all have the headroom of any one of them (one capacity, one load)
+                anyone = bucket[0][1]
+                if headroom(by_id[anyone], state[anyone].load) < top:
+                    break
+            nearest = _nearest(bucket, point, skip)
             if nearest is None:
                 continue
             view = by_id[nearest]
             room = headroom(view, state[nearest].load)
-            if found and room < top:
-                break
             if not found:
                 top = room
             found.append((view, room))
@@ -234,20 +234,6 @@ class FleetIndex(Indexed):
     def _forget(self, block_hash: int, replica_id: str) -> None:
         """``replica_id`` no longer holds ``block_hash`` (it will be told again if it comes to)."""
         self._holders.get(block_hash, set()).discard(replica_id)
-
-
-class _Holding:
-    """The ids of the replicas that hold a block, checked one at a time as they are asked about."""
-
-    __slots__ = ("block_hash", "index")
-
-    def __init__(self, index: FleetIndex, block_hash: int) -> None:
-        self.index, self.block_hash = index, block_hash
-
-    def __contains__(self, replica_id: object) -> bool:
-        ids = self.index._holders.get(self.block_hash, ())
-        view = self.index._by_id.get(replica_id) if isinstance(replica_id, str) else None
-        return replica_id in ids and view is not None and self.block_hash in view.cached
 
 
 def _nearest(bucket: list[Slot], point: int, skip: Container[str]) -> str | None:

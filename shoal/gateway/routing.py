@@ -307,10 +307,6 @@ class Indexed(IdOrdered):
         """Every view whose ``cached`` holds ``block_hash``, in any order, with its ``load``."""
         raise NotImplementedError
 
-    def holding(self, block_hash: int) -> Container[str]:
-        """The ids of the views whose ``cached`` holds ``block_hash`` (asked about one at a time)."""
-        raise NotImplementedError
-
     def roomiest_others(
         self, skip: Container[str], headroom: Callable[[ReplicaView, float], float], point: int
     ) -> list[tuple[ReplicaView, float]]:
@@ -396,10 +392,10 @@ class PrefixAware:
         terms = _Terms(self, request, mean)
         headroom = lambda r, held: terms.room(r, held, 0)  # noqa: E731
         first = hashes[0] if hashes else 0
-        holding, point = (fleet.holding(first) if hashes else ()), key_point(first)
+        holders = fleet.holders(first) if hashes else []
+        holding, point = {r.replica_id for r, _ in holders}, key_point(first)
         others = fleet.roomiest_others(holding, headroom, point) + fleet.fewest_homes_others(holding, headroom, point)
         candidates = [(r, 0, room) for r, room in others]
-        holders = fleet.holders(first) if hashes else []
         could_win, beyond = self._holders_that_could_win(holders, terms)
         candidates.extend(could_win)
         if beyond and not any(c[2] >= 0 for c in candidates):  # none eligible: the roomiest of all is chosen
