@@ -151,19 +151,16 @@ class FleetIndex(Indexed):
         ids = self._holders.get(block_hash)
         if not ids:
             return []
-        found: list[tuple[ReplicaView, float]] = []
-        gone = []
         by_id, state = self._by_id, self._state
-        for replica_id in ids:
-            view = by_id.get(replica_id)
-            if view is None:
-                continue  # out of the rotation, maybe for a while: kept, and checked if it comes back
-            if block_hash in view.cached:
-                found.append((view, state[replica_id].load))  # ``load(view)``, from what ``changed`` saw
-            else:
-                gone.append(replica_id)
-        for replica_id in gone:
-            self._forget(block_hash, replica_id)
+        found = [
+            (view, state[replica_id].load)  # ``load(view)``, from what ``changed`` saw
+            for replica_id in ids
+            if (view := by_id.get(replica_id)) is not None and block_hash in view.cached
+        ]
+        if len(found) < len(ids):  # some no longer hold it, or are out of the rotation (kept, checked if back)
+            gone = [i for i in ids if (view := by_id.get(i)) is not None and block_hash not in view.cached]
+            for replica_id in gone:
+                self._forget(block_hash, replica_id)
         return found
 
     def roomiest_others(

@@ -330,24 +330,32 @@ class _Terms:
     """One decision's ``PrefixAware.headroom``, its limit and costs kept per capacity and match, term for term
     (an indexed decision asks it of a few dozen replicas, most of one capacity)."""
 
-    __slots__ = ("known", "mean", "policy", "request")
+    __slots__ = ("capacity", "costs", "known", "limit", "mean", "policy", "request")
 
     def __init__(self, policy: PrefixAware, request: RouteRequest, mean: float) -> None:
         self.policy, self.request, self.mean = policy, request, mean
-        self.known: dict[tuple[int, int], tuple[float, float]] = {}  # (id(capacity), match) -> limit, cost
+        self.known: dict[int, tuple[float, dict[int, float]]] = {}  # id(capacity) -> limit, cost per match
+        self.capacity: object = self  # the capacity of the terms at hand (none yet)
+        self.limit = 0.0
+        self.costs: dict[int, float] = {}
 
-    def of(self, replica: ReplicaView, matched: int) -> tuple[float, float]:
-        """The replica's limit and the request's cost on it with ``matched`` blocks."""
-        key = (id(replica.capacity), matched)
-        terms = self.known.get(key)
-        if terms is None:
-            terms = self.known[key] = (self.policy.limit(replica, self.mean), cost_on(replica, self.request, matched))
-        return terms
+    def of(self, replica: ReplicaView, matched: int) -> float:
+        """The request's cost on the replica with ``matched`` blocks; ``limit`` is then the replica's limit."""
+        if replica.capacity is not self.capacity:
+            self.capacity = replica.capacity
+            known = self.known.get(id(replica.capacity))
+            if known is None:
+                known = self.known[id(replica.capacity)] = (self.policy.limit(replica, self.mean), {})
+            self.limit, self.costs = known
+        cost = self.costs.get(matched)
+        if cost is None:
+            cost = self.costs[matched] = cost_on(replica, self.request, matched)
+        return cost
 
-    def room(self, replica: ReplicaView, held: float, matched: int) -> float:
+    def room(self, replica: ReplicaView, held: float, matched: int = 0) -> float:
         """``policy.headroom(replica, held, request, matched, mean)``."""
-        limit, cost = self.of(replica, matched)
-        return limit - (held + cost)
+        cost = self.of(replica, matched)
+        return self.limit - (held + cost)
 
 
 @dataclass
@@ -390,7 +398,7 @@ class PrefixAware:
         hashes = request.block_hashes
         mean = (fleet.total_load() + request.cost_tokens) / len(fleet)
         terms = _Terms(self, request, mean)
-        headroom = lambda r, held: terms.room(r, held, 0)  # noqa: E731
+        headroom = terms.room
         first = hashes[0] if hashes else 0
         holders = fleet.holders(first) if hashes else []
         holding, point = {r.replica_id for r, _ in holders}, key_point(first)
@@ -424,8 +432,8 @@ class PrefixAware:
         for view, held in holders:
             if view.capacity is not capacity:
                 capacity = view.capacity
-                limit, full = terms.of(view, size)
-                at_best = terms.of(view, best)[1]
+                full, at_best = terms.of(view, size), terms.of(view, best)
+                limit = terms.limit
             if limit - (held + full) < 0:  # ``headroom`` with every block matched, term for term
                 beyond.append((view, held))
                 continue
@@ -436,7 +444,7 @@ class PrefixAware:
             found.append((view, matched, room))
             if room >= 0 and (matched > best or (matched == best and room > best_room)):
                 best, best_room = matched, room
-                at_best = terms.of(view, best)[1]
+                at_best = terms.of(view, best)
         return found, beyond
 
     def _exact(self, holders: list[tuple[ReplicaView, float]], request: RouteRequest, mean: float) -> list[Candidate]:
