@@ -401,10 +401,12 @@ class PrefixAware:
         headroom = terms.room
         first = hashes[0] if hashes else 0
         holders = fleet.holders(first) if hashes else []
+        could_win, beyond = self._holders_that_could_win(holders, terms)
+        if any(c[2] >= 0 for c in could_win):  # an eligible holder: the others, matching nothing, cannot win
+            return self._choose(could_win, True, first)
         holding, point = {r.replica_id for r, _ in holders}, key_point(first)
         others = fleet.roomiest_others(holding, headroom, point) + fleet.fewest_homes_others(holding, headroom, point)
         candidates = [(r, 0, room) for r, room in others]
-        could_win, beyond = self._holders_that_could_win(holders, terms)
         candidates.extend(could_win)
         if beyond and not any(c[2] >= 0 for c in candidates):  # none eligible: the roomiest of all is chosen
             candidates.extend(self._exact(beyond, request, mean))
