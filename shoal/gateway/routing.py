@@ -434,7 +434,7 @@ class PrefixAware:
         for view, held in holders:
             if view.capacity is not capacity:
                 capacity = view.capacity
-                full, at_best = terms.of(view, size), terms.of(view, best)
+                full, at_best = terms.of(view, size), (terms.of(view, best) if best else 0.0)
                 limit = terms.limit
             if limit - (held + full) < 0:  # ``headroom`` with every block matched, term for term
                 beyond.append((view, held))
