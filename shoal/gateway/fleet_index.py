@@ -1,9 +1,10 @@
 """A fleet's routing views with the indexes that make prefix-aware routing independent of the fleet's size.
 
 ``PrefixAware`` scanning a plain list looks at every replica per request: its match, load and headroom. Only
-two kinds of replica can be chosen, though: one holding the request's first block, or, among the rest, one left furthest under its bound and, among equals, the
-nearest past the request's point on the ring. For replicas of one capacity headroom falls as load grows, and
-replicas of equal load are equals. ``FleetIndex`` keeps what answers both questions:
+two kinds of replica can be chosen, though: one holding the request's first block, or, among the rest, one
+left furthest under its bound (of the fewest homes, for a miss) and, among equals, the nearest past the
+request's point on the ring. For replicas of one capacity headroom falls as load grows, and replicas of equal
+load are equals. ``FleetIndex`` keeps what answers both questions:
 
 - **holders**: block hash -> ids of the replicas that may hold it, told by the caller (``may_hold``) whenever a
   replica may come to hold a chain's first block (the simulator: when it routes a request there). Each query
@@ -16,13 +17,13 @@ replicas of equal load are equals. ``FleetIndex`` keeps what answers both questi
 - **load order**: per capacity, buckets of replicas of equal load (numerator), each sorted by ring position,
   and the loads present, sorted. The roomiest others are the first bucket's replica nearest past the point,
   and the same of any next bucket as roomy (equal headroom): two buckets and a bisection per request, however
-  many replicas are idle alike; the same
-  again per capacity and number of ``homes``, where a miss looks for the lightest of the fewest homes that is
-  eligible (homes levels are few: the prefixes a replica holds);
+  many replicas are idle alike; the same again per capacity and number of ``homes``, where a miss looks for
+  the lightest of the fewest homes that is eligible (homes levels are few: the prefixes a replica holds);
 - the fleet's **total load** as exact integer numerators per denominator, so the mean is the plain scan's to
   the last bit.
 
-The caller keeps it current: ``changed(view)`` after a view's load, sequences or capacity change, ``reset(views)``
+The caller keeps it current: ``changed(view)`` after a view's load, sequences, homes or capacity change,
+``reset(views)``
 when the rotation changes. Policies only read it. Pure data, no I/O.
 """
 
