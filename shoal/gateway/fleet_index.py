@@ -23,8 +23,7 @@ load are equals. ``FleetIndex`` keeps what answers both questions:
   the last bit.
 
 The caller keeps it current: ``changed(view)`` after a view's load, sequences, homes or capacity change,
-``reset(views)``
-when the rotation changes. Policies only read it. Pure data, no I/O.
+``reset(views)`` when the rotation changes. Policies only read it. Pure data, no I/O.
 """
 
 from __future__ import annotations
