@@ -421,8 +421,9 @@ class PrefixAware:
 
         A holder's headroom only grows with its match (its cost falls). So once an eligible holder matched ``m``
         blocks with headroom ``h``, another that lacks block ``m`` (it matches at most ``m``) and would have less
-        than ``h`` at ``m`` blocks cannot be chosen: a set lookup instead of walking its chain. A popular prefix
-        gathers many holders over a long run, most of them far under their bound.
+        than ``h`` at ``m`` blocks, or lacks block ``m - 1`` too (it matches less), cannot be chosen: a set lookup
+        or two instead of walking its chain. A popular prefix gathers many holders over a long run, most of them
+        far under their bound.
         """
         hashes = terms.request.block_hashes
         size = len(hashes)
@@ -439,7 +440,11 @@ class PrefixAware:
             if limit - (held + full) < 0:  # ``headroom`` with every block matched, term for term
                 beyond.append((view, held))
                 continue
-            if best and (best == size or hashes[best] not in view.cached) and limit - (held + at_best) < best_room:
+            if (
+                best
+                and (best == size or hashes[best] not in view.cached)  # it matches at most ``best``
+                and (limit - (held + at_best) < best_room or hashes[best - 1] not in view.cached)
+            ):
                 continue
             matched = matched_blocks(view.cached, hashes)
             room = terms.room(view, held, matched)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shoal.gateway.fleet_index import FleetIndex
-from shoal.gateway.routing import Capacity, PrefixAware, ReplicaView, RouteRequest, load, total_load
+from shoal.gateway.routing import Capacity, PrefixAware, ReplicaView, RouteRequest, _Terms, load, total_load
 from shoal.protocol.block_hash import hash_blocks
 
 BLOCK = 16
@@ -125,3 +125,31 @@ def test_when_no_replica_is_within_its_bound_a_holder_over_it_still_competes() -
     decision = policy.decide(index, request)
     assert (decision.replica_id, decision.reason, decision.matched_blocks) == ("a", "load_bound_fallback", 7)
     assert decision == policy.decide([holder, *others], request)
+
+
+def test_a_heavier_holder_is_matched_only_when_it_could_win() -> None:
+    """Twenty holders of a prefix, all under their bound. Walked lightest first: the lightest is matched, then
+    one as light (a tie on headroom), then the heavier one holding the block past their match (it matches
+    longer and wins); the other seventeen are passed by a set lookup or two. Walked heaviest first (the index
+    walks a set, in no order): the two heaviest, then the winner, and the lighter ones lack the block before
+    its match. The decision is the scan's."""
+    capacity = Capacity(512, 4)
+    views = [ReplicaView(f"r{i:02d}", 0, set(), 1 + i // 2, capacity) for i in range(40)]
+    for view in views[:20]:
+        view.cached = set(CHAINS[3][:3])
+    views[17].cached = set(CHAINS[3][:6])
+    views[1].sequences = 1  # as light as r00
+    index = FleetIndex(views)
+    for view in views[:20]:
+        index.may_hold(view, CHAINS[3][0])
+    request = RouteRequest(CHAINS[3], 7 * BLOCK + 40, BLOCK, 8)
+    policy = PrefixAware()
+    decision = policy.decide(index, request)
+    assert (decision.replica_id, decision.reason, decision.matched_blocks) == ("r17", "prefix_hit", 6)
+    assert decision == policy.decide(list(views), request)
+    mean = (index.total_load() + request.cost_tokens) / len(index)
+    lightest_first = sorted(index.holders(CHAINS[3][0]), key=lambda holder: (holder[1], holder[0].replica_id))
+    for order, expected in ((lightest_first, ["r00", "r01", "r17"]), (lightest_first[::-1], ["r19", "r18", "r17"])):
+        matched, beyond = PrefixAware._holders_that_could_win(order, _Terms(policy, request, mean))
+        assert [view.replica_id for view, _, _ in matched] == expected
+        assert beyond == []
