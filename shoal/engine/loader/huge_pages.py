@@ -13,6 +13,8 @@ less CPU per batch-1 decode step here (docs/benchmarks.md). Where THP is off (``
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import mmap
 from pathlib import Path
 
@@ -37,34 +39,44 @@ def huge_pages_available(setting: Path = THP_SETTING) -> bool:
 
 def move_to_huge_pages(module: nn.Module, setting: Path = THP_SETTING) -> int:
     """Copies ``module``'s contiguous CPU parameters and buffers into one huge-page mapping; returns the bytes
-    moved (0 where huge pages are not available)."""
+    moved (0 where huge pages are not available). Each tensor is swapped in as soon as it is copied, so its old
+    storage can be freed, and the freed heap is returned to the system at the end."""
     if not huge_pages_available(setting):
         return 0
-    tensors: dict[int, torch.Tensor] = {}
+    offsets: dict[int, int] = {}
+    total = 0
     for tensor in [*module.parameters(), *module.buffers()]:
-        if tensor.device.type == "cpu" and tensor.is_contiguous() and tensor.numel() > 0:
-            tensors.setdefault(id(tensor), tensor)
-    if not tensors:
+        if tensor.device.type == "cpu" and tensor.is_contiguous() and tensor.numel() > 0 and id(tensor) not in offsets:
+            offsets[id(tensor)] = total
+            total += -(-tensor.numel() * tensor.element_size() // ALIGN) * ALIGN
+    if not offsets:
         return 0
-    offsets, total = {}, 0
-    for key, tensor in tensors.items():
-        offsets[key] = total
-        total += -(-tensor.numel() * tensor.element_size() // ALIGN) * ALIGN
     arena = _huge_page_arena(total)
-    moved: dict[int, torch.Tensor] = {}
-    for key, tensor in tensors.items():
+
+    def copied(tensor: torch.Tensor, offset: int) -> torch.Tensor:
         size = tensor.numel() * tensor.element_size()
-        moved[key] = arena[offsets[key] : offsets[key] + size].view(tensor.dtype).view(tensor.shape)
-        moved[key].copy_(tensor)
+        return arena[offset : offset + size].view(tensor.dtype).view(tensor.shape).copy_(tensor)
+
     with torch.no_grad():
-        for parameter in module.parameters():
-            if id(parameter) in moved:
-                parameter.data = moved[id(parameter)]
+        for parameter in module.parameters():  # each once, ties included
+            if id(parameter) in offsets:
+                parameter.data = copied(parameter.data, offsets.pop(id(parameter)))
+    moved: dict[int, torch.Tensor] = {}  # a buffer registered in several modules gets the same new tensor
     for sub in module.modules():
         for name, buffer in sub._buffers.items():
-            if buffer is not None and id(buffer) in moved:
+            if buffer is not None and (id(buffer) in offsets or id(buffer) in moved):
+                if id(buffer) not in moved:
+                    moved[id(buffer)] = copied(buffer, offsets.pop(id(buffer)))
                 sub._buffers[name] = moved[id(buffer)]
+    _return_freed_heap()
     return total
+
+
+def _return_freed_heap() -> None:
+    """Hands the old tensors' freed heap back to the system: glibc keeps it otherwise, and the process would hold
+    the model twice (a SmolLM2 engine: 2,200 MB resident without this, 1,920 MB with, 1,940 MB with no move)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: its allocator returns memory its own way
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _huge_page_arena(size: int) -> torch.Tensor:

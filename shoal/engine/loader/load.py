@@ -62,6 +62,7 @@ def load_model(
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:  # shape mismatches: the message names the tensor
         raise WeightsError(f"{str(source.path)!r}: {exc}") from exc
+    del state  # the model holds the tensors now; let move_to_huge_pages free each old one as it goes
     model.tie_weights()
     model = model.requires_grad_(False).to(device).eval()
     if quantization != "none":
