@@ -405,7 +405,9 @@ class PrefixAware:
         if any(c[2] >= 0 for c in could_win):  # an eligible holder: the others, matching nothing, cannot win
             return self._choose(could_win, True, first)
         holding, point = {r.replica_id for r, _ in holders}, key_point(first)
-        others = fleet.roomiest_others(holding, headroom, point) + fleet.fewest_homes_others(holding, headroom, point)
+        others = fleet.fewest_homes_others(holding, headroom, point)
+        if not any(room >= 0 for _, room in others):  # else a miss goes among those, and the roomiest is of no use
+            others += fleet.roomiest_others(holding, headroom, point)
         candidates = [(r, 0, room) for r, room in others]
         candidates.extend(could_win)
         if beyond and not any(c[2] >= 0 for c in candidates):  # none eligible: the roomiest of all is chosen
