@@ -6,8 +6,10 @@ and the gateway's count of the prefixes a replica is home to (``PrefixIndex.home
 
 from __future__ import annotations
 
+import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.polling import eventually
 
 from shoal.gateway.fleet_index import FleetIndex
 from shoal.gateway.prefix_index import PrefixIndex
@@ -21,6 +23,7 @@ from shoal.gateway.routing import (
     matched_blocks,
     total_load,
 )
+from shoal.local import metric
 from shoal.protocol.block_hash import hash_blocks
 from shoal.protocol.kv_events import KVEvent
 
@@ -160,6 +163,24 @@ def test_eight_new_prefixes_on_four_idle_replicas_get_two_homes_each() -> None:
             if isinstance(fleet, FleetIndex):
                 fleet.changed(chosen)
         assert sorted(v.homes for v in views) == [2, 2, 2, 2]
+
+
+def test_a_gateway_gives_real_engines_as_many_new_prefixes_each(engines, tiny_model_dir, gateways) -> None:
+    """Six new system prompts one after another through a gateway to three idle real engines: two homes each
+    (ranked on the ring alone, an idle fleet's homes fall where the prompts' hashes put them)."""
+    handle = gateways([e.url for e in engines], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)})
+    handle.wait_healthy(3)
+    eventually(lambda: handle.gateway.prompts.tokenizer("tiny") is not None, 30, "the tokenizer")
+    replicas = [handle.gateway.fleet.replicas[e.url] for e in engines]
+    eventually(lambda: all(r.index.synced for r in replicas), 30, "every KV stream in sync")
+    before = [metric(e.url, "shoal_engine_requests_finished_total") for e in engines]
+    for n in range(6):
+        prompt = f"System prompt {n} of the homes test: " + " ".join(f"word{n}x{i}" for i in range(40))
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": 2}
+        assert httpx.post(handle.url + "/v1/completions", json=body, timeout=60).status_code == 200
+    served = [metric(e.url, "shoal_engine_requests_finished_total") - b for e, b in zip(engines, before, strict=True)]
+    assert served == [2, 2, 2]
+    eventually(lambda: [r.index.homes for r in replicas] == [2, 2, 2], 10, "two homes counted per replica")
 
 
 def stored(seq: int, hashes: list[int]) -> KVEvent:
