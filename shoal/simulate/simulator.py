@@ -265,6 +265,8 @@ class FleetSimulator:
             replica.cache.routed(group, self.prefix[rid])
             if self.index is not None:
                 self.index.may_hold(replica.view, hashes[0])
+        else:
+            replica.cache.one_off += 1
         self._refresh(replica)
         waiting = replica.waiting
         waiting.append(rid)
@@ -307,6 +309,8 @@ class FleetSimulator:
                 group = group_of[rid]
                 if group >= 0:
                     cache.finished(group)
+                else:
+                    cache.one_off -= 1
             replica.in_flight -= len(finished)
             self.outstanding -= len(finished)
             self._refresh(replica)
