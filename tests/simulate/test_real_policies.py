@@ -91,3 +91,27 @@ def test_views_updated_in_place_are_what_the_gateway_would_build(profile: Engine
     simulator.run()
     assert routing.calls == sum(r is not None for r in simulator.routed_to) > 0  # the checks ran on every decision
     assert len(routing.sizes) > 1  # the rotation changed while requests were routed
+
+
+def test_one_off_prompts_count_as_homes_while_they_run(profile: EngineProfile) -> None:
+    """The gateway counts a one-off prompt it sent as a home; the simulator counts one while it runs, so a replica
+    that holds no prefix group still shows the misses it is serving (else it would take every miss up to its
+    bound), and none is left once every request has finished."""
+    routing = CheckingRouting()
+    policy = shoal.autoscale.ShoalPolicy(AutoscalingConfig(min_replicas=2, max_replicas=2))
+    simulator = FleetSimulator(
+        poisson_trace(20.0, 1000, groups=2), profile, policy, routing, SimConfig(initial_replicas=2, tail_s=120.0)
+    )
+    routing.by_name = simulator.by_name
+    one_off_seen: list[int] = []
+    inner = routing.inner.decide
+
+    def decide(replicas: Sequence[ReplicaView], request: RouteRequest) -> Decision:
+        one_off_seen.extend(simulator.by_name[v.replica_id].cache.one_off for v in replicas)
+        return inner(replicas, request)
+
+    routing.inner.decide = decide  # type: ignore[method-assign]
+    simulator.run()
+    assert max(one_off_seen) > 0  # misses were in flight when later requests were routed, and counted
+    assert all(r.cache.one_off == 0 for r in simulator.by_name.values())
+    assert all(r.cache.homes <= 2 for r in simulator.by_name.values())  # only the two groups can stay homes
