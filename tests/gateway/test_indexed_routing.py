@@ -1,7 +1,7 @@
 """Prefix-aware routing over a ``FleetIndex`` decides exactly as the plain scan over the same views.
 
-Hypothesis drives a fleet through random changes (loads, sequences, what each replica caches, rotation
-changes), telling the index as the simulator does, and asks both paths for a decision after every change.
+Hypothesis drives a fleet through random changes (loads, sequences, what each replica caches, the prefixes it
+is home to, rotation changes), telling the index as the simulator does, and asks both paths for a decision after every change.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ changes = st.one_of(
     st.tuples(st.just("cache"), st.integers(0, 11), st.integers(0, 3), st.integers(0, 7)),
     st.tuples(st.just("rotation"), st.integers(0, 11), st.integers(1, 12), st.just(0)),
     st.tuples(st.just("capacity"), st.integers(0, 11), st.integers(0, 2), st.just(0)),
+    st.tuples(st.just("homes"), st.integers(0, 11), st.just(0), st.integers(0, 4)),
 )
 requests = st.builds(
     lambda chain, blocks, prompt, output, block_size: RouteRequest(
@@ -42,11 +43,12 @@ requests = st.builds(
     st.builds(PrefixAware, st.floats(1.0, 2.0), st.integers(0, 4_000)),
 )
 def test_the_indexed_decision_is_the_plain_scans(replicas, script, policy: PrefixAware) -> None:
-    """Equal loads (ties broken on the ring), holders of several chains, mixed capacities, stale heap entries:
-    the decision, its reason and its matched blocks are the same, and so is the fleet's total load."""
+    """Equal loads (ties broken on the ring), holders of several chains, mixed capacities, homes changing across
+    levels of equal load: the decision, its reason and its matched blocks are the same, and so is the fleet's
+    total load."""
     views = [
-        ReplicaView(f"r{i:02d}", sequences * 100, set(), sequences, CAPACITIES[capacity])
-        for i, (capacity, sequences, _) in enumerate(replicas)
+        ReplicaView(f"r{i:02d}", sequences * 100, set(), sequences, CAPACITIES[capacity], homes)
+        for i, (capacity, sequences, homes) in enumerate(replicas)
     ]
     index = FleetIndex(views)
     rotation = list(views)
@@ -65,6 +67,9 @@ def test_the_indexed_decision_is_the_plain_scans(replicas, script, policy: Prefi
         elif kind == "rotation":
             rotation = [v for i, v in enumerate(views) if (i + who) % len(views) < a]
             index.reset(rotation)
+        elif kind == "homes":
+            view.homes = b
+            index.changed(view)
         else:
             view.capacity = CAPACITIES[a]
             index.changed(view)

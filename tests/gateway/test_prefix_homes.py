@@ -1,13 +1,13 @@
 """New prefixes go to the eligible replica home to the fewest prefixes: the rule, its index, and its count.
 
-Properties over random fleets (loads, capacities, cached chains, homes) for the plain scan and the ``FleetIndex``,
-and the gateway's count of the prefixes a replica is home to (``PrefixIndex.homes``) through its three sources.
+Properties over random fleets (loads, capacities, cached chains, homes) for the plain scan (the ``FleetIndex``
+deciding as it does is ``test_indexed_routing.py``'s, homes changing among the rest), and the gateway's count of the prefixes a replica is home to (``PrefixIndex.homes``) through its three sources.
 """
 
 from __future__ import annotations
 
 import httpx
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from support.polling import eventually
 
@@ -99,53 +99,6 @@ def test_the_bound_is_exceeded_by_at_most_one_request_and_only_when_no_replica_i
     else:
         assert decision.reason == "load_bound_fallback"
         assert after > policy.limit(chosen, mean)
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 3)), min_size=1, max_size=10),
-    st.lists(
-        st.tuples(
-            st.sampled_from(["load", "homes", "cache", "rotation"]),
-            st.integers(0, 9),
-            st.integers(0, 2_000),
-            st.integers(0, 6),
-            st.integers(0, 4),
-            st.integers(0, 6),
-            st.integers(0, 600),
-        ),
-        max_size=25,
-    ),
-    policies,
-)
-def test_the_index_finds_the_fewest_homes_as_the_plain_scan_does(replicas, script, policy: PrefixAware) -> None:
-    """Homes changing with loads, caches and rotation, equal loads across homes levels, mixed capacities:
-    the indexed decision is the plain scan's."""
-    views = [
-        ReplicaView(f"r{i:02d}", sequences * 100, set(), sequences, CAPACITIES[capacity], homes)
-        for i, (capacity, sequences, homes) in enumerate(replicas)
-    ]
-    index = FleetIndex(views)
-    rotation = list(views)
-    for kind, who, a, b, chain, blocks, extra in script:
-        view = views[who % len(views)]
-        if kind == "load":
-            view.load_tokens, view.sequences = a, b
-        elif kind == "homes":
-            view.homes = b
-        elif kind == "cache":
-            cached = view.cached
-            assert isinstance(cached, set)
-            cached.difference_update(CHAINS[chain])
-            cached.update(CHAINS[chain][:blocks])
-            if blocks:
-                index.may_hold(view, CHAINS[chain][0])
-        else:
-            rotation = [v for i, v in enumerate(views) if (i + who) % len(views) <= b]
-            index.reset(rotation)
-        index.changed(view)
-        request = RouteRequest(CHAINS[chain][:blocks], blocks * BLOCK + extra + 8, BLOCK, 8)
-        assert policy.decide(index, request) == policy.decide(list(rotation), request)
 
 
 def test_eight_new_prefixes_on_four_idle_replicas_get_two_homes_each() -> None:
