@@ -2,7 +2,7 @@
 
 ``PrefixAware`` scanning a plain list looks at every replica per request: its match, load and headroom. Only
 two kinds of replica can be chosen, though: one holding the request's first block, or, among the rest, one
-left furthest under its bound (of the fewest homes, for a miss) and, among equals, the nearest past the
+left furthest under its bound (for a miss, also the one of the fewest homes among those nearly as roomy) and, among equals, the nearest past the
 request's point on the ring. For replicas of one capacity headroom falls as load grows, and replicas of equal
 load are equals. ``FleetIndex`` keeps what answers both questions:
 
@@ -18,7 +18,8 @@ load are equals. ``FleetIndex`` keeps what answers both questions:
   and the loads present, sorted. The roomiest others are the first bucket's replica nearest past the point,
   and the same of any next bucket as roomy (equal headroom): two buckets and a bisection per request, however
   many replicas are idle alike; the same again per capacity and number of ``homes``, where a miss looks for
-  the lightest of the fewest homes that is eligible (homes levels are few: the prefixes a replica holds);
+  the lightest of the fewest homes whose headroom is near enough the roomiest's (homes levels are few: the
+  prefixes a replica holds);
 - the fleet's **total load** as exact integer numerators per denominator, so the mean is the plain scan's to
   the last bit.
 
@@ -176,13 +177,17 @@ class FleetIndex(Indexed):
         return found
 
     def fewest_homes_others(
-        self, skip: Container[str], headroom: Callable[[ReplicaView, float], float], point: int
+        self,
+        skip: Container[str],
+        headroom: Callable[[ReplicaView, float], float],
+        point: int,
+        enough: Callable[[ReplicaView, float], bool],
     ) -> list[tuple[ReplicaView, float]]:
         found: list[tuple[ReplicaView, float]] = []
         for levels in self._by_homes.values():
             for homes in sorted(levels):
                 lightest = self._lightest(levels[homes], skip, headroom, point)
-                if lightest and lightest[0][1] >= 0:
+                if lightest and enough(*lightest[0]):
                     found.extend(lightest)
                     break
         return found

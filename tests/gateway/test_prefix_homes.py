@@ -1,4 +1,5 @@
-"""New prefixes go to the eligible replica home to the fewest prefixes: the rule, its index, and its count.
+"""New prefixes go to the eligible replica home to the fewest prefixes among those nearly as roomy as the roomiest:
+the rule, its index, and its count.
 
 Properties over random fleets (loads, capacities, cached chains, homes) for the plain scan (the ``FleetIndex``
 deciding as it does is ``test_indexed_routing.py``'s, homes changing among the rest), and the gateway's count of the prefixes a replica is home to (``PrefixIndex.homes``) through its three sources.
@@ -14,6 +15,7 @@ from support.polling import eventually
 from shoal.gateway.fleet_index import FleetIndex
 from shoal.gateway.prefix_index import PrefixIndex
 from shoal.gateway.routing import (
+    HOME_MARGIN_MISSES,
     Capacity,
     PrefixAware,
     ReplicaView,
@@ -60,17 +62,47 @@ def eligible(policy: PrefixAware, views: list[ReplicaView], request: RouteReques
     ]
 
 
+def headroom_of(policy: PrefixAware, views: list[ReplicaView], request: RouteRequest, view: ReplicaView) -> float:
+    mean = (total_load(views) + request.cost_tokens) / len(views)
+    return policy.headroom(view, load(view), request, 0, mean)
+
+
 @given(fleets(), policies)
-def test_a_prefix_no_eligible_replica_holds_goes_to_one_home_to_the_fewest(fleet, policy: PrefixAware) -> None:
+def test_a_prefix_no_eligible_replica_holds_goes_to_the_fewest_homes_among_those_nearly_as_roomy(
+    fleet, policy: PrefixAware
+) -> None:
+    """Nearly as roomy: within ``HOME_MARGIN_MISSES`` of the request's own cost of the roomiest eligible one."""
     views, request = fleet
     decision = policy.decide(views, request)
     within = eligible(policy, views, request)
     if not within or any(matched_blocks(v.cached, request.block_hashes) for v in within):
         return
+    rooms = {v.replica_id: headroom_of(policy, views, request, v) for v in within}
+    top = max(rooms.values())
+    near = [v for v in within if rooms[v.replica_id] >= top - HOME_MARGIN_MISSES * cost_on(v, request, 0)]
     chosen = next(v for v in views if v.replica_id == decision.replica_id)
-    assert chosen in within
-    assert chosen.homes == min(v.homes for v in within)
+    assert chosen in near
+    assert chosen.homes == min(v.homes for v in near)
+    assert rooms[chosen.replica_id] == max(rooms[v.replica_id] for v in near if v.homes == chosen.homes)
     assert decision.reason in ("miss", "load_bound_fallback")
+
+
+@given(st.integers(0, 3), st.integers(1, 6), st.integers(1, 400))
+def test_a_miss_skips_fewer_homes_on_a_replica_busier_than_the_margin_allows(
+    busy: int, homes: int, prompt: int
+) -> None:
+    """Two replicas of one capacity, the one home to no prefix running ``busy`` more sequences: it takes a new
+    prefix only while that leaves it within two misses' cost of the other."""
+    capacity = Capacity(2048, 16)
+    policy = PrefixAware()
+    request = RouteRequest(CHAINS[0], 6 * BLOCK + prompt, BLOCK, 0)
+    idle = ReplicaView("idle", 0, set(), 0, capacity, homes)
+    busier = ReplicaView("busier", 0, set(), busy, capacity, 0)
+    gap = busy * capacity.sequence_tokens
+    decision = policy.decide([idle, busier], request)
+    fewer_homes_near_enough = gap <= HOME_MARGIN_MISSES * cost_on(busier, request, 0)
+    assert decision.replica_id == ("busier" if fewer_homes_near_enough else "idle")
+    assert decision.reason == "miss"
 
 
 @given(fleets(), policies)
