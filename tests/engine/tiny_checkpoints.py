@@ -127,9 +127,12 @@ def llama_cpp_permute(weight: Any, num_heads: int) -> Any:
     return weight.reshape(num_heads, 2, rows // num_heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def write_llama_gguf(hf_dir: Path, path: Path, architecture: str = "llama", quantize: str | None = None) -> Path:
+def write_llama_gguf(
+    hf_dir: Path, path: Path, architecture: str = "llama", quantize: str | None = None, embedding: str | None = None
+) -> Path:
     """Converts a tiny Llama checkpoint to a GGUF the way llama.cpp's converter lays it out; ``quantize``
-    ("Q4_0", "Q4_1", ...) stores the layers' projection weights in that type, the rest stays float."""
+    ("Q4_0", "Q4_1", ...) stores the layers' projection weights in that type, ``embedding`` ("Q8_0", as
+    SmolLM2's file) the token embedding (the tied LM head), the rest stays float."""
     import gguf
     from gguf.quants import quantize as quantize_blocks
     from safetensors.numpy import load_file
@@ -161,7 +164,10 @@ def write_llama_gguf(hf_dir: Path, path: Path, architecture: str = "llama", quan
     writer.add_chat_template(CHAT_TEMPLATE)
 
     for name, array in load_file(hf_dir / "model.safetensors").items():
-        if name == "model.embed_tokens.weight":
+        if name == "model.embed_tokens.weight" and embedding:
+            qtype = gguf.GGMLQuantizationType[embedding]
+            writer.add_tensor("token_embd.weight", quantize_blocks(array.astype("float32"), qtype), raw_dtype=qtype)
+        elif name == "model.embed_tokens.weight":
             writer.add_tensor("token_embd.weight", array)
         elif name == "model.norm.weight":
             writer.add_tensor("output_norm.weight", array)

@@ -3,6 +3,9 @@
 llama.cpp's converter permutes the rows of Llama's Q and K projections (it interleaves the two rotary halves
 of each head for its own RoPE kernel); we undo that so the weights fit Hugging Face's rotate-half RoPE, which is
 the layout the kernels use. Qwen2 files are written unpermuted.
+
+The quantized codes are read here too (``gguf_int4_codes``, ``gguf_head_codes``), so the engine's quantized
+layers compute with the file's own weights instead of requantizing the dequantized ones.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 from gguf.quants import dequantize
 
 from shoal.engine.loader.errors import WeightsError
-from shoal.engine.loader.quantize import Int4Codes, int4_from_gguf_blocks
+from shoal.engine.loader.quantize import Int4Codes, Int8Codes, int4_from_gguf_blocks, int8_from_gguf_blocks
 from shoal.engine.model_config import ModelConfig
 
 _GLOBAL_NAMES = {
@@ -96,6 +99,17 @@ def gguf_int4_codes(reader: gguf.GGUFReader, config: ModelConfig) -> dict[str, I
         blocks = int4_from_gguf_blocks(tensor.data, tensor.tensor_type.name, shape)
         codes[name] = blocks.map_rows(partial(_unpermuted, name, config))
     return codes
+
+
+def gguf_head_codes(reader: gguf.GGUFReader) -> dict[str, Int8Codes]:
+    """The LM head's Q8_0 codes under ``lm_head.weight``: ``output.weight``'s, or, where the head is tied to the
+    embedding (no ``output.weight``), ``token_embd.weight``'s. Empty when that tensor is not Q8_0."""
+    tensors = {t.name: t for t in reader.tensors}
+    tensor = tensors.get("output.weight", tensors.get("token_embd.weight"))
+    if tensor is None or tensor.tensor_type.name != "Q8_0":
+        return {}
+    shape = (int(tensor.shape[1]), int(tensor.shape[0]))
+    return {"lm_head.weight": int8_from_gguf_blocks(tensor.data, shape)}
 
 
 def iter_gguf(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:

@@ -8,10 +8,11 @@ import gguf
 import torch
 
 from shoal.engine.loader.errors import WeightsError
-from shoal.engine.loader.gguf_weights import gguf_int4_codes, iter_gguf
+from shoal.engine.loader.gguf_weights import gguf_head_codes, gguf_int4_codes, iter_gguf
 from shoal.engine.loader.huge_pages import move_to_huge_pages
-from shoal.engine.loader.quantize import Int4Codes, quantize_projections
+from shoal.engine.loader.quantize import Int4Codes, Int8Codes, quantize_projections
 from shoal.engine.loader.safetensors_weights import iter_safetensors
+from shoal.engine.loader.small_batch_kernel import small_batch_kernel
 from shoal.engine.loader.state_dict import build_state_dict, fuse_by_parameter
 from shoal.engine.model import CausalLM
 from shoal.engine.model_config import ModelConfig
@@ -42,10 +43,11 @@ def load_model(
     """Builds the module without initialising it (meta device), then adopts the checkpoint's tensors.
 
     ``quantization`` ``int4`` / ``int8`` adds a quantized copy of the projections (``quantize_projections``);
-    for int4 a GGUF file's own Q4_0/Q4_1 codes are used, and its projections stored above 4 bits stay dense.
+    for int4 a GGUF file's own Q4_0/Q4_1 codes are used, and its Q8_0 LM head's where shoal's C kernel serves
+    (``small_batch_kernel``); other projections stored above 4 bits stay dense.
     On the CPU the weights end in transparent huge pages (``move_to_huge_pages``).
     """
-    gguf_codes: dict[str, Int4Codes] | None = None
+    gguf_codes: dict[str, Int4Codes | Int8Codes] | None = None
     if source.format == "hf":
         config = load_config(source)
         weights = iter_safetensors(source.path)
@@ -54,7 +56,8 @@ def load_model(
         config = ModelConfig.from_gguf(read_gguf_metadata(source.path), has_output_weight=_has_output(reader))
         weights = iter_gguf(reader, config)
         if quantization == "int4":
-            gguf_codes = fuse_by_parameter(gguf_int4_codes(reader, config), Int4Codes.cat)
+            int4 = fuse_by_parameter(gguf_int4_codes(reader, config), Int4Codes.cat)
+            gguf_codes = {**int4, **gguf_head_codes(reader)}
     state = build_state_dict(config, weights, dtype)
     with torch.device("meta"):
         model = CausalLM(config, ops)
@@ -66,7 +69,8 @@ def load_model(
     model.tie_weights()
     model = model.requires_grad_(False).to(device).eval()
     if quantization != "none":
-        quantize_projections(model, quantization, gguf_codes)
+        kernel = small_batch_kernel() if quantization == "int4" else None
+        quantize_projections(model, quantization, gguf_codes, kernel=kernel)
     move_to_huge_pages(model)
     return model
 

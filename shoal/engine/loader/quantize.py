@@ -1,13 +1,16 @@
-"""Weight-only quantization at load: GGUF's own 4-bit codes repacked for torch's int4 CPU kernel, or new ones.
+"""Weight-only quantization at load: a GGUF file's own codes repacked for the CPU kernels, or new ones.
 
 ``Int4Codes`` is the Q4_1 form ``w = code * scale + low`` per group of 32 inputs (Q4_0 is the case
-``low = -8 * scale``). A GGUF Q4_0/Q4_1 tensor's codes are read straight from its blocks, so the int4 model
-computes with exactly the file's weights (up to bf16 rounding of the scales). A GGUF projection the file keeps
-at higher precision (SmolLM2's tied LM head is Q8_0) stays dense, never fewer bits than the file gave it:
-requantized to int4, SmolLM2's LM head moved the logits 5x further from the dequantized model's, and torch's
-int8 kernel took 21 ms per decode row on its 49152 x 576 matrix, several times the bf16 matmul. For a Hugging
-Face checkpoint every projection is quantized here, int4 with the min/max rule of llama.cpp's Q4_1. Int8 is
-symmetric, one scale per output row.
+``low = -8 * scale``); ``Int8Codes`` is Q8_0, ``w = code * scale`` per group of 32. A GGUF tensor's codes are
+read straight from its blocks, so the quantized model computes with exactly the file's weights. Where shoal's C
+kernel serves (``shoal.kernels.cpu``: the default, see ``small_batch_kernel``), a Q4_0/Q4_1 projection becomes a
+``q4_1`` layer and a Q8_0 one (SmolLM2's tied LM head, read from its embedding) a ``q8_0`` layer, in fp16
+scales: the file's own bytes. On torch's kernels (the fallback) the Q4 codes are repacked for
+``_weight_int4pack_mm_for_cpu`` with bf16 scales, and a projection the file keeps above 4 bits stays dense,
+never fewer bits than the file gave it: requantized to int4, SmolLM2's LM head moved the logits 5x further from
+the dequantized model's, and torch's int8 kernel took 21 ms per decode row on its 49152 x 576 matrix. For a
+Hugging Face checkpoint every projection is quantized here, int4 with the min/max rule of llama.cpp's Q4_1.
+Int8 (``--quantization int8``, torch's kernel) is symmetric, one scale per output row.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from torch import nn
 
 from shoal.engine.loader.errors import WeightsError
 from shoal.engine.model.quantized_linear import INT4_GROUP, QuantizedLinear
+from shoal.kernels.cpu import QuantGemv, q4_1_layout, q8_0_layout
+from shoal.kernels.cpu.quant_gemv import TILE
 
 # Projections that get a quantized copy (the embedding table stays dense: it is gathered, not multiplied).
 QUANTIZED_SUFFIXES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
@@ -46,6 +51,26 @@ class Int4Codes:
     @staticmethod
     def cat(parts: list[Int4Codes]) -> Int4Codes:
         return Int4Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("codes", "scales", "lows")))
+
+
+@dataclass(frozen=True)
+class Int8Codes:
+    codes: torch.Tensor  # int8 [out, in]
+    scales: torch.Tensor  # float32 [out, in // 32]
+
+    def dequantize(self) -> torch.Tensor:
+        out, cols = self.codes.shape
+        grouped = self.codes.view(out, cols // INT4_GROUP, INT4_GROUP).float()
+        return (grouped * self.scales[..., None]).view(out, cols)
+
+
+def int8_from_gguf_blocks(data: np.ndarray, shape: tuple[int, int]) -> Int8Codes:
+    """Codes of a Q8_0 tensor from its raw blocks (per block: fp16 scale, 32 int8 codes)."""
+    rows, cols = shape
+    blocks = np.ascontiguousarray(data).reshape(rows, cols // INT4_GROUP, 2 + INT4_GROUP)
+    scales = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    codes = blocks[..., 2:].copy().view(np.int8).reshape(rows, cols)
+    return Int8Codes(torch.from_numpy(codes), torch.from_numpy(scales))
 
 
 def int4_from_gguf_blocks(data: np.ndarray, type_name: str, shape: tuple[int, int]) -> Int4Codes:
@@ -93,34 +118,55 @@ def pack_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, t
 def quantize_projections(
     model: nn.Module,
     kind: str,
-    gguf_codes: dict[str, Int4Codes] | None = None,
+    gguf_codes: dict[str, Int4Codes | Int8Codes] | None = None,
     max_rows: int = DEFAULT_MAX_ROWS,
+    kernel: QuantGemv | None = None,
 ) -> list[str]:
-    """Gives every projection of ``model`` a quantized copy, in place; returns the names of those whose int4
-    codes came from the checkpoint. ``gguf_codes`` (a GGUF file's) maps a projection's weight name to the file's
-    codes; with it, int4 mode leaves the projections it lacks dense."""
+    """Gives every projection of ``model`` a quantized copy, in place; returns the names of those whose codes
+    came from the checkpoint. ``gguf_codes`` (a GGUF file's) maps a projection's weight name to the file's
+    codes; with it, int4 mode leaves the projections it lacks dense. ``kernel``: shoal's C kernel, which then
+    serves int4 mode (and the file's Q8_0 codes); torch's kernels without it."""
     from_file = []
     for name, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear) or not name.endswith(QUANTIZED_SUFFIXES):
             continue
-        weight = module.weight
         codes = (gguf_codes or {}).get(f"{name}.weight")
-        if kind == "int4" and gguf_codes is not None and codes is None:
+        layer = _quantized(name, module, kind, codes, gguf_codes is not None, max_rows, kernel)
+        if layer is None:
             continue
-        if kind == "int4":
-            if weight.shape[1] % INT4_GROUP or weight.shape[0] % 16:
-                raise WeightsError(
-                    f"quantization='int4' (--quantization) needs each projection's input size to be a multiple of "
-                    f"{INT4_GROUP} and its output size one of 16; {name} is {weight.shape[1]} -> {weight.shape[0]}"
-                )
-            if codes is None:
-                codes = int4_from_dense(weight)
-            else:
-                from_file.append(name)
-            packed, scales = pack_int4(codes, weight.dtype)
-        else:
-            packed, scales = pack_int8(weight, weight.dtype)
+        if codes is not None:
+            from_file.append(name)
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, QuantizedLinear(module, kind, packed, scales, max_rows))
+        setattr(parent, child, layer)
     return from_file
+
+
+def _quantized(
+    name: str,
+    module: nn.Linear,
+    kind: str,
+    codes: Int4Codes | Int8Codes | None,
+    from_gguf: bool,
+    max_rows: int,
+    kernel: QuantGemv | None,
+) -> QuantizedLinear | None:
+    """``module``'s quantized layer, or None where it stays dense."""
+    weight = module.weight
+    if kind == "int8":
+        return QuantizedLinear(module, "int8", *pack_int8(weight, weight.dtype), max_rows)
+    if isinstance(codes, Int8Codes):
+        if kernel is None or weight.shape[0] % TILE:
+            return None  # torch has no fast kernel for it, and it is never requantized to fewer bits
+        return QuantizedLinear(module, "q8_0", *q8_0_layout(codes.codes, codes.scales), max_rows, kernel)
+    if from_gguf and codes is None:
+        return None
+    if weight.shape[1] % INT4_GROUP or weight.shape[0] % 16:
+        raise WeightsError(
+            f"quantization='int4' (--quantization) needs each projection's input size to be a multiple of "
+            f"{INT4_GROUP} and its output size one of 16; {name} is {weight.shape[1]} -> {weight.shape[0]}"
+        )
+    codes = codes if codes is not None else int4_from_dense(weight)
+    if kernel is not None:
+        return QuantizedLinear(module, "q4_1", *q4_1_layout(codes.codes, codes.scales, codes.lows), max_rows, kernel)
+    return QuantizedLinear(module, "int4", *pack_int4(codes, weight.dtype), max_rows)
