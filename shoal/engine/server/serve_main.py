@@ -22,6 +22,7 @@ from shoal.cpu_features import cpu_info
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.engine_core import EngineCore
 from shoal.engine.core.hardware_plan import plan_hardware
+from shoal.engine.core.heap import load_then_freeze
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.hardware import choose_threads
 from shoal.engine.server.app import ServerSettings, build_app
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = ServerMetrics(names[0])
     hub = KVEventHub(config.block_size, engine_id=uuid.uuid4().hex)
     engine = AsyncEngine(
-        lambda: EngineCore.from_config(config, step_threads),
+        lambda: load_then_freeze(lambda: EngineCore.from_config(config, step_threads)),
         metrics,
         hub,
         max_waiting=args.max_waiting_requests,
