@@ -3,9 +3,12 @@
 Builds the offline engine, prefills one request, then times ``--steps`` engine steps that each decode one
 token, in CPU seconds of this process (``time.process_time``: the work done, not the neighbours' load on a
 shared machine) and wall seconds. ``--profile`` adds torch.profiler's table of the ops with the most CPU time
-and the share of the step spent outside matrix multiplications.
+and the share of the step spent outside matrix multiplications (the C kernel's calls show as ``shoal::q4_1`` and
+``shoal::q8_0``). ``--kernel torch`` serves the int4 projections on torch's kernel instead of shoal's C kernel
+(``SHOAL_CPU_KERNEL=torch``), for a before/after in one run.
 
-    .venv/bin/python bench/decode_step.py [--dtype auto] [--quantization auto] [--threads 1] [--profile]
+    .venv/bin/python bench/decode_step.py [--dtype auto] [--quantization auto] [--threads 1] [--kernel auto|torch]
+        [--profile]
 """
 
 from __future__ import annotations
@@ -18,8 +21,17 @@ import time
 import torch
 
 from shoal.cpu_features import cpu_info
+from shoal.engine.model.quantized_linear import QuantizedLinear
 
-MATMUL_OPS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::_weight_int4pack_mm_for_cpu", "aten::_weight_int8pack_mm")
+MATMUL_OPS = (
+    "aten::addmm",
+    "aten::mm",
+    "aten::bmm",
+    "aten::_weight_int4pack_mm_for_cpu",
+    "aten::_weight_int8pack_mm",
+    "shoal::q4_1",
+    "shoal::q8_0",
+)
 
 
 def main() -> None:
@@ -30,9 +42,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--kernel", choices=("auto", "torch"), default="auto", help="the int4 projections' kernel")
     parser.add_argument("--profile", action="store_true", help="also print torch.profiler's top ops")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    os.environ["SHOAL_CPU_KERNEL"] = args.kernel
 
     from shoal.engine import LLM, SamplingParams
 
@@ -52,11 +66,14 @@ def main() -> None:
         "load_average": [round(x, 1) for x in os.getloadavg()],
         "dtype": str(engine.dtype).removeprefix("torch."),
         "quantization": engine.quantization,
+        "kernels": sorted({m.kind for m in engine.runner.model.modules() if isinstance(m, QuantizedLinear)}),
         "cpu_ms_per_step": round(cpu / args.steps * 1e3, 2),
         "wall_ms_per_step": round(wall / args.steps * 1e3, 2),
     }
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
+
+        _label_c_kernel_calls()
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(args.steps):
@@ -69,6 +86,19 @@ def main() -> None:
         report["profiled_matmul_ms_per_step"] = round(matmul / args.steps / 1e3, 2)
         report["profiled_matmul_share"] = round(matmul / total, 3) if total else None
     print(json.dumps(report, indent=2))
+
+
+def _label_c_kernel_calls() -> None:
+    """The C kernel is a ctypes call, not a torch op: a ``record_function`` around it makes the profiler count it."""
+    from shoal.kernels.cpu import QuantGemv
+
+    call = QuantGemv._call
+
+    def labelled(self: QuantGemv, kind: int, name: str, *args: torch.Tensor) -> torch.Tensor:
+        with torch.profiler.record_function(f"shoal::{name}"):
+            return call(self, kind, name, *args)
+
+    QuantGemv._call = labelled  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

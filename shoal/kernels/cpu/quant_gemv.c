@@ -46,6 +46,9 @@
 #define QK 32
 #define TILE 8
 #define MAX_ROWS 8
+#ifndef PREFETCH
+#define PREFETCH 32 /* blocks ahead (measured: 8, 16, 24, 32, 48): a tile's next blocks, or the next tile's first (they follow in memory) */
+#endif
 
 enum { SHOAL_F32 = 0, SHOAL_BF16 = 1 };
 enum { SHOAL_Q4_1 = 0, SHOAL_Q8_0 = 1 };
@@ -205,6 +208,9 @@ static inline __attribute__((always_inline)) void q4_1_tile(const uint8_t *codes
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     for (int b = 0; b < blocks; b++) {
         const uint8_t *block = codes + (size_t)b * 128;
+        _mm_prefetch((const char *)(block + PREFETCH * 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(block + PREFETCH * 128 + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(scales + (size_t)(b + PREFETCH) * 16), _MM_HINT_T0);
         __m256i w[8];
         for (int c = 0; c < 4; c++) {
             __m256i packed = _mm256_loadu_si256((const __m256i *)(block + 32 * c));
@@ -253,6 +259,8 @@ static inline __attribute__((always_inline)) void q8_0_tile(const int8_t *codes,
     for (int row = 0; row < R; row++) acc[row] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
         const int8_t *block = codes + (size_t)b * 256;
+        for (int line = 0; line < 4; line++) _mm_prefetch((const char *)(block + PREFETCH * 256 + 64 * line), _MM_HINT_T0);
+        _mm_prefetch((const char *)(scales + (size_t)(b + PREFETCH) * 8), _MM_HINT_T0);
         __m256i w[8];
         for (int k = 0; k < 8; k++) w[k] = _mm256_loadu_si256((const __m256i *)(block + 32 * k));
 #ifdef SHOAL_VNNI
