@@ -73,14 +73,15 @@ class QuantGemv:
         return self._call(Q8_0, "q8_0", x, codes, scales)
 
     def _call(self, kind: int, name: str, x: Tensor, codes: Tensor, scales: Tensor) -> Tensor:
-        cols, out_features = codes.shape[1] * BLOCK, codes.shape[0] * TILE
-        if x.dim() != 2 or x.shape[1] != cols or not 1 <= x.shape[0] <= self.max_rows:
-            raise ValueError(f"{name}: x must be [rows, {cols}] with 1 <= rows <= {self.max_rows}, got {list(x.shape)}")
+        tiles, blocks = codes.shape[:2]
+        cols, out_features, shape = blocks * BLOCK, tiles * TILE, x.shape
+        if len(shape) != 2 or shape[1] != cols or not 1 <= shape[0] <= self.max_rows:
+            raise ValueError(f"{name}: x must be [rows, {cols}] with 1 <= rows <= {self.max_rows}, got {list(shape)}")
         dtype = _DTYPES.get(x.dtype)
-        if dtype is None or x.device.type != "cpu":
+        if dtype is None or not x.is_cpu:
             raise ValueError(f"{name}: x must be a float32 or bfloat16 CPU tensor, got {x.dtype} on {x.device}")
         x = x.contiguous()
-        out = torch.empty(x.shape[0], out_features, dtype=x.dtype)
+        out = torch.empty(shape[0], out_features, dtype=x.dtype)
         status = self._gemv(
             kind,
             codes.data_ptr(),
@@ -89,7 +90,7 @@ class QuantGemv:
             dtype,
             out.data_ptr(),
             dtype,
-            x.shape[0],
+            shape[0],
             cols,
             out_features,
             torch.get_num_threads(),
