@@ -2,8 +2,8 @@
 
 ``PrefixAware`` scanning a plain list looks at every replica per request: its match, load and headroom. Only
 two kinds of replica can be chosen, though: one holding the request's first block, or, among the rest, one
-left furthest under its bound (for a miss, also the one of the fewest homes among those nearly as roomy) and, among equals, the nearest past the
-request's point on the ring. For replicas of one capacity headroom falls as load grows, and replicas of equal
+left furthest under its bound (for a miss, also the one of the fewest homes among those nearly as roomy) and,
+among equals, the nearest past the request's point on the ring. For replicas of one capacity headroom falls as load grows, and replicas of equal
 load are equals. ``FleetIndex`` keeps what answers both questions:
 
 - **holders**: block hash -> ids of the replicas that may hold it, told by the caller (``may_hold``) whenever a
