@@ -78,8 +78,10 @@ def run_levels(url: str, model: str, levels: list[tuple[int, int]], args: argpar
 
 
 def engine_choices(log: str) -> str:
-    """The dtype / quantization / threads lines ``shoal serve`` logged at start-up."""
-    found = [m.group(1) for m in re.finditer(r"INFO \S+ \[[^]]*\] ((?:dtype|quantization|torch threads) .*)", log)]
+    """The dtype / quantization / kernel / threads lines ``shoal serve`` logged at start-up (the kernel's is a
+    warning when it fell back to torch's)."""
+    choice = r"(?:INFO|WARNING) \S+ \[[^]]*\] ((?:dtype|quantization|quantized projections|torch threads)\b.*)"
+    found = [m.group(1) for m in re.finditer(choice, log)]
     return "; ".join(dict.fromkeys(found)) or "(not logged)"
 
 
