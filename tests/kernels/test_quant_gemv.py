@@ -10,6 +10,7 @@ scale), and times the float activations (what quantizing the activations costs: 
 
 from __future__ import annotations
 
+import os
 import platform
 import threading
 from pathlib import Path
@@ -156,6 +157,19 @@ def test_shapes_the_kernel_cannot_take_are_refused_with_the_reason(kernel: Quant
 
 
 def test_one_openmp_runtime_serves_torch_and_the_kernel(kernel: QuantGemv) -> None:
+    """One runtime mapped, and the kernel's parallel region reuses the workers torch's ops started: the
+    process's thread count does not grow (two pools would oversubscribe the CPUs)."""
+    codes, scales, _ = q8_weights(64, 64, seed=5)
+    packed, x = q8_0_layout(codes, scales), torch.randn(2, 64)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        torch.randn(256, 256) @ torch.randn(256, 256)  # torch's OpenMP region at 2 threads
+        before = len(os.listdir("/proc/self/task"))
+        kernel.q8_0(x, *packed)
+        assert len(os.listdir("/proc/self/task")) == before
+    finally:
+        torch.set_num_threads(threads)
     runtimes = openmp_runtimes()
     assert len(runtimes) == 1, runtimes
     torch_gomp = Path(torch.__file__).parent / "lib" / "libgomp.so.1"

@@ -21,9 +21,10 @@
  * of m (scales [tiles, blocks, 2, 8]); Q8_0's is 256 bytes of codes and 16 bytes of d ([tiles, blocks, 8]).
  *
  * Paths, chosen at compile time from the target macros (-march=native at build): AVX512-VNNI (256-bit
- * `vpdpbusd` with AVX512VL) or AVX-VNNI; AVX2 (`vpmaddubsw` + `vpmaddwd`, no saturation: Q4 codes are <= 15,
- * and Q8_0 moves the activations' signs onto the weights as llama.cpp does); and plain C. With VNNI, Q8_0's
- * signed codes are flipped to c + 128 (unsigned) and 128 (256 sum(q) + sum(r)) is taken back out per block.
+ * `vpdpbusd` with AVX512VL) or AVX-VNNI; AVX2 (`vpmaddubsw` + `vpmaddwd`, the activations' signs moved onto the
+ * weights as llama.cpp does, so |q| <= 127 is the unsigned operand and no pair sum saturates); and plain C.
+ * With VNNI, Q8_0's signed codes are flipped to c + 128 (unsigned) and 128 (256 sum(q) + sum(r)) is taken back
+ * out per block.
  *
  * A decode step is memory-bound: each weight is read once per call, so the (<= MAX_ROWS) activation rows are
  * looped inside the block loop, each with its own accumulator, and OpenMP splits the tiles among the
@@ -47,7 +48,8 @@
 #define TILE 8
 #define MAX_ROWS 8
 #ifndef PREFETCH
-#define PREFETCH 32 /* blocks ahead (measured: 8, 16, 24, 32, 48): a tile's next blocks, or the next tile's first (they follow in memory) */
+/* Blocks ahead (measured 8, 16, 24, 32, 48): a tile's next blocks, or the next tile's first (they follow). */
+#define PREFETCH 32
 #endif
 
 enum { SHOAL_F32 = 0, SHOAL_BF16 = 1 };

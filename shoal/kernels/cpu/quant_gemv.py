@@ -156,6 +156,10 @@ def load_quant_gemv(flags: Sequence[str] = NATIVE_FLAGS, cc: str | None = None) 
         library = ctypes.CDLL(str(path))
     except OSError as exc:
         raise KernelUnavailable(f"cannot load {str(path)!r}: {exc}") from exc
+    if library.shoal_tile() != TILE:
+        raise KernelUnavailable(
+            f"{str(path)!r} was built with tiles of {library.shoal_tile()} rows, the layout's are {TILE}"
+        )
     runtimes = openmp_runtimes()
     if len(runtimes) > 1:
         raise KernelUnavailable(
