@@ -184,9 +184,19 @@ class FleetIndex(Indexed):
         enough: Callable[[ReplicaView, float], bool],
     ) -> list[tuple[ReplicaView, float]]:
         found: list[tuple[ReplicaView, float]] = []
+        by_id, state = self._by_id, self._state
         for levels in self._by_homes.values():
+            short = float("inf")  # the least load found without enough headroom: any as heavy has none either
             for homes in sorted(levels):
-                lightest = self._lightest(levels[homes], skip, headroom, point)
+                level = levels[homes]
+                anyone = by_id[level.buckets[level.order[0]][0][1]]  # of the lightest bucket: the level's most room
+                held = state[anyone.replica_id].load
+                if held >= short:
+                    continue
+                if not enough(anyone, headroom(anyone, held)):
+                    short = held
+                    continue  # no replica of this level has enough, so no search for the nearest
+                lightest = self._lightest(level, skip, headroom, point)
                 if lightest and enough(*lightest[0]):
                     found.extend(lightest)
                     break
