@@ -1,7 +1,8 @@
 # Debian packages the tests start for real: Prometheus, Alertmanager, Redis, Chromium (headless) for the dashboard,
-# and buildah + mmdebstrap, which build the images offline (hack/images/build.sh).
-SYSTEM_BINARIES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap
-APT_PACKAGES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap
+# buildah + mmdebstrap, which build the images offline (hack/images/build.sh), and a C compiler, which builds the
+# engine's CPU kernel (shoal/kernels/cpu) at first use.
+SYSTEM_BINARIES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap cc
+APT_PACKAGES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap gcc libc6-dev
 
 .PHONY: system-deps
 system-deps:
