@@ -16,9 +16,10 @@ one left furthest under its bound, so the homes spread evenly whatever the load 
 placed, without sending a miss to a replica much busier than the roomiest. (Fewest homes among all eligible
 replicas placed misses by homes rather than room inside a burst: the ``bursty`` preset's replicas were loaded
 unevenly and Shoal's autoscaler kept a fifth replica, 0.89x HPA's replica-hours against 0.80x; within two to
-four misses' cost of the roomiest it is 0.79x, with scenario (a) of ``bench/simulate_routing.py`` meeting its
-targets in as many seeds as before, 52 of 60. Within one miss's cost kept the fifth replica; within two, homes
-followed momentary load again on 16-sequence engines, max/mean 1.45 in one seed of six of scenario (c).) (Placed by hash alone, one replica could be home to three of eight prefixes and spill their requests to
+four misses' cost of the roomiest it is 0.79x, though the second burst's fifth replica is then asked for 130 s
+in, with scenario (a) of ``bench/simulate_routing.py`` meeting its targets in as many seeds as before, 52 of 60.
+Within one miss's cost kept the fifth replica; within two, homes followed momentary load again on 16-sequence
+engines, max/mean 1.45 in one seed of six of scenario (c).) (Placed by hash alone, one replica could be home to three of eight prefixes and spill their requests to
 replicas without them, each spill a prefill of the whole prefix: 7 of 64 requests in one run of
 ``bench/gateway_routing.py``. Placed on the least busy replica, homes followed momentary load: two or three of
 eight on one replica in 5 of 12 seeds of ``bench/simulate_routing.py``, which took 21-22 of 64 requests without
