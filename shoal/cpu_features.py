@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-# The flags that decide the engine's speed, in the order the reports print them.
-REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
+# The flags that decide the engine's speed, in the order the reports print them (the VNNI ones pick the path
+# of the C kernel for quantized decode rows, shoal/kernels/cpu).
+REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16", "avx512_vnni", "avx_vnni")
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 FP16_FLAGS = frozenset({"avx512_fp16", "amx_fp16"})
 

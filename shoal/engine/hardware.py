@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shoal.cpu_features import native_bf16, native_fp16
-from shoal.engine.core.step_threads import SMALL_ROWS
 
 DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = ("auto", "none", "int4", "int8")
 INT4_SOURCE_TYPES = frozenset({"Q4_0", "Q4_1"})
+SMALL_ROWS = 4  # sequences in a step whose streams leave the event loop idle enough to lend its CPU (StepThreads)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ Pure: the caller measures the steps (``observe``) and applies the answer (``thre
 
 from __future__ import annotations
 
-SMALL_ROWS = 4  # sequences in a step whose streams leave the event loop idle enough to lend its CPU
+from shoal.engine.hardware import SMALL_ROWS
+
 PROBE_INTERVAL = 8  # small steps before the first probe of the other thread count
 MAX_PROBE_INTERVAL = 4096
 PROBE_STEPS = 4  # small steps per probe; the first is not measured (the thread team may be starting)
