@@ -9,8 +9,9 @@ but will be slow. What cannot work at all raises ``ValueError`` naming the optio
   the GPU has it); on a CPU bf16 only where it computes bf16 natively (``avx512_bf16`` or AMX), else fp32:
   torch emulates bf16 on AVX2-only CPUs at a third of fp32's speed. An fp32 Hugging Face checkpoint stays fp32.
 - quantization ``auto``: ``int4`` for a GGUF file whose linear weights are Q4_0/Q4_1 (its own 4-bit codes,
-  repacked exactly), on a CPU, in bf16; ``none`` otherwise (torch's CPU int4/int8 kernels are fast only with
-  bf16 activations, and they are CPU kernels).
+  repacked exactly), on a CPU, in bf16, or in fp32 where shoal's C kernel serves (it quantizes either to int8
+  itself: an AVX2-only CPU's fp32 default gets 4-bit weights too); ``none`` otherwise (torch's CPU int4/int8
+  kernels are fast only with bf16 activations, and they are CPU kernels).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from shoal.cpu_features import native_bf16, native_fp16
 DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = ("auto", "none", "int4", "int8")
 INT4_SOURCE_TYPES = frozenset({"Q4_0", "Q4_1"})
+C_KERNEL_DTYPES = frozenset({"bfloat16", "float32"})  # the activations shoal's C kernel takes
 SMALL_ROWS = 4  # sequences in a step whose streams leave the event loop idle enough to lend its CPU (StepThreads)
 
 
@@ -83,9 +85,15 @@ def _slow_dtype_warning(dtype: str, device: str, cpu_flags: frozenset[str]) -> s
 
 
 def choose_quantization(
-    requested: str, device: str, dtype: str, source_format: str, linear_weight_types: frozenset[str]
+    requested: str,
+    device: str,
+    dtype: str,
+    source_format: str,
+    linear_weight_types: frozenset[str],
+    c_kernel: bool = False,
 ) -> Choice:
-    """``linear_weight_types``: GGUF type names of the checkpoint's projection weights (empty for HF)."""
+    """``linear_weight_types``: GGUF type names of the checkpoint's projection weights (empty for HF);
+    ``c_kernel``: whether shoal's C kernel serves int4 in this process (it takes fp32 activations too)."""
     if requested not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {requested!r}")
     if requested == "auto":
@@ -93,9 +101,12 @@ def choose_quantization(
             return Choice("none", "quantized weights run on the CPU kernels only")
         if source_format != "gguf" or not linear_weight_types or not linear_weight_types <= INT4_SOURCE_TYPES:
             return Choice("none", "the checkpoint's weights are not 4-bit (GGUF Q4_0/Q4_1)")
-        if dtype != "bfloat16":
-            return Choice("none", f"torch's int4 CPU kernel is slow with {dtype} activations")
-        return Choice("int4", f"the GGUF stores {'/'.join(sorted(linear_weight_types))} weights: served as int4")
+        if dtype != "bfloat16" and not (c_kernel and dtype in C_KERNEL_DTYPES):
+            return Choice(
+                "none", f"torch's int4 CPU kernel is slow with {dtype} activations and shoal's C kernel is unavailable"
+            )
+        served = f"served as int4 on shoal's C kernel with {dtype} activations" if c_kernel else "served as int4"
+        return Choice("int4", f"the GGUF stores {'/'.join(sorted(linear_weight_types))} weights: {served}")
     if requested == "none":
         return Choice("none", "asked for (--quantization)")
     if device != "cpu":
@@ -103,10 +114,13 @@ def choose_quantization(
             f"quantization={requested!r} (--quantization) runs on torch's CPU kernels only; "
             f"use --quantization none with --device {device}"
         )
+    if requested == "int4" and c_kernel and dtype in C_KERNEL_DTYPES:
+        return Choice(requested, f"asked for (--quantization), on shoal's C kernel with {dtype} activations")
     if dtype != "bfloat16":
+        c_kernel_note = " (shoal's C kernel, which takes float32, is unavailable)" if requested == "int4" else ""
         raise ValueError(
             f"quantization={requested!r} (--quantization) needs --dtype bfloat16: torch's {requested} CPU kernel "
-            f"runs 10-100x slower with {dtype} activations"
+            f"runs 10-100x slower with {dtype} activations{c_kernel_note}"
         )
     return Choice(requested, "asked for (--quantization)")
 

@@ -32,7 +32,7 @@ def test_generate_answers_paris_with_the_bundled_model() -> None:
         (["--model", "/nonexistent/model.gguf", "hi"], "/nonexistent/model.gguf"),
         (["--top-p", "1.5", "hi"], "top_p"),
         (["--device", "cuda", "hi"], "--device cuda"),
-        (["--quantization", "int4", "--dtype", "float32", "hi"], "--quantization"),
+        (["--quantization", "int8", "--dtype", "float32", "hi"], "--quantization"),
     ],
 )
 def test_generate_reports_bad_arguments_by_name(args: list[str], message: str) -> None:

@@ -87,13 +87,26 @@ def test_quantization_default_per_source_format() -> None:
     assert choose_quantization("auto", "cpu", "bfloat16", "gguf", frozenset({"Q4_1", "Q6_K"})).value == "none"
     assert choose_quantization("auto", "cpu", "bfloat16", "gguf", frozenset({"F16"})).value == "none"
     assert choose_quantization("auto", "cpu", "bfloat16", "hf", frozenset()).value == "none"
-    assert choose_quantization("auto", "cpu", "float32", "gguf", q41).value == "none"  # an AVX2-only CPU
+    assert choose_quantization("auto", "cpu", "float32", "gguf", q41).value == "none"  # AVX2-only, torch's kernel
     assert choose_quantization("auto", "cuda", "bfloat16", "gguf", q41).value == "none"
+
+
+def test_an_avx2_only_cpus_float32_gets_int4_where_the_c_kernel_serves() -> None:
+    q41 = frozenset({"Q4_1"})
+    dtype = choose_dtype("auto", "cpu", AVX2_ONLY, None).value
+    chosen = choose_quantization("auto", "cpu", dtype, "gguf", q41, c_kernel=True)
+    assert (dtype, chosen.value) == ("float32", "int4")
+    assert "shoal's C kernel with float32 activations" in chosen.reason
+    assert choose_quantization("int4", "cpu", "float32", "gguf", q41, c_kernel=True).value == "int4"
+    assert choose_quantization("auto", "cpu", "float32", "gguf", frozenset({"F16"}), c_kernel=True).value == "none"
+    assert choose_quantization("auto", "cpu", "float16", "gguf", q41, c_kernel=True).value == "none"
+    with pytest.raises(ValueError, match=r"--quantization.*--dtype bfloat16"):  # torch's int8 kernel, either way
+        choose_quantization("int8", "cpu", "float32", "hf", frozenset(), c_kernel=True)
 
 
 def test_quantization_that_cannot_run_is_an_error_naming_the_option() -> None:
     assert choose_quantization("int8", "cpu", "bfloat16", "hf", frozenset()).value == "int8"
-    with pytest.raises(ValueError, match=r"--quantization.*--dtype bfloat16"):
+    with pytest.raises(ValueError, match=r"--quantization.*--dtype bfloat16.*C kernel.*unavailable"):
         choose_quantization("int4", "cpu", "float32", "gguf", frozenset({"Q4_1"}))
     with pytest.raises(ValueError, match=r"--quantization.*CPU kernels"):
         choose_quantization("int8", "cuda", "bfloat16", "hf", frozenset())

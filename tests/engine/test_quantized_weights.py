@@ -106,9 +106,9 @@ def test_q8_0_blocks_give_the_files_exact_weights() -> None:
     torch.testing.assert_close(codes.dequantize(), expected, atol=0, rtol=0)
 
 
-def decode_logits(model: CausalLM, prompt: list[int]) -> torch.Tensor:
+def decode_logits(model: CausalLM, prompt: list[int], dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """Prefill all but the last token (many rows: dense weights), then decode the last one (one row)."""
-    kv = allocate_kv_cache(model.config, num_blocks=4, block_size=16, dtype=torch.bfloat16)
+    kv = allocate_kv_cache(model.config, num_blocks=4, block_size=16, dtype=dtype)
     blocks, n = [3, 0, 2, 1], len(prompt)
     with torch.inference_mode():
         meta = AttentionMetadata.build([n - 1], [n - 1], [blocks], 16)
@@ -218,7 +218,28 @@ def test_auto_quantization_serves_a_q4_gguf_as_int4_in_bf16(tiny_q4_gguf: Path) 
     assert llm.engine.quantization == "int4"
     (out,) = llm.generate([list(range(3, 20))], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
     assert len(out.token_ids) == 6
-    assert LLM(str(tiny_q4_gguf), dtype="float32", num_kv_blocks=16).engine.quantization == "none"
+
+
+def test_float32_the_dtype_of_cpus_without_native_bf16_gets_int4_on_the_c_kernel_only(
+    tiny_gqa_llama_dir: Path, tmp_path: Path, small_kernel: str
+) -> None:
+    """An AVX2-only CPU's default dtype: 4-bit weights where the C kernel serves, dense on torch's kernel."""
+    path = write_llama_gguf(tiny_gqa_llama_dir, tmp_path / "tiny.gguf", quantize="Q4_1", embedding="Q8_0")
+    llm = LLM(str(path), dtype="float32", num_kv_blocks=16)
+    if small_kernel == "torch":  # torch's int4 kernel is 10-100x slower with float32 activations: not chosen
+        assert llm.engine.quantization == "none"
+        return
+    assert llm.engine.quantization == "int4"
+    (out,) = llm.generate([list(range(3, 20))], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
+    assert len(out.token_ids) == 6
+    source = resolve_model(str(path))
+    reference = load_model(source, torch.float32, TorchOps())
+    quantized = load_model(source, torch.float32, TorchOps(), quantization="int4")
+    assert {m.kind for m in quantized.modules() if isinstance(m, QuantizedLinear)} == {"q4_1", "q8_0"}
+    for prompt in ([5, 9, 40, 7, 100, 3, 17, 250, 31, 8, 64, 12], list(range(60, 95))):
+        logits = decode_logits(quantized, prompt, torch.float32)
+        assert logits.dtype == torch.float32
+        assert_within_tolerance(logits, decode_logits(reference, prompt, torch.float32))
 
 
 def test_int4_needs_input_sizes_in_whole_groups() -> None:

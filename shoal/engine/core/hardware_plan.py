@@ -12,6 +12,7 @@ from shoal.cpu_features import cpu_info
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.hardware import Choice, choose_device, choose_dtype, choose_quantization
 from shoal.engine.loader.gguf_weights import projection_types
+from shoal.engine.loader.small_batch_kernel import c_kernel_serves
 from shoal.gguf_metadata import open_gguf
 from shoal.model_registry import ModelSource
 
@@ -51,7 +52,14 @@ def plan_hardware(config: EngineConfig, source: ModelSource) -> HardwarePlan:
         cuda_bf16=cuda and torch.cuda.is_bf16_supported(),
     )
     weight_types = projection_types(open_gguf(source.path)) if source.format == "gguf" else frozenset()
-    quantization = choose_quantization(config.quantization, device.value, dtype.value, source.format, weight_types)
+    c_kernel = (
+        device.value == "cpu"
+        and (config.quantization == "int4" or (config.quantization == "auto" and source.format == "gguf"))
+        and c_kernel_serves()
+    )
+    quantization = choose_quantization(
+        config.quantization, device.value, dtype.value, source.format, weight_types, c_kernel
+    )
     return HardwarePlan(
         device=device.value,
         dtype=TORCH_DTYPES[dtype.value],

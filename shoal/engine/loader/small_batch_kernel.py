@@ -41,6 +41,12 @@ def small_batch_kernel() -> QuantGemv | None:
     return kernel
 
 
+def c_kernel_serves() -> bool:
+    """Whether ``small_batch_kernel`` would answer the C kernel (builds it if need be; logs nothing): the
+    quantization choice depends on it, since only the C kernel is fast with float32 activations."""
+    return (os.environ.get(ENV) or "auto") != "torch" and not isinstance(_loaded(), str)
+
+
 @cache
 def _loaded() -> QuantGemv | str:
     """The kernel, built and loaded once per process, or why it cannot serve."""
