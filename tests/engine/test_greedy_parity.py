@@ -96,7 +96,14 @@ def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemptio
 @pytest.mark.timeout(600)
 def test_smollm2_matches_transformers_on_the_bundled_gguf(smollm2_hf_model: torch.nn.Module) -> None:
     engine = EngineCore.from_config(
-        EngineConfig(model="smollm2-135m", dtype="float32", max_num_batched_tokens=24, num_kv_blocks=5, seed=0)
+        EngineConfig(
+            model="smollm2-135m",
+            dtype="float32",
+            quantization="none",  # parity is the unquantized path's: auto would serve the Q4_1 codes as int4
+            max_num_batched_tokens=24,
+            num_kv_blocks=5,
+            seed=0,
+        )
     )
     preamble = "You are a helpful assistant who answers questions about the geography and history of Europe. "
     texts = [
