@@ -1,10 +1,10 @@
 """A fleet's routing views with the indexes that make prefix-aware routing independent of the fleet's size.
 
-``PrefixAware`` scanning a plain list looks at every replica per request: its match, load and headroom. Only
-two kinds of replica can be chosen, though: one holding the request's first block, or, among the rest, one
-left furthest under its bound (for a miss, also the one of the fewest homes among those nearly as roomy) and,
-among equals, the nearest past the request's point on the ring. For replicas of one capacity headroom falls as load grows, and replicas of equal
-load are equals. ``FleetIndex`` keeps what answers both questions:
+``PrefixAware`` scanning a plain list looks at every replica per request: its match, load and headroom. Only two
+kinds of replica can be chosen, though: one holding the request's first block, or, among the rest, one left
+furthest under its bound (for a miss, also the one of the fewest homes among those nearly as roomy) and, among
+equals, the nearest past the request's point on the ring. For replicas of one capacity headroom falls as load
+grows, and replicas of equal load are equals. ``FleetIndex`` keeps what answers both questions:
 
 - **holders**: block hash -> ids of the replicas that may hold it, told by the caller (``may_hold``) whenever a
   replica may come to hold a chain's first block (the simulator: when it routes a request there). Each query

@@ -9,10 +9,11 @@ hashes it sent there, stands in for it.
 
 It also counts the prefixes the replica is *home to* (``homes``): the distinct first blocks of the prompts this
 gateway sent there, until the replica is known not to hold one (a removed event, a snapshot without it, or, while
-the stream is down, its leaving the history; one the engine never reported storing goes when it leaves the
-history: a request that ends before its stored event arrives keeps its home). Routing places a new prefix on an
-eligible replica home to the fewest among those nearly as roomy as the roomiest, so homes spread evenly. A one-off prompt counts too while it is held: among
-replicas alike, new prompts then rotate over those holding the fewest distinct prompts.
+the stream is down, its leaving the history; one the engine never reported storing goes when it leaves the history:
+a request that ends before its stored event arrives keeps its home). Routing places a new prefix on an eligible
+replica home to the fewest among those nearly as roomy as the roomiest, so homes spread evenly. A one-off prompt
+counts too while it is held: among replicas alike, new prompts then rotate over those holding the fewest distinct
+prompts.
 """
 
 from __future__ import annotations

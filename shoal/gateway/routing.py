@@ -4,37 +4,35 @@ Each policy is ``decide(replicas, request) -> Decision``: the gateway gathers a 
 (their load, their capacity and what they have cached) and applies the decision; the fleet simulator and the
 tests call exactly the same code.
 
-Prefix-aware routing works like consistent hashing with bounded loads (CHWBL), but scores replicas by what
-they really hold instead of by a hash ring. A replica is *eligible* while its load plus this request stays
-within ``bound_factor`` x the fleet's mean load after placement, where the mean never counts below the
-replica's *floor*. Among eligible replicas the longest cached prefix of the request's chained block hashes
-wins; ties go to the replica left furthest under its bound. A request no eligible replica holds any of (a
-miss, or a spill from holders past their bound) goes, among the eligible replicas left within
-``HOME_MARGIN_MISSES`` of its own cost of the roomiest one's headroom, to the one *home to the fewest prefixes*
-(``ReplicaView.homes``: the distinct prompt chains it holds that were placed there), and among those to the
-one left furthest under its bound, so the homes spread evenly whatever the load was at the moments they were
-placed, without sending a miss to a replica much busier than the roomiest. (Fewest homes among all eligible
-replicas placed misses by homes rather than room inside a burst: the ``bursty`` preset's replicas were loaded
-unevenly and Shoal's autoscaler kept a fifth replica, 0.89x HPA's replica-hours against 0.80x; within two to
-four misses' cost of the roomiest it is 0.79x, though the second burst's fifth replica is then asked for 130 s
-in, with scenario (a) of ``bench/simulate_routing.py`` meeting its targets in as many seeds as before, 52 of 60.
-Within one miss's cost kept the fifth replica; within two, homes followed momentary load again on 16-sequence
-engines, max/mean 1.45 in one seed of six of scenario (c).) (Placed by hash alone, one replica could be home to three of eight prefixes and spill their requests to
-replicas without them, each spill a prefill of the whole prefix: 7 of 64 requests in one run of
-``bench/gateway_routing.py``. Placed on the least busy replica, homes followed momentary load: two or three of
-eight on one replica in 5 of 12 seeds of ``bench/simulate_routing.py``, which took 21-22 of 64 requests without
-ever reaching its bound, max/mean 1.31-1.38.) Replicas equally far under it (an idle
-fleet) are ranked on a hash ring: the nearest past the point of the request's first block wins, never arrival
-order or dict order, so two gateways fed the same snapshot decide the same, and every gateway replica
-(active-active, each following the same KV events) sends a new prefix to the same idle engine even before that
-engine has reported storing it; gateways whose own in-flight counts or homes differ (each counts the homes of
-the prompts it sent) may give a new prefix two homes, one extra prefill. (A ring rather than rendezvous hashing, which ranked equals as well: an ``Indexed`` fleet finds
-the nearest of hundreds of equally idle replicas by bisection, where rendezvous must hash every one of them.)
+Prefix-aware routing works like consistent hashing with bounded loads (CHWBL), but scores replicas by what they
+really hold instead of by a hash ring. A replica is *eligible* while its load plus this request stays within
+``bound_factor`` x the fleet's mean load after placement, where the mean never counts below the replica's *floor*.
+Among eligible replicas the longest cached prefix of the request's chained block hashes wins; ties go to the
+replica left furthest under its bound. A request no eligible replica holds any of (a miss, or a spill from holders
+past their bound) goes, among the eligible replicas left within ``HOME_MARGIN_MISSES`` of its own cost of the
+roomiest one's headroom, to the one *home to the fewest prefixes* (``ReplicaView.homes``: the distinct prompt
+chains it holds that were placed there), and among those to the one left furthest under its bound, so the homes
+spread evenly whatever the load was at the moments they were placed, without sending a miss to a replica much
+busier than the roomiest. (Fewest homes among all eligible replicas placed misses by homes rather than room inside
+a burst, loading the ``bursty`` preset's replicas unevenly: 0.89x HPA's replica-hours, 0.79x with the margin; the
+margins tried are in docs/benchmarks.md.) (Placed by hash alone, one replica could be home to three of eight
+prefixes and spill their requests to replicas without them, each spill a prefill of the whole prefix: 7 of 64
+requests in one run of ``bench/gateway_routing.py``. Placed on the least busy replica, homes followed momentary
+load: two or three of eight on one replica in 5 of 12 seeds of ``bench/simulate_routing.py``, which took 21-22 of
+64 requests without ever reaching its bound, max/mean 1.31-1.38.) Replicas equally far under it (an idle fleet) are
+ranked on a hash ring: the nearest past the point of the request's first block wins, never arrival order or dict
+order, so two gateways fed the same snapshot decide the same, and every gateway replica (active-active, each
+following the same KV events) sends a new prefix to the same idle engine even before that engine has reported
+storing it; gateways whose own in-flight counts or homes differ (each counts the homes of the prompts it sent) may
+give a new prefix two homes, one extra prefill. (A ring rather than rendezvous hashing, which ranked equals as
+well: an ``Indexed`` fleet finds the nearest of hundreds of equally idle replicas by bisection, where rendezvous
+must hash every one of them.)
 
 A caller that keeps many replicas hands the policy an ``Indexed`` fleet (``shoal.gateway.fleet_index``): the
-holders of the request's first block, and of the others per capacity the lightest and the lightest of the
-fewest homes among those within the margin of the roomiest, are all the replicas that could be chosen, so a decision looks at those instead of every replica, and decides exactly as the plain scan
-(``tests/gateway/test_indexed_routing.py`` holds the two to it).
+holders of the request's first block, and of the others per capacity the lightest and the lightest of the fewest
+homes among those within the margin of the roomiest, are all the replicas that could be chosen, so a decision looks
+at those instead of every replica, and decides exactly as the plain scan (``tests/gateway/test_indexed_routing.py``
+holds the two to it).
 
 The load measure, in tokens, is the work a replica still has, which is what a simulator must feed as well:
 
