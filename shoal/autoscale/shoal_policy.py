@@ -30,7 +30,9 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
 6. **Burst memory.** A breach still on while the replicas asked for it load means bursts outrun start-up here;
    for ``burst_memory_seconds`` after it (renewed by each burst as large) the fleet keeps the size the burst's
    arrival rate needs at full capacity (``HoldSteady`` naming the burst), so a recurring burst finds it ready
-   instead of waiting minutes for it again.
+   instead of waiting minutes for it again; while the burst is back no larger (within the tolerance) and without
+   a breach, the rate rule leaves that size be, since it sizes at ``target_utilization``, which the kept size is
+   not meant to meet.
 7. **Down, slowly.** Each observation recommends the replicas the load needs: the minimum when idle, else the
    demand over ``capacity * target_utilization * (1 - tolerance)`` (the tolerance band: steady load never flaps
    around a boundary), else, before capacity is known, one fewer when the consolidation check passes (under one
@@ -229,7 +231,13 @@ class ShoalPolicy:
             else:  # latency alone says too little about how many: one more, and look again
                 need = current + 1
         usable = current - load.stuck
-        if sized is not None and sized > usable * (1 + cfg.tolerance) and math.ceil(sized) + load.stuck > need:
+        remembered = not (queue_breach or ttft_breach) and self._burst_covers(now, demand, usable)
+        if (
+            sized is not None
+            and not remembered
+            and sized > usable * (1 + cfg.tolerance)
+            and math.ceil(sized) + load.stuck > need
+        ):
             need, rule = math.ceil(sized) + load.stuck, "ScaleUpRate"
             why = (
                 f"demand {demand:.3g} req/s needs {sized:.3g} replicas at {capacity:.3g} req/s each"
@@ -260,6 +268,13 @@ class ShoalPolicy:
                 return current, "HoldStarting", message, current
             message = f"holding {current}: {why}, and {current} replicas drain it within {_BACKLOG_DRAIN_SECONDS:.0f}s"
             return current, "HoldDraining", message, current
+        if remembered and sized is not None and sized > usable * (1 + cfg.tolerance):
+            message = (
+                f"holding {current}: demand {demand:.3g} req/s needs {sized:.3g} replicas at"
+                f" {cfg.target_utilization:.0%} of {capacity:.3g} req/s each, but it is the remembered burst of"
+                f" {self._burst_demand:.3g} req/s, which {usable} serve at full capacity"
+            )
+            return current, "HoldSteady", message, current
         return self._down_path(signals, load, sized, demand, loading)
 
     def _down_path(
@@ -335,6 +350,16 @@ class ShoalPolicy:
         if demand is not None and demand >= (1 - self.config.tolerance) * self._burst_demand:
             self._burst_until = now + self.config.burst_memory_seconds
         return math.ceil(self._burst_demand / capacity)
+
+    def _burst_covers(self, now: float, demand: float | None, usable: int) -> bool:
+        """The remembered burst is back, no larger, and the fleet kept for it is there: the rate rule leaves it be.
+        The memory keeps the burst's size at full capacity; a 10 s rate of the same burst reads over it at the
+        target utilization about half the time, so without this each recurrence added a replica minutes in."""
+        capacity = self.capacity.per_replica
+        if now >= self._burst_until or capacity is None or demand is None:
+            return False
+        within = demand <= (1 + self.config.tolerance) * self._burst_demand
+        return within and usable >= math.ceil(self._burst_demand / capacity)
 
     def _regret_consolidation(self, now: float) -> None:
         """A breach within a scale-down window of a consolidation: the survivors could not carry the arrivals they

@@ -62,11 +62,13 @@ class Replica:
 
 @dataclass
 class FluidFleet:
-    """Closed loop: Poisson arrivals at ``rate(t)``, ``capacity`` req/s per ready replica, ``startup`` s to load."""
+    """Closed loop: Poisson arrivals at ``rate(t)`` (``poisson=False``: exactly ``rate(t)`` each second, for a
+    test that needs the rates it asked for), ``capacity`` req/s per ready replica, ``startup`` s to load."""
 
     capacity: float = 2.0
     startup: float = 60.0
     seed: int = 0
+    poisson: bool = True
     replicas: list[Replica] = field(default_factory=list)
     queue: float = 0.0
     desired: int = 1
@@ -77,7 +79,7 @@ class FluidFleet:
         self.replicas = [Replica(f"r{i}", -self.startup, 0.0) for i in range(self.desired)]
         self._serial = self.desired
         self._delays: deque[float] = deque(maxlen=60)  # TTFT P95 over a minute, as the sources report it
-        self._arrivals: deque[int] = deque(maxlen=10)  # the arrival rate counted over 10 s, as the scrape source does
+        self._arrivals: deque[float] = deque(maxlen=10)  # the arrival rate counted over 10 s, as the scrape source does
 
     def run(self, policy: ScalingPolicy, rate: float | object, seconds: int, start: float = 0.0) -> list[int]:
         """Steps one simulated second at a time; returns the desired count after each decision."""
@@ -125,7 +127,9 @@ class FluidFleet:
             self.replicas.remove(loading[-1] if loading else self.replicas[-1])
         self.desired = replicas
 
-    def _poisson(self, lam: float) -> int:
+    def _poisson(self, lam: float) -> float:
+        if not self.poisson:
+            return max(lam, 0.0)
         if lam <= 0:
             return 0
         count, total = 0, self._random.expovariate(lam)

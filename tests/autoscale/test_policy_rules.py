@@ -283,3 +283,20 @@ def test_a_cold_start_backlog_does_not_hold_the_fleet_at_its_peak() -> None:
     counts = FluidFleet(capacity=3.0, startup=8.0, seed=8).run(ShoalPolicy(config), 6.0, 3600)
     assert max(counts) >= 10
     assert counts[-1] <= math.ceil(6.0 / (3.0 * config.target_utilization)) + 1
+
+
+def test_a_burst_back_as_large_finds_the_size_burst_memory_kept_and_a_larger_one_scales_up() -> None:
+    """Burst memory keeps a burst's size at full capacity; the same burst back, read at the target utilization,
+    once added a replica minutes in (the bursty preset's second burst, 130 s in). A larger burst still scales up."""
+    policy = ShoalPolicy(AutoscalingConfig(min_replicas=1, max_replicas=10))
+    fleet = FluidFleet(capacity=10.0, startup=60.0, desired=2, poisson=False)
+    fleet.run(policy, 8.0, 600)
+    fleet.run(policy, 38.0, 300, start=600.0)  # 2 replicas meet nearly 5x their load: the queue outgrows start-up
+    assert policy.capacity.per_replica == pytest.approx(10.0)
+    counts = fleet.run(policy, 8.0, 1500, start=900.0)
+    assert counts[-1] == 4  # what burst memory keeps: 38 req/s at 10 each, rounded up
+    back = fleet.run(policy, 39.8, 300, start=2400.0)  # 4 serve it, but 39.8 / (10 * 0.9) = 4.42 > 4 * 1.1
+    assert set(back) == {4}, [d.message for d in fleet.decisions[2400:] if d.replicas != 4]
+    assert any("remembered burst of 38 req/s, which 4 serve at full capacity" in d.message for d in fleet.decisions)
+    larger = fleet.run(policy, 50.0, 20, start=2700.0)  # over the burst remembered: sized on the rate as before
+    assert larger[10] == math.ceil(50.0 / (10.0 * 0.9)), [d.message for d in fleet.decisions[-20:]]
