@@ -1,66 +1,33 @@
 """Routing policies: which engine replica serves a request. Pure code, no I/O.
 
-Each policy is ``decide(replicas, request) -> Decision``: the gateway gathers a snapshot of the replicas
-(their load, their capacity and what they have cached) and applies the decision; the fleet simulator and the
-tests call exactly the same code.
+Each policy is ``decide(replicas, request) -> Decision``: the gateway gathers a snapshot of the replicas (their
+load, their capacity and what they have cached) and applies the decision; the fleet simulator and the tests call
+exactly the same code. ``docs/gateway.md`` ("Routing") has the rule's reasons, ``docs/benchmarks.md`` the runs.
 
-Prefix-aware routing works like consistent hashing with bounded loads (CHWBL), but scores replicas by what they
-really hold instead of by a hash ring. A replica is *eligible* while its load plus this request stays within
-``bound_factor`` x the fleet's mean load after placement, where the mean never counts below the replica's *floor*.
-Among eligible replicas the longest cached prefix of the request's chained block hashes wins; ties go to the
-replica left furthest under its bound. A request no eligible replica holds any of (a miss, or a spill from holders
-past their bound) goes, among the eligible replicas left within ``HOME_MARGIN_MISSES`` of its own cost of the
-roomiest one's headroom, to the one *home to the fewest prefixes* (``ReplicaView.homes``: the distinct prompt
-chains it holds that were placed there), and among those to the one left furthest under its bound, so the homes
-spread evenly whatever the load was at the moments they were placed, without sending a miss to a replica much
-busier than the roomiest. (Fewest homes among all eligible replicas placed misses by homes rather than room inside
-a burst, loading the ``bursty`` preset's replicas unevenly: 0.89x HPA's replica-hours, 0.79x with the margin; the
-margins tried are in docs/benchmarks.md.) (Placed by hash alone, one replica could be home to three of eight
-prefixes and spill their requests to replicas without them, each spill a prefill of the whole prefix: 7 of 64
-requests in one run of ``bench/gateway_routing.py``. Placed on the least busy replica, homes followed momentary
-load: two or three of eight on one replica in 5 of 12 seeds of ``bench/simulate_routing.py``, which took 21-22 of
-64 requests without ever reaching its bound, max/mean 1.31-1.38.) Replicas equally far under it (an idle fleet) are
-ranked on a hash ring: the nearest past the point of the request's first block wins, never arrival order or dict
-order, so two gateways fed the same snapshot decide the same, and every gateway replica (active-active, each
-following the same KV events) sends a new prefix to the same idle engine even before that engine has reported
-storing it; gateways whose own in-flight counts or homes differ (each counts the homes of the prompts it sent) may
-give a new prefix two homes, one extra prefill. (A ring rather than rendezvous hashing, which ranked equals as
-well: an ``Indexed`` fleet finds the nearest of hundreds of equally idle replicas by bisection, where rendezvous
-must hash every one of them.)
+Prefix-aware routing is consistent hashing with bounded loads (CHWBL) that scores replicas by what they hold
+instead of by a hash ring. A replica is *eligible* while its load plus this request stays within ``bound_factor``
+x the fleet's mean load after placement, the mean never counted below the replica's *floor*. Among eligible
+replicas the longest cached prefix of the request's chained block hashes wins; ties go to the replica left
+furthest under its bound. A request no eligible replica holds any of (a new prefix, or a spill from holders past
+their bound) goes, among the eligible replicas within ``HOME_MARGIN_MISSES`` of its own cost of the roomiest
+one's headroom, to the one *home to the fewest prefixes* (``ReplicaView.homes``), so homes spread evenly whatever
+the load was at the moment each was placed, without sending a miss to a replica much busier than the roomiest.
+Replicas equally far under their bound are ranked on a hash ring (the nearest past the point of the request's
+first block), never by arrival or dict order, so gateways fed the same snapshot decide the same and send a new
+prefix to the same idle engine before any KV event about it exists. An ``Indexed`` fleet
+(``shoal.gateway.fleet_index``) hands the policy only the replicas that could win, and it decides exactly as the
+plain scan (``tests/gateway/test_indexed_routing.py``).
 
-A caller that keeps many replicas hands the policy an ``Indexed`` fleet (``shoal.gateway.fleet_index``): the
-holders of the request's first block, and of the others per capacity the lightest and the lightest of the fewest
-homes among those within the margin of the roomiest, are all the replicas that could be chosen, so a decision looks
-at those instead of every replica, and decides exactly as the plain scan (``tests/gateway/test_indexed_routing.py``
-holds the two to it).
-
-The load measure, in tokens, is the work a replica still has, which is what a simulator must feed as well:
-
-- ``ReplicaView.load_tokens``: prompt tokens of the requests in flight there that are still to be prefilled,
-  counting only what the replica does not have cached (a request's prompt minus its matched blocks, until its
-  first output token arrives); for a replica that announces no capacity, plus each in-flight request's output
-  budget until it finishes (its sequences then count through their tokens).
-- ``ReplicaView.sequences``: requests in flight there. A replica that announces its ``Capacity`` (its engine's
-  per-step token budget and maximum running sequences) is measured in sequences, expressed in tokens: each
-  sequence is charged ``token_budget / max_seqs`` (its share of a step) and each token still to prefill
-  ``1 / max_seqs`` (a full budget of pending prompt costs as much as one sequence). A replica's load reaches
-  its token budget when its sequences reach ``max_seqs``, with pending prefill only tipping the balance: the
-  engine chunks a long prompt over several steps, so a prompt as long as the budget does not make a replica
-  full (an earlier measure charged prefill token for token; with a 512-token budget every miss then exceeded
-  the bound on an idle replica and routing fell back to the roomiest replica, losing affinity and TTFT).
-- A request costs, on a given replica, its uncached prompt tokens there (``RouteRequest.block_size`` tokens
-  saved per matched block; ``/ max_seqs`` where the capacity is known) plus one sequence's charge, or plus its
-  output budget where no capacity is known.
-
-The floor follows capacity: a replica with a known ``Capacity`` has a floor of ``Capacity.limit_tokens /
-bound_factor``, its limit being ``max_seqs`` sequences running plus a full step of prompt waiting (``token_budget
-+ token_budget / max_seqs``), so at low load it keeps taking the requests whose prefix it holds until one more
-would queue (a fifth sequence on a 4-sequence engine, or a second step's worth of prompt), and the bound bites
-before it does; under heavier load the mean governs, as in CHWBL. (Letting a holder keep one request waiting,
-credited with the prefill its cache saves, raised the hit rate in ``bench/gateway_routing.py`` but made TTFT p95
-worse than round-robin's in two runs of three: waiting for a slot cost more than prefilling elsewhere.)
-A replica that announces nothing gets the policy's ``load_floor_tokens`` (sized for big GPU engines). With
-no capacities and no ``block_size`` this is exactly the earlier token-count policy.
+The load measure, in tokens, is the work a replica still has (what a simulator must feed as well):
+``ReplicaView.load_tokens`` is the uncached prompt still to prefill of its requests in flight (plus, where no
+capacity is known, their output budgets); ``ReplicaView.sequences`` its requests in flight. A replica that
+announces its ``Capacity`` is measured in sequences: each is charged ``token_budget / max_seqs`` (its share of a
+step) and each token still to prefill ``1 / max_seqs``, since the engine chunks a long prompt over steps and a
+full step of it costs one sequence. Its floor is ``Capacity.limit_tokens / bound_factor``: at low load it keeps
+the requests whose prefix it holds until one more would queue there (``max_seqs`` sequences plus a step of prompt
+waiting), and the bound bites before that; under heavier load the mean governs. A replica that announces nothing
+gets ``load_floor_tokens`` (sized for big GPU engines); with no capacities and no ``block_size`` this is the
+token-count policy the gateway started with.
 """
 
 from __future__ import annotations
