@@ -105,7 +105,7 @@ def bench_decode(shapes: Shapes, dtype, device: str, repeats: int, peak: float |
 
     from shoal.kernels import TorchOps, get_ops
 
-    triton_ops, torch_ops = get_ops("triton"), TorchOps()
+    triton_ops, torch_ops = get_ops("triton", device), TorchOps()
     rows = [
         "| seqs x context | max err | Triton µs | GB/s | vs copy | vs peak | torch ref µs | speed-up |",
         "|---" * 8 + "|",
@@ -134,7 +134,7 @@ def bench_prefill(shapes: Shapes, dtype, device: str, repeats: int) -> list[str]
 
     from shoal.kernels import TorchOps, get_ops
 
-    triton_ops, torch_ops = get_ops("triton"), TorchOps()
+    triton_ops, torch_ops = get_ops("triton", device), TorchOps()
     rows = [
         "| seqs x prompt | max err | Triton TFLOP/s | SDPA TFLOP/s | vs SDPA | torch ref TFLOP/s |",
         "|---" * 6 + "|",

@@ -1,14 +1,16 @@
 """Writes a simulator engine profile from a real engine: ``shoal serve`` measured by ``shoal bench serve``.
 
-Starts one ``shoal serve`` (SmolLM2 by default, one torch thread) with a batch cap, then runs the load
-generator several times, each time sending exactly ``concurrency`` requests of one shape at once, and records
-the CPU seconds the engine process used during each run (idle CPU subtracted). :mod:`shoal.simulate.calibrate`
-fits the step-time model to those totals; CPU time, unlike wall time, does not depend on what else the shared
-machine runs. The KV capacity is read from the engine's ``shoal_engine_kv_cache_total_blocks``; the start-up
-is the engine's CPU seconds until ``/ready`` (loading is CPU-bound here). Prints each run's measured and fitted
-CPU seconds, and writes the profile JSON.
+Starts one ``shoal serve`` (SmolLM2 by default) with a batch cap, then runs the load generator several times,
+each time sending exactly ``concurrency`` requests of one shape at once, and records the seconds the engine
+spent on each run: on the CPU (one torch thread) the CPU seconds its process used, idle CPU subtracted, which do
+not depend on what else the shared machine runs; on a GPU (``--device cuda``, a machine of its own) the run's
+wall seconds. :mod:`shoal.simulate.calibrate` fits the step-time model to those totals. The KV capacity is
+read from the engine's ``shoal_engine_kv_cache_total_blocks``; the start-up is the engine's seconds until
+``/ready`` on the same clock. Prints each run's measured and fitted seconds, and writes the profile JSON.
 
     .venv/bin/python bench/simulate_calibrate.py --out shoal/simulate/profiles/smollm2-135m-cpu.json
+    python bench/simulate_calibrate.py --device cuda --model DIR --name NAME --out NAME.json \
+        --max-num-seqs 256 --max-num-batched-tokens 8192 --kv-cache-bytes 16000000000
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from shoal.local import LocalProcess, metric, shoal_command
 from shoal.simulate.calibrate import observation, profile_from_bench
 
 BLOCK_SIZE = 16
+WARM_SEED = 1_000_000  # warm-up prompts are drawn apart from the measured runs' (seeds 0, 1, ...)
 IDLE_S = 3.0
-# (concurrency, prompt words, output tokens): prefill-heavy at three lengths, then decode at rising batch sizes.
-RUNS = (
+# (concurrency, prompt words, output tokens): prefill-heavy at several lengths, then decode at rising batch sizes;
+# a GPU's runs reach vLLM's default batch (256 sequences) and prompts of thousands of tokens.
+CPU_RUNS = (
     (1, 100, 24),
     (1, 300, 4),
     (1, 600, 4),
@@ -37,11 +41,33 @@ RUNS = (
     (8, 200, 16),
     (16, 100, 24),
 )
+GPU_RUNS = (
+    (1, 100, 32),
+    (1, 1000, 4),
+    (1, 3000, 4),
+    (1, 6000, 4),
+    (16, 100, 32),
+    (32, 1000, 8),
+    (64, 100, 32),
+    (128, 200, 32),
+    (256, 100, 32),
+)
 
 
 def run_once(
-    server: LocalProcess, model: str, concurrency: int, words: int, output: int, out: Path, idle_rate: float
+    server: LocalProcess,
+    model: str,
+    concurrency: int,
+    words: int,
+    output: int,
+    out: Path,
+    idle_rate: float | None,
+    seed: int,
 ) -> dict:
+    """One bench run; ``engine_s`` is its CPU seconds less ``idle_rate`` per second, or with None its wall seconds.
+
+    Each run draws its prompts with a seed of its own, so that no run finds another's prompts in the prefix cache.
+    """
     before, started = server.cpu_seconds(), time.perf_counter()
     subprocess.run(
         [
@@ -61,7 +87,7 @@ def run_once(
             "--output-len",
             str(output),
             "--seed",
-            str(words),
+            str(seed),
             "--no-progress",
             "--json",
             str(out),
@@ -70,19 +96,37 @@ def run_once(
         stdout=subprocess.DEVNULL,
     )
     record = json.loads(out.read_text())
-    record["engine_cpu_s"] = server.cpu_seconds() - before - idle_rate * (time.perf_counter() - started)
+    if idle_rate is None:
+        record["engine_s"] = record["summary"]["duration_s"]
+    else:
+        record["engine_s"] = server.cpu_seconds() - before - idle_rate * (time.perf_counter() - started)
     out.write_text(json.dumps(record))
     return record
 
 
-def measure(model: str, max_num_seqs: int, budget: int, out_dir: Path) -> tuple[list[dict], int, float]:
+def measure(
+    model: str,
+    max_num_seqs: int,
+    budget: int,
+    out_dir: Path,
+    device: str = "cpu",
+    kv_cache_bytes: int | None = None,
+    runs: tuple[tuple[int, int, int], ...] = CPU_RUNS,
+    attention_backend: str | None = None,
+) -> tuple[list[dict], int, float]:
+    """The runs' records, the KV capacity in tokens and the start-up: CPU seconds on the CPU, wall on a GPU."""
+    options = ["--device", device] + (["--threads", "1"] if device == "cpu" else [])
+    if kv_cache_bytes is not None:
+        options += ["--kv-cache-bytes", str(kv_cache_bytes)]
+    if attention_backend is not None:
+        options += ["--attention-backend", attention_backend]
+    started = time.perf_counter()
     server = LocalProcess(
         shoal_command(
             "serve",
             "--model",
             model,
-            "--threads",
-            "1",
+            *options,
             "--max-num-seqs",
             str(max_num_seqs),
             "--max-num-batched-tokens",
@@ -92,39 +136,91 @@ def measure(model: str, max_num_seqs: int, budget: int, out_dir: Path) -> tuple[
     )
     try:
         server.wait_ready(timeout=900)
-        startup = server.cpu_seconds()
+        startup = server.cpu_seconds() if device == "cpu" else time.perf_counter() - started
         kv_tokens = int(metric(server.url, "shoal_engine_kv_cache_total_blocks")) * BLOCK_SIZE
-        run_once(server, model, 2, 50, 8, out_dir / "warmup.json", 0.0)
-        before = server.cpu_seconds()
-        time.sleep(IDLE_S)
-        idle_rate = (server.cpu_seconds() - before) / IDLE_S
+        run_once(server, model, 2, 50, 8, out_dir / "warmup.json", 0.0, seed=WARM_SEED - 1)
+        idle_rate = None
+        if device == "cuda":
+            for i, (c, words, output) in enumerate(runs):  # Triton compiles a variant at each new batch shape
+                warm = out_dir / f"warm-c{c}-p{words}-o{output}.json"
+                run_once(server, model, c, words, output, warm, None, seed=WARM_SEED + i)
+        else:
+            before = server.cpu_seconds()
+            time.sleep(IDLE_S)
+            idle_rate = (server.cpu_seconds() - before) / IDLE_S
         records = [
-            run_once(server, model, c, words, output, out_dir / f"c{c}-p{words}-o{output}.json", idle_rate)
-            for c, words, output in RUNS
+            run_once(server, model, c, words, output, out_dir / f"c{c}-p{words}-o{output}.json", idle_rate, seed=i)
+            for i, (c, words, output) in enumerate(runs)
         ]
     finally:
         server.stop()
     return records, kv_tokens, startup
 
 
+def _hardware(device: str) -> str:
+    """The CPU's vector flags, or the GPU's name, for the profile's source."""
+    if device == "cuda":
+        import torch
+
+        return f"one {torch.cuda.get_device_name()}"
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    cpu = ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags) or "no avx2"
+    return f"{os.cpu_count()} cores ({cpu})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--max-num-seqs", type=int, default=16)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--kv-cache-bytes", type=int, default=None, help="the engine's default (512 MiB) if unset")
+    parser.add_argument("--attention-backend", default=None, choices=("torch", "triton"))
+    parser.add_argument(
+        "--startup",
+        type=float,
+        nargs=2,
+        default=None,
+        metavar=("MIN_S", "MAX_S"),
+        help="the profile's start-up range (a fleet's includes pulling and loading on a fresh node); default: the "
+        "measured start-up, twice",
+    )
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/shoal-calibrate"))
     parser.add_argument("--name", default="smollm2-135m-cpu")
+    parser.add_argument("--describe", default="", help="what the model is, for the profile's source")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    records, kv_tokens, startup = measure(args.model, args.max_num_seqs, args.max_num_batched_tokens, args.out_dir)
-    flags = set(Path("/proc/cpuinfo").read_text().split())
-    cpu = ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags) or "no avx2"
+    runs = CPU_RUNS if args.device == "cpu" else GPU_RUNS
+    records, kv_tokens, startup = measure(
+        args.model,
+        args.max_num_seqs,
+        args.max_num_batched_tokens,
+        args.out_dir,
+        args.device,
+        args.kv_cache_bytes,
+        runs,
+        args.attention_backend,
+    )
+    clock = (
+        "the engine's CPU seconds per run (the machine was shared)"
+        if args.device == "cpu"
+        else "each run's wall seconds (the GPU was this engine's alone)"
+    )
+    ready = f"{startup:.1f} {'CPU ' if args.device == 'cpu' else ''}s from starting shoal serve to /ready"
+    if args.startup:
+        startup_range = (args.startup[0], args.startup[1])
+        startup_note = f"start-up {args.startup[0]:g}-{args.startup[1]:g} s as given (this engine was ready {ready})"
+    else:
+        startup_range = (round(startup, 1), round(startup, 1))
+        startup_note = f"start-up as measured, {ready}"
+    backend = f" --attention-backend {args.attention_backend}" if args.attention_backend else ""
+    backend += f" --kv-cache-bytes {args.kv_cache_bytes}" if args.kv_cache_bytes else ""
     source = (
-        f"Measured here by bench/simulate_calibrate.py on {time.strftime('%Y-%m-%d')}: shoal serve --model "
-        f"{args.model} --threads 1 --max-num-seqs {args.max_num_seqs} --max-num-batched-tokens "
-        f"{args.max_num_batched_tokens}, {os.cpu_count()} cores ({cpu}); step times fitted to the engine's CPU "
-        "seconds per run (the machine was shared); start-up is the engine's CPU seconds to /ready."
+        f"Measured by bench/simulate_calibrate.py on {time.strftime('%Y-%m-%d')}: shoal serve --model "
+        f"{args.model} --device {args.device} --max-num-seqs {args.max_num_seqs} --max-num-batched-tokens "
+        f"{args.max_num_batched_tokens}{backend}, {_hardware(args.device)}{args.describe}; step times fitted to "
+        f"{clock}; {startup_note}."
     )
     profile = profile_from_bench(
         records,
@@ -133,10 +229,10 @@ def main() -> None:
         args.max_num_batched_tokens,
         args.max_num_seqs,
         kv_tokens,
-        (round(startup, 1), round(startup, 1)),
+        startup_range,
     )
     print(f"{'run':<22}{'steps':>7}{'prefill':>9}{'seq-steps':>10}{'measured s':>12}{'fitted s':>10}")
-    for record, (c, words, output) in zip(records, RUNS, strict=True):
+    for record, (c, words, output) in zip(records, runs, strict=True):
         features, seconds = observation(record, args.max_num_batched_tokens)
         steps, prefill, seq_steps, context, pairs = features
         step = profile.step
@@ -152,7 +248,7 @@ def main() -> None:
             f"{fitted:>10.2f}"
         )
     args.out.write_text(profile.to_json())
-    print(f"wrote {args.out}: {profile.step}; KV {kv_tokens} tokens; start-up {startup:.1f} CPU s")
+    print(f"wrote {args.out}: {profile.step}; KV {kv_tokens} tokens; start-up {startup:.1f} s")
 
 
 if __name__ == "__main__":

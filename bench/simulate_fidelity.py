@@ -494,7 +494,7 @@ def calibrate(model: str, out_dir: Path) -> tuple[EngineProfile, float, dict[str
     budget = 2048
     out_dir.mkdir(parents=True, exist_ok=True)
     records, kv_tokens, startup_cpu = measure(model, CALIBRATION_MAX_SEQS, budget, out_dir)
-    cpu = sum(float(r["engine_cpu_s"]) for r in records)
+    cpu = sum(float(r["engine_s"]) for r in records)
     wall = sum(float(r["summary"]["duration_s"]) for r in records)
     source = (
         f"bench/simulate_fidelity.py calibration on {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} "

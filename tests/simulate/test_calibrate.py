@@ -13,22 +13,22 @@ TRUE = StepCost(
 BUDGET = 2048
 
 
-def _record(concurrency: int, prompt: int, output: int, cpu_s: float | None = None) -> dict:
+def _record(concurrency: int, prompt: int, output: int, engine_s: float | None = None) -> dict:
     record = {
         "config": {"concurrency": concurrency},
         "results": [{"success": True, "prompt_tokens": prompt, "output_tokens": output}] * concurrency,
     }
-    if cpu_s is None:
-        features, _ = observation({**record, "engine_cpu_s": 1.0}, BUDGET)
+    if engine_s is None:
+        features, _ = observation({**record, "engine_s": 1.0}, BUDGET)
         steps, prefill, seq_steps, context, pairs = features
-        cpu_s = (
+        engine_s = (
             TRUE.base_s * steps
             + TRUE.per_prefill_token_s * prefill
             + TRUE.per_decode_seq_s * seq_steps
             + TRUE.per_context_token_s * context
             + TRUE.per_prefill_attention_s * pairs
         )
-    return {**record, "engine_cpu_s": cpu_s}
+    return {**record, "engine_s": engine_s}
 
 
 def test_a_fit_of_exact_runs_recovers_the_coefficients() -> None:
@@ -46,5 +46,5 @@ def test_a_run_with_a_failed_request_or_too_few_runs_is_refused() -> None:
         observation(broken, BUDGET)
     with pytest.raises(ProfileError, match="at least 5 runs"):
         profile_from_bench([_record(1, 100, 8)] * 3, "fit", "tests", BUDGET, 1, 1000, (1.0, 1.0))
-    with pytest.raises(ProfileError, match="engine_cpu_s"):
+    with pytest.raises(ProfileError, match="engine_s"):
         observation({"config": {"concurrency": 1}, "results": []}, BUDGET)
