@@ -125,9 +125,11 @@ def choose_quantization(
     return Choice(requested, "asked for (--quantization)")
 
 
-def choose_threads(requested: int | None, cores: int) -> Choice:
+def choose_threads(requested: int | None, cores: int, device: str = "cpu") -> Choice:
     """torch's intra-op threads for a server: ``--threads``, else every CPU for small decode steps while that is
     measured faster and one fewer for the rest, whose streams keep the HTTP event loop busy (``StepThreads``).
+    On CUDA the GPU runs the steps and their time does not depend on the CPU thread count (on an H100 the
+    per-step choice switched counts on timings that differed only by noise): one fewer than the CPUs, fixed.
 
     torch's OpenMP workers spin at a barrier after every op; when they share every core with the event loop
     (and the step thread's own Python), each of a decode step's ~600 small ops can wait for a descheduled
@@ -142,6 +144,8 @@ def choose_threads(requested: int | None, cores: int) -> Choice:
         if requested > cores:
             warning = f"--threads {requested} exceeds the {cores} CPUs this process may use: threads will contend"
         return Choice(str(requested), "asked for (--threads)", warning)
+    if cores >= 2 and device == "cuda":
+        return Choice(str(cores - 1), f"{cores} CPUs, steps on the GPU: one left to the event loop")
     if cores >= 2:
         return Choice(
             f"{cores - 1}-{cores}",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shoal.cpu_features import REPORTED_FLAGS, parse_cpuinfo
+from shoal.cpu_features import REPORTED_FLAGS, cpu_info, parse_cpuinfo
 from shoal.engine.hardware import choose_device, choose_dtype, choose_quantization, choose_threads
 
 AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"})  # a laptop or a cloud VM without AVX-512
@@ -123,6 +124,22 @@ def test_threads_default_to_a_per_step_choice_and_warn_above_the_cores() -> None
     assert choose_threads(2, 2).warning is None
     with pytest.raises(ValueError, match="--threads"):
         choose_threads(0, 2)
+
+
+def test_on_cuda_the_thread_count_is_fixed_and_no_per_step_policy_times_gpu_steps() -> None:
+    from shoal.engine.server.serve_main import set_threads
+
+    assert choose_threads(None, 16, "cuda").value == "15"
+    assert choose_threads(None, 1, "cuda").value == "1"
+    assert choose_threads(3, 16, "cuda").value == "3"
+    before = torch.get_num_threads()
+    try:
+        cores = cpu_info().cores
+        assert set_threads(None, "cuda") is None
+        assert torch.get_num_threads() == max(1, cores - 1)
+        assert (set_threads(None, "cpu") is not None) == (cores >= 2)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_cpuinfo_parsing_reads_model_and_flags() -> None:

@@ -93,14 +93,15 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     )
 
 
-def set_threads(requested: int | None) -> StepThreads | None:
-    """torch's intra-op thread count: ``--threads``, or a ``StepThreads`` policy that picks it for each step."""
+def set_threads(requested: int | None, device: str = "cpu") -> StepThreads | None:
+    """torch's intra-op thread count: ``--threads``, or on the CPU a ``StepThreads`` policy that picks it for each
+    step (``choose_threads`` says why not on CUDA)."""
     cores = cpu_info().cores
-    threads = choose_threads(requested, cores)
+    threads = choose_threads(requested, cores, device)
     if threads.warning:
         log.warning("%s", threads.warning)
     log.info("torch threads %s (%s)", threads.value, threads.reason)
-    policy = StepThreads(cores) if requested is None and cores >= 2 else None
+    policy = StepThreads(cores) if requested is None and cores >= 2 and device == "cpu" else None
     torch.set_num_threads(policy.fewer if policy is not None else int(threads.value))
     return policy
 
@@ -110,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
         config = engine_config(args)
-        step_threads = set_threads(args.threads)
         source = resolve_model(args.model)  # a wrong name fails now, not after the server is up
-        plan_hardware(config, source)  # so does --device cuda without a GPU, or an impossible --quantization
+        plan = plan_hardware(config, source)  # so does --device cuda without a GPU, or an impossible --quantization
+        step_threads = set_threads(args.threads, plan.device)
     except (ModelNotFoundError, ValueError) as exc:
         log.error("%s", exc)
         return 2
