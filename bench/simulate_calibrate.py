@@ -141,7 +141,7 @@ def measure(
         run_once(server, model, 2, 50, 8, out_dir / "warmup.json", 0.0, seed=WARM_SEED - 1)
         idle_rate = None
         if device == "cuda":
-            for i, (c, words, output) in enumerate(runs):  # Triton compiles a variant at each new batch shape
+            for i, (c, words, output) in enumerate(dict.fromkeys(runs)):  # Triton compiles per new batch shape
                 warm = out_dir / f"warm-c{c}-p{words}-o{output}.json"
                 run_once(server, model, c, words, output, warm, None, seed=WARM_SEED + i)
         else:
@@ -149,7 +149,9 @@ def measure(
             time.sleep(IDLE_S)
             idle_rate = (server.cpu_seconds() - before) / IDLE_S
         records = [
-            run_once(server, model, c, words, output, out_dir / f"c{c}-p{words}-o{output}.json", idle_rate, seed=i)
+            run_once(
+                server, model, c, words, output, out_dir / f"{i:02d}-c{c}-p{words}-o{output}.json", idle_rate, seed=i
+            )
             for i, (c, words, output) in enumerate(runs)
         ]
     finally:
@@ -189,9 +191,10 @@ def main() -> None:
     parser.add_argument("--name", default="smollm2-135m-cpu")
     parser.add_argument("--describe", default="", help="what the model is, for the profile's source")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=1, help="measure every run this many times (new prompts each)")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    runs = CPU_RUNS if args.device == "cpu" else GPU_RUNS
+    runs = (CPU_RUNS if args.device == "cpu" else GPU_RUNS) * args.repeats
     records, kv_tokens, startup = measure(
         args.model,
         args.max_num_seqs,
@@ -216,11 +219,14 @@ def main() -> None:
         startup_note = f"start-up as measured, {ready}"
     backend = f" --attention-backend {args.attention_backend}" if args.attention_backend else ""
     backend += f" --kv-cache-bytes {args.kv_cache_bytes}" if args.kv_cache_bytes else ""
+    repeats = (
+        f", each of the {len(runs) // args.repeats} runs measured {args.repeats} times" if args.repeats > 1 else ""
+    )
     source = (
         f"Measured by bench/simulate_calibrate.py on {time.strftime('%Y-%m-%d')}: shoal serve --model "
         f"{args.model} --device {args.device} --max-num-seqs {args.max_num_seqs} --max-num-batched-tokens "
         f"{args.max_num_batched_tokens}{backend}, {_hardware(args.device)}{args.describe}; step times fitted to "
-        f"{clock}; {startup_note}."
+        f"{clock}{repeats}; {startup_note}."
     )
     profile = profile_from_bench(
         records,
