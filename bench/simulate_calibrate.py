@@ -104,22 +104,27 @@ def run_once(
     return record
 
 
+def serve_options(device: str, kv_cache_bytes: int | None = None, attention_backend: str | None = None) -> list[str]:
+    """``shoal serve``'s options besides the model and the batch caps: one torch thread on the CPU, as calibrated."""
+    options = ["--device", device] + (["--threads", "1"] if device == "cpu" else [])
+    if kv_cache_bytes is not None:
+        options += ["--kv-cache-bytes", str(kv_cache_bytes)]
+    if attention_backend is not None:
+        options += ["--attention-backend", attention_backend]
+    return options
+
+
 def measure(
     model: str,
     max_num_seqs: int,
     budget: int,
     out_dir: Path,
     device: str = "cpu",
-    kv_cache_bytes: int | None = None,
+    options: list[str] | None = None,
     runs: tuple[tuple[int, int, int], ...] = CPU_RUNS,
-    attention_backend: str | None = None,
 ) -> tuple[list[dict], int, float]:
     """The runs' records, the KV capacity in tokens and the start-up: CPU seconds on the CPU, wall on a GPU."""
-    options = ["--device", device] + (["--threads", "1"] if device == "cpu" else [])
-    if kv_cache_bytes is not None:
-        options += ["--kv-cache-bytes", str(kv_cache_bytes)]
-    if attention_backend is not None:
-        options += ["--attention-backend", attention_backend]
+    options = serve_options(device) if options is None else options
     started = time.perf_counter()
     server = LocalProcess(
         shoal_command(
@@ -195,15 +200,9 @@ def main() -> None:
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     runs = (CPU_RUNS if args.device == "cpu" else GPU_RUNS) * args.repeats
+    options = serve_options(args.device, args.kv_cache_bytes, args.attention_backend)
     records, kv_tokens, startup = measure(
-        args.model,
-        args.max_num_seqs,
-        args.max_num_batched_tokens,
-        args.out_dir,
-        args.device,
-        args.kv_cache_bytes,
-        runs,
-        args.attention_backend,
+        args.model, args.max_num_seqs, args.max_num_batched_tokens, args.out_dir, args.device, options, runs
     )
     clock = (
         "the engine's CPU seconds per run (the machine was shared)"
@@ -217,15 +216,13 @@ def main() -> None:
     else:
         startup_range = (round(startup, 1), round(startup, 1))
         startup_note = f"start-up as measured, {ready}"
-    backend = f" --attention-backend {args.attention_backend}" if args.attention_backend else ""
-    backend += f" --kv-cache-bytes {args.kv_cache_bytes}" if args.kv_cache_bytes else ""
     repeats = (
         f", each of the {len(runs) // args.repeats} runs measured {args.repeats} times" if args.repeats > 1 else ""
     )
     source = (
         f"Measured by bench/simulate_calibrate.py on {time.strftime('%Y-%m-%d')}: shoal serve --model "
-        f"{args.model} --device {args.device} --max-num-seqs {args.max_num_seqs} --max-num-batched-tokens "
-        f"{args.max_num_batched_tokens}{backend}, {_hardware(args.device)}{args.describe}; step times fitted to "
+        f"{args.model} {' '.join(options)} --max-num-seqs {args.max_num_seqs} --max-num-batched-tokens "
+        f"{args.max_num_batched_tokens}, {_hardware(args.device)}{args.describe}; step times fitted to "
         f"{clock}{repeats}; {startup_note}."
     )
     profile = profile_from_bench(
