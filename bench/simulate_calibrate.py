@@ -114,6 +114,18 @@ def serve_options(device: str, kv_cache_bytes: int | None = None, attention_back
     return options
 
 
+def start_engine(model: str, max_num_seqs: int, budget: int, options: list[str], log: Path) -> LocalProcess:
+    """``shoal serve`` of ``model`` with the batch caps and ``options`` (``serve_options``), not yet ready."""
+    return LocalProcess(
+        shoal_command(
+            "serve",
+            *("--model", model, *options),
+            *("--max-num-seqs", str(max_num_seqs), "--max-num-batched-tokens", str(budget)),
+        ),
+        log,
+    )
+
+
 def measure(
     model: str,
     max_num_seqs: int,
@@ -126,19 +138,7 @@ def measure(
     """The runs' records, the KV capacity in tokens and the start-up: CPU seconds on the CPU, wall on a GPU."""
     options = serve_options(device) if options is None else options
     started = time.perf_counter()
-    server = LocalProcess(
-        shoal_command(
-            "serve",
-            "--model",
-            model,
-            *options,
-            "--max-num-seqs",
-            str(max_num_seqs),
-            "--max-num-batched-tokens",
-            str(budget),
-        ),
-        out_dir / "serve.log",
-    )
+    server = start_engine(model, max_num_seqs, budget, options, out_dir / "serve.log")
     try:
         server.wait_ready(timeout=900)
         startup = server.cpu_seconds() if device == "cpu" else time.perf_counter() - started

@@ -22,12 +22,12 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from simulate_calibrate import serve_options
+from simulate_calibrate import serve_options, start_engine
 
 from shoal.autoscale.baselines import FixedForPeak
 from shoal.bench.arrivals import arrival_gaps
 from shoal.gateway.routing import make_policy
-from shoal.local import LocalProcess, shoal_command
+from shoal.local import shoal_command
 from shoal.simulate.profile import EngineProfile, load_profile
 from shoal.simulate.simulator import SimConfig, simulate
 from shoal.simulate.trace import Trace, make_trace
@@ -36,19 +36,9 @@ from shoal.simulate.trace import Trace, make_trace
 def measure(args: argparse.Namespace) -> None:
     """One engine, then one bench run per rate against it (the first run also warms every batch shape up)."""
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    server = LocalProcess(
-        shoal_command(
-            "serve",
-            "--model",
-            args.model,
-            *serve_options(args.device, args.kv_cache_bytes),
-            "--max-num-seqs",
-            str(args.max_num_seqs),
-            "--max-num-batched-tokens",
-            str(args.max_num_batched_tokens),
-        ),
-        args.out_dir / "serve.log",
-    )
+    options = serve_options(args.device, args.kv_cache_bytes)
+    log = args.out_dir / "serve.log"
+    server = start_engine(args.model, args.max_num_seqs, args.max_num_batched_tokens, options, log)
     try:
         server.wait_ready(timeout=900)
         for i, rate in enumerate([args.rates[-1], *args.rates]):
