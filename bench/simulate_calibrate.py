@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
+from shoal.cpu_features import cpu_info
 from shoal.local import LocalProcess, metric, shoal_command
 from shoal.simulate.calibrate import observation, profile_from_bench
 
@@ -165,14 +165,12 @@ def measure(
 
 
 def _hardware(device: str) -> str:
-    """The CPU's vector flags, or the GPU's name, for the profile's source."""
+    """The CPU (model, cores and vector flags), or the GPU's name, for the profile's source."""
     if device == "cuda":
         import torch
 
         return f"one {torch.cuda.get_device_name()}"
-    flags = set(Path("/proc/cpuinfo").read_text().split())
-    cpu = ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags) or "no avx2"
-    return f"{os.cpu_count()} cores ({cpu})"
+    return cpu_info().summary()
 
 
 def main() -> None:

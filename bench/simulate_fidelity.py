@@ -51,6 +51,7 @@ from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.shoal_policy import ShoalPolicy
 from shoal.bench.client import RequestResult, send_request
 from shoal.bench.datasets import BenchRequest, random_dataset
+from shoal.cpu_features import cpu_info
 from shoal.gateway.routing import make_policy
 from shoal.local import LocalProcess, shoal_command
 from shoal.local.autoscaler import LocalAutoscaler
@@ -482,11 +483,6 @@ def format_side_by_side(report: dict[str, object]) -> str:
 
 
 # -- the run -----------------------------------------------------------------------------------------------------
-def cpu_flags() -> str:
-    flags = set(Path("/proc/cpuinfo").read_text().split())
-    return " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags) or "no avx2"
-
-
 def calibrate(model: str, out_dir: Path) -> tuple[EngineProfile, float, dict[str, float]]:
     """The CPU-seconds profile and the slowdown (wall over CPU seconds of the same runs, at least 1)."""
     from shoal.simulate.calibrate import profile_from_bench
@@ -497,8 +493,8 @@ def calibrate(model: str, out_dir: Path) -> tuple[EngineProfile, float, dict[str
     cpu = sum(float(r["engine_s"]) for r in records)
     wall = sum(float(r["summary"]["duration_s"]) for r in records)
     source = (
-        f"bench/simulate_fidelity.py calibration on {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} "
-        f"cores ({cpu_flags()}), load average {os.getloadavg()[0]:.1f}"
+        f"bench/simulate_fidelity.py calibration on {time.strftime('%Y-%m-%d %H:%M')} UTC, "
+        f"{cpu_info().summary()}, load average {os.getloadavg()[0]:.1f}"
     )
     profile = profile_from_bench(
         records, f"{model}-now", source, budget, CALIBRATION_MAX_SEQS, kv_tokens, (startup_cpu, startup_cpu)
@@ -542,7 +538,7 @@ def main() -> None:
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
-    print(f"CPU: {os.cpu_count()} cores, {cpu_flags()}; load average {load_before[0]:.1f}", flush=True)
+    print(f"CPU: {cpu_info().summary()}; load average {load_before[0]:.1f}", flush=True)
 
     print("1. calibrating one engine now ...", flush=True)
     profile, slowdown, calibration = calibrate(args.model, out / "calibration")
@@ -660,8 +656,7 @@ def main() -> None:
     )
     document = {
         "command": " ".join(sys.argv),
-        "cpu_flags": cpu_flags(),
-        "cores": os.cpu_count(),
+        "cpu": cpu_info().summary(),
         "load_average": {"before": load_before, "after": load_after, "during": watch.load},
         "calibration": {**calibration, "slowdown": slowdown, "profile": json.loads(profile.to_json())},
         "trace": {"path": str(trace_path), "requests": len(trace), "phases": [asdict(p) for p in phases]},

@@ -12,7 +12,7 @@ Several ``--seed`` values print one line per seed and how many met each target.
 
     .venv/bin/python bench/simulate_routing.py
     .venv/bin/python bench/simulate_routing.py --max-num-seqs 4 --max-num-batched-tokens 512 --requests 64 \
-        --prefix-len 385 --suffix-len 60 --seed $(seq 0 59)
+        --prefix-len 385 --suffix-len 60 --seed $(seq 0 59) [--equal-groups]
 """
 
 from __future__ import annotations
@@ -30,11 +30,20 @@ from shoal.simulate.trace import Trace, make_trace
 
 
 def chats(
-    requests: int, groups: int, prefix_len: int, suffix_len: int, output_len: int, rate: float, seed: int
+    requests: int,
+    groups: int,
+    prefix_len: int,
+    suffix_len: int,
+    output_len: int,
+    rate: float,
+    seed: int,
+    equal_groups: bool = False,
 ) -> Trace:
+    """Poisson arrivals of chats, each in a random group (``equal_groups``: every group the same number, shuffled,
+    as the gateway benchmark's closed loop sends them)."""
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0 / rate, requests))
-    group = rng.integers(0, groups, requests)
+    group = rng.permutation(np.arange(requests) % groups) if equal_groups else rng.integers(0, groups, requests)
     suffix = rng.integers(suffix_len // 2, suffix_len * 3 // 2 + 1, requests)
     output = rng.integers(output_len // 2, output_len * 3 // 2 + 1, requests)
     return make_trace("chats", arrival, prefix_len + suffix, output, group, np.full(requests, prefix_len))
@@ -49,6 +58,11 @@ def main() -> None:
     parser.add_argument("--prefix-len", type=int, default=450)
     parser.add_argument("--suffix-len", type=int, default=40)
     parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument(
+        "--equal-groups",
+        action="store_true",
+        help="every group the same size (default: each request's group at random)",
+    )
     parser.add_argument("--in-flight", type=float, default=8.0, help="requests in the fleet on average")
     parser.add_argument("--rate", type=float, help="arrivals per second instead of the rate found for --in-flight")
     parser.add_argument("--max-num-seqs", type=int, help="the engines' limit (default: the profile's)")
@@ -100,7 +114,9 @@ def measure(args: argparse.Namespace, profile: EngineProfile, seed: int) -> tupl
         return float(np.nansum(spent) / (np.nanmax(result.finish) - result.arrival[0]))
 
     def trace_at(rate: float) -> Trace:
-        return chats(args.requests, args.groups, args.prefix_len, args.suffix_len, args.output_len, rate, seed)
+        return chats(
+            args.requests, args.groups, args.prefix_len, args.suffix_len, args.output_len, rate, seed, args.equal_groups
+        )
 
     rate = args.rate or 1.0
     for _ in range(0 if args.rate else 12):

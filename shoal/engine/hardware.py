@@ -144,12 +144,17 @@ def choose_threads(requested: int | None, cores: int, device: str = "cpu") -> Ch
         if requested > cores:
             warning = f"--threads {requested} exceeds the {cores} CPUs this process may use: threads will contend"
         return Choice(str(requested), "asked for (--threads)", warning)
-    if cores >= 2 and device == "cuda":
-        return Choice(str(cores - 1), f"{cores} CPUs, steps on the GPU: one left to the event loop")
-    if cores >= 2:
+    if threads_per_step(requested, cores, device):
         return Choice(
             f"{cores - 1}-{cores}",
             f"{cores} CPUs: steps of up to {SMALL_ROWS} decoding sequences on all of them while measured faster, "
             "the rest on one fewer, left to the event loop",
         )
+    if cores >= 2:
+        return Choice(str(cores - 1), f"{cores} CPUs, steps on the GPU: one left to the event loop")
     return Choice("1", "1 CPU")
+
+
+def threads_per_step(requested: int | None, cores: int, device: str) -> bool:
+    """Whether the thread count is picked per step (``StepThreads``): on a CPU of 2+ cores, with no ``--threads``."""
+    return requested is None and cores >= 2 and device == "cpu"

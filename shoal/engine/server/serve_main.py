@@ -24,7 +24,7 @@ from shoal.engine.core.engine_core import EngineCore
 from shoal.engine.core.hardware_plan import plan_hardware
 from shoal.engine.core.heap import load_then_freeze
 from shoal.engine.core.step_threads import StepThreads
-from shoal.engine.hardware import choose_threads
+from shoal.engine.hardware import choose_threads, threads_per_step
 from shoal.engine.server.app import ServerSettings, build_app
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.kv_event_hub import KVEventHub
@@ -101,7 +101,7 @@ def set_threads(requested: int | None, device: str = "cpu") -> StepThreads | Non
     if threads.warning:
         log.warning("%s", threads.warning)
     log.info("torch threads %s (%s)", threads.value, threads.reason)
-    policy = StepThreads(cores) if requested is None and cores >= 2 and device == "cpu" else None
+    policy = StepThreads(cores) if threads_per_step(requested, cores, device) else None
     torch.set_num_threads(policy.fewer if policy is not None else int(threads.value))
     return policy
 
