@@ -9,8 +9,9 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    (``HoldMissingMetrics``); a firing alert is then the only evidence and adds one replica (``ScaleUpAlert``).
 4. **Up, fast.** Three estimates of the replicas needed, the largest wins: queue depth per ready replica over
    target on every observation of the last 6 s, the panic window (``ScaleUpQueue``: ``ready * queue / target``,
-   or with a known capacity the demand plus the backlog worked off over a minute, or before that at the rate per
-   replica the fleet has served without its queue growing, a lower bound of the capacity), TTFT P95 over target
+   or with a known capacity the demand plus the backlog worked off over a replica start-up as the fleet has seen
+   them (:mod:`shoal.autoscale.startup`, at least a minute), or before that at the rate per replica the fleet
+   has served without its queue growing, a lower bound of the capacity), TTFT P95 over target
    while every ready replica has requests waiting (``ScaleUpTTFT``: one more replica, or the demand sizing when
    capacity is known; a latency window still remembering a breach already answered must not multiply the fleet,
    and without queues a slow first token is not a lack of replicas), and the demand over the learned capacity
@@ -44,7 +45,7 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
 8. **Idle to zero.** With ``min: 0``, a fleet with nothing arriving, queued or running for a whole scale-down
    window goes to zero (``ScaleToZero``).
 
-The object keeps only bounded state (two window deques, the capacity estimate), reads time only from
+The object keeps only bounded state (window deques, the capacity estimate, the last start-ups), reads time only from
 ``signals.time`` and does no I/O, so the operator, ``shoal up`` and the simulator run exactly this code.
 """
 
@@ -57,13 +58,15 @@ from shoal.autoscale.config import AutoscalingConfig
 from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.load import FleetLoad, fleet_load
 from shoal.autoscale.signals import FleetSignals
+from shoal.autoscale.startup import StartupTimes
 from shoal.autoscale.window import WindowExtreme
 
 # consolidation check before the capacity is known: survivors' KV usage and TTFT must stay this far from trouble
 _CONSOLIDATE_KV_USAGE = 0.8
 _CONSOLIDATE_TTFT_SHARE = 0.5
-# a queue that piled up is sized to drain over about one replica start-up, not at once: replicas asked for now
-# arrive only after loading, by when a fleet sized to the arrival rate has worked most of the backlog off
+# a queue that piled up is sized to drain over a replica start-up as this fleet's replicas took it (the median
+# seen), never under a minute: replicas asked for now arrive only after loading, by when a fleet sized to the
+# arrival rate has worked most of the backlog off
 _BACKLOG_DRAIN_SECONDS = 60.0
 # Knative's panic window: long enough that one noisy observation of the queue does not add replicas, short enough
 # to act within seconds of a step
@@ -88,12 +91,14 @@ class ShoalPolicy:
         self._panic = WindowExtreme(_PANIC_SECONDS, largest=False)
         self._burst_demand, self._burst_until = 0.0, -math.inf
         self._consolidated: tuple[float, int, float] | None = None  # (time, survivors, arrival) of the last one
+        self.startups = StartupTimes()
 
     def decide(self, signals: FleetSignals) -> ScalingDecision:
         now = signals.time
         if self._since is None:
             self._since = now
         load = fleet_load(signals, self.config.startup_timeout_seconds)
+        self.startups.observe(signals.replicas)
         values: dict[str, float | None] = {
             "desired": float(signals.desired),
             "ready": float(load.ready),
@@ -108,6 +113,7 @@ class ShoalPolicy:
             "arrival_rate": signals.arrival_rate,
             "held_requests": float(signals.held_requests),
             "capacity_per_replica": self.capacity.per_replica,
+            "startup_seconds": self.startups.typical,
         }
         target, rule, message, recommended = self._evaluate(signals, load, values)
         if recommended is not None:
@@ -177,6 +183,7 @@ class ShoalPolicy:
         ttft, arrival = signals.ttft_p95_seconds, signals.arrival_rate
         queue = load.queue_per_ready
         loading = self._loading(signals, load)
+        drain_s = max(_BACKLOG_DRAIN_SECONDS, self.startups.typical or 0.0)
         # a breach counts once it has lasted the panic window (the queue over target on every observation of it),
         # or at once under a firing alert, which is evidence enough
         lasting = self._panic.add(now, queue)
@@ -210,19 +217,16 @@ class ShoalPolicy:
                 if queue_breach
                 else f"TTFT P95 {ttft:.3g}s > target {cfg.ttft_p95_seconds:.3g}s with {load.waiting:.3g} waiting"
             )
-            backlog = load.waiting / _BACKLOG_DRAIN_SECONDS
+            backlog = load.waiting / drain_s
             floor = self.capacity.floor
             if sized is not None and capacity is not None and demand is not None:
                 need = math.ceil((demand + backlog) / (capacity * cfg.target_utilization)) + load.stuck
-                why += (
-                    f"; {demand:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s"
-                    f" at {capacity:.3g} req/s each"
-                )
+                why += f"; {demand:.3g} req/s plus the backlog over {drain_s:.0f}s at {capacity:.3g} req/s each"
                 panic = True
             elif queue_breach and floor is not None and arrival is not None:
                 need = math.ceil((arrival + backlog) / floor) + load.stuck
                 why += (
-                    f"; {arrival:.3g} req/s plus the backlog over {_BACKLOG_DRAIN_SECONDS:.0f}s at the"
+                    f"; {arrival:.3g} req/s plus the backlog over {drain_s:.0f}s at the"
                     f" {floor:.3g} req/s each the fleet served without a queue"
                 )
                 panic = True
@@ -266,7 +270,7 @@ class ShoalPolicy:
                     f"but {current - load.ready} replicas are on their way"
                 )
                 return current, "HoldStarting", message, current
-            message = f"holding {current}: {why}, and {current} replicas drain it within {_BACKLOG_DRAIN_SECONDS:.0f}s"
+            message = f"holding {current}: {why}, and {current} replicas drain it within {drain_s:.0f}s"
             return current, "HoldDraining", message, current
         if remembered and sized is not None and sized > usable * (1 + cfg.tolerance):
             message = (

@@ -169,6 +169,24 @@ def test_a_queue_breach_is_sized_on_the_rate_served_without_a_queue_before_capac
     assert "served without a queue" in decision.message and "panic" in decision.message
 
 
+def test_a_backlog_is_worked_off_over_the_start_up_the_fleet_has_seen() -> None:
+    """Replicas asked for now serve only once loaded. Where one took 180 s from starting to ready, a queue of 480
+    on 2 replicas serving at least 4 req/s each, with 30 req/s arriving, needs (30 + 480 / 180) / 4 -> 9; a
+    fleet that has seen no start-up works it off over a minute: (30 + 480 / 60) / 4 -> 10."""
+    seen = ShoalPolicy(AutoscalingConfig(max_replicas=40))
+    seen.decide(FleetSignals(-400.0, desired=1, replicas=(ReplicaSignals("n", "starting", -400.0),)))
+    seen.decide(FleetSignals(-220.0, desired=1, replicas=(ReplicaSignals("n", "ready", -220.0),)))
+    fresh = ShoalPolicy(AutoscalingConfig(max_replicas=40))
+    for policy, replicas, drain in ((fresh, 10, 60), (seen, 9, 180)):
+        for t in range(30):
+            policy.decide(observe(float(t), desired=2, running=4.0, arrival=10.0))
+        policy.decide(observe(30.0, desired=2, waiting=480.0, running=8.0, arrival=30.0))
+        decision = policy.decide(observe(36.0, desired=2, waiting=480.0, running=8.0, arrival=30.0))
+        assert (decision.replicas, decision.rule) == (replicas, "ScaleUpQueue"), decision
+        assert f"plus the backlog over {drain}s" in decision.message
+        assert decision.values["startup_seconds"] == (None if policy is fresh else 180.0)
+
+
 def test_a_full_batch_whose_queue_keeps_its_size_is_a_lower_bound_not_the_capacity() -> None:
     """One request waiting on every replica at every look, served as fast as it arrives: the replicas kept up,
     which says nothing of how much more they could serve (the Azure conv trace's second replica)."""

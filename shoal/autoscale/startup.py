@@ -1,0 +1,40 @@
+"""How long a replica takes here from asked for to serving, learned from the fleet's own replicas.
+
+A replica asked for now works nothing off until it has loaded: 60-300 s for a GPU model (vLLM users report
+minutes), seconds for a small model on a laptop. The policy sizes a queue that piled up to be worked off over
+that time, so it reads the time off what it sees: a replica seen starting since ``t0`` and later seen ready
+since ``t1`` took ``t1 - t0``. Pure state over the signals the policy already gets; no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Iterable
+
+from shoal.autoscale.signals import ReplicaSignals
+
+
+class StartupTimes:
+    """The last ``keep`` start-ups seen (start to ready, in seconds) and their median."""
+
+    __slots__ = ("_seen", "_starting")
+
+    def __init__(self, keep: int = 16) -> None:
+        self._starting: dict[str, float] = {}  # replica name -> since when it was last seen starting
+        self._seen: deque[float] = deque(maxlen=keep)
+
+    def observe(self, replicas: Iterable[ReplicaSignals]) -> None:
+        """Records each replica seen starting before and ready now; forgets replicas no longer starting."""
+        starting: dict[str, float] = {}
+        for replica in replicas:
+            if replica.phase == "starting":
+                starting[replica.name] = replica.since
+            elif replica.phase == "ready" and replica.name in self._starting:
+                self._seen.append(max(replica.since - self._starting[replica.name], 0.0))
+        self._starting = starting
+
+    @property
+    def typical(self) -> float | None:
+        """The median start-up seen (robust to one slow image pull), None before any replica has started."""
+        return statistics.median(self._seen) if self._seen else None
