@@ -35,6 +35,17 @@ def test_a_replica_gone_while_starting_is_forgotten_and_a_restart_counts_from_it
     assert times.typical == 60.0
 
 
+def test_a_replica_that_served_and_turns_unready_again_is_not_a_start_up() -> None:
+    """The operator reports an unready pod as starting since its creation: a container restart an hour in must
+    not count as an hour-long start-up."""
+    times = StartupTimes()
+    times.observe([ReplicaSignals("p", "starting", 0.0)])
+    times.observe([ReplicaSignals("p", "ready", 120.0)])
+    times.observe([ReplicaSignals("p", "starting", 0.0)])  # restarted at 3,600 s, reported since its creation
+    times.observe([ReplicaSignals("p", "ready", 3660.0)])
+    assert times.typical == 120.0
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(0.0, 900.0), min_size=1, max_size=40), st.integers(1, 4))
 def test_typical_is_the_median_of_the_last_start_ups_seen(durations: list[float], together: int) -> None:
