@@ -1,14 +1,14 @@
-"""CPU time of one decode step at batch 1 (SmolLM2 by default), and where it goes: the single-stream cost.
+"""CPU time of one decode step (SmolLM2 by default, batch 1 unless ``--batch``), and where it goes.
 
-Builds the offline engine, prefills one request, then times ``--steps`` engine steps that each decode one
-token, in CPU seconds of this process (``time.process_time``: the work done, not the neighbours' load on a
+Builds the offline engine, prefills ``--batch`` requests (distinct prompts, no shared prefix), then times
+``--steps`` engine steps that each decode one token for every request, in CPU seconds of this process (``time.process_time``: the work done, not the neighbours' load on a
 shared machine) and wall seconds. ``--profile`` adds torch.profiler's table of the ops with the most CPU time
 and the share of the step spent outside matrix multiplications (the C kernel's calls show as ``shoal::q4_1`` and
 ``shoal::q8_0``). ``--kernel torch`` serves the int4 projections on torch's kernel instead of shoal's C kernel
 (``SHOAL_CPU_KERNEL=torch``), for a before/after in one run.
 
     .venv/bin/python bench/decode_step.py [--dtype auto] [--quantization auto] [--threads 1] [--kernel auto|torch]
-        [--profile]
+        [--batch 64] [--profile]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import time
+from typing import Any
 
 import torch
 
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=1, help="requests decoding together")
     parser.add_argument("--kernel", choices=("auto", "torch"), default="auto", help="the int4 projections' kernel")
     parser.add_argument("--profile", action="store_true", help="also print torch.profiler's top ops")
     args = parser.parse_args()
@@ -50,11 +52,16 @@ def main() -> None:
 
     from shoal.engine import LLM, SamplingParams
 
-    llm = LLM(args.model, dtype=args.dtype, quantization=args.quantization)
+    llm = LLM(args.model, dtype=args.dtype, quantization=args.quantization, max_num_seqs=max(args.batch, 1))
     engine = llm.engine
-    prompt = list(range(100, 100 + args.prompt_len))
-    engine.add_request("r", prompt, SamplingParams(temperature=0.0, max_tokens=args.steps * 2 + 20, ignore_eos=True))
-    for _ in range(10):  # prefill and warm-up decodes
+    params = SamplingParams(temperature=0.0, max_tokens=args.steps * 2 + 20, ignore_eos=True)
+    for i in range(args.batch):
+        engine.add_request(f"r{i}", [100 + i, *range(200, 199 + args.prompt_len)], params)
+    while (
+        any(r.num_computed_tokens < r.num_prompt_tokens for r in engine.scheduler.running) or engine.scheduler.waiting
+    ):
+        engine.step()  # prefills
+    for _ in range(5):  # warm-up decodes
         engine.step()
     cpu, wall = time.process_time(), time.perf_counter()
     for _ in range(args.steps):
@@ -67,6 +74,7 @@ def main() -> None:
         "dtype": str(engine.dtype).removeprefix("torch."),
         "quantization": engine.quantization,
         "kernels": sorted({m.kind for m in engine.runner.model.modules() if isinstance(m, QuantizedLinear)}),
+        "batch": args.batch,
         "cpu_ms_per_step": round(cpu / args.steps * 1e3, 2),
         "wall_ms_per_step": round(wall / args.steps * 1e3, 2),
     }
@@ -89,8 +97,10 @@ def main() -> None:
 
 
 def _label_c_kernel_calls() -> None:
-    """The C kernel is a ctypes call, not a torch op: a ``record_function`` around it makes the profiler count it."""
+    """The C kernels are ctypes calls, not torch ops: a ``record_function`` around each makes the profiler count
+    them."""
     from shoal.kernels.cpu import QuantGemv
+    from shoal.kernels.cpu.paged_attention import PagedAttention
 
     call = QuantGemv._call
 
@@ -98,7 +108,14 @@ def _label_c_kernel_calls() -> None:
         with torch.profiler.record_function(f"shoal::{name}"):
             return call(self, kind, name, *args)
 
+    attend = PagedAttention.__call__
+
+    def labelled_attention(self: PagedAttention, *args: Any) -> torch.Tensor:
+        with torch.profiler.record_function("shoal::paged_attention"):
+            return attend(self, *args)
+
     QuantGemv._call = labelled  # type: ignore[method-assign]
+    PagedAttention.__call__ = labelled_attention  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

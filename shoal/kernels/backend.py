@@ -1,38 +1,50 @@
-"""Picks the kernel backend: Triton for an engine on a CUDA device, torch otherwise, unless told.
+"""Picks the kernel backend: Triton for an engine on a CUDA device, shoal's C attention kernel on a CPU.
 
 ``attention_backend`` (an engine option) or the ``SHOAL_ATTENTION_BACKEND`` environment variable force
-``"torch"`` or ``"triton"``. Triton's kernels compile for CUDA tensors only, so Triton on a CPU device works
-only under ``TRITON_INTERPRET=1`` (its CPU interpreter, for tests); asked for otherwise it is an error.
+``"torch"``, ``"cpu"`` or ``"triton"``. Triton's kernels compile for CUDA tensors only, so Triton on a CPU device
+works only under ``TRITON_INTERPRET=1`` (its CPU interpreter, for tests); asked for otherwise it is an error.
+``"cpu"`` builds its C kernel with the machine's compiler at first use (``shoal.kernels.cpu``); where it cannot
+(no compiler, a failed build, two OpenMP runtimes), the default serves on the torch path with one warning naming
+the cause, and an explicit ``"cpu"`` is an error naming it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from functools import cache
 
 import torch
 
+from shoal.kernels.cpu.library import KernelUnavailable
+from shoal.kernels.cpu.paged_attention import PagedAttention, load_paged_attention
 from shoal.kernels.ops import KernelOps
 from shoal.kernels.reference import TorchOps
 
-BACKENDS = ("torch", "triton")
+log = logging.getLogger(__name__)
+BACKENDS = ("torch", "cpu", "triton")
 ENV_VAR = "SHOAL_ATTENTION_BACKEND"
 
 
 def default_backend(device: str = "cpu") -> str:
-    """The backend used when nobody asks for one: Triton only where the tensors live on a CUDA device."""
+    """The backend used when nobody asks for one: Triton where the tensors live on a CUDA device, else the C
+    kernel's (which falls back to torch's, with a warning, where it cannot be built)."""
     forced = os.environ.get(ENV_VAR)
     if forced:
         return forced
-    return "triton" if device.startswith("cuda") else "torch"
+    return "triton" if device.startswith("cuda") else "cpu"
 
 
 def get_ops(name: str | None = None, device: str = "cpu") -> KernelOps:
     """Returns the ops of the named backend (or the default one for ``device``)."""
-    name = name or default_backend(device)
+    asked = name or os.environ.get(ENV_VAR)
+    name = asked or default_backend(device)
     if name not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {', '.join(BACKENDS)}, got {name!r}")
     if name == "torch":
         return TorchOps()
+    if name == "cpu":
+        return _cpu_ops(device, explicit=bool(asked))
     from shoal.kernels.triton.launch import INTERPRETED
     from shoal.kernels.triton_ops import TritonOps
 
@@ -44,3 +56,28 @@ def get_ops(name: str | None = None, device: str = "cpu") -> KernelOps:
             "interpreter"
         )
     return TritonOps()
+
+
+def _cpu_ops(device: str, explicit: bool) -> KernelOps:
+    from shoal.kernels.cpu_ops import CpuOps
+
+    if not device.startswith("cpu"):
+        raise ValueError(f"attention_backend 'cpu' (--attention-backend) runs on a CPU device, not {device!r}")
+    kernel = _paged_attention()
+    if isinstance(kernel, PagedAttention):
+        return CpuOps(kernel)
+    if explicit:
+        raise ValueError(
+            f"attention_backend 'cpu' (--attention-backend): shoal's C attention kernel is unavailable: {kernel}"
+        )
+    log.warning("attention: torch's gathered path, slower: shoal's C attention kernel is unavailable: %s", kernel)
+    return TorchOps()
+
+
+@cache
+def _paged_attention() -> PagedAttention | str:
+    """The kernel, built and loaded once per process, or why it cannot serve."""
+    try:
+        return load_paged_attention()
+    except KernelUnavailable as exc:
+        return str(exc)

@@ -21,7 +21,8 @@ import torch
 from shoal.cpu_features import cpu_info
 from shoal.kernels.cpu import KernelUnavailable, QuantGemv, load_quant_gemv, q4_1_layout, q8_0_layout
 from shoal.kernels.cpu.build import NATIVE_FLAGS, built_library
-from shoal.kernels.cpu.quant_gemv import SOURCE, openmp_runtimes
+from shoal.kernels.cpu.library import openmp_runtimes
+from shoal.kernels.cpu.quant_gemv import SOURCE
 
 FLOAT_MEAN, FLOAT_MAX = 1e-4, 5e-4  # of the reference output's standard deviation
 

@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--kv-cache-bytes", type=int, default=None)
     engine.add_argument("--max-model-len", type=int, default=None)
     engine.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
-    engine.add_argument("--attention-backend", default=None, choices=("torch", "triton"))
+    engine.add_argument("--attention-backend", default=None, choices=("torch", "cpu", "triton"))
     engine.add_argument("--seed", type=int, default=0)
     server = p.add_argument_group("server")
     server.add_argument(

@@ -8,10 +8,6 @@ in / 32, 8]`` fp16. The bytes are the GGUF file's (fp16 scales are half the byte
 activations per block of 32 (int8 codes, a scale, their sum) and multiplies in integers, with OpenMP over the
 tiles on ``torch.get_num_threads()`` threads: the step-threads policy sets that count per step. ctypes releases
 the GIL for the call, so the event loop runs meanwhile.
-
-torch's wheel ships its own ``libgomp.so.1``; the library asks for the same soname, so the dynamic loader
-hands it torch's copy and both share one OpenMP thread pool. ``load_quant_gemv`` checks that: two runtimes
-would each start a pool and oversubscribe the CPUs.
 """
 
 from __future__ import annotations
@@ -23,7 +19,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from shoal.kernels.cpu.build import NATIVE_FLAGS, BuildError, built_library
+from shoal.kernels.cpu.build import NATIVE_FLAGS
+from shoal.kernels.cpu.library import KernelUnavailable, load_library
 
 SOURCE = Path(__file__).with_name("quant_gemv.c")
 BLOCK = 32
@@ -32,11 +29,6 @@ STEP = 4  # inputs per step
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 Q4_1, Q8_0 = 0, 1  # the C source's SHOAL_Q4_1, SHOAL_Q8_0
 _ERRORS = {1: "bad shape", 2: "bad dtype", 3: "out of memory for the quantized activations", 4: "bad kind"}
-MAPS = Path("/proc/self/maps")
-
-
-class KernelUnavailable(RuntimeError):
-    """The C kernel cannot serve in this process; the message says why."""
 
 
 class QuantGemv:
@@ -148,32 +140,9 @@ def _check_shape(name: str, codes: Tensor, dtype: torch.dtype, *scales: Tensor) 
 
 def load_quant_gemv(flags: Sequence[str] = NATIVE_FLAGS, cc: str | None = None) -> QuantGemv:
     """Builds (once per machine, see ``build``) and loads the kernel; ``KernelUnavailable`` says why not."""
-    try:
-        path = built_library(SOURCE, flags, cc)
-    except BuildError as exc:
-        raise KernelUnavailable(str(exc)) from exc
-    try:
-        library = ctypes.CDLL(str(path))
-    except OSError as exc:
-        raise KernelUnavailable(f"cannot load {str(path)!r}: {exc}") from exc
+    library = load_library(SOURCE, flags, cc)
     if library.shoal_tile() != TILE:
         raise KernelUnavailable(
-            f"{str(path)!r} was built with tiles of {library.shoal_tile()} rows, the layout's are {TILE}"
-        )
-    runtimes = openmp_runtimes()
-    if len(runtimes) > 1:
-        raise KernelUnavailable(
-            f"two OpenMP runtimes in the process ({', '.join(sorted(runtimes))}): their thread pools would "
-            "oversubscribe the CPUs"
+            f"{SOURCE.name} was built with tiles of {library.shoal_tile()} rows, the layout's are {TILE}"
         )
     return QuantGemv(library)
-
-
-def openmp_runtimes(maps: Path = MAPS) -> set[str]:
-    """The OpenMP runtime files mapped into this process (``libgomp``, ``libiomp``, ``libomp``)."""
-    try:
-        lines = maps.read_text().splitlines()
-    except OSError:
-        return set()
-    paths = {line.split(maxsplit=5)[5] for line in lines if len(line.split(maxsplit=5)) == 6}
-    return {p for p in paths if Path(p).name.startswith(("libgomp", "libiomp", "libomp"))}

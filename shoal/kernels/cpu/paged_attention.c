@@ -1,0 +1,395 @@
+/* Causal attention of packed queries over a paged KV cache, read where it lies: the CPU path's attention.
+ *
+ * The layouts are shoal.kernels.ops': queries [tokens, heads, head_dim] (any token and head stride, so the
+ * fused QKV projection's output is read without a copy), caches [blocks, block_size, kv_heads, head_dim],
+ * output [tokens, heads, head_dim] contiguous. Sequence s owns query rows query_start[s]..query_start[s + 1]
+ * and seq_lens[s] cached tokens; its query row i sits at position seq_lens[s] - query_len + i and sees keys
+ * 0..that position. Decodes, prefills, chunked prefills and prefix-cache hits are one case, so a mixed batch is
+ * one call and no sequence is padded to another's length.
+ *
+ * The work is split into items of (sequence, KV head, up to QROWS query rows); an item holds the query rows of
+ * every query head that shares its KV head (GQA), so each key and value is read once for all of them. It walks
+ * the keys the item's last row sees in chunks of CHUNK tokens through the block table: a chunk's keys and
+ * values are widened to fp32 once, each row's scores take an online softmax (running max and sum, the
+ * accumulator rescaled when the max grows: flash attention's recurrence), and a row stops at its causal limit.
+ * exp is a vectorizable polynomial (Cephes' exp2f, relative error ~2e-7) instead of libm's scalar expf, which
+ * was a fifth of a decode step's attention. Items go to the caller's OpenMP threads dynamically: a prefill
+ * chunk's items cost hundreds of times a decode's.
+ *
+ * Everything is plain C that GCC vectorizes for the machine it is built on (-O3 -march=native: AVX-512, AVX2
+ * or SSE); fp32 accumulation throughout, bf16 rounded to nearest even on the way out, as torch rounds.
+ */
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK 16 /* keys a step: one default block, one AVX-512 vector of scores */
+#define QROWS_BUDGET 64 /* score rows (query rows x query heads per KV head) per item */
+#define MAX_HEAD_DIM 256
+
+enum { SHOAL_F32 = 0, SHOAL_BF16 = 1 };
+enum { SHOAL_OK = 0, SHOAL_BAD_SHAPE = 1, SHOAL_BAD_DTYPE = 2, SHOAL_NO_MEMORY = 3 };
+
+int shoal_attention_max_head_dim(void) { return MAX_HEAD_DIM; }
+
+static inline float bf16_to_float(uint16_t h) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+
+static inline uint16_t float_to_bf16(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = f};
+    return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* n values of src (fp32 or bf16) to fp32, times scale. */
+static inline void widen(float *restrict dst, const void *src, int dtype, int n, float scale) {
+    if (dtype == SHOAL_BF16) {
+        const uint16_t *s = (const uint16_t *)src;
+#pragma omp simd
+        for (int i = 0; i < n; i++) dst[i] = bf16_to_float(s[i]) * scale;
+    } else {
+        const float *s = (const float *)src;
+#pragma omp simd
+        for (int i = 0; i < n; i++) dst[i] = s[i] * scale;
+    }
+}
+
+/* exp(x) for x <= 0 (scores minus their running max): 2^(x log2 e) as 2^n times Cephes' exp2f polynomial on
+ * [-0.5, 0.5]; below -87 it returns exp(-87) ~ 1.6e-38, nothing next to the max's 1. */
+static inline float exp_nonpositive(float x) {
+    float y = fmaxf(x, -87.0f) * 1.4426950408889634f;
+    float n = floorf(y + 0.5f);
+    float f = y - n;
+    float p = 1.535336188319500e-4f;
+    p = p * f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } two_n = {.i = ((int32_t)n + 127) << 23};
+    return p * two_n.f;
+}
+
+typedef struct {
+    const char *q, *k_cache, *v_cache;
+    long q_token_stride, q_head_stride; /* elements */
+    int q_dtype, kv_dtype;
+    const int32_t *block_tables, *seq_lens, *query_start;
+    int table_width, heads, kv_heads, head_dim, block_size;
+    float scale;
+    char *out;
+} Problem;
+
+typedef struct {
+    float *q;       /* [rows][head_dim], pre-scaled */
+    float *acc;     /* [rows][head_dim] */
+    float *probs;   /* [rows][CHUNK] */
+    float *keys;    /* [CHUNK][head_dim] */
+    float *values;  /* [CHUNK][head_dim] */
+    float *row_max; /* [rows] */
+    float *row_sum; /* [rows] */
+    int *limit;     /* [rows]: the last key position the row sees */
+} Scratch;
+
+static int scratch_alloc(Scratch *s, int rows, int head_dim) {
+    size_t floats = (size_t)rows * head_dim * 2 + (size_t)rows * CHUNK + (size_t)CHUNK * head_dim * 2 + rows * 2;
+    float *block = aligned_alloc(64, ((floats * sizeof(float) + rows * sizeof(int)) + 63) / 64 * 64);
+    if (!block) return 0;
+    s->q = block;
+    s->acc = s->q + (size_t)rows * head_dim;
+    s->probs = s->acc + (size_t)rows * head_dim;
+    s->keys = s->probs + (size_t)rows * CHUNK;
+    s->values = s->keys + (size_t)CHUNK * head_dim;
+    s->row_max = s->values + (size_t)CHUNK * head_dim;
+    s->row_sum = s->row_max + rows;
+    s->limit = (int *)(s->row_sum + rows);
+    return 1;
+}
+
+/* The first of a run of tokens' rows for KV head kvh: they follow at a stride of kv_heads * head_dim elements
+ * up to the end of their block. */
+static inline const char *cache_rows(const Problem *p, const char *cache, const int32_t *table, int token, int kvh,
+                                     size_t elem) {
+    long block = table[token / p->block_size];
+    long slot = block * p->block_size + token % p->block_size;
+    return cache + ((slot * p->kv_heads + kvh) * (long)p->head_dim) * (long)elem;
+}
+
+static inline void widen_rows(float *restrict dst, const char *src, int dtype, int rows, int d, long stride_bytes) {
+    for (int t = 0; t < rows; t++) widen(dst + (size_t)t * d, src + t * stride_bytes, dtype, d, 1.0f);
+}
+
+/* The online softmax's step for row m over a chunk whose raw scores are in probs[0..valid): the scores become
+ * weights exp(score - max) (zero from valid to n) and the row's max, sum and accumulator are brought up to date. */
+static inline void softmax_step(Scratch *s, int m, int d, float *probs, int valid, int n, float chunk_max) {
+    const float old_max = s->row_max[m], new_max = old_max > chunk_max ? old_max : chunk_max;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int t = 0; t < valid; t++) {
+        float e = exp_nonpositive(probs[t] - new_max);
+        probs[t] = e;
+        sum += e;
+    }
+    for (int t = valid; t < n; t++) probs[t] = 0.0f;
+    if (new_max > old_max && old_max != -INFINITY) {
+        const float correction = exp_nonpositive(old_max - new_max);
+        float *acc = s->acc + (size_t)m * d;
+#pragma omp simd
+        for (int i = 0; i < d; i++) acc[i] *= correction;
+        s->row_sum[m] *= correction;
+    }
+    s->row_max[m] = new_max;
+    s->row_sum[m] += sum;
+}
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+/* r[t] = sum of v[t]'s 16 lanes, for 16 vectors: a transpose-and-add tree (15 shuffle/add pairs for 16 dot
+ * products, where one horizontal sum each costs about 8 instructions). */
+static inline __m512 sum16(const __m512 *v) {
+    __m512 x[8], y[4], z[2];
+    for (int i = 0; i < 8; i++)
+        x[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int j = 0; j < 4; j++)
+        y[j] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * j], x[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(x[2 * j], x[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int k = 0; k < 2; k++)
+        z[k] = _mm512_add_ps(_mm512_shuffle_f32x4(y[2 * k], y[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(y[2 * k], y[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Scores of row m against the chunk's n <= 16 keys (head_dim a multiple of 16), its first `valid` visible. */
+static inline void scores16(Scratch *s, int m, int d, int n, int valid) {
+    const float *q = s->q + (size_t)m * d;
+    __m512 partial[16];
+    for (int t = 0; t < 16; t++) {
+        __m512 acc = _mm512_setzero_ps();
+        if (t < n) {
+            const float *k = s->keys + (size_t)t * d;
+            for (int i = 0; i < d; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), acc);
+        }
+        partial[t] = acc;
+    }
+    __m512 scores = sum16(partial);
+    const __mmask16 visible = (__mmask16)((1u << valid) - 1u);
+    scores = _mm512_mask_blend_ps(visible, _mm512_set1_ps(-INFINITY), scores);
+    float *probs = s->probs + (size_t)m * CHUNK;
+    _mm512_storeu_ps(probs, scores);
+    softmax_step(s, m, d, probs, valid, n, _mm512_reduce_max_ps(scores));
+}
+
+/* acc[m] += sum_t probs[m][t] * values[t], the accumulator's 16-lane columns held in registers over the chunk. */
+static inline void accumulate16(Scratch *s, int rows, int d, int n) {
+    for (int m = 0; m < rows; m++) {
+        const float *probs = s->probs + (size_t)m * CHUNK;
+        float *acc = s->acc + (size_t)m * d;
+        for (int i = 0; i < d; i += 64) {
+            const int width = d - i < 64 ? d - i : 64; /* 16, 32, 48 or 64 columns */
+            __m512 a0 = _mm512_loadu_ps(acc + i), a1 = a0, a2 = a0, a3 = a0;
+            if (width > 16) a1 = _mm512_loadu_ps(acc + i + 16);
+            if (width > 32) a2 = _mm512_loadu_ps(acc + i + 32);
+            if (width > 48) a3 = _mm512_loadu_ps(acc + i + 48);
+            for (int t = 0; t < n; t++) {
+                const __m512 w = _mm512_set1_ps(probs[t]);
+                const float *v = s->values + (size_t)t * d + i;
+                a0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v), a0);
+                if (width > 16) a1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16), a1);
+                if (width > 32) a2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 32), a2);
+                if (width > 48) a3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 48), a3);
+            }
+            _mm512_storeu_ps(acc + i, a0);
+            if (width > 16) _mm512_storeu_ps(acc + i + 16, a1);
+            if (width > 32) _mm512_storeu_ps(acc + i + 32, a2);
+            if (width > 48) _mm512_storeu_ps(acc + i + 48, a3);
+        }
+    }
+}
+#define SHOAL_ATTENTION_ISA "avx512f"
+#else
+#define SHOAL_ATTENTION_ISA "portable C"
+#endif
+
+const char *shoal_attention_isa(void) { return SHOAL_ATTENTION_ISA; }
+
+/* Scores of row m against the chunk's n keys, its first `valid` visible: one dot product at a time. */
+static inline void scores_portable(Scratch *s, int m, int d, int n, int valid) {
+    const float *q = s->q + (size_t)m * d;
+    float *probs = s->probs + (size_t)m * CHUNK;
+    float chunk_max = -INFINITY;
+    for (int t = 0; t < valid; t++) {
+        const float *k = s->keys + (size_t)t * d;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int i = 0; i < d; i++) dot += q[i] * k[i];
+        probs[t] = dot;
+        chunk_max = dot > chunk_max ? dot : chunk_max;
+    }
+    softmax_step(s, m, d, probs, valid, n, chunk_max);
+}
+
+static inline void accumulate_portable(Scratch *s, int rows, int d, int n) {
+    for (int m = 0; m < rows; m++) {
+        const float *probs = s->probs + (size_t)m * CHUNK;
+        float *acc = s->acc + (size_t)m * d;
+        for (int t = 0; t < n; t++) {
+            const float w = probs[t];
+            if (w == 0.0f) continue;
+            const float *v = s->values + (size_t)t * d;
+#pragma omp simd
+            for (int i = 0; i < d; i++) acc[i] += w * v[i];
+        }
+    }
+}
+
+/* One item: query rows [r0, r1) of sequence seq, every query head of KV head kvh. */
+static void attend_item(const Problem *p, Scratch *s, int seq, int kvh, int r0, int r1) {
+    const int d = p->head_dim, group = p->heads / p->kv_heads;
+    const size_t q_elem = p->q_dtype == SHOAL_BF16 ? 2 : 4, kv_elem = p->kv_dtype == SHOAL_BF16 ? 2 : 4;
+    const int start = p->query_start[seq], query_len = p->query_start[seq + 1] - start;
+    const int context = p->seq_lens[seq], first_pos = context - query_len;
+    const int32_t *table = p->block_tables + (long)seq * p->table_width;
+    const int rows = (r1 - r0) * group;
+#ifdef __AVX512F__
+    const int wide = d % 16 == 0;
+#else
+    const int wide = 0;
+#endif
+
+    for (int r = r0; r < r1; r++) {
+        for (int g = 0; g < group; g++) {
+            int m = (r - r0) * group + g, head = kvh * group + g;
+            const char *src = p->q + ((start + r) * p->q_token_stride + head * p->q_head_stride) * (long)q_elem;
+            widen(s->q + (size_t)m * d, src, p->q_dtype, d, p->scale);
+            s->limit[m] = first_pos + r;
+            s->row_max[m] = -INFINITY;
+            s->row_sum[m] = 0.0f;
+        }
+    }
+    memset(s->acc, 0, sizeof(float) * (size_t)rows * d);
+
+    const int keys_seen = first_pos + r1; /* keys 0..first_pos + r1 - 1 */
+    const long stride_bytes = (long)p->kv_heads * d * (long)kv_elem;
+    for (int c0 = 0, n = 0; c0 < keys_seen; c0 += n) { /* runs of up to CHUNK tokens within one block */
+        const int in_block = p->block_size - c0 % p->block_size;
+        n = keys_seen - c0 < CHUNK ? keys_seen - c0 : CHUNK;
+        n = n < in_block ? n : in_block;
+        widen_rows(s->keys, cache_rows(p, p->k_cache, table, c0, kvh, kv_elem), p->kv_dtype, n, d, stride_bytes);
+        for (int m = 0; m < rows; m++) {
+            const int valid = s->limit[m] - c0 + 1 < n ? s->limit[m] - c0 + 1 : n;
+            if (valid <= 0) { /* the row's causal limit lies before this chunk */
+                memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * n);
+                continue;
+            }
+#ifdef __AVX512F__
+            if (wide) {
+                scores16(s, m, d, n, valid);
+                continue;
+            }
+#endif
+            scores_portable(s, m, d, n, valid);
+        }
+        widen_rows(s->values, cache_rows(p, p->v_cache, table, c0, kvh, kv_elem), p->kv_dtype, n, d, stride_bytes);
+#ifdef __AVX512F__
+        if (wide) {
+            accumulate16(s, rows, d, n);
+            continue;
+        }
+#endif
+        accumulate_portable(s, rows, d, n);
+    }
+
+    for (int r = r0; r < r1; r++) {
+        for (int g = 0; g < group; g++) {
+            int m = (r - r0) * group + g, head = kvh * group + g;
+            const float inv = 1.0f / s->row_sum[m];
+            const float *acc = s->acc + (size_t)m * d;
+            long offset = ((long)(start + r) * p->heads + head) * d;
+            if (p->q_dtype == SHOAL_BF16) {
+                uint16_t *o = (uint16_t *)p->out + offset;
+#pragma omp simd
+                for (int i = 0; i < d; i++) o[i] = float_to_bf16(acc[i] * inv);
+            } else {
+                float *o = (float *)p->out + offset;
+#pragma omp simd
+                for (int i = 0; i < d; i++) o[i] = acc[i] * inv;
+            }
+        }
+    }
+}
+
+/* Returns SHOAL_OK or why the call was refused. The caller (paged_attention.py) has checked the shapes against
+ * the tensors; this re-checks what would make the kernel read out of bounds. */
+int shoal_paged_attention(const void *q, long q_token_stride, long q_head_stride, int q_dtype, const void *k_cache,
+                          const void *v_cache, int kv_dtype, const int32_t *block_tables, int table_width,
+                          int num_blocks, const int32_t *seq_lens, const int32_t *query_start, void *out, int num_seqs, int heads,
+                          int kv_heads, int head_dim, int block_size, float scale, int threads) {
+    if ((q_dtype != SHOAL_F32 && q_dtype != SHOAL_BF16) || (kv_dtype != SHOAL_F32 && kv_dtype != SHOAL_BF16))
+        return SHOAL_BAD_DTYPE;
+    if (num_seqs < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || head_dim < 1 || head_dim > MAX_HEAD_DIM ||
+        block_size < 1 || table_width < 1)
+        return SHOAL_BAD_SHAPE;
+    const int group = heads / kv_heads;
+    const int qrows = group >= QROWS_BUDGET ? 1 : QROWS_BUDGET / group;
+    long items = 0;
+    for (int s = 0; s < num_seqs; s++) {
+        int query_len = query_start[s + 1] - query_start[s];
+        if (query_len < 1 || seq_lens[s] < query_len || (long)table_width * block_size < seq_lens[s])
+            return SHOAL_BAD_SHAPE;
+        for (int b = 0; b < (seq_lens[s] + block_size - 1) / block_size; b++) {
+            int32_t block = block_tables[(long)s * table_width + b];
+            if (block < 0 || block >= num_blocks) return SHOAL_BAD_SHAPE;
+        }
+        items += (long)kv_heads * ((query_len + qrows - 1) / qrows);
+    }
+    if (items == 0) return SHOAL_OK;
+    int *item_seq = malloc(sizeof(int) * 2 * (size_t)items);
+    if (!item_seq) return SHOAL_NO_MEMORY;
+    int *item_row = item_seq + items;
+    long i = 0;
+    for (int s = 0; s < num_seqs; s++)
+        for (int r = 0; r < query_start[s + 1] - query_start[s]; r += qrows)
+            for (int h = 0; h < kv_heads; h++, i++) {
+                item_seq[i] = s;
+                item_row[i] = r * kv_heads + h; /* row start and KV head in one int */
+            }
+
+    Problem p = {(const char *)q, (const char *)k_cache, (const char *)v_cache, q_token_stride, q_head_stride,
+                 q_dtype, kv_dtype, block_tables, seq_lens, query_start, table_width, heads, kv_heads, head_dim,
+                 block_size, scale, (char *)out};
+    int failed = 0;
+    if (threads < 1) threads = 1;
+    if (threads > items) threads = (int)items;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        Scratch scratch = {0};
+        const int ready = scratch_alloc(&scratch, qrows * group, head_dim);
+        failed |= !ready;
+#pragma omp for schedule(dynamic, 1) /* every thread reaches it (its barrier), allocated or not */
+        for (long j = 0; j < items; j++) {
+            if (!ready) continue;
+            int s = item_seq[j], r0 = item_row[j] / kv_heads, kvh = item_row[j] % kv_heads;
+            int query_len = query_start[s + 1] - query_start[s];
+            int r1 = r0 + qrows < query_len ? r0 + qrows : query_len;
+            attend_item(&p, &scratch, s, kvh, r0, r1);
+        }
+        if (ready) free(scratch.q);
+    }
+    free(item_seq);
+    return failed ? SHOAL_NO_MEMORY : SHOAL_OK;
+}
