@@ -1,9 +1,11 @@
 """shoal's C attention kernel over the paged cache against the torch reference, on each path it compiles to.
 
 The reference is ``TorchOps.attention`` (itself checked against a naive loop in test_reference_attention.py) on
-the same inputs widened to fp32; bf16 outputs may differ from it by the rounding of the output (one bf16 step)
-and the fp32 sums' order. Paths: ``-march=native`` (AVX-512F where the CPU has it), ``-mno-avx512f`` (the
-portable C that GCC vectorizes for AVX2), ``-march=x86-64`` (SSE2 only).
+the same inputs widened to fp32; bf16 outputs may differ from it by the rounding of the output (one bf16 step),
+of the probabilities (the bf16 dot-product path rounds them to bf16 before weighting the values, as the torch
+path does) and the fp32 sums' order. Paths: ``-march=native`` (AVX-512 BF16 dot products where the CPU has
+them), ``-mno-avx512bf16`` (AVX-512F's fp32 path), ``-mno-avx512f`` (the portable C that GCC vectorizes for
+AVX2), ``-march=x86-64`` (SSE2 only).
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ from shoal.kernels.cpu_ops import CpuOps
 
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the paths are x86's")
 
-PATHS = {"native": (), "portable": ("-mno-avx512f",), "sse2": ("-march=x86-64",)}
+PATHS = {
+    "native": (),
+    "no-avx512-bf16": ("-mno-avx512bf16",),
+    "portable": ("-mno-avx512f",),
+    "sse2": ("-march=x86-64",),
+}
 ATOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2}  # outputs ~1: fp32 sums; one bf16 step (2^-7) plus sums
 
 
@@ -46,8 +53,9 @@ def check(kernel: PagedAttention, batch, dtype: torch.dtype) -> None:
 
 def test_each_build_takes_the_path_its_flags_allow(kernel: PagedAttention, request: pytest.FixtureRequest) -> None:
     path = request.node.callspec.params["kernel"]
-    wide = path == "native" and "avx512f" in cpu_info().flags
-    assert kernel.isa == ("avx512f" if wide else "portable C")
+    wide = path in ("native", "no-avx512-bf16") and "avx512f" in cpu_info().flags
+    bf16 = wide and path == "native" and "avx512_bf16" in cpu_info().flags
+    assert kernel.isa == ("avx512f+avx512_bf16" if bf16 else "avx512f" if wide else "portable C")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -71,12 +79,28 @@ def test_matches_the_reference(
     check(kernel, batch, dtype)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_many_sequences_take_every_kv_head_at_once_and_match_the_reference(kernel, paged_batch, dtype, threads):
+    """Enough work for every thread: items span all KV heads (a block's tokens read as one run), as in a busy
+    decode step; a prompt and a chunk after cached tokens ride along."""
+    query_lens = [1] * 20 + [40, 9]
+    seq_lens = [5 + 7 * i for i in range(20)] + [40, 60]
+    batch = paged_batch(query_lens, seq_lens, 12, 4, 64, dtype, block_size=16, num_blocks=512)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        check(kernel, batch, dtype)
+    finally:
+        torch.set_num_threads(before)
+
+
 sequence = st.tuples(st.integers(0, 70), st.integers(1, 40))  # (cached context, new tokens)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    sequences=st.lists(sequence, min_size=1, max_size=5),
+    sequences=st.lists(sequence, min_size=1, max_size=12),
     decode_only=st.booleans(),
     block_size=st.sampled_from([1, 4, 16, 32]),
     group=st.sampled_from([1, 3, 4, 7]),

@@ -7,14 +7,16 @@
  * 0..that position. Decodes, prefills, chunked prefills and prefix-cache hits are one case, so a mixed batch is
  * one call and no sequence is padded to another's length.
  *
- * The work is split into items of (sequence, KV head, up to QROWS query rows); an item holds the query rows of
- * every query head that shares its KV head (GQA), so each key and value is read once for all of them. It walks
- * the keys the item's last row sees in chunks of CHUNK tokens through the block table: a chunk's keys and
- * values are widened to fp32 once, each row's scores take an online softmax (running max and sum, the
+ * The work is split into items of (sequence, up to QROWS query rows, a span of KV heads): an item holds the
+ * query rows of every query head that shares its KV heads (GQA), so each key and value is read once for all of
+ * them. With enough sequences to keep every thread busy the span is all KV heads, so a block's tokens are read
+ * as one contiguous run; with few (one long prompt, one stream) it is one KV head, for parallelism. An item walks
+ * the keys its last row sees in runs of up to CHUNK tokens through the block table, prefetching the next run
+ * (scattered blocks defeat the hardware prefetcher: a 64-sequence decode ran 1.4x slower without it): a run's
+ * keys and values are widened to fp32 once, each row's scores take an online softmax (running max and sum, the
  * accumulator rescaled when the max grows: flash attention's recurrence), and a row stops at its causal limit.
- * exp is a vectorizable polynomial (Cephes' exp2f, relative error ~2e-7) instead of libm's scalar expf, which
- * was a fifth of a decode step's attention. Items go to the caller's OpenMP threads dynamically: a prefill
- * chunk's items cost hundreds of times a decode's.
+ * exp is a vectorizable polynomial (Cephes' exp2f, relative error ~2e-7) rather than libm's scalar expf. Items go
+ * to the caller's OpenMP threads dynamically: a prefill chunk's items cost hundreds of times a decode's.
  *
  * Everything is plain C that GCC vectorizes for the machine it is built on (-O3 -march=native: AVX-512, AVX2
  * or SSE); fp32 accumulation throughout, bf16 rounded to nearest even on the way out, as torch rounds.
@@ -26,7 +28,7 @@
 #include <string.h>
 
 #define CHUNK 16 /* keys a step: one default block, one AVX-512 vector of scores */
-#define QROWS_BUDGET 64 /* score rows (query rows x query heads per KV head) per item */
+#define ROWS_BUDGET 64 /* score rows (query rows x query heads) an item aims for */
 #define MAX_HEAD_DIM 256
 
 enum { SHOAL_F32 = 0, SHOAL_BF16 = 1 };
@@ -95,32 +97,34 @@ typedef struct {
 
 typedef struct {
     float *q;       /* [rows][head_dim], pre-scaled */
+    uint16_t *q_bf16; /* [rows][head_dim], as given (the bf16 dot products' query) */
     float *acc;     /* [rows][head_dim] */
     float *probs;   /* [rows][CHUNK] */
-    float *keys;    /* [CHUNK][head_dim] */
-    float *values;  /* [CHUNK][head_dim] */
+    float *keys;    /* [CHUNK][span * head_dim] */
+    float *values;  /* [CHUNK][span * head_dim] */
     float *row_max; /* [rows] */
     float *row_sum; /* [rows] */
     int *limit;     /* [rows]: the last key position the row sees */
 } Scratch;
 
-static int scratch_alloc(Scratch *s, int rows, int head_dim) {
-    size_t floats = (size_t)rows * head_dim * 2 + (size_t)rows * CHUNK + (size_t)CHUNK * head_dim * 2 + rows * 2;
+static int scratch_alloc(Scratch *s, int rows, int head_dim, int span) {
+    size_t floats = (size_t)rows * head_dim * 3 + (size_t)rows * CHUNK + (size_t)CHUNK * span * head_dim * 2 + rows * 2;
     float *block = aligned_alloc(64, ((floats * sizeof(float) + rows * sizeof(int)) + 63) / 64 * 64);
     if (!block) return 0;
     s->q = block;
     s->acc = s->q + (size_t)rows * head_dim;
     s->probs = s->acc + (size_t)rows * head_dim;
     s->keys = s->probs + (size_t)rows * CHUNK;
-    s->values = s->keys + (size_t)CHUNK * head_dim;
-    s->row_max = s->values + (size_t)CHUNK * head_dim;
+    s->values = s->keys + (size_t)CHUNK * span * head_dim;
+    s->row_max = s->values + (size_t)CHUNK * span * head_dim;
     s->row_sum = s->row_max + rows;
-    s->limit = (int *)(s->row_sum + rows);
+    s->q_bf16 = (uint16_t *)(s->row_sum + rows);  /* rows * head_dim halves: half the floats set aside */
+    s->limit = (int *)(s->row_sum + rows + (size_t)rows * head_dim);
     return 1;
 }
 
-/* The first of a run of tokens' rows for KV head kvh: they follow at a stride of kv_heads * head_dim elements
- * up to the end of their block. */
+/* Token `token`'s row for KV head kvh; the token's next heads follow it, and the block's next tokens follow at a
+ * stride of kv_heads * head_dim elements. */
 static inline const char *cache_rows(const Problem *p, const char *cache, const int32_t *table, int token, int kvh,
                                      size_t elem) {
     long block = table[token / p->block_size];
@@ -128,8 +132,31 @@ static inline const char *cache_rows(const Problem *p, const char *cache, const 
     return cache + ((slot * p->kv_heads + kvh) * (long)p->head_dim) * (long)elem;
 }
 
-static inline void widen_rows(float *restrict dst, const char *src, int dtype, int rows, int d, long stride_bytes) {
-    for (int t = 0; t < rows; t++) widen(dst + (size_t)t * d, src + t * stride_bytes, dtype, d, 1.0f);
+/* The cache lines of n rows of row_bytes each, stride_bytes apart (a run never leaves its block). */
+static inline void prefetch_rows(const char *first, int n, long row_bytes, long stride_bytes) {
+    for (int t = 0; t < n; t++)
+        for (long b = 0; b < row_bytes; b += 64) __builtin_prefetch(first + t * stride_bytes + b, 0, 3);
+}
+
+/* Tokens in the run from c0: up to CHUNK, up to keys_seen, never past c0's block. */
+static inline int run_length(const Problem *p, int c0, int keys_seen) {
+    const int in_block = p->block_size - c0 % p->block_size;
+    const int n = keys_seen - c0 < CHUNK ? keys_seen - c0 : CHUNK;
+    return n < in_block ? n : in_block;
+}
+
+/* n rows of `width` elements, stride_bytes apart, to fp32 rows of `width` side by side. */
+static inline void widen_rows(float *restrict dst, const char *src, int dtype, int n, int width, long stride_bytes) {
+    if (dtype == SHOAL_BF16) {
+        for (int t = 0; t < n; t++) {
+            const uint16_t *row = (const uint16_t *)(src + t * stride_bytes);
+            float *out = dst + (size_t)t * width;
+#pragma omp simd
+            for (int i = 0; i < width; i++) out[i] = bf16_to_float(row[i]);
+        }
+    } else {
+        for (int t = 0; t < n; t++) memcpy(dst + (size_t)t * width, src + t * stride_bytes, sizeof(float) * width);
+    }
 }
 
 /* The online softmax's step for row m over a chunk whose raw scores are in probs[0..valid): the scores become
@@ -174,14 +201,15 @@ static inline __m512 sum16(const __m512 *v) {
                          _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* Scores of row m against the chunk's n <= 16 keys (head_dim a multiple of 16), its first `valid` visible. */
-static inline void scores16(Scratch *s, int m, int d, int n, int valid) {
+/* Scores of row m against the run's n <= 16 keys (head_dim a multiple of 16; key t at keys + t * stride), its
+ * first `valid` visible. */
+static inline void scores16(Scratch *s, int m, int d, const float *keys, int stride, int n, int valid) {
     const float *q = s->q + (size_t)m * d;
     __m512 partial[16];
     for (int t = 0; t < 16; t++) {
         __m512 acc = _mm512_setzero_ps();
         if (t < n) {
-            const float *k = s->keys + (size_t)t * d;
+            const float *k = keys + (size_t)t * stride;
             for (int i = 0; i < d; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), acc);
         }
         partial[t] = acc;
@@ -194,10 +222,12 @@ static inline void scores16(Scratch *s, int m, int d, int n, int valid) {
     softmax_step(s, m, d, probs, valid, n, _mm512_reduce_max_ps(scores));
 }
 
-/* acc[m] += sum_t probs[m][t] * values[t], the accumulator's 16-lane columns held in registers over the chunk. */
-static inline void accumulate16(Scratch *s, int rows, int d, int n) {
+/* acc[m] += sum_t probs[m][t] * value[t] for every row, row m's values at s->values + offset(m) with a token
+ * stride of `stride`; the accumulator's 16-lane columns are held in registers over the run. */
+static inline void accumulate16(Scratch *s, int rows, int heads, int group, int d, int stride, int n) {
     for (int m = 0; m < rows; m++) {
         const float *probs = s->probs + (size_t)m * CHUNK;
+        const float *values = s->values + (size_t)(m % heads / group) * d;
         float *acc = s->acc + (size_t)m * d;
         for (int i = 0; i < d; i += 64) {
             const int width = d - i < 64 ? d - i : 64; /* 16, 32, 48 or 64 columns */
@@ -207,7 +237,7 @@ static inline void accumulate16(Scratch *s, int rows, int d, int n) {
             if (width > 48) a3 = _mm512_loadu_ps(acc + i + 48);
             for (int t = 0; t < n; t++) {
                 const __m512 w = _mm512_set1_ps(probs[t]);
-                const float *v = s->values + (size_t)t * d + i;
+                const float *v = values + (size_t)t * stride + i;
                 a0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v), a0);
                 if (width > 16) a1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16), a1);
                 if (width > 32) a2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 32), a2);
@@ -220,20 +250,86 @@ static inline void accumulate16(Scratch *s, int rows, int d, int n) {
         }
     }
 }
+
+#ifdef __AVX512BF16__
+/* bf16 queries and cache, head_dim a multiple of 32: the dot products straight from the cache's bf16 with
+ * `vdpbf16ps` (pairs of bf16 products summed into fp32 lanes), no widening pass. The query row is kept in bf16 as
+ * the model produced it (scores are scaled after); the values are weighted by probabilities rounded to bf16, as
+ * the torch path's `probs.to(values.dtype)` does. A pair of tokens' value rows is interleaved per 128-bit lane
+ * (unpacklo/hi of 16-bit elements), so the accumulator holds each 32-column chunk in a fixed permuted order:
+ * columns 8L..8L+3 in lanes 4L..4L+3 of its first vector and 8L+4..8L+7 in its second (see `unpermute`). */
+#define SHOAL_BF16_DOT 1
+
+static inline void scores_bf16(Scratch *s, int m, int d, const uint16_t *keys, long stride, int n, int valid,
+                               float scale) {
+    const uint16_t *q = s->q_bf16 + (size_t)m * d;
+    __m512 partial[16];
+    for (int t = 0; t < 16; t++) {
+        __m512 acc = _mm512_setzero_ps();
+        if (t < n) {
+            const uint16_t *k = keys + t * stride;
+            for (int i = 0; i < d; i += 32)
+                acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(q + i), (__m512bh)_mm512_loadu_si512(k + i));
+        }
+        partial[t] = acc;
+    }
+    __m512 scores = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(scale));
+    const __mmask16 visible = (__mmask16)((1u << valid) - 1u);
+    scores = _mm512_mask_blend_ps(visible, _mm512_set1_ps(-INFINITY), scores);
+    float *probs = s->probs + (size_t)m * CHUNK;
+    _mm512_storeu_ps(probs, scores);
+    softmax_step(s, m, d, probs, valid, n, _mm512_reduce_max_ps(scores));
+}
+
+static inline void accumulate_bf16(Scratch *s, int rows, int heads, int group, int d, const uint16_t *values,
+                                   long stride, int n) {
+    for (int m = 0; m < rows; m++) {
+        const float *probs = s->probs + (size_t)m * CHUNK;
+        const uint16_t *v = values + (size_t)(m % heads / group) * d;
+        float *acc = s->acc + (size_t)m * d;
+        for (int i = 0; i < d; i += 32) {
+            __m512 lo = _mm512_loadu_ps(acc + i), hi = _mm512_loadu_ps(acc + i + 16);
+            for (int t = 0; t < n; t += 2) {
+                const int u = t + 1 < n ? t + 1 : t; /* an odd run's last token pairs with itself, weight 0 */
+                const uint32_t w = (uint32_t)float_to_bf16(probs[t]) |
+                                   (u != t ? (uint32_t)float_to_bf16(probs[u]) << 16 : 0u);
+                const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)w);
+                const __m512i a = _mm512_loadu_si512(v + t * stride + i), b = _mm512_loadu_si512(v + u * stride + i);
+                lo = _mm512_dpbf16_ps(lo, (__m512bh)_mm512_unpacklo_epi16(a, b), weights);
+                hi = _mm512_dpbf16_ps(hi, (__m512bh)_mm512_unpackhi_epi16(a, b), weights);
+            }
+            _mm512_storeu_ps(acc + i, lo);
+            _mm512_storeu_ps(acc + i + 16, hi);
+        }
+    }
+}
+
+/* The permuted accumulator's columns back in order (32 at a time). */
+static inline void unpermute(float *restrict out, const float *acc, int d) {
+    for (int i = 0; i < d; i += 32)
+        for (int lane = 0; lane < 4; lane++)
+            for (int k = 0; k < 4; k++) {
+                out[i + 8 * lane + k] = acc[i + 4 * lane + k];
+                out[i + 8 * lane + 4 + k] = acc[i + 16 + 4 * lane + k];
+            }
+}
+#define SHOAL_ATTENTION_ISA "avx512f+avx512_bf16"
+#else
 #define SHOAL_ATTENTION_ISA "avx512f"
+#endif
 #else
 #define SHOAL_ATTENTION_ISA "portable C"
 #endif
 
 const char *shoal_attention_isa(void) { return SHOAL_ATTENTION_ISA; }
 
-/* Scores of row m against the chunk's n keys, its first `valid` visible: one dot product at a time. */
-static inline void scores_portable(Scratch *s, int m, int d, int n, int valid) {
+/* Scores of row m against the run's n keys, its first `valid` visible: one dot product at a time. */
+static inline void scores_portable(Scratch *s, int m, int d, const float *keys, int stride, int n, int valid) {
     const float *q = s->q + (size_t)m * d;
     float *probs = s->probs + (size_t)m * CHUNK;
     float chunk_max = -INFINITY;
     for (int t = 0; t < valid; t++) {
-        const float *k = s->keys + (size_t)t * d;
+        const float *k = keys + (size_t)t * stride;
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
         for (int i = 0; i < d; i++) dot += q[i] * k[i];
@@ -243,92 +339,125 @@ static inline void scores_portable(Scratch *s, int m, int d, int n, int valid) {
     softmax_step(s, m, d, probs, valid, n, chunk_max);
 }
 
-static inline void accumulate_portable(Scratch *s, int rows, int d, int n) {
+static inline void accumulate_portable(Scratch *s, int rows, int heads, int group, int d, int stride, int n) {
     for (int m = 0; m < rows; m++) {
         const float *probs = s->probs + (size_t)m * CHUNK;
+        const float *values = s->values + (size_t)(m % heads / group) * d;
         float *acc = s->acc + (size_t)m * d;
         for (int t = 0; t < n; t++) {
             const float w = probs[t];
             if (w == 0.0f) continue;
-            const float *v = s->values + (size_t)t * d;
+            const float *v = values + (size_t)t * stride;
 #pragma omp simd
             for (int i = 0; i < d; i++) acc[i] += w * v[i];
         }
     }
 }
 
-/* One item: query rows [r0, r1) of sequence seq, every query head of KV head kvh. */
-static void attend_item(const Problem *p, Scratch *s, int seq, int kvh, int r0, int r1) {
-    const int d = p->head_dim, group = p->heads / p->kv_heads;
+/* One item: query rows [r0, r1) of sequence seq, every query head of KV heads [kvh0, kvh0 + span). Score row
+ * m is query row r0 + m / (span * group), query head kvh0 * group + m % (span * group). */
+static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, int kvh0, int span) {
+    const int d = p->head_dim, group = p->heads / p->kv_heads, width = span * d;
     const size_t q_elem = p->q_dtype == SHOAL_BF16 ? 2 : 4, kv_elem = p->kv_dtype == SHOAL_BF16 ? 2 : 4;
     const int start = p->query_start[seq], query_len = p->query_start[seq + 1] - start;
     const int context = p->seq_lens[seq], first_pos = context - query_len;
     const int32_t *table = p->block_tables + (long)seq * p->table_width;
-    const int rows = (r1 - r0) * group;
+    const int heads = span * group, rows = (r1 - r0) * heads;
 #ifdef __AVX512F__
     const int wide = d % 16 == 0;
 #else
     const int wide = 0;
 #endif
+#ifdef SHOAL_BF16_DOT
+    const int dot_bf16 = d % 32 == 0 && p->q_dtype == SHOAL_BF16 && p->kv_dtype == SHOAL_BF16;
+#else
+    const int dot_bf16 = 0;
+#endif
 
-    for (int r = r0; r < r1; r++) {
-        for (int g = 0; g < group; g++) {
-            int m = (r - r0) * group + g, head = kvh * group + g;
-            const char *src = p->q + ((start + r) * p->q_token_stride + head * p->q_head_stride) * (long)q_elem;
+    for (int m = 0; m < rows; m++) {
+        const int r = r0 + m / heads, head = kvh0 * group + m % heads;
+        const char *src = p->q + ((start + r) * p->q_token_stride + head * p->q_head_stride) * (long)q_elem;
+        if (dot_bf16)
+            memcpy(s->q_bf16 + (size_t)m * d, src, sizeof(uint16_t) * d);
+        else
             widen(s->q + (size_t)m * d, src, p->q_dtype, d, p->scale);
-            s->limit[m] = first_pos + r;
-            s->row_max[m] = -INFINITY;
-            s->row_sum[m] = 0.0f;
-        }
+        s->limit[m] = first_pos + r;
+        s->row_max[m] = -INFINITY;
+        s->row_sum[m] = 0.0f;
     }
     memset(s->acc, 0, sizeof(float) * (size_t)rows * d);
 
     const int keys_seen = first_pos + r1; /* keys 0..first_pos + r1 - 1 */
-    const long stride_bytes = (long)p->kv_heads * d * (long)kv_elem;
+    const long stride_bytes = (long)p->kv_heads * d * (long)kv_elem, run_bytes = (long)width * (long)kv_elem;
     for (int c0 = 0, n = 0; c0 < keys_seen; c0 += n) { /* runs of up to CHUNK tokens within one block */
-        const int in_block = p->block_size - c0 % p->block_size;
-        n = keys_seen - c0 < CHUNK ? keys_seen - c0 : CHUNK;
-        n = n < in_block ? n : in_block;
-        widen_rows(s->keys, cache_rows(p, p->k_cache, table, c0, kvh, kv_elem), p->kv_dtype, n, d, stride_bytes);
-        for (int m = 0; m < rows; m++) {
-            const int valid = s->limit[m] - c0 + 1 < n ? s->limit[m] - c0 + 1 : n;
-            if (valid <= 0) { /* the row's causal limit lies before this chunk */
-                memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * n);
-                continue;
-            }
-#ifdef __AVX512F__
-            if (wide) {
-                scores16(s, m, d, n, valid);
-                continue;
-            }
-#endif
-            scores_portable(s, m, d, n, valid);
+        n = run_length(p, c0, keys_seen);
+        if (c0 + n < keys_seen) { /* the next run's rows */
+            const int next = run_length(p, c0 + n, keys_seen);
+            prefetch_rows(cache_rows(p, p->k_cache, table, c0 + n, kvh0, kv_elem), next, run_bytes, stride_bytes);
+            prefetch_rows(cache_rows(p, p->v_cache, table, c0 + n, kvh0, kv_elem), next, run_bytes, stride_bytes);
         }
-        widen_rows(s->values, cache_rows(p, p->v_cache, table, c0, kvh, kv_elem), p->kv_dtype, n, d, stride_bytes);
-#ifdef __AVX512F__
-        if (wide) {
-            accumulate16(s, rows, d, n);
+#ifdef SHOAL_BF16_DOT
+        if (dot_bf16) {
+            const uint16_t *keys = (const uint16_t *)cache_rows(p, p->k_cache, table, c0, kvh0, kv_elem);
+            const uint16_t *values = (const uint16_t *)cache_rows(p, p->v_cache, table, c0, kvh0, kv_elem);
+            const long stride = (long)p->kv_heads * d;
+            for (int m = 0; m < rows; m++) {
+                const int valid = s->limit[m] - c0 + 1 < n ? s->limit[m] - c0 + 1 : n;
+                if (valid <= 0) {
+                    memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * n);
+                    continue;
+                }
+                scores_bf16(s, m, d, keys + (size_t)(m % heads / group) * d, stride, n, valid, p->scale);
+            }
+            accumulate_bf16(s, rows, heads, group, d, values, stride, n);
             continue;
         }
 #endif
-        accumulate_portable(s, rows, d, n);
+        widen_rows(s->keys, cache_rows(p, p->k_cache, table, c0, kvh0, kv_elem), p->kv_dtype, n, width, stride_bytes);
+        for (int m = 0; m < rows; m++) {
+            const int valid = s->limit[m] - c0 + 1 < n ? s->limit[m] - c0 + 1 : n;
+            if (valid <= 0) { /* the row's causal limit lies before this run */
+                memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * n);
+                continue;
+            }
+            const float *keys = s->keys + (size_t)(m % heads / group) * d;
+#ifdef __AVX512F__
+            if (wide) {
+                scores16(s, m, d, keys, width, n, valid);
+                continue;
+            }
+#endif
+            scores_portable(s, m, d, keys, width, n, valid);
+        }
+        widen_rows(s->values, cache_rows(p, p->v_cache, table, c0, kvh0, kv_elem), p->kv_dtype, n, width, stride_bytes);
+#ifdef __AVX512F__
+        if (wide) {
+            accumulate16(s, rows, heads, group, d, width, n);
+            continue;
+        }
+#endif
+        accumulate_portable(s, rows, heads, group, d, width, n);
     }
 
-    for (int r = r0; r < r1; r++) {
-        for (int g = 0; g < group; g++) {
-            int m = (r - r0) * group + g, head = kvh * group + g;
-            const float inv = 1.0f / s->row_sum[m];
-            const float *acc = s->acc + (size_t)m * d;
-            long offset = ((long)(start + r) * p->heads + head) * d;
-            if (p->q_dtype == SHOAL_BF16) {
-                uint16_t *o = (uint16_t *)p->out + offset;
+    for (int m = 0; m < rows; m++) {
+        const int r = r0 + m / heads, head = kvh0 * group + m % heads;
+        const float inv = 1.0f / s->row_sum[m];
+        const float *acc = s->acc + (size_t)m * d;
+#ifdef SHOAL_BF16_DOT
+        if (dot_bf16) { /* back in column order, into the (now free) fp32 query row */
+            unpermute(s->q + (size_t)m * d, acc, d);
+            acc = s->q + (size_t)m * d;
+        }
+#endif
+        long offset = ((long)(start + r) * p->heads + head) * d;
+        if (p->q_dtype == SHOAL_BF16) {
+            uint16_t *o = (uint16_t *)p->out + offset;
 #pragma omp simd
-                for (int i = 0; i < d; i++) o[i] = float_to_bf16(acc[i] * inv);
-            } else {
-                float *o = (float *)p->out + offset;
+            for (int i = 0; i < d; i++) o[i] = float_to_bf16(acc[i] * inv);
+        } else {
+            float *o = (float *)p->out + offset;
 #pragma omp simd
-                for (int i = 0; i < d; i++) o[i] = acc[i] * inv;
-            }
+            for (int i = 0; i < d; i++) o[i] = acc[i] * inv;
         }
     }
 }
@@ -345,8 +474,7 @@ int shoal_paged_attention(const void *q, long q_token_stride, long q_head_stride
         block_size < 1 || table_width < 1)
         return SHOAL_BAD_SHAPE;
     const int group = heads / kv_heads;
-    const int qrows = group >= QROWS_BUDGET ? 1 : QROWS_BUDGET / group;
-    long items = 0;
+    long units = 0; /* (sequence, query rows) pairs at the widest span */
     for (int s = 0; s < num_seqs; s++) {
         int query_len = query_start[s + 1] - query_start[s];
         if (query_len < 1 || seq_lens[s] < query_len || (long)table_width * block_size < seq_lens[s])
@@ -355,8 +483,15 @@ int shoal_paged_attention(const void *q, long q_token_stride, long q_head_stride
             int32_t block = block_tables[(long)s * table_width + b];
             if (block < 0 || block >= num_blocks) return SHOAL_BAD_SHAPE;
         }
-        items += (long)kv_heads * ((query_len + qrows - 1) / qrows);
+        units += (query_len * heads + ROWS_BUDGET - 1) / ROWS_BUDGET;
     }
+    if (threads < 1) threads = 1;
+    /* all KV heads at once while that leaves 4 items a thread, else one at a time (parallel over heads) */
+    const int span = units >= 4L * threads ? kv_heads : 1;
+    const int qrows = span * group >= ROWS_BUDGET ? 1 : ROWS_BUDGET / (span * group);
+    long items = 0;
+    for (int s = 0; s < num_seqs; s++)
+        items += (long)(kv_heads / span) * ((query_start[s + 1] - query_start[s] + qrows - 1) / qrows);
     if (items == 0) return SHOAL_OK;
     int *item_seq = malloc(sizeof(int) * 2 * (size_t)items);
     if (!item_seq) return SHOAL_NO_MEMORY;
@@ -364,29 +499,28 @@ int shoal_paged_attention(const void *q, long q_token_stride, long q_head_stride
     long i = 0;
     for (int s = 0; s < num_seqs; s++)
         for (int r = 0; r < query_start[s + 1] - query_start[s]; r += qrows)
-            for (int h = 0; h < kv_heads; h++, i++) {
+            for (int h = 0; h < kv_heads; h += span, i++) {
                 item_seq[i] = s;
-                item_row[i] = r * kv_heads + h; /* row start and KV head in one int */
+                item_row[i] = r * kv_heads + h; /* row start and first KV head in one int */
             }
 
     Problem p = {(const char *)q, (const char *)k_cache, (const char *)v_cache, q_token_stride, q_head_stride,
                  q_dtype, kv_dtype, block_tables, seq_lens, query_start, table_width, heads, kv_heads, head_dim,
                  block_size, scale, (char *)out};
     int failed = 0;
-    if (threads < 1) threads = 1;
     if (threads > items) threads = (int)items;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
     {
         Scratch scratch = {0};
-        const int ready = scratch_alloc(&scratch, qrows * group, head_dim);
+        const int ready = scratch_alloc(&scratch, qrows * span * group, head_dim, span);
         failed |= !ready;
 #pragma omp for schedule(dynamic, 1) /* every thread reaches it (its barrier), allocated or not */
         for (long j = 0; j < items; j++) {
             if (!ready) continue;
-            int s = item_seq[j], r0 = item_row[j] / kv_heads, kvh = item_row[j] % kv_heads;
+            int s = item_seq[j], r0 = item_row[j] / kv_heads, kvh0 = item_row[j] % kv_heads;
             int query_len = query_start[s + 1] - query_start[s];
             int r1 = r0 + qrows < query_len ? r0 + qrows : query_len;
-            attend_item(&p, &scratch, s, kvh, r0, r1);
+            attend_item(&p, &scratch, s, r0, r1, kvh0, span);
         }
         if (ready) free(scratch.q);
     }
