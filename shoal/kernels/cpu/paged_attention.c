@@ -68,7 +68,7 @@ static inline void widen(float *restrict dst, const void *src, int dtype, int n,
 /* exp(x) for x <= 0 (scores minus their running max): 2^(x log2 e) as 2^n times Cephes' exp2f polynomial on
  * [-0.5, 0.5]; below -87 it returns exp(-87) ~ 1.6e-38, nothing next to the max's 1. */
 static inline float exp_nonpositive(float x) {
-    float y = fmaxf(x, -87.0f) * 1.4426950408889634f;
+    float y = (x < -87.0f ? -87.0f : x) * 1.4426950408889634f; /* fmaxf would be a call: no vectorizing */
     float n = floorf(y + 0.5f);
     float f = y - n;
     float p = 1.535336188319500e-4f;
@@ -170,7 +170,7 @@ static inline void softmax_step(Scratch *s, int m, int d, float *probs, int vali
         probs[t] = e;
         sum += e;
     }
-    for (int t = valid; t < n; t++) probs[t] = 0.0f;
+    for (int t = valid; t < CHUNK; t++) probs[t] = 0.0f; /* masked keys and the run's unused tail */
     if (new_max > old_max && old_max != -INFINITY) {
         const float correction = exp_nonpositive(old_max - new_max);
         float *acc = s->acc + (size_t)m * d;
@@ -184,6 +184,39 @@ static inline void softmax_step(Scratch *s, int m, int d, float *probs, int vali
 
 #ifdef __AVX512F__
 #include <immintrin.h>
+
+/* exp_nonpositive on 16 lanes; scalef multiplies by 2^n without building the exponent's bits. */
+static inline __m512 exp512_nonpositive(__m512 x) {
+    const __m512 y = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(1.4426950408889634f));
+    const __m512 n = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(y, n);
+    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* softmax_step for a run's 16 scores in one vector, the first `valid` visible: weights stored to probs, zero
+ * past valid. */
+static inline void softmax_step16(Scratch *s, int m, int d, float *probs, __m512 scores, int valid) {
+    const __mmask16 visible = (__mmask16)((1u << valid) - 1u);
+    const float chunk_max = _mm512_mask_reduce_max_ps(visible, scores);
+    const float old_max = s->row_max[m], new_max = old_max > chunk_max ? old_max : chunk_max;
+    const __m512 weights = _mm512_maskz_mov_ps(visible, exp512_nonpositive(_mm512_sub_ps(scores, _mm512_set1_ps(new_max))));
+    _mm512_storeu_ps(probs, weights);
+    if (new_max > old_max && old_max != -INFINITY) {
+        const float correction = exp_nonpositive(old_max - new_max);
+        float *acc = s->acc + (size_t)m * d;
+        for (int i = 0; i < d; i += 16) _mm512_storeu_ps(acc + i, _mm512_mul_ps(_mm512_loadu_ps(acc + i), _mm512_set1_ps(correction)));
+        s->row_sum[m] *= correction;
+    }
+    s->row_max[m] = new_max;
+    s->row_sum[m] += _mm512_reduce_add_ps(weights);
+}
 
 /* r[t] = sum of v[t]'s 16 lanes, for 16 vectors: a transpose-and-add tree (15 shuffle/add pairs for 16 dot
  * products, where one horizontal sum each costs about 8 instructions). */
@@ -214,12 +247,7 @@ static inline void scores16(Scratch *s, int m, int d, const float *keys, int str
         }
         partial[t] = acc;
     }
-    __m512 scores = sum16(partial);
-    const __mmask16 visible = (__mmask16)((1u << valid) - 1u);
-    scores = _mm512_mask_blend_ps(visible, _mm512_set1_ps(-INFINITY), scores);
-    float *probs = s->probs + (size_t)m * CHUNK;
-    _mm512_storeu_ps(probs, scores);
-    softmax_step(s, m, d, probs, valid, n, _mm512_reduce_max_ps(scores));
+    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, sum16(partial), valid);
 }
 
 /* acc[m] += sum_t probs[m][t] * value[t] for every row, row m's values at s->values + offset(m) with a token
@@ -273,12 +301,7 @@ static inline void scores_bf16(Scratch *s, int m, int d, const uint16_t *keys, l
         }
         partial[t] = acc;
     }
-    __m512 scores = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(scale));
-    const __mmask16 visible = (__mmask16)((1u << valid) - 1u);
-    scores = _mm512_mask_blend_ps(visible, _mm512_set1_ps(-INFINITY), scores);
-    float *probs = s->probs + (size_t)m * CHUNK;
-    _mm512_storeu_ps(probs, scores);
-    softmax_step(s, m, d, probs, valid, n, _mm512_reduce_max_ps(scores));
+    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, _mm512_mul_ps(sum16(partial), _mm512_set1_ps(scale)), valid);
 }
 
 static inline void accumulate_bf16(Scratch *s, int rows, int heads, int group, int d, const uint16_t *values,
@@ -287,13 +310,13 @@ static inline void accumulate_bf16(Scratch *s, int rows, int heads, int group, i
         const float *probs = s->probs + (size_t)m * CHUNK;
         const uint16_t *v = values + (size_t)(m % heads / group) * d;
         float *acc = s->acc + (size_t)m * d;
+        uint32_t pairs[8]; /* the probabilities of tokens 2k and 2k + 1 as two bf16 in one 32-bit word */
+        _mm256_storeu_si256((__m256i *)pairs, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(probs)));
         for (int i = 0; i < d; i += 32) {
             __m512 lo = _mm512_loadu_ps(acc + i), hi = _mm512_loadu_ps(acc + i + 16);
             for (int t = 0; t < n; t += 2) {
                 const int u = t + 1 < n ? t + 1 : t; /* an odd run's last token pairs with itself, weight 0 */
-                const uint32_t w = (uint32_t)float_to_bf16(probs[t]) |
-                                   (u != t ? (uint32_t)float_to_bf16(probs[u]) << 16 : 0u);
-                const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)w);
+                const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)pairs[t / 2]);
                 const __m512i a = _mm512_loadu_si512(v + t * stride + i), b = _mm512_loadu_si512(v + u * stride + i);
                 lo = _mm512_dpbf16_ps(lo, (__m512bh)_mm512_unpacklo_epi16(a, b), weights);
                 hi = _mm512_dpbf16_ps(hi, (__m512bh)_mm512_unpackhi_epi16(a, b), weights);
@@ -404,7 +427,7 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
             for (int m = 0; m < rows; m++) {
                 const int valid = s->limit[m] - c0 + 1 < n ? s->limit[m] - c0 + 1 : n;
                 if (valid <= 0) {
-                    memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * n);
+                    memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * CHUNK);
                     continue;
                 }
                 scores_bf16(s, m, d, keys + (size_t)(m % heads / group) * d, stride, n, valid, p->scale);
