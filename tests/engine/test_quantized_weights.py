@@ -121,7 +121,10 @@ def assert_within_tolerance(quantized: torch.Tensor, reference: torch.Tensor) ->
     diff, spread = (quantized - reference).abs(), reference.std()
     assert diff.mean() <= MEAN_TOLERANCE * spread, (diff.mean(), spread)
     assert diff.max() <= MAX_TOLERANCE * spread, (diff.max(), spread)
-    assert quantized.argmax() == reference.argmax()
+    # the quantized model's choice is the reference's best, up to one bf16 step of the logits (ties at that
+    # resolution go either way: the dense products' summation order alone can break them)
+    best = reference.max()
+    assert reference[quantized.argmax()] >= best - torch.finfo(torch.bfloat16).eps * best.abs()
 
 
 def test_int4_from_a_q4_gguf_uses_the_files_codes_and_stays_close_to_the_dequantized_model(
@@ -173,27 +176,32 @@ def test_a_q8_0_embedding_serves_as_the_tied_lm_head_on_the_c_kernel_only(
         assert_within_tolerance(decode_logits(quantized, prompt), decode_logits(reference, prompt))
 
 
-def test_without_a_compiler_the_engine_warns_once_and_serves_on_torchs_kernel(
+def test_without_a_compiler_the_engine_warns_once_per_kernel_and_serves_on_torchs(
     tiny_q4_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("CC", "/nonexistent")
     monkeypatch.setenv("SHOAL_CACHE", str(tmp_path))  # nothing built yet: the compiler is needed
     from shoal.engine.loader import small_batch_kernel as choice
+    from shoal.kernels import backend
 
     choice._loaded.cache_clear()
+    backend._paged_attention.cache_clear()
     try:
         with caplog.at_level("INFO", logger=choice.__name__):
             llm = LLM(str(tiny_q4_gguf), dtype="bfloat16", num_kv_blocks=16)
         (out,) = llm.generate([list(range(3, 20))], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
     finally:
         choice._loaded.cache_clear()
+        backend._paged_attention.cache_clear()
     assert len(out.token_ids) == 6
     kinds = {m.kind for m in llm.engine.runner.model.modules() if isinstance(m, QuantizedLinear)}
     assert kinds == {"int4"}
+    assert llm.engine.runner.model.layers[0].self_attn.ops.name == "torch"
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert warnings == [
-        "quantized projections: torch's _weight_int4pack_mm_for_cpu, slower: shoal's C kernel is unavailable: "
-        "no C compiler: '/nonexistent' (from $CC, else 'cc') is not on PATH"
+    cause = "no C compiler: '/nonexistent' (from $CC, else 'cc') is not on PATH"
+    assert sorted(warnings) == [
+        f"attention: torch's gathered path, slower: shoal's C attention kernel is unavailable: {cause}",
+        f"quantized projections: torch's _weight_int4pack_mm_for_cpu, slower: shoal's C kernel is unavailable: {cause}",
     ]
 
 

@@ -10,11 +10,13 @@ import torch
 from shoal.engine.loader.errors import WeightsError
 from shoal.engine.loader.gguf_weights import gguf_head_codes, gguf_int4_codes, iter_gguf
 from shoal.engine.loader.huge_pages import move_to_huge_pages
+from shoal.engine.loader.onednn_pack import pack_dense_projections
 from shoal.engine.loader.quantize import Int4Codes, Int8Codes, quantize_projections
 from shoal.engine.loader.safetensors_weights import iter_safetensors
 from shoal.engine.loader.small_batch_kernel import small_batch_kernel
 from shoal.engine.loader.state_dict import build_state_dict, fuse_by_parameter
 from shoal.engine.model import CausalLM
+from shoal.engine.model.packed_linear import onednn_packs
 from shoal.engine.model_config import ModelConfig
 from shoal.gguf_metadata import open_gguf, read_gguf_metadata
 from shoal.kernels import KernelOps
@@ -44,8 +46,9 @@ def load_model(
 
     ``quantization`` ``int4`` / ``int8`` adds a quantized copy of the projections (``quantize_projections``);
     for int4 a GGUF file's own Q4_0/Q4_1 codes are used, and its Q8_0 LM head's where shoal's C kernel serves
-    (``small_batch_kernel``); other projections stored above 4 bits stay dense.
-    On the CPU the weights end in transparent huge pages (``move_to_huge_pages``).
+    (``small_batch_kernel``); other projections stored above 4 bits stay dense. In bf16 on a CPU the dense
+    projections multiply oneDNN-packed weights (``pack_dense_projections``). On the CPU the other weights end in
+    transparent huge pages (``move_to_huge_pages``).
     """
     gguf_codes: dict[str, Int4Codes | Int8Codes] | None = None
     if source.format == "hf":
@@ -71,6 +74,8 @@ def load_model(
     if quantization != "none":
         kernel = small_batch_kernel() if quantization == "int4" else None
         quantize_projections(model, quantization, gguf_codes, kernel=kernel)
+    if onednn_packs(dtype, device):
+        pack_dense_projections(model)
     move_to_huge_pages(model)
     return model
 

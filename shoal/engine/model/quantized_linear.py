@@ -19,10 +19,12 @@ the bf16 weights on top of them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
+from shoal.engine.model.packed_linear import pack_weight, packed_linear
 from shoal.kernels.cpu import QuantGemv
 
 INT4_GROUP = 32
@@ -58,23 +60,36 @@ class QuantizedLinear(nn.Module):
             raise ValueError(f"max_rows {max_rows} is more than the C kernel's {kernel.max_rows}")
         self.kind = kind
         self.max_rows = max_rows
+        self.in_features, self.out_features = dense.in_features, dense.out_features
         small: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {"int4": _torch_int4, "int8": _torch_int8}
         if kernel is not None:
             small.update(q4_1=kernel.q4_1, q8_0=kernel.q8_0)
         self._small = small[kind]
-        self.weight = dense.weight
+        self.weight: Tensor | None = dense.weight
         self.bias = dense.bias
+        self._packed: Tensor | None = None
         self.register_buffer("packed", packed, persistent=False)
         self.register_buffer("scales", scales, persistent=False)
 
+    def pack_dense(self, keep_weight: bool = False) -> None:
+        """Large batches multiply a oneDNN-packed copy of the dense weight (``packed_linear``), which replaces the
+        plain one unless ``keep_weight`` (another module shares it)."""
+        self._packed = pack_weight(cast(Tensor, self.weight))
+        if not keep_weight:
+            del self.weight
+            self.weight = None
+
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[0] > self.max_rows:
-            return nn.functional.linear(x, self.weight, self.bias)
+            if self._packed is not None:
+                return packed_linear(x, self._packed, self.bias)
+            return nn.functional.linear(x, cast(Tensor, self.weight), self.bias)  # unpacked: the weight is kept
         out = self._small(x, self.packed, self.scales)
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.kind}, in={self.weight.shape[1]}, out={self.weight.shape[0]}, max_rows={self.max_rows}"
+        dense = "oneDNN-packed" if self._packed is not None else "plain"
+        return f"{self.kind}, in={self.in_features}, out={self.out_features}, max_rows={self.max_rows}, dense {dense}"
 
 
 def _torch_int4(x: Tensor, packed: Tensor, scales: Tensor) -> Tensor:

@@ -51,9 +51,10 @@ def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
         str(engine.max_num_seqs),
         "--device",
         "cuda" if engine.resources.gpus else "cpu",
-        "--attention-backend",
-        "triton" if engine.resources.gpus else "torch",
     ]
+    if engine.resources.gpus:
+        args += ["--attention-backend", "triton"]
+    # a CPU engine keeps its default attention: shoal's C kernel where it builds, else torch's (one warning)
     if engine.max_model_len is not None:
         args += ["--max-model-len", str(engine.max_model_len)]
     if engine.kv_cache_memory is not None:

@@ -1,0 +1,89 @@
+"""Dense bf16 projections on oneDNN-packed weights: the same products as ``nn.functional.linear``, no extra memory.
+
+oneDNN on this CPU gives bit-identical results for batches of several rows; a single row may sum in another
+order (one bf16 step apart), so one-row products are compared within that.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from shoal.engine.loader import load as load_module
+from shoal.engine.loader.load import load_model
+from shoal.engine.loader.onednn_pack import pack_dense_projections
+from shoal.engine.loader.quantize import pack_int8
+from shoal.engine.model import allocate_kv_cache
+from shoal.engine.model.packed_linear import PackedLinear, onednn_packs
+from shoal.engine.model.quantized_linear import QuantizedLinear
+from shoal.kernels import AttentionMetadata, TorchOps
+from shoal.model_registry import resolve_model
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64, 300])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_packed_linear_computes_what_linear_does(rows: int, bias: bool) -> None:
+    torch.manual_seed(rows)
+    dense = nn.Linear(96, 160, bias=bias).to(torch.bfloat16)
+    x = torch.randn(rows, 96, dtype=torch.bfloat16)
+    packed = PackedLinear(dense)
+    assert not hasattr(packed, "weight")  # the plain weight is not kept
+    with torch.inference_mode():
+        expected, out = dense(x), packed(x)
+    if rows > 1:
+        assert torch.equal(out, expected)
+    else:
+        torch.testing.assert_close(out, expected, atol=0, rtol=2**-7)
+
+
+def test_only_bf16_on_a_cpu_is_packed() -> None:
+    assert onednn_packs(torch.bfloat16, "cpu")
+    assert not onednn_packs(torch.float32, "cpu")
+    assert not onednn_packs(torch.bfloat16, "cuda")
+
+
+def logits(model: nn.Module, prompt: list[int]) -> torch.Tensor:
+    """A prompt's prefill (many rows) then one decode (one row), through the model's own forward."""
+    config = model.config
+    kv = allocate_kv_cache(config, num_blocks=2, block_size=16, dtype=torch.bfloat16)
+    n = len(prompt)
+    with torch.inference_mode():
+        meta = AttentionMetadata.build([n - 1], [n - 1], [[0, 1]], 16)
+        first = model(torch.tensor(prompt[:-1]), torch.arange(n - 1), kv, meta, torch.tensor([n - 2]))
+        meta = AttentionMetadata.build([1], [n], [[0, 1]], 16)
+        return torch.cat([first, model(torch.tensor(prompt[-1:]), torch.tensor([n - 1]), kv, meta, torch.tensor([0]))])
+
+
+def test_a_loaded_bf16_model_packs_every_projection_and_answers_as_before(
+    tiny_gqa_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = resolve_model(str(tiny_gqa_llama_dir))
+    packed = load_model(source, torch.bfloat16, TorchOps())
+    monkeypatch.setattr(load_module, "onednn_packs", lambda dtype, device: False)
+    plain = load_model(source, torch.bfloat16, TorchOps())
+    projections = [m for m in packed.modules() if isinstance(m, PackedLinear)]
+    assert len(projections) == 4 * packed.config.num_layers + 1  # qkv, o, gate_up, down per layer; LM head
+    assert not any(type(m) is nn.Linear for m in packed.modules())
+    # the LM head is tied to the embedding: its weight is the embedding's, kept; no other plain weight is
+    assert packed.lm_head.weight is packed.embed_tokens.weight
+    assert not hasattr(packed.layers[0].mlp.down_proj, "weight")
+    prompt = list(range(3, 20))
+    torch.testing.assert_close(logits(packed, prompt), logits(plain, prompt), atol=0.05, rtol=0.02)
+
+
+def test_a_quantized_projection_packs_the_dense_weight_its_large_batches_use() -> None:
+    torch.manual_seed(0)
+    dense = nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+    layer = QuantizedLinear(dense, "int8", *pack_int8(dense.weight, torch.bfloat16), max_rows=2)
+    model = nn.Sequential(layer)
+    large = torch.randn(9, 64, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        expected = dense(large)
+        assert pack_dense_projections(model) == ["0"]
+        assert layer.weight is None  # nothing else held it: dropped once packed
+        assert torch.equal(layer(large), expected)
