@@ -24,7 +24,7 @@ DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = ("auto", "none", "int4", "int8")
 INT4_SOURCE_TYPES = frozenset({"Q4_0", "Q4_1"})
 C_KERNEL_DTYPES = frozenset({"bfloat16", "float32"})  # the activations shoal's C kernel takes
-SMALL_ROWS = 4  # sequences in a step whose streams leave the event loop idle enough to lend its CPU (StepThreads)
+SMALL_ROWS = 4  # decode steps of up to this many sequences are timed as their own kind (StepThreads)
 
 
 @dataclass(frozen=True)
@@ -126,8 +126,8 @@ def choose_quantization(
 
 
 def choose_threads(requested: int | None, cores: int, device: str = "cpu") -> Choice:
-    """torch's intra-op threads for a server: ``--threads``, else every CPU for small decode steps while that is
-    measured faster and one fewer for the rest, whose streams keep the HTTP event loop busy (``StepThreads``).
+    """torch's intra-op threads for a server: ``--threads``, else every CPU or one fewer (left to the HTTP event
+    loop), whichever is measured faster, for small decode steps and for the rest apart (``StepThreads``).
     On CUDA the GPU runs the steps and their time does not depend on the CPU thread count (on an H100 the
     per-step choice switched counts on timings that differed only by noise): one fewer than the CPUs, fixed.
 
@@ -147,8 +147,8 @@ def choose_threads(requested: int | None, cores: int, device: str = "cpu") -> Ch
     if threads_per_step(requested, cores, device):
         return Choice(
             f"{cores - 1}-{cores}",
-            f"{cores} CPUs: steps of up to {SMALL_ROWS} decoding sequences on all of them while measured faster, "
-            "the rest on one fewer, left to the event loop",
+            f"{cores} CPUs: all of them or one fewer (left to the event loop), whichever is measured faster, for "
+            f"decode steps of up to {SMALL_ROWS} sequences and for the rest apart",
         )
     if cores >= 2:
         return Choice(str(cores - 1), f"{cores} CPUs, steps on the GPU: one left to the event loop")

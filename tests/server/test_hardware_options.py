@@ -51,6 +51,6 @@ def test_chosen_hardware_is_logged_and_too_many_threads_warn(tmp_path: Path, tin
 def test_default_threads_are_chosen_per_step_and_logged(server: ServeProcess) -> None:
     """Without ``--threads`` the server picks torch's thread count for each step, and says so at start-up."""
     cores = len(os.sched_getaffinity(0))
-    expected = f"torch threads {cores - 1}-{cores} ({cores} CPUs: steps of up to 4 decoding sequences on all"
+    expected = f"torch threads {cores - 1}-{cores} ({cores} CPUs: all of them or one fewer (left to the event loop)"
     start_up = server.log_path.read_text(errors="replace")  # the whole log: the shared server has served others since
     assert (expected if cores >= 2 else "torch threads 1 (1 CPU)") in start_up

@@ -4,7 +4,8 @@ Every scheduled request contributes the slice ``all_token_ids[computed : compute
 model only computes logits for the last token of the requests whose chunk reaches the end of what they know
 (a prefill chunk in the middle of a prompt samples nothing). Host-side metadata is built once per step from
 plain lists and turned into tensors in one go. In a server, ``StepThreads`` picks torch's thread count for each
-batch from its size and the times earlier batches took (measured here, around the forward pass and sampling).
+batch from its kind and the times earlier batches of that kind took (measured here, around the forward pass and
+sampling).
 """
 
 from __future__ import annotations
@@ -48,18 +49,25 @@ class ModelRunner:
         """Runs the batch; returns the sampled token and (if asked) its logprobs per finishing request."""
         if self.step_threads is None:
             return self._execute(batch)
-        rows, decode_only = len(batch.scheduled), batch.total_num_scheduled_tokens == len(batch.scheduled)
-        threads = self.step_threads.threads_for(rows, decode_only)
+        rows, tokens = len(batch.scheduled), batch.total_num_scheduled_tokens
+        threads = self.step_threads.threads_for(rows, tokens)
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         start = time.perf_counter()
         result = self._execute(batch)
-        choice = self.step_threads.choice
-        self.step_threads.observe(threads, rows, decode_only, time.perf_counter() - start)
-        if self.step_threads.choice != choice:
-            ms = {n: round(s * 1e3, 1) for n, s in sorted(self.step_threads.seconds.items())}
+        kind = self.step_threads.kind(rows, tokens)
+        choice = kind.choice
+        self.step_threads.observe(threads, rows, tokens, time.perf_counter() - start)
+        if kind.choice != choice:
+            small = kind is self.step_threads.small
+            unit = "ms a step" if small else "ms a token"
+            ms = {n: round(s * 1e3, 2) for n, s in sorted(kind.seconds.items())}
             log.info(
-                "small decode steps now on %d torch threads (ms a step by threads: %s)", self.step_threads.choice, ms
+                "%s steps now on %d torch threads (%s by threads: %s)",
+                "small decode" if small else "large and prefill",
+                kind.choice,
+                unit,
+                ms,
             )
         return result
 

@@ -41,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threads",
         type=int,
         default=None,
-        help="torch intra-op threads; default: chosen per step (all CPUs for steps of up to 4 decoding "
-        "sequences while measured faster, else all but one, left to the event loop)",
+        help="torch intra-op threads; default: chosen per step, all CPUs or all but one (left to the event loop), "
+        "whichever is measured faster for that kind of step",
     )
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--max-num-batched-tokens", type=int, default=2048)
