@@ -30,6 +30,7 @@ MATMUL_OPS = (
     "aten::bmm",
     "aten::_weight_int4pack_mm_for_cpu",
     "aten::_weight_int8pack_mm",
+    "mkldnn::_linear_pointwise",
     "shoal::q4_1",
     "shoal::q8_0",
 )
