@@ -2,10 +2,8 @@
 
 A server can leave one CPU to its HTTP event loop (``shoal.engine.hardware.choose_threads``), which at many
 streams has real work per token (detokenizing, SSE framing, a dispatch per step). Whether that pays depends on
-the machine, not on the step. On an idle 2-CPU machine every CPU won at every size: one stream ran 1.3x
-faster (the whole gap to llama.cpp at one concurrent request), and 64 streams 1.6x (711 output tokens/s
-against 451, TTFT p50 1.5 s against 2.4 s; docs/benchmarks.md). But every CPU only pays when nobody else wants
-one: torch's OpenMP workers meet at a barrier after every op, and a worker the kernel has descheduled for a
+the machine, not on the step: on an idle 2-CPU machine every CPU won at every size, from one stream to 64
+(docs/benchmarks.md). But every CPU only pays when nobody else wants one: torch's OpenMP workers meet at a barrier after every op, and a worker the kernel has descheduled for a
 neighbour's process stalls each of a step's hundreds of ops (measured on this 2-CPU machine at load 5:
 150-1,050 ms a step on two threads against 29-55 ms on one).
 
