@@ -73,14 +73,16 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
     """The operator's own ``shoal serve`` arguments, then the local overrides (the last flag given wins)."""
     most = spec.replicas.max if spec.autoscaling.enabled else spec.replicas.fixed
     threads = threads_per_engine(usable_cores(), most, spec.engine.resources.cpu)
+    args = serve_args(spec)
+    if "--attention-backend" in args:  # a GPU spec's Triton: here the CPU's default (the C kernel, else torch's)
+        at = args.index("--attention-backend")
+        del args[at : at + 2]
     argv = shoal_command(
-        *serve_args(spec),
+        *args,
         "--host",
         "127.0.0.1",
         "--device",
         "cpu",
-        "--attention-backend",
-        "torch",
         "--threads",
         str(threads),
         "--log-level",

@@ -144,3 +144,15 @@ def test_restart_delays_double_up_to_the_ceiling(failures: int) -> None:
     assert backoff.base(failures) <= 30.0
     assert backoff.base(failures + 1) >= backoff.base(failures)
     assert backoff.base(1) == 1.0 and backoff.base(3) == 4.0
+
+
+def test_a_gpu_spec_runs_its_engines_on_the_cpu_with_the_cpus_default_attention(tmp_path: Path) -> None:
+    """The operator's Triton flag is dropped, not overridden: the engine then picks shoal's C kernel, or torch's
+    with a warning where no compiler builds it (an explicit backend would have to be one that cannot fail)."""
+    from shoal.local.up import engine_launch
+
+    spec = load_manifest(write_manifest(tmp_path, manifest("smollm2-135m", engine={"resources": {"gpus": 1}}))).spec
+    argv = engine_launch(spec, tmp_path).argv
+    assert "--attention-backend" not in argv
+    last_device = len(argv) - 1 - argv[::-1].index("--device")  # the last flag given wins
+    assert argv[last_device + 1] == "cpu"
