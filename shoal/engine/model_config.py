@@ -16,6 +16,7 @@ HF_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
 }
 GGUF_ARCHITECTURES = ("llama", "qwen2")
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -27,7 +28,7 @@ class UnsupportedModelError(ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2"
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3"
     hidden_size: int
     intermediate_size: int
     num_layers: int
@@ -40,6 +41,7 @@ class ModelConfig:
     max_position_embeddings: int
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    qk_norm: bool = False  # RMSNorm of each query and key head before RoPE (Qwen3)
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -89,6 +91,7 @@ class ModelConfig:
             max_position_embeddings=config.get("max_position_embeddings", 2048),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
             attention_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
+            qk_norm=arch == "qwen3",
             bos_token_id=config.get("bos_token_id"),
             eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
         )
@@ -135,7 +138,7 @@ class ModelConfig:
 
 def _uses_sliding_window(arch: str, config: dict[str, Any]) -> bool:
     window = config.get("sliding_window")
-    if arch == "qwen2":
+    if arch in ("qwen2", "qwen3"):
         return bool(config.get("use_sliding_window")) and window is not None
     if arch == "mistral":
         return window is not None and window < config.get("max_position_embeddings", 0)

@@ -33,6 +33,19 @@ def tiny_qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3: RMSNorm of each query and key head before RoPE, an explicit head_dim, GQA, tied embeddings."""
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-qwen3"),
+        "qwen3",
+        seed=6,
+        num_key_value_heads=2,
+        head_dim=32,
+        tie_word_embeddings=True,
+    )
+
+
+@pytest.fixture(scope="session")
 def tiny_llama3_scaled_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Llama 3.1-style RoPE scaling, with a short original context so that every frequency band is exercised."""
     rope = {

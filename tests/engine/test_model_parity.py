@@ -81,7 +81,14 @@ def assert_parity(
 
 @pytest.mark.parametrize(
     "checkpoint",
-    ["tiny_llama_dir", "tiny_gqa_llama_dir", "tiny_qwen2_dir", "tiny_llama3_scaled_dir", "tiny_mistral_dir"],
+    [
+        "tiny_llama_dir",
+        "tiny_gqa_llama_dir",
+        "tiny_qwen2_dir",
+        "tiny_qwen3_dir",
+        "tiny_llama3_scaled_dir",
+        "tiny_mistral_dir",
+    ],
 )
 def test_tiny_checkpoint_logits_match_transformers(checkpoint: str, request: pytest.FixtureRequest) -> None:
     directory: Path = request.getfixturevalue(checkpoint)

@@ -71,7 +71,8 @@ def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
 
 
 def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_overrides: Any) -> Path:
-    """Saves a random ``model_type`` ("llama" | "qwen2" | "mistral") checkpoint with a tokenizer in ``directory``."""
+    """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "mistral") checkpoint with a tokenizer in
+    ``directory``."""
     import transformers
 
     tokenizer = train_tokenizer(vocab_size=384)
@@ -79,6 +80,7 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
     config_class = {
         "llama": transformers.LlamaConfig,
         "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config,
         "mistral": transformers.MistralConfig,
     }[model_type]
     settings: dict[str, Any] = dict(

@@ -44,6 +44,8 @@ def expected_parameters(config: ModelConfig) -> set[str]:
         }
         if config.attention_bias:
             names.add(prefix + "self_attn.qkv_proj.bias")
+        if config.qk_norm:
+            names |= {prefix + "self_attn.q_norm.weight", prefix + "self_attn.k_norm.weight"}
     return names
 
 

@@ -1,4 +1,4 @@
-"""The Llama family (Llama 2/3, Mistral-style, Qwen2) over a paged KV cache.
+"""The Llama family (Llama 2/3, Mistral-style, Qwen2, Qwen3) over a paged KV cache.
 
 A batch is flat: the new tokens of every sequence are packed into one ``[num_tokens]`` dimension and
 ``AttentionMetadata`` says which rows belong to which sequence and where their keys live in the cache, so
@@ -32,6 +32,9 @@ class Attention(nn.Module):
         self.scale = self.head_dim**-0.5
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.eps = config.rms_norm_eps
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
 
     def forward(
         self, positions: Tensor, hidden: Tensor, kv_cache: KVCache, meta: AttentionMetadata, cos_sin: Tensor
@@ -39,6 +42,9 @@ class Attention(nn.Module):
         num_tokens = hidden.shape[0]
         heads = self.qkv_proj.forward(hidden).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
         q, k, v = heads.split((self.num_heads, self.num_kv_heads, self.num_kv_heads), dim=1)
+        if self.q_norm is not None and self.k_norm is not None:  # per head, over head_dim, before RoPE
+            q = self.ops.rms_norm(q.reshape(-1, self.head_dim), self.q_norm.weight, self.eps).view_as(q)
+            k = self.ops.rms_norm(k.reshape(-1, self.head_dim), self.k_norm.weight, self.eps).view_as(k)
         q, k = self.ops.rotary(positions, q, k, cos_sin)
         k_cache, v_cache = kv_cache
         self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
