@@ -17,6 +17,7 @@ HF_ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
 }
 GGUF_ARCHITECTURES = ("llama", "qwen2")
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -28,7 +29,7 @@ class UnsupportedModelError(ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3"
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3"
     hidden_size: int
     intermediate_size: int
     num_layers: int
@@ -42,6 +43,7 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     qk_norm: bool = False  # RMSNorm of each query and key head before RoPE (Qwen3)
+    partial_rotary_factor: float = 1.0  # RoPE rotates the first head_dim * this features (Phi-4-mini: 0.75)
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -51,9 +53,19 @@ class ModelConfig:
             raise UnsupportedModelError(
                 f"num_attention_heads={self.num_heads} is not a multiple of num_key_value_heads={self.num_kv_heads}"
             )
+        if self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.head_dim:
+            raise UnsupportedModelError(
+                f"partial_rotary_factor={self.partial_rotary_factor} gives {self.rotary_dim} rotary features of "
+                f"head_dim={self.head_dim}: it must be an even number between 2 and head_dim"
+            )
         rope_type = (self.rope_scaling or {}).get("rope_type", "default")
         if rope_type not in ROPE_TYPES:
             raise UnsupportedModelError(f"rope_scaling.rope_type={rope_type!r} is not one of {', '.join(ROPE_TYPES)}")
+
+    @property
+    def rotary_dim(self) -> int:
+        """Features of each head that RoPE rotates (the first ones; the rest pass through), as transformers counts."""
+        return int(self.head_dim * self.partial_rotary_factor)
 
     @staticmethod
     def from_hf(config: dict[str, Any]) -> ModelConfig:
@@ -73,6 +85,7 @@ class ModelConfig:
         heads = config["num_attention_heads"]
         rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
         rope_theta = rope.pop("rope_theta", config.get("rope_theta", 10000.0))
+        partial_rotary = rope.pop("partial_rotary_factor", None) or config.get("partial_rotary_factor") or 1.0
         if "type" in rope:  # transformers 4 wrote ``type`` for old scaling configs
             rope.setdefault("rope_type", rope.pop("type"))
         eos = config.get("eos_token_id")
@@ -92,6 +105,7 @@ class ModelConfig:
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
             attention_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
             qk_norm=arch == "qwen3",
+            partial_rotary_factor=float(partial_rotary),
             bos_token_id=config.get("bos_token_id"),
             eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
         )
@@ -140,6 +154,6 @@ def _uses_sliding_window(arch: str, config: dict[str, Any]) -> bool:
     window = config.get("sliding_window")
     if arch in ("qwen2", "qwen3"):
         return bool(config.get("use_sliding_window")) and window is not None
-    if arch == "mistral":
+    if arch in ("mistral", "phi3"):
         return window is not None and window < config.get("max_position_embeddings", 0)
     return False

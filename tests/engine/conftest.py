@@ -46,6 +46,23 @@ def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_phi3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Phi-3/Phi-4-mini: fused qkv and gate_up projections in the checkpoint, RoPE on 3/4 of each head, GQA."""
+    from tiny_checkpoints import EOS, train_tokenizer
+
+    eos = train_tokenizer(vocab_size=384).token_to_id(EOS)
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-phi3"),
+        "phi3",
+        seed=7,
+        num_key_value_heads=2,
+        partial_rotary_factor=0.75,
+        sliding_window=None,
+        pad_token_id=eos,
+    )
+
+
+@pytest.fixture(scope="session")
 def tiny_llama3_scaled_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Llama 3.1-style RoPE scaling, with a short original context so that every frequency band is exercised."""
     rope = {

@@ -77,6 +77,9 @@ def test_unsupported_architecture_is_named(tiny_llama_dir: Path, tmp_path: Path)
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope_type"),
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"num_key_value_heads": 3}, "num_key_value_heads"),
+        ({"architectures": ["Phi3ForCausalLM"], "sliding_window": 64}, "sliding_window"),
+        ({"architectures": ["Phi3ForCausalLM"], "rope_parameters": {"rope_type": "longrope"}}, "rope_type"),
+        ({"partial_rotary_factor": 0.3125}, "partial_rotary_factor"),  # 5 of head_dim 16: not pairs
     ],
 )
 def test_unsupported_settings_are_named(overrides: dict, field: str, tiny_llama_dir: Path) -> None:

@@ -86,6 +86,7 @@ def assert_parity(
         "tiny_gqa_llama_dir",
         "tiny_qwen2_dir",
         "tiny_qwen3_dir",
+        "tiny_phi3_dir",
         "tiny_llama3_scaled_dir",
         "tiny_mistral_dir",
     ],

@@ -71,7 +71,7 @@ def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
 
 
 def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_overrides: Any) -> Path:
-    """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "mistral") checkpoint with a tokenizer in
+    """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "phi3" | "mistral") checkpoint with a tokenizer in
     ``directory``."""
     import transformers
 
@@ -81,6 +81,7 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
         "llama": transformers.LlamaConfig,
         "qwen2": transformers.Qwen2Config,
         "qwen3": transformers.Qwen3Config,
+        "phi3": transformers.Phi3Config,
         "mistral": transformers.MistralConfig,
     }[model_type]
     settings: dict[str, Any] = dict(

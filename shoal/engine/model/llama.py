@@ -1,4 +1,4 @@
-"""The Llama family (Llama 2/3, Mistral-style, Qwen2, Qwen3) over a paged KV cache.
+"""The Llama family (Llama 2/3, Mistral-style, Qwen2, Qwen3, Phi-3) over a paged KV cache.
 
 A batch is flat: the new tokens of every sequence are packed into one ``[num_tokens]`` dimension and
 ``AttentionMetadata`` says which rows belong to which sequence and where their keys live in the cache, so

@@ -1,4 +1,4 @@
-"""The RoPE table every layer reads: ``cos_sin_cache [max_position, head_dim]``, cosines then sines.
+"""The RoPE table every layer reads: ``cos_sin_cache [max_position, rotary_dim]``, cosines then sines.
 
 Computed once, in fp32, with the same operations as Hugging Face's rotary embedding (inverse frequencies from
 ``rope_theta``, optionally rescaled by ``linear`` or ``llama3`` rope scaling), so positions rotate bit-for-bit
@@ -15,8 +15,8 @@ from shoal.engine.model_config import ModelConfig
 
 
 def inverse_frequencies(config: ModelConfig) -> torch.Tensor:
-    """``1 / theta^(2i/d)``, rescaled as the config's ``rope_scaling`` says; fp32 ``[head_dim // 2]``."""
-    dim = config.head_dim
+    """``1 / theta^(2i/d)``, rescaled as the config's ``rope_scaling`` says; fp32 ``[rotary_dim // 2]``."""
+    dim = config.rotary_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
     scaling = config.rope_scaling or {}
     rope_type = scaling.get("rope_type", "default")
@@ -44,7 +44,7 @@ def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
 
 
 def cos_sin_cache(config: ModelConfig) -> torch.Tensor:
-    """fp32 ``[max_position_embeddings, head_dim]`` on the CPU: ``cos(p * f)`` then ``sin(p * f)``."""
+    """fp32 ``[max_position_embeddings, rotary_dim]`` on the CPU: ``cos(p * f)`` then ``sin(p * f)``."""
     inv_freq = inverse_frequencies(config)
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32, device="cpu")
     freqs = positions[:, None] * inv_freq[None, :]
