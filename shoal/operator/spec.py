@@ -73,10 +73,26 @@ class ModelSpec(_Wire):
     volume: ModelVolume | None = None
 
 
+ONE_GPU_MESSAGE = (
+    "engine.resources.gpus must be 0 or 1: Shoal's engine runs a model on one GPU and does not yet shard it "
+    "across several (tensor parallelism), so more would be requested and left idle"
+)
+
+
 class EngineResources(_Wire):
-    gpus: int = Field(1, ge=0, le=16, description="nvidia.com/gpu per engine pod; 0 runs on CPU.")
+    model_config = _cel(("self.gpus <= 1", ONE_GPU_MESSAGE))
+
+    gpus: int = Field(
+        1, ge=0, description="nvidia.com/gpu per engine pod: 0 runs on the CPU, 1 on one GPU (no sharding yet)."
+    )
     cpu: Quantity | None = Field(None, description="CPU request and limit, e.g. '4'.")
     memory: Quantity | None = Field(None, description="Memory request and limit, e.g. '16Gi'.")
+
+    @model_validator(mode="after")
+    def _one_gpu(self) -> EngineResources:
+        if self.gpus > 1:
+            raise ValueError(ONE_GPU_MESSAGE)
+        return self
 
 
 class Toleration(_Wire):

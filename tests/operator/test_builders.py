@@ -100,10 +100,10 @@ def test_engine_probes_wait_for_the_model_then_watch_liveness() -> None:
 
 
 def test_gpu_request_limits_and_toleration() -> None:
-    s = spec(engine={"resources": {"gpus": 2, "cpu": "8", "memory": "32Gi"}})
+    s = spec(engine={"resources": {"gpus": 1, "cpu": "8", "memory": "32Gi"}})
     pod = children(s)[("Deployment", "chat-engine")]["spec"]["template"]["spec"]
     resources = pod["containers"][0]["resources"]
-    assert resources["limits"] == {"cpu": "8", "memory": "32Gi", GPU_RESOURCE: "2"}
+    assert resources["limits"] == {"cpu": "8", "memory": "32Gi", GPU_RESOURCE: "1"}
     assert resources["requests"] == resources["limits"]
     assert {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert serve_args(s)[serve_args(s).index("--attention-backend") + 1] == "triton"

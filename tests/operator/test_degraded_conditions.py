@@ -7,6 +7,8 @@ import pytest
 from operator_harness import OperatorProcess, apply, condition, eventually, example, get, wait_ready
 from support.kube_testbed import ControlPlane
 
+from shoal.operator.builders.engine import GPU_RESOURCE as GPU
+
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 
 
@@ -57,9 +59,32 @@ def test_unknown_model_alias(installed_chart: ControlPlane, operator: OperatorPr
     assert warning_events(installed_chart, namespace, "ModelNotFound") == [expected], "one Event, not one per pass"
 
 
+def gpu_filler(namespace: str, pods: int) -> dict:
+    """A Deployment of one-GPU pods that takes every free GPU of the kwok nodes (its surplus pods stay Pending)."""
+    labels = {"app": "gpu-filler"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "gpu-filler", "namespace": namespace},
+        "spec": {
+            "replicas": pods,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [{"name": "hold", "image": "shoal/engine:test", "resources": {"limits": {GPU: "1"}}}],
+                    "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+                },
+            },
+        },
+    }
+
+
 def test_no_node_has_the_gpus(installed_chart: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    """Every GPU taken by other pods: the engine's pod cannot be scheduled, and the status says why."""
+    apply(installed_chart, namespace, gpu_filler(namespace, 17))  # the two kwok nodes have 8 each
     body = example("greedy")
-    body["spec"]["engine"]["resources"] = {"gpus": 12}  # the kwok nodes have 8 each
+    body["spec"]["engine"]["resources"] = {"gpus": 1}
     apply(installed_chart, namespace, body)
     infd = eventually(
         lambda: (
@@ -75,7 +100,6 @@ def test_no_node_has_the_gpus(installed_chart: ControlPlane, operator: OperatorP
     assert "Insufficient nvidia.com/gpu" in message
     assert eventually(lambda: warning_events(installed_chart, namespace, "InsufficientGPU"), 20)[0] == message
 
-    body["spec"]["engine"]["resources"] = {"gpus": 1}
-    apply(installed_chart, namespace, body)
+    installed_chart.kubectl("delete", "deployment", "gpu-filler", "-n", namespace, "--wait=false")
     fixed = wait_ready(installed_chart, namespace, "greedy")
     assert condition(fixed, "Degraded")["status"] == "False"

@@ -37,6 +37,11 @@ pytestmark = pytest.mark.kube
             'spec.autoscaling.mode: Unsupported value: "Sometimes": supported values: "Act", "Recommend"',
         ),
         ({"model": None}, "spec.model: Required value"),
+        (
+            {"engine": {"resources": {"gpus": 2}}},
+            'spec.engine.resources: Invalid value: "object": engine.resources.gpus must be 0 or 1: Shoal\'s engine '
+            "runs a model on one GPU",
+        ),
     ],
     ids=[
         "min-over-max",
@@ -46,6 +51,7 @@ pytestmark = pytest.mark.kube
         "zero-ttft-target",
         "unknown-autoscaling-mode",
         "missing-model",
+        "gpus-beyond-one",
     ],
 )
 def test_apiserver_rejects(installed_chart: ControlPlane, spec: dict[str, Any], message: str) -> None:
