@@ -14,8 +14,9 @@ class EngineConfig:
     """How to build an engine.
 
     The KV budget is ``num_kv_blocks`` when given, else ``kv_cache_bytes`` (default 512 MiB) divided by the
-    size of one block. ``max_model_len`` defaults to the model's context length and is capped by what the
-    KV cache can hold, so that any admitted request can always run alone (the scheduler relies on it).
+    size of one block. ``max_model_len`` defaults to the model's context length, cut (with a warning) to what
+    the KV cache holds; an explicit one the cache cannot hold is an error. Any admitted request can then always
+    run alone (the scheduler relies on it); ``shoal.engine.core.kv_budget``.
     ``device``, ``dtype`` and ``quantization`` default to ``auto``: chosen for the hardware at start-up
     (``shoal.engine.hardware``), and logged with the reason.
     """

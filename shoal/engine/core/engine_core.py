@@ -11,6 +11,7 @@ same in tests with a stand-in runner that picks the tokens (``tests/engine/test_
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from typing import Protocol
@@ -21,6 +22,7 @@ from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.core.hardware_plan import HardwarePlan, log_plan, plan_hardware
+from shoal.engine.core.kv_budget import kv_budget
 from shoal.engine.core.model_runner import ModelRunner
 from shoal.engine.core.outputs import EngineStats, RequestOutput, SampleLogprobs
 from shoal.engine.core.request import Request, RequestStatus
@@ -30,14 +32,14 @@ from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.core.stop_checker import TextState, token_stop
 from shoal.engine.loader import load_model
-from shoal.engine.model import allocate_kv_cache, kv_cache_bytes_per_block
+from shoal.engine.model import allocate_kv_cache
 from shoal.engine.model_config import ModelConfig
 from shoal.kernels import get_ops
 from shoal.model_registry import resolve_model
 from shoal.protocol.kv_events import KVEvent
 from shoal.tokenizer import IncrementalDetokenizer, Tokenizer
 
-DEFAULT_KV_CACHE_BYTES = 512 * 1024**2
+log = logging.getLogger(__name__)
 
 
 class _Tracked:
@@ -100,8 +102,11 @@ class EngineCore:
         model = load_model(
             source, plan.dtype, get_ops(config.attention_backend, plan.device), plan.device, plan.quantization
         )
-        num_blocks = kv_cache_blocks(config, model.config, plan.dtype)
-        length = max_model_len(config, model.config, num_blocks)
+        budget = kv_budget(config, model.config, plan.dtype)
+        log.info("%s", budget.summary())
+        if budget.warning:
+            log.warning("%s", budget.warning)
+        num_blocks, length = budget.num_blocks, budget.max_model_len
         block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, plan.device)
         kv_caches = allocate_kv_cache(model.config, num_blocks, config.block_size, plan.dtype, plan.device)
@@ -287,22 +292,3 @@ class EngineCore:
 def stop_token_ids(tokenizer: Tokenizer, model_config: ModelConfig) -> frozenset[int]:
     """End-of-sequence ids from both the tokenizer and the model's config (checkpoints name them in either)."""
     return frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
-
-
-def kv_cache_blocks(config: EngineConfig, model_config: ModelConfig, dtype: torch.dtype) -> int:
-    """The KV budget in blocks: ``num_kv_blocks``, else ``kv_cache_bytes`` (512 MiB by default) over a block's size."""
-    if config.num_kv_blocks:
-        return config.num_kv_blocks
-    per_block = kv_cache_bytes_per_block(model_config, config.block_size, dtype)
-    return max((config.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES) // per_block, 1)
-
-
-def max_model_len(config: EngineConfig, model_config: ModelConfig, num_blocks: int) -> int:
-    """The asked length (the model's context by default), capped by the cache so a request alone always fits."""
-    context = model_config.max_position_embeddings
-    if config.max_model_len is not None and config.max_model_len > context:
-        raise ValueError(
-            f"max_model_len {config.max_model_len} exceeds the model's context length "
-            f"(max_position_embeddings = {context})"
-        )
-    return min(config.max_model_len or context, num_blocks * config.block_size)
