@@ -45,6 +45,8 @@ class ModelConfig:
     qk_norm: bool = False  # RMSNorm of each query and key head before RoPE (Qwen3)
     partial_rotary_factor: float = 1.0  # RoPE rotates the first head_dim * this features (Phi-4-mini: 0.75)
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
+    # a GGUF's rope_freqs: each RoPE frequency divided by its factor (Llama 3.1+ scaling, as llama.cpp stores it)
+    rope_freq_factors: tuple[float, ...] | None = field(default=None, hash=False)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 
@@ -57,6 +59,11 @@ class ModelConfig:
             raise UnsupportedModelError(
                 f"partial_rotary_factor={self.partial_rotary_factor} gives {self.rotary_dim} rotary features of "
                 f"head_dim={self.head_dim}: it must be an even number between 2 and head_dim"
+            )
+        if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.rotary_dim // 2:
+            raise UnsupportedModelError(
+                f"rope_freqs has {len(self.rope_freq_factors)} factors; the model rotates {self.rotary_dim // 2} "
+                "frequencies"
             )
         rope_type = (self.rope_scaling or {}).get("rope_type", "default")
         if rope_type not in ROPE_TYPES:
@@ -111,8 +118,11 @@ class ModelConfig:
         )
 
     @staticmethod
-    def from_gguf(metadata: dict[str, Any], has_output_weight: bool) -> ModelConfig:
-        """From GGUF metadata; ``has_output_weight`` says whether the file stores an LM head of its own."""
+    def from_gguf(
+        metadata: dict[str, Any], has_output_weight: bool, rope_freq_factors: tuple[float, ...] | None = None
+    ) -> ModelConfig:
+        """From GGUF metadata; ``has_output_weight`` says whether the file stores an LM head of its own,
+        ``rope_freq_factors`` what its ``rope_freqs`` tensor holds."""
         arch = metadata.get("general.architecture")
         if arch not in GGUF_ARCHITECTURES:
             raise UnsupportedModelError(
@@ -145,6 +155,7 @@ class ModelConfig:
             max_position_embeddings=get("context_length"),
             tie_word_embeddings=not has_output_weight,
             attention_bias=arch == "qwen2",
+            rope_freq_factors=rope_freq_factors,
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=tuple(dict.fromkeys(eos)),
         )

@@ -43,3 +43,17 @@ def test_gguf_tokenizer_equals_the_original_tokenizer(tiny_gguf: Path, tiny_gqa_
     assert from_gguf.eos_token_ids == from_dir.eos_token_ids
     messages = [{"role": "user", "content": "hello"}]
     assert from_gguf.apply_chat_template(messages) == from_dir.apply_chat_template(messages)
+
+
+def test_a_llama_3_1_gguf_rotates_by_its_rope_freqs_as_the_original_scales(
+    tiny_llama3_scaled_dir: Path, tmp_path: Path
+) -> None:
+    """llama.cpp stores Llama 3.1's RoPE scaling as per-frequency divisors (``rope_freqs.weight``), not as the
+    scaling's parameters: read as such, the GGUF's logits are the Hugging Face checkpoint's, whose every
+    frequency band the tiny config's short original context exercises."""
+    gguf_path = write_llama_gguf(tiny_llama3_scaled_dir, tmp_path / "llama3.gguf")
+    model = load_model(resolve_model(str(gguf_path)), torch.float32, TorchOps())
+    assert model.config.rope_freq_factors is not None and max(model.config.rope_freq_factors) == 8.0
+    torch.testing.assert_close(prefill_logits(gguf_path), prefill_logits(tiny_llama3_scaled_dir), atol=1e-4, rtol=0)
+    unscaled = write_llama_gguf(tiny_llama3_scaled_dir, tmp_path / "unscaled.gguf", rope_freqs=False)
+    assert not torch.allclose(prefill_logits(unscaled), prefill_logits(tiny_llama3_scaled_dir), atol=1e-2)

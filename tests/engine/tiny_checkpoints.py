@@ -10,6 +10,7 @@ mapped tensor changes the logits.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -130,12 +131,40 @@ def llama_cpp_permute(weight: Any, num_heads: int) -> Any:
     return weight.reshape(num_heads, 2, rows // num_heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
+def llama3_rope_factors(rope: dict[str, Any], head_dim: int) -> Any:
+    """What llama.cpp's converter writes as ``rope_freqs.weight`` for Llama 3.1 scaling (its
+    ``generate_extra_tensors``): per frequency, 1 for short wavelengths, ``factor`` for long ones, a blend between."""
+    import numpy as np
+
+    freqs = 1.0 / (rope["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old_context = rope["original_max_position_embeddings"]
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_context / high:
+            factors.append(1.0)
+        elif wavelen > old_context / low:
+            factors.append(factor)
+        else:
+            smooth = (old_context / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
 def write_llama_gguf(
-    hf_dir: Path, path: Path, architecture: str = "llama", quantize: str | None = None, embedding: str | None = None
+    hf_dir: Path,
+    path: Path,
+    architecture: str = "llama",
+    quantize: str | None = None,
+    embedding: str | None = None,
+    rope_freqs: bool = True,
 ) -> Path:
-    """Converts a tiny Llama checkpoint to a GGUF the way llama.cpp's converter lays it out; ``quantize``
+    """Converts a tiny Llama checkpoint to a GGUF the way llama.cpp's converter lays it out (Llama 3.1 RoPE
+    scaling as a ``rope_freqs`` tensor, as it does); ``quantize``
     ("Q4_0", "Q4_1", ...) stores the layers' projection weights in that type, ``embedding`` ("Q8_0", as
-    SmolLM2's file) the token embedding (the tied LM head), the rest stays float."""
+    SmolLM2's file) the token embedding (the tied LM head), the rest stays float; ``rope_freqs=False`` leaves
+    the scaling out (a wrong file, for tests that must tell the difference)."""
     import gguf
     from gguf.quants import quantize as quantize_blocks
     from safetensors.numpy import load_file
@@ -153,6 +182,9 @@ def write_llama_gguf(
     writer.add_rope_freq_base(config["rope_parameters"]["rope_theta"])
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_vocab_size(config["vocab_size"])
+    if rope_freqs and config["rope_parameters"].get("rope_type") == "llama3":
+        head_dim = config.get("head_dim") or config["hidden_size"] // heads
+        writer.add_tensor("rope_freqs.weight", llama3_rope_factors(config["rope_parameters"], head_dim))
 
     vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
     specials = {t["content"] for t in tokenizer["added_tokens"] if t["special"]}

@@ -40,6 +40,7 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+ROPE_FREQS = "rope_freqs.weight"
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 _PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
@@ -51,8 +52,6 @@ def hf_name(gguf_name: str) -> str:
     match = _LAYER_TENSOR.fullmatch(gguf_name)
     if match and match[2] in _LAYER_NAMES:
         return f"model.layers.{match[1]}.{_LAYER_NAMES[match[2]]}.{match[3]}"
-    if gguf_name == "rope_freqs.weight":
-        raise WeightsError("GGUF tensor 'rope_freqs.weight' (per-frequency RoPE scaling) is not supported")
     raise WeightsError(f"unexpected GGUF tensor {gguf_name!r}")
 
 
@@ -112,9 +111,21 @@ def gguf_head_codes(reader: gguf.GGUFReader) -> dict[str, Int8Codes]:
     return {"lm_head.weight": int8_from_gguf_blocks(tensor.data, shape)}
 
 
-def iter_gguf(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(hf_name, float32 tensor)`` pairs in PyTorch layout (GGUF stores shapes innermost-first)."""
+def rope_freq_factors(reader: gguf.GGUFReader) -> tuple[float, ...] | None:
+    """``rope_freqs.weight``: the per-frequency divisors llama.cpp's converter writes for Llama 3.1+ RoPE scaling
+    (instead of the scaling's parameters), or None where the file has none."""
     for tensor in reader.tensors:
+        if tensor.name == ROPE_FREQS:
+            return tuple(float(x) for x in np.asarray(dequantize(tensor.data, tensor.tensor_type)).reshape(-1))
+    return None
+
+
+def iter_gguf(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(hf_name, float32 tensor)`` pairs in PyTorch layout (GGUF stores shapes innermost-first); the RoPE
+    factors are the config's (``rope_freq_factors``), not weights."""
+    for tensor in reader.tensors:
+        if tensor.name == ROPE_FREQS:
+            continue
         name = hf_name(tensor.name)
         array = dequantize(tensor.data, tensor.tensor_type).reshape([int(d) for d in reversed(tensor.shape)])
         array = _unpermute(name, array, config)

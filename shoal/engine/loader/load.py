@@ -8,7 +8,7 @@ import gguf
 import torch
 
 from shoal.engine.loader.errors import WeightsError
-from shoal.engine.loader.gguf_weights import gguf_head_codes, gguf_int4_codes, iter_gguf
+from shoal.engine.loader.gguf_weights import gguf_head_codes, gguf_int4_codes, iter_gguf, rope_freq_factors
 from shoal.engine.loader.huge_pages import move_to_huge_pages
 from shoal.engine.loader.onednn_pack import pack_dense_projections
 from shoal.engine.loader.quantize import Int4Codes, Int8Codes, quantize_projections
@@ -31,8 +31,7 @@ def load_config(source: ModelSource) -> ModelConfig:
             return ModelConfig.from_hf(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError) as exc:
             raise WeightsError(f"cannot read {str(path)!r}: {exc}") from exc
-    reader = open_gguf(source.path)
-    return ModelConfig.from_gguf(read_gguf_metadata(source.path), has_output_weight=_has_output(reader))
+    return _gguf_config(source, open_gguf(source.path))
 
 
 def load_model(
@@ -56,7 +55,7 @@ def load_model(
         weights = iter_safetensors(source.path)
     else:
         reader = open_gguf(source.path)
-        config = ModelConfig.from_gguf(read_gguf_metadata(source.path), has_output_weight=_has_output(reader))
+        config = _gguf_config(source, reader)
         weights = iter_gguf(reader, config)
         if quantization == "int4":
             int4 = fuse_by_parameter(gguf_int4_codes(reader, config), Int4Codes.cat)
@@ -78,6 +77,14 @@ def load_model(
         pack_dense_projections(model)
     move_to_huge_pages(model)
     return model
+
+
+def _gguf_config(source: ModelSource, reader: gguf.GGUFReader) -> ModelConfig:
+    return ModelConfig.from_gguf(
+        read_gguf_metadata(source.path),
+        has_output_weight=_has_output(reader),
+        rope_freq_factors=rope_freq_factors(reader),
+    )
 
 
 def _has_output(reader: gguf.GGUFReader) -> bool:

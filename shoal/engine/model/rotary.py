@@ -1,8 +1,9 @@
 """The RoPE table every layer reads: ``cos_sin_cache [max_position, rotary_dim]``, cosines then sines.
 
 Computed once, in fp32, with the same operations as Hugging Face's rotary embedding (inverse frequencies from
-``rope_theta``, optionally rescaled by ``linear`` or ``llama3`` rope scaling), so positions rotate bit-for-bit
-like the reference before the kernels cast the table to the activations' dtype.
+``rope_theta``, optionally rescaled by ``linear`` or ``llama3`` rope scaling, or divided by a GGUF's per-frequency
+``rope_freqs``), so positions rotate like the reference before the kernels cast the table to the activations'
+dtype.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ def inverse_frequencies(config: ModelConfig) -> torch.Tensor:
     """``1 / theta^(2i/d)``, rescaled as the config's ``rope_scaling`` says; fp32 ``[rotary_dim // 2]``."""
     dim = config.rotary_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
+    if config.rope_freq_factors is not None:  # llama.cpp's form of a scaling: a divisor per frequency
+        return inv_freq / torch.tensor(config.rope_freq_factors, dtype=torch.float32, device="cpu")
     scaling = config.rope_scaling or {}
     rope_type = scaling.get("rope_type", "default")
     if rope_type == "linear":
