@@ -19,7 +19,7 @@ HF_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "Phi3ForCausalLM": "phi3",
 }
-GGUF_ARCHITECTURES = ("llama", "qwen2")
+GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -155,6 +155,7 @@ class ModelConfig:
             max_position_embeddings=get("context_length"),
             tie_word_embeddings=not has_output_weight,
             attention_bias=arch == "qwen2",
+            qk_norm=arch == "qwen3",
             rope_freq_factors=rope_freq_factors,
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=tuple(dict.fromkeys(eos)),

@@ -57,3 +57,10 @@ def test_a_llama_3_1_gguf_rotates_by_its_rope_freqs_as_the_original_scales(
     torch.testing.assert_close(prefill_logits(gguf_path), prefill_logits(tiny_llama3_scaled_dir), atol=1e-4, rtol=0)
     unscaled = write_llama_gguf(tiny_llama3_scaled_dir, tmp_path / "unscaled.gguf", rope_freqs=False)
     assert not torch.allclose(prefill_logits(unscaled), prefill_logits(tiny_llama3_scaled_dir), atol=1e-2)
+
+
+def test_a_qwen3_gguf_loads_its_query_and_key_norms(tiny_qwen3_dir: Path, tmp_path: Path) -> None:
+    """Qwen3 as llama.cpp writes it: q/k norms as attn_q_norm / attn_k_norm, an explicit head size (key_length),
+    Q and K unpermuted; the logits are the Hugging Face checkpoint's."""
+    gguf_path = write_llama_gguf(tiny_qwen3_dir, tmp_path / "qwen3.gguf", architecture="qwen3")
+    torch.testing.assert_close(prefill_logits(gguf_path), prefill_logits(tiny_qwen3_dir), atol=0, rtol=0)

@@ -119,6 +119,8 @@ _GGUF_LAYER_NAMES = {
     "self_attn.k_proj.weight": "attn_k.weight",
     "self_attn.v_proj.weight": "attn_v.weight",
     "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
@@ -179,6 +181,9 @@ def write_llama_gguf(
     writer.add_feed_forward_length(config["intermediate_size"])
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
+    if config.get("head_dim"):
+        writer.add_key_length(config["head_dim"])
+        writer.add_value_length(config["head_dim"])
     writer.add_rope_freq_base(config["rope_parameters"]["rope_theta"])
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_vocab_size(config["vocab_size"])
@@ -210,9 +215,9 @@ def write_llama_gguf(
             writer.add_tensor("output.weight", array)
         else:
             _, _, layer, rest = name.split(".", 3)
-            if rest == "self_attn.q_proj.weight":
+            if architecture == "llama" and rest == "self_attn.q_proj.weight":  # Qwen's are written as they are
                 array = llama_cpp_permute(array, heads)
-            elif rest == "self_attn.k_proj.weight":
+            elif architecture == "llama" and rest == "self_attn.k_proj.weight":
                 array = llama_cpp_permute(array, kv_heads)
             if quantize and rest.endswith("_proj.weight"):
                 qtype = gguf.GGMLQuantizationType[quantize]

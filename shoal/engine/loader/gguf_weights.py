@@ -2,7 +2,7 @@
 
 llama.cpp's converter permutes the rows of Llama's Q and K projections (it interleaves the two rotary halves
 of each head for its own RoPE kernel); we undo that so the weights fit Hugging Face's rotate-half RoPE, which is
-the layout the kernels use. Qwen2 files are written unpermuted.
+the layout the kernels use. Qwen2 and Qwen3 files are written unpermuted.
 
 The quantized codes are read here too (``gguf_int4_codes``, ``gguf_head_codes``), so the engine's quantized
 layers compute with the file's own weights instead of requantizing the dequantized ones.
@@ -36,6 +36,8 @@ _LAYER_NAMES = {
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
