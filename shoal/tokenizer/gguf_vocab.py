@@ -28,8 +28,20 @@ class UnsupportedTokenizerError(ValueError):
     """The GGUF describes a tokenizer we cannot rebuild; the message names the metadata field."""
 
 
+LLAMA3_PRE = ("llama3", "llama-v3", "llama-bpe", "smaug-bpe")
+QWEN2_PRE = ("qwen2", "deepseek-r1-qwen")
+KNOWN_PRE = ("smollm", *LLAMA3_PRE, *QWEN2_PRE, "gpt2", "default")
+
+
 def _pre_tokenizer(pre: str | None) -> pre_tokenizers.PreTokenizer:
+    """The word split ``tokenizer.ggml.pre`` names; an unknown name is refused, since GPT-2's split in its place
+    would tokenize differently from the model's training (silently wrong ids, not an error)."""
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    if pre not in (*KNOWN_PRE, None):
+        raise UnsupportedTokenizerError(
+            f"tokenizer.ggml.pre={pre!r} is not supported (supported: {', '.join(KNOWN_PRE)}): its word split "
+            "is unknown, and another would give other token ids"
+        )
     if pre == "smollm":
         return pre_tokenizers.Sequence(
             [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -38,7 +50,7 @@ def _pre_tokenizer(pre: str | None) -> pre_tokenizers.PreTokenizer:
         return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"), byte_level])
     if pre in ("qwen2", "deepseek-r1-qwen"):
         return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(_QWEN2_SPLIT), behavior="isolated"), byte_level])
-    return pre_tokenizers.ByteLevel(add_prefix_space=False)  # "gpt2", "default" and anything unnamed
+    return pre_tokenizers.ByteLevel(add_prefix_space=False)  # "gpt2", "default" or none given: GPT-2's split
 
 
 def _byte_alphabet() -> set[str]:

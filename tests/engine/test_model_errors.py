@@ -185,6 +185,23 @@ def test_gguf_with_a_sentencepiece_vocabulary_is_named(tmp_path: Path) -> None:
         Tokenizer.from_gguf(path)
 
 
+@pytest.mark.parametrize("pre", ["mystery-bpe", "gpt-4o"])
+def test_gguf_with_an_unknown_word_split_is_named(pre: str, tmp_path: Path) -> None:
+    """GPT-2's split in place of one we do not know would give other token ids than the model was trained on."""
+    path = tmp_path / "unknown-pre.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(["a", "b", "ab"])
+    writer.add_token_merges(["a b"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedTokenizerError, match=rf"tokenizer.ggml.pre='{pre}' is not supported"):
+        Tokenizer.from_gguf(path)
+
+
 def test_directory_without_tokenizer_json_is_named(tiny_llama_dir: Path, tmp_path: Path) -> None:
     directory = copy_checkpoint(tiny_llama_dir, tmp_path)
     (directory / "tokenizer.json").unlink()
