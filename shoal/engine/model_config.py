@@ -1,7 +1,7 @@
 """The shape of a Llama-family model, read from a Hugging Face ``config.json`` or from GGUF metadata.
 
 One dataclass drives the model, the loader and the KV-cache sizing, whatever format the checkpoint came in.
-Anything the model cannot run faithfully (another architecture, sliding-window attention, an unknown RoPE
+Anything the model cannot run faithfully (another architecture, windows on some layers only, an unknown RoPE
 scaling) is refused here with an error naming the field, rather than producing wrong logits later. How the
 engine runs a model (device, batch limits, KV blocks) is ``shoal.engine.core.engine_config``, not this.
 """
@@ -44,6 +44,7 @@ class ModelConfig:
     attention_bias: bool = False
     qk_norm: bool = False  # RMSNorm of each query and key head before RoPE (Qwen3)
     partial_rotary_factor: float = 1.0  # RoPE rotates the first head_dim * this features (Phi-4-mini: 0.75)
+    sliding_window: int | None = None  # each query sees only its last this many positions (Mistral v0.1, Phi-3)
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
     # a GGUF's rope_freqs: each RoPE frequency divided by its factor (Llama 3.1+ scaling, as llama.cpp stores it)
     rope_freq_factors: tuple[float, ...] | None = field(default=None, hash=False)
@@ -87,8 +88,7 @@ class ModelConfig:
             raise UnsupportedModelError(f"hidden_act={config['hidden_act']!r} is not supported (only silu)")
         if config.get("mlp_bias"):
             raise UnsupportedModelError("mlp_bias=true is not supported")
-        if _uses_sliding_window(arch, config):
-            raise UnsupportedModelError(f"sliding_window={config.get('sliding_window')} attention is not supported")
+        window = _sliding_window(arch, config)
         heads = config["num_attention_heads"]
         rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
         rope_theta = rope.pop("rope_theta", config.get("rope_theta", 10000.0))
@@ -113,6 +113,7 @@ class ModelConfig:
             attention_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
             qk_norm=arch == "qwen3",
             partial_rotary_factor=float(partial_rotary),
+            sliding_window=window,
             bos_token_id=config.get("bos_token_id"),
             eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
         )
@@ -162,10 +163,17 @@ class ModelConfig:
         )
 
 
-def _uses_sliding_window(arch: str, config: dict[str, Any]) -> bool:
+def _sliding_window(arch: str, config: dict[str, Any]) -> int | None:
+    """The window every layer attends within (None: full attention); Qwen's per-layer windows are refused."""
     window = config.get("sliding_window")
     if arch in ("qwen2", "qwen3"):
-        return bool(config.get("use_sliding_window")) and window is not None
-    if arch in ("mistral", "phi3"):
-        return window is not None and window < config.get("max_position_embeddings", 0)
-    return False
+        if config.get("use_sliding_window") and window is not None:
+            raise UnsupportedModelError(
+                f"sliding_window={window} with use_sliding_window (windows on some layers only) is not supported"
+            )
+        return None
+    if arch in ("mistral", "phi3") and window is not None and window < config.get("max_position_embeddings", 0):
+        if window < 1:
+            raise UnsupportedModelError(f"sliding_window={window} must be at least 1")
+        return int(window)
+    return None

@@ -32,7 +32,8 @@ class CpuOps(TorchOps):
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        sliding_window: int | None = None,
     ) -> torch.Tensor:
         if not self.kernel.supports(query, k_cache):
-            return super().attention(query, k_cache, v_cache, meta, scale)
-        return self.kernel(query, k_cache, v_cache, meta, scale)
+            return super().attention(query, k_cache, v_cache, meta, scale, sliding_window)
+        return self.kernel(query, k_cache, v_cache, meta, scale, sliding_window)

@@ -42,8 +42,10 @@ class KernelOps(Protocol):
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        sliding_window: int | None = None,
     ) -> torch.Tensor:
-        """Causal attention of the packed queries over each sequence's paged KV; returns ``query``'s shape."""
+        """Causal attention of the packed queries over each sequence's paged KV; returns ``query``'s shape.
+        With ``sliding_window`` W, the query at position p sees keys p - W + 1 .. p only."""
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """RMSNorm computed in fp32 and cast back, as Hugging Face's LlamaRMSNorm does."""

@@ -52,7 +52,28 @@ class TorchOps:
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        sliding_window: int | None = None,
     ) -> torch.Tensor:
+        if sliding_window is not None:  # the general path masks the window; the decode shortcuts do not
+            out = torch.empty_like(query)
+            if meta.num_seqs:
+                starts = meta.query_start_loc[:-1].long()
+                query_lens = meta.query_start_loc[1:].long() - starts
+                rows, values = _padded_attention(
+                    query,
+                    k_cache,
+                    v_cache,
+                    starts,
+                    query_lens,
+                    meta.seq_lens.long(),
+                    meta.block_tables,
+                    meta.max_query_len,
+                    meta.max_seq_len,
+                    scale,
+                    sliding_window,
+                )
+                out[rows] = values
+            return out
         if meta.max_query_len == 1:  # decodes only: query row s is sequence s
             blocks, mask = self._decode_inputs(meta, k_cache.shape[1])
             return _attend_decodes(query, k_cache, v_cache, blocks, mask, meta.max_seq_len, scale)
@@ -159,8 +180,10 @@ def _padded_attention(
     max_q: int,
     max_s: int,
     scale: float,
+    sliding_window: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of some sequences, padded to ``[num_seqs, max_q]`` queries and ``max_s`` keys.
+    """Attention of some sequences, padded to ``[num_seqs, max_q]`` queries and ``max_s`` keys (each query
+    seeing only its last ``sliding_window`` positions when one is given).
 
     Returns the query rows it computed and their outputs. The group's query heads fold into the matrix rows
     (``[S, KVH, G * max_q, D]``), so keys and values are used as gathered, never copied once per query head.
@@ -181,6 +204,8 @@ def _padded_attention(
     q_pos = seq_lens[:, None] - query_lens[:, None] + row[None, :]  # [S, max_q]
     k_pos = torch.arange(max_s, device=query.device)
     visible = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :] < seq_lens[:, None, None])
+    if sliding_window is not None:
+        visible &= k_pos[None, None, :] > q_pos[:, :, None] - sliding_window
 
     # Products in the cache's dtype (BLAS accumulates in fp32), softmax in fp32: what Hugging Face's eager
     # attention does, and several times faster on a CPU than upcasting the gathered cache.

@@ -56,7 +56,13 @@ class TritonOps:
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        sliding_window: int | None = None,
     ) -> torch.Tensor:
+        if sliding_window is not None:
+            raise ValueError(
+                f"sliding_window={sliding_window}: the Triton kernels do not mask a sliding window yet (the CPU "
+                "path does)"
+            )
         validation.check_attention(query, k_cache, v_cache, meta)
         check_device(query)
         if meta.is_decode_only:

@@ -33,6 +33,14 @@ def tiny_qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_mistral_window_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Mistral v0.1-style: every query sees only its last 6 positions (the tests' sequences are longer)."""
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-mistral-window"), "mistral", seed=8, num_key_value_heads=2, sliding_window=6
+    )
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Qwen3: RMSNorm of each query and key head before RoPE, an explicit head_dim, GQA, tied embeddings."""
     return build_checkpoint(

@@ -64,7 +64,15 @@ def run_staggered(
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    "checkpoint", ["tiny_llama_dir", "tiny_gqa_llama_dir", "tiny_qwen2_dir", "tiny_qwen3_dir", "tiny_phi3_dir"]
+    "checkpoint",
+    [
+        "tiny_llama_dir",
+        "tiny_gqa_llama_dir",
+        "tiny_qwen2_dir",
+        "tiny_qwen3_dir",
+        "tiny_phi3_dir",
+        "tiny_mistral_window_dir",
+    ],
 )
 def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemption(
     checkpoint: str, request: pytest.FixtureRequest

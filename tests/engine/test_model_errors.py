@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
@@ -73,11 +76,14 @@ def test_unsupported_architecture_is_named(tiny_llama_dir: Path, tmp_path: Path)
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
-        ({"architectures": ["MistralForCausalLM"], "sliding_window": 64}, "sliding_window"),
+        (
+            {"architectures": ["Qwen2ForCausalLM"], "sliding_window": 64, "use_sliding_window": True},
+            "use_sliding_window",
+        ),
+        ({"architectures": ["MistralForCausalLM"], "sliding_window": 0}, "sliding_window"),
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope_type"),
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"num_key_value_heads": 3}, "num_key_value_heads"),
-        ({"architectures": ["Phi3ForCausalLM"], "sliding_window": 64}, "sliding_window"),
         ({"architectures": ["Phi3ForCausalLM"], "rope_parameters": {"rope_type": "longrope"}}, "rope_type"),
         ({"partial_rotary_factor": 0.3125}, "partial_rotary_factor"),  # 5 of head_dim 16: not pairs
     ],
@@ -214,3 +220,16 @@ def test_corrupt_gguf_is_named(tmp_path: Path) -> None:
     path.write_bytes(b"GGUF" + b"\xff" * 64)
     with pytest.raises(ValueError, match=r"broken.gguf"):
         load(path)
+
+
+def test_a_sliding_window_on_the_triton_kernels_is_refused_at_start_up(tiny_mistral_window_dir: Path) -> None:
+    """The Triton kernels do not mask a window yet: the engine refuses to start on them (here under Triton's CPU
+    interpreter, in a process of its own, since the interpreter is chosen at import) rather than attend wrongly."""
+    code = (
+        "from shoal.engine import LLM\n"
+        f"LLM({str(tiny_mistral_window_dir)!r}, dtype='float32', attention_backend='triton', num_kv_blocks=8)\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0
+    assert "UnsupportedModelError: sliding_window=6: the model attends within a sliding window" in done.stderr

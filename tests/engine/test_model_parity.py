@@ -89,6 +89,7 @@ def assert_parity(
         "tiny_phi3_dir",
         "tiny_llama3_scaled_dir",
         "tiny_mistral_dir",
+        "tiny_mistral_window_dir",
     ],
 )
 def test_tiny_checkpoint_logits_match_transformers(checkpoint: str, request: pytest.FixtureRequest) -> None:

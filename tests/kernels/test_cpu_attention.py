@@ -42,10 +42,10 @@ def kernel(request: pytest.FixtureRequest) -> PagedAttention:
     return load_paged_attention((*NATIVE_FLAGS, *PATHS[request.param]))
 
 
-def check(kernel: PagedAttention, batch, dtype: torch.dtype) -> None:
-    out = kernel(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale)
+def check(kernel: PagedAttention, batch, dtype: torch.dtype, window: int | None = None) -> None:
+    out = kernel(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale, window)
     expected = TorchOps().attention(
-        batch.query.float(), batch.k_cache.float(), batch.v_cache.float(), batch.meta, batch.scale
+        batch.query.float(), batch.k_cache.float(), batch.v_cache.float(), batch.meta, batch.scale, window
     )
     assert out.dtype == dtype and out.shape == batch.query.shape and out.is_contiguous()
     torch.testing.assert_close(out.float(), expected, atol=ATOL[dtype], rtol=0)
@@ -105,15 +105,28 @@ sequence = st.tuples(st.integers(0, 70), st.integers(1, 40))  # (cached context,
     block_size=st.sampled_from([1, 4, 16, 32]),
     group=st.sampled_from([1, 3, 4, 7]),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    window=st.sampled_from([None, None, 1, 7, 16, 33]),
     seed=st.integers(0, 2**16),
 )
-def test_any_batch_matches_the_reference(paged_batch, sequences, decode_only, block_size, group, dtype, seed):
-    """Any mix of decodes, prompts and chunks after a cached prefix, on the native build."""
+def test_any_batch_matches_the_reference(paged_batch, sequences, decode_only, block_size, group, dtype, window, seed):
+    """Any mix of decodes, prompts and chunks after a cached prefix, on the native build, with or without a
+    sliding window."""
     query_lens = [1 if decode_only else new for _, new in sequences]
     seq_lens = [ctx + q for (ctx, _), q in zip(sequences, query_lens, strict=True)]
     blocks = 2 * sum(-(-n // block_size) for n in seq_lens) + 16  # the fixture draws from the top half
     batch = paged_batch(query_lens, seq_lens, 2 * group, 2, 64, dtype, block_size, blocks, seed)
-    check(load_paged_attention(), batch, dtype)
+    check(load_paged_attention(), batch, dtype, window)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("window", [1, 4, 16, 17, 100])
+def test_a_sliding_window_matches_the_reference(kernel, paged_batch, dtype, window):
+    """Windows shorter and longer than a block (16) and than the contexts, across runs and item spans: decodes,
+    a prompt, a chunk after cached tokens, 20 decodes more (every KV head in one item)."""
+    query_lens = [1, 1, 30, 7, *[1] * 20]
+    seq_lens = [1, 50, 30, 41, *[3 + 5 * i for i in range(20)]]
+    batch = paged_batch(query_lens, seq_lens, 8, 2, 64, dtype, block_size=16, num_blocks=512)
+    check(kernel, batch, dtype, window)
 
 
 def test_a_row_far_below_its_max_contributes_nothing_and_an_equal_one_half(kernel) -> None:
@@ -144,6 +157,8 @@ def test_bad_input_is_refused_with_the_reason(kernel, paged_batch) -> None:
     with pytest.raises(ValueError, match="must agree"):
         kernel(batch.query, batch.k_cache, batch.v_cache.to(torch.bfloat16), batch.meta, batch.scale)
     assert not kernel.supports(batch.query.half(), batch.k_cache.half())
+    with pytest.raises(ValueError, match="sliding_window must be >= 1, got 0"):
+        kernel(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale, 0)
 
 
 def test_cpu_ops_keep_the_torch_path_for_what_the_kernel_does_not_take(paged_batch) -> None:

@@ -10,8 +10,9 @@ import torch
 from shoal.kernels import AttentionMetadata, TorchOps
 
 
-def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale):
-    """Token by token, head by head, position by position: the definition of paged causal attention."""
+def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale, window=None):
+    """Token by token, head by head, position by position: the definition of paged causal attention (within the
+    last ``window`` positions when one is given)."""
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = query.shape[1] // num_kv_heads
     out = torch.zeros(query.shape, dtype=torch.float64)
@@ -21,8 +22,9 @@ def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale
             pos = slen - qlen + i
             for h in range(query.shape[1]):
                 kvh = h // group
-                keys = [k_cache[table[p // block_size], p % block_size, kvh].double() for p in range(pos + 1)]
-                values = [v_cache[table[p // block_size], p % block_size, kvh].double() for p in range(pos + 1)]
+                seen = range(max(0, pos - window + 1) if window else 0, pos + 1)
+                keys = [k_cache[table[p // block_size], p % block_size, kvh].double() for p in seen]
+                values = [v_cache[table[p // block_size], p % block_size, kvh].double() for p in seen]
                 scores = [float(query[row, h].double() @ k) * scale for k in keys]
                 top = max(scores)
                 weights = [math.exp(s - top) for s in scores]
@@ -42,7 +44,8 @@ def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale
         ([1, 6, 1, 3], [9, 6, 20, 11], 8, 2),  # decodes between chunks, GQA 4: attended as two groups
     ],
 )
-def test_reference_attention_equals_naive_loop(query_lens, seq_lens, num_heads, num_kv_heads) -> None:
+@pytest.mark.parametrize("window", [None, 1, 5])
+def test_reference_attention_equals_naive_loop(query_lens, seq_lens, num_heads, num_kv_heads, window) -> None:
     torch.manual_seed(0)
     block_size, head_dim, num_blocks = 4, 8, 24
     tables = []
@@ -55,9 +58,9 @@ def test_reference_attention_equals_naive_loop(query_lens, seq_lens, num_heads, 
     v_cache = torch.randn_like(k_cache)
     query = torch.randn(sum(query_lens), num_heads, head_dim)
 
-    out = TorchOps().attention(query, k_cache, v_cache, meta, 0.3)
+    out = TorchOps().attention(query, k_cache, v_cache, meta, 0.3, window)
 
-    expected = naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, 0.3)
+    expected = naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, 0.3, window)
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
 
 

@@ -1,4 +1,4 @@
-"""The Llama family (Llama 2/3, Mistral-style, Qwen2, Qwen3, Phi-3) over a paged KV cache.
+"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3; sliding windows too) over a paged KV cache.
 
 A batch is flat: the new tokens of every sequence are packed into one ``[num_tokens]`` dimension and
 ``AttentionMetadata`` says which rows belong to which sequence and where their keys live in the cache, so
@@ -33,6 +33,7 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
         self.eps = config.rms_norm_eps
+        self.sliding_window = config.sliding_window
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
 
@@ -48,7 +49,7 @@ class Attention(nn.Module):
         q, k = self.ops.rotary(positions, q, k, cos_sin)
         k_cache, v_cache = kv_cache
         self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = self.ops.attention(q, k_cache, v_cache, meta, self.scale)
+        out = self.ops.attention(q, k_cache, v_cache, meta, self.scale, self.sliding_window)
         return self.o_proj.forward(out.reshape(num_tokens, self.q_size))
 
 

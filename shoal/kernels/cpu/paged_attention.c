@@ -4,8 +4,9 @@
  * fused QKV projection's output is read without a copy), caches [blocks, block_size, kv_heads, head_dim],
  * output [tokens, heads, head_dim] contiguous. Sequence s owns query rows query_start[s]..query_start[s + 1]
  * and seq_lens[s] cached tokens; its query row i sits at position seq_lens[s] - query_len + i and sees keys
- * 0..that position. Decodes, prefills, chunked prefills and prefix-cache hits are one case, so a mixed batch is
- * one call and no sequence is padded to another's length.
+ * 0..that position (with a sliding window W, only position - W + 1..position). Decodes, prefills, chunked
+ * prefills and prefix-cache hits are one case, so a mixed batch is one call and no sequence is padded to another's
+ * length.
  *
  * The work is split into items of (sequence, up to QROWS query rows, a span of KV heads): an item holds the
  * query rows of every query head that shares its KV heads (GQA), so each key and value is read once for all of
@@ -92,6 +93,7 @@ typedef struct {
     const int32_t *block_tables, *seq_lens, *query_start;
     int table_width, heads, kv_heads, head_dim, block_size;
     float scale;
+    int window; /* 0: none */
     char *out;
 } Problem;
 
@@ -159,17 +161,18 @@ static inline void widen_rows(float *restrict dst, const char *src, int dtype, i
     }
 }
 
-/* The online softmax's step for row m over a chunk whose raw scores are in probs[0..valid): the scores become
- * weights exp(score - max) (zero from valid to n) and the row's max, sum and accumulator are brought up to date. */
-static inline void softmax_step(Scratch *s, int m, int d, float *probs, int valid, int n, float chunk_max) {
+/* The online softmax's step for row m over a chunk whose raw scores are in probs[lo..valid): the scores become
+ * weights exp(score - max) (zero elsewhere) and the row's max, sum and accumulator are brought up to date. */
+static inline void softmax_step(Scratch *s, int m, int d, float *probs, int lo, int valid, float chunk_max) {
     const float old_max = s->row_max[m], new_max = old_max > chunk_max ? old_max : chunk_max;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int t = 0; t < valid; t++) {
+    for (int t = lo; t < valid; t++) {
         float e = exp_nonpositive(probs[t] - new_max);
         probs[t] = e;
         sum += e;
     }
+    for (int t = 0; t < lo; t++) probs[t] = 0.0f; /* keys before the sliding window */
     for (int t = valid; t < CHUNK; t++) probs[t] = 0.0f; /* masked keys and the run's unused tail */
     if (new_max > old_max && old_max != -INFINITY) {
         const float correction = exp_nonpositive(old_max - new_max);
@@ -200,10 +203,10 @@ static inline __m512 exp512_nonpositive(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* softmax_step for a run's 16 scores in one vector, the first `valid` visible: weights stored to probs, zero
- * past valid. */
-static inline void softmax_step16(Scratch *s, int m, int d, float *probs, __m512 scores, int valid) {
-    const __mmask16 visible = (__mmask16)((1u << valid) - 1u);
+/* softmax_step for a run's 16 scores in one vector, keys lo..valid - 1 visible: weights stored to probs, zero
+ * elsewhere. */
+static inline void softmax_step16(Scratch *s, int m, int d, float *probs, __m512 scores, int lo, int valid) {
+    const __mmask16 visible = (__mmask16)(((1u << valid) - 1u) & ~((1u << lo) - 1u));
     const float chunk_max = _mm512_mask_reduce_max_ps(visible, scores);
     const float old_max = s->row_max[m], new_max = old_max > chunk_max ? old_max : chunk_max;
     const __m512 weights = _mm512_maskz_mov_ps(visible, exp512_nonpositive(_mm512_sub_ps(scores, _mm512_set1_ps(new_max))));
@@ -235,8 +238,8 @@ static inline __m512 sum16(const __m512 *v) {
 }
 
 /* Scores of row m against the run's n <= 16 keys (head_dim a multiple of 16; key t at keys + t * stride), its
- * first `valid` visible. */
-static inline void scores16(Scratch *s, int m, int d, const float *keys, int stride, int n, int valid) {
+ * keys lo..valid - 1 visible. */
+static inline void scores16(Scratch *s, int m, int d, const float *keys, int stride, int n, int lo, int valid) {
     const float *q = s->q + (size_t)m * d;
     __m512 partial[16];
     for (int t = 0; t < 16; t++) {
@@ -247,7 +250,7 @@ static inline void scores16(Scratch *s, int m, int d, const float *keys, int str
         }
         partial[t] = acc;
     }
-    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, sum16(partial), valid);
+    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, sum16(partial), lo, valid);
 }
 
 /* acc[m] += sum_t probs[m][t] * value[t] for every row, row m's values at s->values + offset(m) with a token
@@ -288,7 +291,7 @@ static inline void accumulate16(Scratch *s, int rows, int heads, int group, int 
  * columns 8L..8L+3 in lanes 4L..4L+3 of its first vector and 8L+4..8L+7 in its second (see `unpermute`). */
 #define SHOAL_BF16_DOT 1
 
-static inline void scores_bf16(Scratch *s, int m, int d, const uint16_t *keys, long stride, int n, int valid,
+static inline void scores_bf16(Scratch *s, int m, int d, const uint16_t *keys, long stride, int n, int lo, int valid,
                                float scale) {
     const uint16_t *q = s->q_bf16 + (size_t)m * d;
     __m512 partial[16];
@@ -301,7 +304,8 @@ static inline void scores_bf16(Scratch *s, int m, int d, const uint16_t *keys, l
         }
         partial[t] = acc;
     }
-    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, _mm512_mul_ps(sum16(partial), _mm512_set1_ps(scale)), valid);
+    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, _mm512_mul_ps(sum16(partial), _mm512_set1_ps(scale)), lo,
+                   valid);
 }
 
 static inline void accumulate_bf16(Scratch *s, int rows, int heads, int group, int d, const uint16_t *values,
@@ -346,12 +350,12 @@ static inline void unpermute(float *restrict out, const float *acc, int d) {
 
 const char *shoal_attention_isa(void) { return SHOAL_ATTENTION_ISA; }
 
-/* Scores of row m against the run's n keys, its first `valid` visible: one dot product at a time. */
-static inline void scores_portable(Scratch *s, int m, int d, const float *keys, int stride, int n, int valid) {
+/* Scores of row m against the run's keys lo..valid - 1, the visible ones: one dot product at a time. */
+static inline void scores_portable(Scratch *s, int m, int d, const float *keys, int stride, int lo, int valid) {
     const float *q = s->q + (size_t)m * d;
     float *probs = s->probs + (size_t)m * CHUNK;
     float chunk_max = -INFINITY;
-    for (int t = 0; t < valid; t++) {
+    for (int t = lo; t < valid; t++) {
         const float *k = keys + (size_t)t * stride;
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -359,7 +363,7 @@ static inline void scores_portable(Scratch *s, int m, int d, const float *keys, 
         probs[t] = dot;
         chunk_max = dot > chunk_max ? dot : chunk_max;
     }
-    softmax_step(s, m, d, probs, valid, n, chunk_max);
+    softmax_step(s, m, d, probs, lo, valid, chunk_max);
 }
 
 static inline void accumulate_portable(Scratch *s, int rows, int heads, int group, int d, int stride, int n) {
@@ -375,6 +379,15 @@ static inline void accumulate_portable(Scratch *s, int rows, int heads, int grou
             for (int i = 0; i < d; i++) acc[i] += w * v[i];
         }
     }
+}
+
+/* The keys of the run c0..c0 + n - 1 that row m sees, as offsets lo..returned - 1 into the run: up to its own
+ * position, and from its position - window + 1 with a sliding window. */
+static inline int visible_keys(const Problem *p, const Scratch *s, int m, int c0, int n, int *lo) {
+    const int valid = s->limit[m] - c0 + 1 < n ? s->limit[m] - c0 + 1 : n;
+    const int from = p->window ? s->limit[m] - p->window + 1 - c0 : 0;
+    *lo = from > 0 ? from : 0;
+    return valid;
 }
 
 /* One item: query rows [r0, r1) of sequence seq, every query head of KV heads [kvh0, kvh0 + span). Score row
@@ -411,8 +424,10 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
     memset(s->acc, 0, sizeof(float) * (size_t)rows * d);
 
     const int keys_seen = first_pos + r1; /* keys 0..first_pos + r1 - 1 */
+    /* with a sliding window, the first row sees nothing before its own position - window + 1 */
+    const int first_key = p->window && first_pos + r0 - p->window + 1 > 0 ? first_pos + r0 - p->window + 1 : 0;
     const long stride_bytes = (long)p->kv_heads * d * (long)kv_elem, run_bytes = (long)width * (long)kv_elem;
-    for (int c0 = 0, n = 0; c0 < keys_seen; c0 += n) { /* runs of up to CHUNK tokens within one block */
+    for (int c0 = first_key, n = 0; c0 < keys_seen; c0 += n) { /* runs of up to CHUNK tokens within one block */
         n = run_length(p, c0, keys_seen);
         if (c0 + n < keys_seen) { /* the next run's rows */
             const int next = run_length(p, c0 + n, keys_seen);
@@ -425,12 +440,13 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
             const uint16_t *values = (const uint16_t *)cache_rows(p, p->v_cache, table, c0, kvh0, kv_elem);
             const long stride = (long)p->kv_heads * d;
             for (int m = 0; m < rows; m++) {
-                const int valid = s->limit[m] - c0 + 1 < n ? s->limit[m] - c0 + 1 : n;
-                if (valid <= 0) {
+                int lo;
+                const int valid = visible_keys(p, s, m, c0, n, &lo);
+                if (valid <= lo) {
                     memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * CHUNK);
                     continue;
                 }
-                scores_bf16(s, m, d, keys + (size_t)(m % heads / group) * d, stride, n, valid, p->scale);
+                scores_bf16(s, m, d, keys + (size_t)(m % heads / group) * d, stride, n, lo, valid, p->scale);
             }
             accumulate_bf16(s, rows, heads, group, d, values, stride, n);
             continue;
@@ -438,19 +454,20 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
 #endif
         widen_rows(s->keys, cache_rows(p, p->k_cache, table, c0, kvh0, kv_elem), p->kv_dtype, n, width, stride_bytes);
         for (int m = 0; m < rows; m++) {
-            const int valid = s->limit[m] - c0 + 1 < n ? s->limit[m] - c0 + 1 : n;
-            if (valid <= 0) { /* the row's causal limit lies before this run */
-                memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * n);
+            int lo;
+            const int valid = visible_keys(p, s, m, c0, n, &lo);
+            if (valid <= lo) { /* the row's causal limit lies before this run, or its window after it */
+                memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * CHUNK);
                 continue;
             }
             const float *keys = s->keys + (size_t)(m % heads / group) * d;
 #ifdef __AVX512F__
             if (wide) {
-                scores16(s, m, d, keys, width, n, valid);
+                scores16(s, m, d, keys, width, n, lo, valid);
                 continue;
             }
 #endif
-            scores_portable(s, m, d, keys, width, n, valid);
+            scores_portable(s, m, d, keys, width, lo, valid);
         }
         widen_rows(s->values, cache_rows(p, p->v_cache, table, c0, kvh0, kv_elem), p->kv_dtype, n, width, stride_bytes);
 #ifdef __AVX512F__
@@ -490,11 +507,11 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
 int shoal_paged_attention(const void *q, long q_token_stride, long q_head_stride, int q_dtype, const void *k_cache,
                           const void *v_cache, int kv_dtype, const int32_t *block_tables, int table_width,
                           int num_blocks, const int32_t *seq_lens, const int32_t *query_start, void *out, int num_seqs, int heads,
-                          int kv_heads, int head_dim, int block_size, float scale, int threads) {
+                          int kv_heads, int head_dim, int block_size, float scale, int window, int threads) {
     if ((q_dtype != SHOAL_F32 && q_dtype != SHOAL_BF16) || (kv_dtype != SHOAL_F32 && kv_dtype != SHOAL_BF16))
         return SHOAL_BAD_DTYPE;
     if (num_seqs < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || head_dim < 1 || head_dim > MAX_HEAD_DIM ||
-        block_size < 1 || table_width < 1)
+        block_size < 1 || table_width < 1 || window < 0)
         return SHOAL_BAD_SHAPE;
     const int group = heads / kv_heads;
     long units = 0; /* (sequence, query rows) pairs at the widest span */
@@ -529,7 +546,7 @@ int shoal_paged_attention(const void *q, long q_token_stride, long q_head_stride
 
     Problem p = {(const char *)q, (const char *)k_cache, (const char *)v_cache, q_token_stride, q_head_stride,
                  q_dtype, kv_dtype, block_tables, seq_lens, query_start, table_width, heads, kv_heads, head_dim,
-                 block_size, scale, (char *)out};
+                 block_size, scale, window, (char *)out};
     int failed = 0;
     if (threads > items) threads = (int)items;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
