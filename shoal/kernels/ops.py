@@ -24,6 +24,7 @@ class KernelOps(Protocol):
     """What a backend provides; every function is checked against ``shoal.kernels.reference``."""
 
     name: str
+    masks_sliding_window: bool  # whether ``attention`` honours ``sliding_window``
 
     def write_kv(
         self,

@@ -28,6 +28,7 @@ class TorchOps:
     """Plain PyTorch, runs anywhere."""
 
     name = "torch"
+    masks_sliding_window = True
 
     def __init__(self) -> None:
         self._rope: tuple[torch.Tensor, torch.Tensor, torch.dtype, torch.Tensor, torch.Tensor] | None = None
@@ -54,27 +55,7 @@ class TorchOps:
         scale: float,
         sliding_window: int | None = None,
     ) -> torch.Tensor:
-        if sliding_window is not None:  # the general path masks the window; the decode shortcuts do not
-            out = torch.empty_like(query)
-            if meta.num_seqs:
-                starts = meta.query_start_loc[:-1].long()
-                query_lens = meta.query_start_loc[1:].long() - starts
-                rows, values = _padded_attention(
-                    query,
-                    k_cache,
-                    v_cache,
-                    starts,
-                    query_lens,
-                    meta.seq_lens.long(),
-                    meta.block_tables,
-                    meta.max_query_len,
-                    meta.max_seq_len,
-                    scale,
-                    sliding_window,
-                )
-                out[rows] = values
-            return out
-        if meta.max_query_len == 1:  # decodes only: query row s is sequence s
+        if meta.max_query_len == 1 and sliding_window is None:  # decodes only: query row s is sequence s
             blocks, mask = self._decode_inputs(meta, k_cache.shape[1])
             return _attend_decodes(query, k_cache, v_cache, blocks, mask, meta.max_seq_len, scale)
         out = torch.empty_like(query)
@@ -83,7 +64,7 @@ class TorchOps:
         starts = meta.query_start_loc[:-1].long()
         query_lens = meta.query_start_loc[1:].long() - starts
         decode = query_lens == 1
-        if bool(decode.any()):
+        if sliding_window is None and bool(decode.any()):  # the decode shortcut masks no window
             # decodes padded to the longest chunk would multiply the work: attend them on their own
             rows = starts[decode]
             lens = meta.seq_lens[decode]
@@ -115,6 +96,7 @@ class TorchOps:
                 meta.max_query_len,
                 meta.max_seq_len,
                 scale,
+                sliding_window,
             )
         out[rows] = values
         return out

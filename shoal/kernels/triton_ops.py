@@ -36,6 +36,7 @@ class TritonOps:
     """Triton kernels: compiled on CUDA tensors, interpreted on CPU under ``TRITON_INTERPRET=1``."""
 
     name = "triton"
+    masks_sliding_window = False  # the kernels do not yet; a windowed model refuses them (``Attention``)
 
     def write_kv(
         self,

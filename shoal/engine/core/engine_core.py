@@ -31,9 +31,9 @@ from shoal.engine.core.sampling_params import SamplingParams
 from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.core.stop_checker import TextState, token_stop
-from shoal.engine.loader import load_config, load_model
+from shoal.engine.loader import load_model
 from shoal.engine.model import allocate_kv_cache
-from shoal.engine.model_config import ModelConfig, UnsupportedModelError
+from shoal.engine.model_config import ModelConfig
 from shoal.kernels import get_ops
 from shoal.model_registry import resolve_model
 from shoal.protocol.kv_events import KVEvent
@@ -99,14 +99,9 @@ class EngineCore:
         tokenizer = Tokenizer.from_source(source)
         plan = plan_hardware(config, source)
         log_plan(plan)
-        ops = get_ops(config.attention_backend, plan.device)
-        window = load_config(source).sliding_window
-        if window is not None and ops.name == "triton":
-            raise UnsupportedModelError(
-                f"sliding_window={window}: the model attends within a sliding window, which the Triton kernels "
-                "(--device cuda) do not mask yet; serve it with --device cpu"
-            )
-        model = load_model(source, plan.dtype, ops, plan.device, plan.quantization)
+        model = load_model(
+            source, plan.dtype, get_ops(config.attention_backend, plan.device), plan.device, plan.quantization
+        )
         budget = kv_budget(config, model.config, plan.dtype)
         log.info("%s", budget.summary())
         if budget.warning:

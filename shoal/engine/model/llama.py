@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from shoal.engine.model.rotary import cos_sin_cache
-from shoal.engine.model_config import ModelConfig
+from shoal.engine.model_config import ModelConfig, UnsupportedModelError
 from shoal.kernels import AttentionMetadata, KernelOps
 
 KVCache = tuple[Tensor, Tensor]
@@ -32,7 +32,11 @@ class Attention(nn.Module):
         self.scale = self.head_dim**-0.5
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
-        self.eps = config.rms_norm_eps
+        if config.sliding_window is not None and not ops.masks_sliding_window:  # refused before any weight loads
+            raise UnsupportedModelError(
+                f"sliding_window={config.sliding_window}: the model attends within a sliding window, which the "
+                f"{ops.name} kernels (--device cuda) do not mask yet; serve it with --device cpu"
+            )
         self.sliding_window = config.sliding_window
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
@@ -44,8 +48,8 @@ class Attention(nn.Module):
         heads = self.qkv_proj.forward(hidden).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
         q, k, v = heads.split((self.num_heads, self.num_kv_heads, self.num_kv_heads), dim=1)
         if self.q_norm is not None and self.k_norm is not None:  # per head, over head_dim, before RoPE
-            q = self.ops.rms_norm(q.reshape(-1, self.head_dim), self.q_norm.weight, self.eps).view_as(q)
-            k = self.ops.rms_norm(k.reshape(-1, self.head_dim), self.k_norm.weight, self.eps).view_as(k)
+            q = self.q_norm.forward(q.reshape(-1, self.head_dim))[0].view_as(q)
+            k = self.k_norm.forward(k.reshape(-1, self.head_dim))[0].view_as(k)
         q, k = self.ops.rotary(positions, q, k, cos_sin)
         k_cache, v_cache = kv_cache
         self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
