@@ -7,30 +7,35 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_harness import ServeProcess, wait_for
+from serve_harness import ServeProcess, build_tiny_model, wait_for
 
 from shoal.local import metric
 
 pytestmark = pytest.mark.timeout(180)
 
-# Long enough that the requests are still running when SIGTERM arrives, even on an idle machine (the tiny
-# model's context is 256 tokens).
-MAX_TOKENS = 240
+# Requests that must finish within the grace period are short; those that must still be running when SIGTERM
+# arrives are long enough (seconds of decode) that no machine finishes one between the test seeing it in flight and
+# the signal landing: 240 tokens took under half a second once the CPU attention kernel came.
+SHORT_CONTEXT, SHORT_MAX_TOKENS = 256, 240
+LONG_CONTEXT, LONG_MAX_TOKENS = 8192, 8000
 
 
 @pytest.mark.parametrize(
-    ("grace", "expected"),
-    [("120", "length"), ("0", "abort")],
+    ("grace", "expected", "context", "max_tokens"),
+    [("120", "length", SHORT_CONTEXT, SHORT_MAX_TOKENS), ("0", "abort", LONG_CONTEXT, LONG_MAX_TOKENS)],
     ids=["in-flight-requests-finish-within-grace", "grace-over-aborts-the-rest"],
 )
-def test_sigterm_drains_then_exits(tmp_path: Path, tiny_model_dir: Path, grace: str, expected: str) -> None:
-    server = ServeProcess(tiny_model_dir, tmp_path / "serve.log", "--max-num-seqs", "2", "--shutdown-grace", grace)
+def test_sigterm_drains_then_exits(
+    tmp_path: Path, tiny_model_dir: Path, grace: str, expected: str, context: int, max_tokens: int
+) -> None:
+    model = tiny_model_dir if context == SHORT_CONTEXT else build_tiny_model(tmp_path / "model", context=context)
+    server = ServeProcess(model, tmp_path / "serve.log", "--max-num-seqs", "2", "--shutdown-grace", grace)
     try:
         server.wait_ready()
         results: dict[int, httpx.Response] = {}
 
         def send(i: int) -> None:
-            body = {"model": server.model_name, "prompt": f"drain {i}", "max_tokens": MAX_TOKENS, "ignore_eos": True}
+            body = {"model": server.model_name, "prompt": f"drain {i}", "max_tokens": max_tokens, "ignore_eos": True}
             results[i] = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
 
         threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]  # two run, two wait
