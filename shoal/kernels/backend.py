@@ -4,8 +4,8 @@
 ``"torch"``, ``"cpu"`` or ``"triton"``. Triton's kernels compile for CUDA tensors only, so Triton on a CPU device
 works only under ``TRITON_INTERPRET=1`` (its CPU interpreter, for tests); asked for otherwise it is an error.
 ``"cpu"`` builds its C kernel with the machine's compiler at first use (``shoal.kernels.cpu``); where it cannot
-(no compiler, a failed build, two OpenMP runtimes), the default serves on the torch path with one warning naming
-the cause, and an explicit ``"cpu"`` is an error naming it.
+(no compiler, a failed build, an OpenMP runtime other than torch's), the default serves on the torch path with
+one warning naming the cause, and an explicit ``"cpu"`` is an error naming it.
 """
 
 from __future__ import annotations

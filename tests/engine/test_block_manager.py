@@ -93,9 +93,16 @@ _ops = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=_ops, num_blocks=st.integers(1, 12), block_size=st.integers(1, 4))
-def test_random_workloads_keep_the_books_consistent(ops: list, num_blocks: int, block_size: int) -> None:
-    bm = BlockManager(num_blocks, block_size)
+@given(
+    ops=_ops,
+    num_blocks=st.integers(1, 12),
+    block_size=st.integers(1, 4),
+    window=st.one_of(st.none(), st.integers(1, 10)),
+)
+def test_random_workloads_keep_the_books_consistent(
+    ops: list, num_blocks: int, block_size: int, window: int | None
+) -> None:
+    bm = BlockManager(num_blocks, block_size, sliding_window=window)
     live: list[Request] = []
     stored: set[int] = set()
     for op in ops:
@@ -118,6 +125,38 @@ def test_random_workloads_keep_the_books_consistent(ops: list, num_blocks: int, 
             (stored.update if kind == "stored" else stored.difference_update)(hashes)
         assert stored == set(bm.cached_hashes())  # the event stream replays to the snapshot
         assert_consistent(bm, live)
+        if window is not None:  # every block the next query can see is still held
+            for request in live:
+                first_visible = max(request.num_computed_tokens - window + 1, 0)
+                assert request.num_dropped_blocks * block_size <= first_visible
     for request in live:
         bm.free(request)
     assert_all_free(bm)
+
+
+def test_a_sliding_window_holds_about_a_window_of_blocks_and_freed_blocks_still_hit() -> None:
+    bm = BlockManager(num_blocks=16, block_size=4, sliding_window=6)
+    assert bm.num_cache_blocks == 17 and bm.null_block == 16
+    long = _request(list(range(5)))
+    assert _admit(bm, long)
+    for token in range(5, 40):  # decode one token at a time: 40 tokens = 10 blocks
+        long.all_token_ids.append(token)
+        assert bm.allocate_slots(long, 1)
+        long.num_computed_tokens = long.num_tokens
+        live = [b for b in long.block_ids if b != bm.null_block]
+        assert len(live) <= -(-(6 + 1) // 4) + 1  # the window (plus the token being written) spans <= 3 blocks
+        assert_consistent(bm, [long])
+    assert long.block_ids[: long.num_dropped_blocks] == [bm.null_block] * long.num_dropped_blocks
+    assert bm.num_free_blocks >= 16 - 3
+    early = _request(list(range(9)))  # the first two blocks were released with their hashes: still a prefix hit
+    blocks, cached = bm.get_computed_blocks(early)
+    assert cached == 8 and all(bm.blocks[b].ref_count == 0 for b in blocks)
+    bm.free(long)
+    assert_all_free(bm)
+
+
+def test_without_a_window_nothing_is_released() -> None:
+    bm = BlockManager(num_blocks=8, block_size=2)
+    request = _request(list(range(12)))
+    assert _admit(bm, request) and bm.allocate_slots(request, 0)
+    assert request.num_dropped_blocks == 0 and len(request.block_ids) == 6 and bm.num_cache_blocks == 8

@@ -85,7 +85,8 @@ def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemptio
             block_size=4,
             max_num_batched_tokens=16,
             max_num_seqs=6,
-            num_kv_blocks=28,
+            # the windowed model releases blocks behind its window, so it needs a smaller cache to preempt
+            num_kv_blocks=14 if checkpoint == "tiny_mistral_window_dir" else 28,
             seed=0,
         )
     )
@@ -99,6 +100,29 @@ def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemptio
     assert stats.num_preemptions > 0, "the KV budget was meant to force preemption"
     assert stats.prefix_hit_tokens > 0, "the shared prefix was meant to hit the cache"
     assert not engine.has_unfinished()
+    assert_all_free(engine.block_manager)
+
+
+@pytest.mark.timeout(300)
+def test_a_windowed_model_runs_requests_its_cache_could_not_hold_whole(tiny_mistral_window_dir: Path) -> None:
+    """Two 52-token requests need 26 blocks of 4 whole; a 6-token window lets them share 14 without preemption."""
+    engine = EngineCore.from_config(
+        EngineConfig(
+            model=str(tiny_mistral_window_dir),
+            dtype="float32",
+            block_size=4,
+            max_num_batched_tokens=8,
+            num_kv_blocks=14,
+            seed=0,
+        )
+    )
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, engine.model_config.vocab_size) for _ in range(40)] for _ in range(2)]
+    got = run_staggered(engine, prompts, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS), per_step=2)
+
+    expected = _hf_greedy(_hf_model(tiny_mistral_window_dir), prompts, MAX_TOKENS)
+    assert [got["0"], got["1"]] == expected
+    assert engine.stats().num_preemptions == 0
     assert_all_free(engine.block_manager)
 
 

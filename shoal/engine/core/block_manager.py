@@ -13,6 +13,12 @@ free block takes it back out of the queue. The lookup stops one token short of t
 prompt token is always recomputed (its logits are needed). A request frees its blocks tail first, so the
 end of a prefix chain is evicted before its shared beginning.
 
+With a sliding window (every layer attends only to its last ``sliding_window`` positions), a running request's
+blocks that lie wholly before its next query's window are dead: they are released as the request moves on (to
+the free queue with their hashes, so they still serve prefix hits) and their table entries point at a null
+block that is never handed out, so a long request holds about a window's worth of blocks. The null block is one
+extra block past ``num_blocks`` (``num_cache_blocks``): the kernels may read it, masked, and nothing writes it.
+
 Every hash that enters or leaves the cache is recorded as a ``stored`` / ``removed`` event for the KV event
 stream; ``cached_hashes()`` is the snapshot a new subscriber starts from. Allocation is all or nothing: when
 the free queue is too short, ``allocate_slots`` changes nothing and returns False (the scheduler preempts).
@@ -38,12 +44,22 @@ class Block:
 class BlockManager:
     """Allocates, shares, frees and caches KV blocks; pure bookkeeping, no tensors."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        sliding_window: int | None = None,
+    ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
+        if sliding_window is not None and sliding_window < 1:
+            raise ValueError(f"sliding_window must be >= 1, got {sliding_window}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.sliding_window = sliding_window
+        self.null_block = num_blocks  # what a dead block's table entry points at (sliding window only)
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[int, int] = {}  # block hash -> block id
@@ -54,6 +70,11 @@ class BlockManager:
     @property
     def num_free_blocks(self) -> int:
         return len(self.free_queue)
+
+    @property
+    def num_cache_blocks(self) -> int:
+        """Blocks the KV cache tensors must hold: ``num_blocks``, plus the null block with a sliding window."""
+        return self.num_blocks + (self.sliding_window is not None)
 
     @property
     def usage(self) -> float:
@@ -73,7 +94,8 @@ class BlockManager:
     def get_computed_blocks(self, request: Request) -> tuple[list[int], int]:
         """The longest cached prefix of a request not yet scheduled: (block ids, number of tokens).
 
-        Nothing is taken yet; pass the blocks to ``allocate_slots``, then ``record_prefix_query``.
+        Nothing is taken yet; pass the blocks to ``allocate_slots``, then ``record_prefix_query``. With a sliding
+        window the whole prefix must still be cached (conservative: only its last window is read).
         """
         if not self.enable_prefix_caching:
             return [], 0
@@ -97,8 +119,11 @@ class BlockManager:
         """Gives ``request`` room for ``num_new_tokens`` more tokens past its computed ones.
 
         ``computed_blocks`` (from ``get_computed_blocks``, first scheduling only) are shared and the request's
-        computed count jumps past them. Returns False, changing nothing, if the free queue is too short.
+        computed count jumps past them. Returns False, changing nothing else, if the free queue is too short;
+        blocks a sliding window has left behind are released first either way.
         """
+        if self.sliding_window is not None:
+            self._release_outside_window(request)
         computed_blocks = computed_blocks or []
         reused_free = sum(1 for b in computed_blocks if self.blocks[b].ref_count == 0)
         num_computed = request.num_computed_tokens + len(computed_blocks) * self.block_size
@@ -123,7 +148,7 @@ class BlockManager:
 
     def free(self, request: Request) -> None:
         """Releases a request's blocks, tail first so shared prefixes outlive their tails in the LRU queue."""
-        for block_id in reversed(request.block_ids):
+        for block_id in reversed(request.block_ids[request.num_dropped_blocks :]):
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count < 0:
@@ -132,6 +157,23 @@ class BlockManager:
                 self.free_queue[block_id] = None
         request.block_ids = []
         request.num_named_blocks = 0
+        request.num_dropped_blocks = 0
+
+    def _release_outside_window(self, request: Request) -> None:
+        """Releases the leading blocks no query of ``request`` will read again: the next query sits at position
+        ``num_computed_tokens`` and sees from ``num_computed_tokens - sliding_window + 1`` on."""
+        assert self.sliding_window is not None
+        first_visible = request.num_computed_tokens - self.sliding_window + 1
+        dead = min(max(first_visible, 0) // self.block_size, len(request.block_ids))
+        for i in range(request.num_dropped_blocks, dead):
+            block = self.blocks[request.block_ids[i]]
+            block.ref_count -= 1
+            if block.ref_count < 0:
+                raise AssertionError(f"block {block.block_id} freed more often than allocated")
+            if block.ref_count == 0:
+                self.free_queue[block.block_id] = None
+            request.block_ids[i] = self.null_block
+        request.num_dropped_blocks = max(request.num_dropped_blocks, dead)
 
     def _take_free_block(self) -> int:
         block_id, _ = self.free_queue.popitem(last=False)

@@ -107,9 +107,13 @@ class EngineCore:
         if budget.warning:
             log.warning("%s", budget.warning)
         num_blocks, length = budget.num_blocks, budget.max_model_len
-        block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        block_manager = BlockManager(
+            num_blocks, config.block_size, config.enable_prefix_caching, model.config.sliding_window
+        )
         sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, plan.device)
-        kv_caches = allocate_kv_cache(model.config, num_blocks, config.block_size, plan.dtype, plan.device)
+        kv_caches = allocate_kv_cache(
+            model.config, block_manager.num_cache_blocks, config.block_size, plan.dtype, plan.device
+        )
         return cls(
             config,
             model_name=source.served_name,

@@ -63,6 +63,7 @@ class Request:
         self.block_ids: list[int] = []
         self.block_hashes: list[int] = []  # chained hashes of the full blocks of all_token_ids seen so far
         self.num_named_blocks = 0  # leading blocks of block_ids the block manager has already tried to cache
+        self.num_dropped_blocks = 0  # leading blocks a sliding window left behind (now the null block)
         self.stop_reason: str | int | None = None
         self.metrics = RequestMetrics(arrival_time=arrival_time)
 

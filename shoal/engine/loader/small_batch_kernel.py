@@ -1,9 +1,9 @@
 """Which kernel serves the int4 projections' small batches: shoal's C kernel where it builds, else torch's.
 
 The C kernel (``shoal.kernels.cpu``) is built with the machine's C compiler the first time an engine needs it
-(about a second; cached per machine afterwards). Where it cannot be (no compiler, a failed build, two OpenMP
-runtimes, no SIMD path for this CPU) the engine still serves, on torch's slower int4 kernel, and says so in one
-warning naming the cause: never a silent slow path. Either way the start-up log names the kernel.
+(about a second; cached per machine afterwards). Where it cannot be (no compiler, a failed build, an OpenMP
+runtime other than torch's, no SIMD path for this CPU) the engine still serves, on torch's slower int4 kernel,
+and says so in one warning naming the cause: never a silent slow path. Either way the start-up log names the kernel.
 ``SHOAL_CPU_KERNEL=torch`` picks torch's kernel on purpose (to compare the two, or to rule the C kernel out).
 """
 
