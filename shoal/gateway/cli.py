@@ -60,6 +60,14 @@ def register(subparsers: Any) -> None:
         metavar="MODEL=SOURCE",
         help="tokenizer for a served model name (default: the model name itself)",
     )
+    p.add_argument(
+        "--fetch-record",
+        action="append",
+        default=[],
+        metavar="MODEL=FILE",
+        help="a served model's tokenizer is where the record `shoal fetch-model --termination-message-path FILE` "
+        "wrote says (the operator's gateway pods)",
+    )
     p.add_argument("--api-keys", metavar="PATH", help="YAML/JSON tenants file; without it, no auth")
     p.add_argument("--redis-url", help="share quotas through this Redis (default: in memory)")
     p.add_argument(
@@ -132,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     from shoal.gateway.app import create_app
     from shoal.gateway.auth import ApiKeys
     from shoal.gateway.discovery import Discovery, from_file, static
+    from shoal.gateway.fetch_record import fetched_tokenizers
     from shoal.gateway.gateway import Gateway, GatewayConfig
     from shoal.gateway.quota import MemoryQuota, QuotaStore
 
@@ -171,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         bound_factor=args.bound_factor,
         block_size=args.block_size,
         load_floor_tokens=args.load_floor_tokens,
-        tokenizers=_tokenizers(args.tokenizer),
+        tokenizers=_tokenizers(args.tokenizer) | fetched_tokenizers(args.fetch_record),
         max_body_bytes=args.max_body_bytes,
         max_attempts=args.max_attempts,
         health_interval_s=args.health_interval,

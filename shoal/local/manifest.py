@@ -65,6 +65,12 @@ def ignored_locally(spec: InferenceDeploymentSpec) -> list[str]:
         notes.append("spec.engine.nodeSelector / tolerations: everything runs on this machine")
     if spec.model.volume is not None:
         notes.append("spec.model.volume: spec.model.source is read as a path on this machine")
+    if spec.model.credentials_secret is not None:
+        notes.append(
+            "spec.model.credentialsSecret: a Kubernetes Secret; credentials come from this shell's environment"
+        )
+    if spec.model.cache is not None:
+        notes.append("spec.model.cache: a node's or a claim's directory on a cluster")
     if gateway.image != type(gateway)().image:
         notes.append("spec.gateway.image: the gateway runs from this checkout, not an image")
     if gateway.replicas != 1:
@@ -111,7 +117,11 @@ def load_manifest(path: str | Path) -> LocalManifest:
             spec = InferenceDeploymentSpec.model_validate(raw_spec)
         except ValidationError as exc:
             problems.extend(_field_errors(exc))
-    if spec is not None:
+    if spec is not None and spec.model.source.startswith("pvc://"):
+        problems.append(
+            "spec.model.source: pvc:// names a PersistentVolumeClaim on a cluster; give a path on this machine"
+        )
+    elif spec is not None:
         try:
             resolve_model(spec.model.source)
         except ModelNotFoundError as exc:

@@ -1,5 +1,5 @@
 """Why an InferenceDeployment cannot work, from facts the apiserver cannot check: the model alias, and what
-its engine pods report (image pulls, scheduling, crash loops).
+its engine pods report (image pulls, scheduling, a failed model fetch, crash loops).
 
 Each finding is a (reason, message) pair for the Degraded condition and an Event; the message names the pod
 and quotes the kubelet's or scheduler's own words, so the user reads exactly what is wrong.
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal.model_registry import ALIASES
+from shoal.operator.model_ready import fetch_failure
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -24,8 +25,9 @@ class Problem:
 
 
 def looks_like_alias(source: str) -> bool:
-    """A bare name (no path separator, no ``.gguf``, no URI scheme) can only be a bundled alias."""
-    return "/" not in source and "://" not in source and not source.endswith(".gguf")
+    """A bare name (no path separator, no URI scheme) can only be a bundled alias: the CRD refuses relative paths,
+    so ``weights.gguf`` is a misspelt alias or a path missing its directory."""
+    return "/" not in source and "://" not in source
 
 
 def check_model(source: str) -> Problem | None:
@@ -34,7 +36,8 @@ def check_model(source: str) -> Problem | None:
         return Problem(
             "ModelNotFound",
             f"spec.model.source {source!r} is not a known model alias (known: {known}); "
-            "give an alias or a path to a Hugging Face directory or a .gguf file",
+            "give an alias, hf://ORG/REPO, s3://BUCKET/PREFIX, pvc://CLAIM/PATH or an absolute path to a "
+            "Hugging Face directory or a .gguf file",
         )
     return None
 
@@ -47,6 +50,9 @@ def diagnose_pod(pod: Mapping[str, Any]) -> Problem | None:
             message = cond.get("message", "")
             reason = "InsufficientGPU" if f"Insufficient {GPU_RESOURCE}" in message else "Unschedulable"
             return Problem(reason, f"pod {name} cannot be scheduled: {message}")
+    failure = fetch_failure(pod)
+    if failure is not None:
+        return Problem("FetchFailed", f"pod {name}: the fetch-model init container failed: {failure}")
     for container in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
         waiting = container.get("state", {}).get("waiting") or {}
         why = waiting.get("reason")
@@ -55,6 +61,11 @@ def diagnose_pod(pod: Mapping[str, Any]) -> Problem | None:
                 "ImagePullFailed",
                 f"pod {name}: image {container.get('image', '?')!r} cannot be pulled ({why}): "
                 f"{waiting.get('message', '')}".rstrip(": "),
+            )
+        if why == "CreateContainerConfigError":  # a Secret or ConfigMap it needs is missing
+            return Problem(
+                "ContainerConfigError",
+                f"pod {name}: container {container.get('name')} cannot start: {waiting.get('message', why)}",
             )
         if why == "CrashLoopBackOff":
             return Problem("CrashLoopBackOff", f"pod {name}: container {container.get('name')} keeps crashing")

@@ -144,6 +144,7 @@ class Reconciler:
             selector=owner.selector_string("engine"),
             now=now,
             proposal=proposal,
+            engine_pods=children.engine_pods,
         )
         for reason, message in warnings:
             announce(body, type="Warning", reason=reason, message=message)

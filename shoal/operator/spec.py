@@ -15,6 +15,7 @@ from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 
 from shoal import __version__
+from shoal.operator import model_source
 from shoal.protocol.gateway_timeouts import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_FIRST_TOKEN_TIMEOUT_S,
@@ -57,20 +58,89 @@ class _Wire(BaseModel):
 
 
 class ModelVolume(_Wire):
-    """A PersistentVolumeClaim holding model files, mounted read-only into every engine pod."""
+    """A PersistentVolumeClaim holding model files, mounted read-only into every engine and gateway pod (so it must
+    be ReadOnlyMany or ReadWriteMany when they run on several nodes). ``pvc://CLAIM/PATH`` says the same in the
+    source."""
 
     claim_name: str = Field(min_length=1)
     mount_path: str = Field("/models", pattern=r"^/")
 
 
+class ModelCache(_Wire):
+    """Where an hf:// or s3:// model is fetched to, mounted at /model-cache in the engine pods."""
+
+    model_config = _cel(
+        ("has(self.hostPath) != has(self.claimName)", "spec.model.cache takes one of hostPath or claimName")
+    )
+
+    host_path: str | None = Field(
+        None,
+        pattern=r"^/",
+        description="A directory on each node (hostPath, DirectoryOrCreate) shared by the engines on that node: a "
+        "model is fetched once per node (a file lock makes concurrent fetches one download) and kept across pod "
+        "restarts. It must be writable by the pods' user (uid 65532), and the namespace's Pod Security level must "
+        "allow hostPath volumes (privileged).",
+    )
+    claim_name: str | None = Field(
+        None,
+        min_length=1,
+        description="A PersistentVolumeClaim every engine pod mounts read-write: it must be ReadWriteMany when "
+        "several engine pods share it (any fleet of more than one engine, unless all run on one node).",
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> ModelCache:
+        if (self.host_path is None) == (self.claim_name is None):
+            raise ValueError("spec.model.cache takes one of hostPath or claimName")
+        return self
+
+
 class ModelSpec(_Wire):
-    """What to serve: a bundled alias (``smollm2-135m``), a Hugging Face directory, or a GGUF file."""
+    """What to serve, where it comes from, and where a fetched copy is kept."""
+
+    model_config = _Wire.model_config | ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [rule.validation() for rule in model_source.RULES]}
+    )
 
     source: str = Field(
-        min_length=1, description="Bundled alias, or a path (usually under volume.mountPath) to a HF dir or .gguf."
+        min_length=1,
+        max_length=1024,
+        description="hf://ORG/REPO[@REVISION][/FILE.gguf] or s3://BUCKET/PREFIX (fetched by an init container "
+        "into spec.model.cache), pvc://CLAIM/PATH (a path in a PersistentVolumeClaim, mounted read-only), a bundled "
+        "alias (smollm2-135m), or an absolute path in the image or under volume.mountPath (a Hugging Face "
+        "directory or a .gguf file).",
     )
     served_name: str | None = Field(None, min_length=1, description="Name clients use; defaults to the source.")
-    volume: ModelVolume | None = None
+    volume: ModelVolume | None = Field(
+        None, description="A claim mounted read-only at mountPath for an absolute-path source (pvc:// says it shorter)."
+    )
+    credentials_secret: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        description="A Secret in this namespace whose keys (HF_TOKEN; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_SESSION_TOKEN, AWS_REGION) become the environment of the fetch init containers only, never of the "
+        "engine or gateway containers. hf:// and s3:// sources only.",
+    )
+    s3_endpoint: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        max_length=1024,
+        description="The endpoint of an S3-compatible store (MinIO, Ceph), given to the fetcher as AWS_ENDPOINT_URL; "
+        "AWS's own if unset. s3:// sources only.",
+    )
+    cache: ModelCache | None = Field(
+        None,
+        description="Where an hf:// or s3:// model is fetched to: a node directory (hostPath) or a claim (claimName). "
+        "Unset: an emptyDir per pod, so every new pod fetches the model again.",
+    )
+
+    @model_validator(mode="after")
+    def _source_rules(self) -> ModelSpec:
+        broken = model_source.problem(self.model_dump(by_alias=True, exclude_none=True))
+        if broken is not None:
+            raise ValueError(broken)
+        return self
 
 
 ONE_GPU_MESSAGE = (

@@ -2,8 +2,8 @@
 
 Conditions follow the Kubernetes conventions: ``Ready`` (the fleet serves now), ``Progressing`` (a rollout or
 scale is under way), ``Degraded`` (something the operator cannot fix by waiting; the reason and message say
-what) and, while autoscaling is on, ``ScalingLimited`` (the autoscaler's wish was clamped, or metrics are
-missing). Every condition comes from :func:`condition`, so each carries ``observedGeneration`` and a
+what), ``ModelReady`` (the engine pods have the model: :mod:`.model_ready`) and, while autoscaling is on,
+``ScalingLimited`` (the autoscaler's wish was clamped, or metrics are missing). Every condition comes from :func:`condition`, so each carries ``observedGeneration`` and a
 ``lastTransitionTime`` that changes only when its status does; the scaling history grows only when the desired
 count does. Recomputing an unchanged world therefore yields an identical status: the reconciler then writes
 nothing. The status is built as the typed :class:`.InferenceDeploymentStatus` (the model the CRD's schema is
@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from shoal.operator.diagnosis import Problem
+from shoal.operator.model_ready import model_ready
 from shoal.operator.replicas import ScaleDecision
 from shoal.operator.spec import (
     MAX_SCALING_HISTORY,
@@ -70,6 +71,7 @@ def compute_status(
     selector: str,
     now: datetime,
     proposal: ScaleDecision | None = None,
+    engine_pods: Sequence[Mapping[str, Any]] = (),
 ) -> Status:
     """The whole new status (camelCase, as stored). ``proposal`` is the autoscaler's latest evaluation (applied as
     ``decision`` in Act mode, only recorded in Recommend mode)."""
@@ -79,6 +81,7 @@ def compute_status(
         "Ready": _ready(decision.replicas, ready, _counts(gateway)[1], spec.gateway.replicas, problem),
         "Progressing": _progressing(engine, decision.replicas, replicas, problem),
         "Degraded": (True, problem.reason, problem.message) if problem else (False, "AsExpected", ""),
+        "ModelReady": model_ready(spec.model.source, engine_pods),
     }
     if spec.autoscaling.enabled:
         verdicts |= {"ScalingLimited": _scaling_limited(spec, decision), "MetricsAvailable": _metrics(proposal)}

@@ -84,3 +84,13 @@ def test_the_gateway_with_a_real_tokenizer_never_imports_torch() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_a_failed_tokenizer_fetch_stops_the_gateway_with_the_stores_answer(tmp_path: Path) -> None:
+    """``--fetch-record`` (the operator's gateway pods): the record ``shoal fetch-model`` left is read at start."""
+    record = tmp_path / "fetch-record.json"
+    record.write_text('{"source": "hf://org/gated", "error": "401 Unauthorized: set HF_TOKEN"}\n')
+    argv = [sys.executable, "-m", "shoal.cli", "gateway", "--backend", "http://127.0.0.1:9", "--port", "0"]
+    result = subprocess.run([*argv, "--fetch-record", f"gated={record}"], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert f"--fetch-record {record}: fetching hf://org/gated failed: 401 Unauthorized: set HF_TOKEN" in result.stderr

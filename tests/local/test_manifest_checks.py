@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from up_harness import manifest, write_manifest
 
 from shoal.local.fleet import RESTART_BACKOFF
-from shoal.local.manifest import ManifestError, load_manifest
+from shoal.local.manifest import ManifestError, ignored_locally, load_manifest
 from shoal.local.threads import threads_per_engine
+from shoal.operator.spec import InferenceDeploymentSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,3 +157,19 @@ def test_a_gpu_spec_runs_its_engines_on_the_cpu_with_the_cpus_default_attention(
     assert "--attention-backend" not in argv
     last_device = len(argv) - 1 - argv[::-1].index("--device")  # the last flag given wins
     assert argv[last_device + 1] == "cpu"
+
+
+def test_a_cluster_model_source_is_refused_or_noted_in_the_crds_words(tmp_path: Path) -> None:
+    assert (
+        "spec.model: spec.model.source 'Qwen/Qwen3-8B' looks like a Hugging Face repo id: write hf://Qwen/Qwen3-8B"
+        in _refusal(tmp_path, manifest("Qwen/Qwen3-8B"))
+    )
+    message = _refusal(tmp_path, manifest("pvc://weights/llama"))
+    assert (
+        "spec.model.source: pvc:// names a PersistentVolumeClaim on a cluster; give a path on this machine" in message
+    )
+    fetched = InferenceDeploymentSpec.model_validate(
+        {"model": {"source": "hf://org/m", "credentialsSecret": "hub", "cache": {"hostPath": "/var/lib/shoal/models"}}}
+    )
+    notes = "\n".join(ignored_locally(fetched))
+    assert "spec.model.credentialsSecret" in notes and "spec.model.cache" in notes

@@ -32,7 +32,8 @@ def test_unknown_model_alias(installed_chart: ControlPlane, operator: OperatorPr
     apply(installed_chart, namespace, body)
     expected = (
         "spec.model.source 'smollm3-135m' is not a known model alias (known: smollm2-135m); "
-        "give an alias or a path to a Hugging Face directory or a .gguf file"
+        "give an alias, hf://ORG/REPO, s3://BUCKET/PREFIX, pvc://CLAIM/PATH or an absolute path to a "
+        "Hugging Face directory or a .gguf file"
     )
     infd = eventually(
         lambda: (

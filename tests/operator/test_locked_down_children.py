@@ -98,3 +98,14 @@ def test_a_given_secret_is_used_and_none_is_generated() -> None:
     assert api_key_secret_ref(OWNER, s).name == "mine"
     volumes = child(s, "Deployment", "chat-gateway")["spec"]["template"]["spec"]["volumes"]
     assert [v["secret"]["secretName"] for v in volumes if "secret" in v] == ["mine"]
+
+
+def test_the_fetch_init_containers_are_locked_down_too() -> None:
+    s = spec(model={"source": "hf://org/model", "credentialsSecret": "hub-token"})
+    for name in ("chat-engine", "chat-gateway"):
+        pod = child(s, "Deployment", name)["spec"]["template"]["spec"]
+        (init,) = pod["initContainers"]
+        assert init["securityContext"] == pod["containers"][0]["securityContext"]
+        assert init["securityContext"]["readOnlyRootFilesystem"] is True
+        assert {"name": "HOME", "value": "/tmp"} in init["env"]
+        assert "/tmp" in {m["mountPath"] for m in init["volumeMounts"]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shoal.operator.diagnosis import check_model, diagnose, diagnose_pod
+from shoal.operator.model_ready import model_ready
 from shoal.operator.reconciler import Children, Reconciler
 from shoal.operator.replicas import ScaleDecision
 from shoal.operator.spec import MAX_SCALING_HISTORY, InferenceDeploymentSpec
@@ -57,6 +59,7 @@ def test_all_ready() -> None:
         "Ready": ("True", "Ready"),
         "Progressing": ("False", "Stable"),
         "Degraded": ("False", "AsExpected"),
+        "ModelReady": ("True", "LocalSource"),
     }
     assert (s["replicas"], s["readyReplicas"], s["desiredReplicas"], s["observedGeneration"]) == (2, 2, 2, 1)
     assert s["selector"].startswith("app.kubernetes.io/instance=x")
@@ -150,7 +153,7 @@ async def test_an_invalid_spec_is_degraded_with_the_same_condition_fields_as_any
         "message"
     ]
     assert (degraded["lastTransitionTime"], degraded["observedGeneration"]) == ("2026-01-01T12:00:00Z", 3)
-    assert [c["type"] for c in body["status"]["conditions"]] == ["Ready", "Progressing", "Degraded"]
+    assert [c["type"] for c in body["status"]["conditions"]] == ["Ready", "Progressing", "Degraded", "ModelReady"]
     assert patches[1] == {} and [e["reason"] for e in events] == ["InvalidSpec"]
 
 
@@ -206,6 +209,58 @@ def test_unschedulable_gpu_request_is_insufficient_gpu() -> None:
 def test_healthy_pods_and_paths_are_not_problems() -> None:
     running = pod("ok", phase="Running", containerStatuses=[{"name": "engine", "state": {"running": {}}}])
     assert diagnose("smollm2-135m", [running]) is None
-    for source in ("/models/llama/model.gguf", "HuggingFaceTB/SmolLM2-135M", "weights.gguf", "s3://bucket/m"):
+    for source in ("/models/llama/model.gguf", "hf://HuggingFaceTB/SmolLM2-135M", "pvc://weights/m", "s3://bucket/m"):
         assert check_model(source) is None, source
     assert diagnose("nope", [running]).reason == "ModelNotFound"  # type: ignore[union-attr]
+    assert diagnose("weights.gguf", [running]).reason == "ModelNotFound"  # type: ignore[union-attr]  # not a path
+
+
+def fetch_pod(name: str, **fetch_status: Any) -> dict[str, Any]:
+    return pod(name, initContainerStatuses=[{"name": "fetch-model", **fetch_status}])
+
+
+def test_model_ready_follows_the_fetch_init_containers() -> None:
+    source = "s3://models/llama"
+
+    def verdict(*pods: dict[str, Any]) -> tuple[bool, str, str]:
+        return model_ready(source, pods)
+
+    record = {"source": source, "path": "/model-cache/x", "bytes": 2048, "cached": True}
+    fetched = fetch_pod("e-1", state={"terminated": {"exitCode": 0, "message": json.dumps(record)}})
+    running = fetch_pod("e-2", state={"running": {}})
+    assert verdict() == (False, "NoEnginePods", f"no engine pod runs to fetch {source}")
+    assert verdict(running)[:2] == (False, "Fetching")
+    assert verdict(fetched, running) == (
+        True,
+        "Fetched",
+        f"{source}: 2.0 KiB (2048 bytes) in 1 of 2 engine pods (0 downloaded it, 1 found it cached)",
+    )
+    # no JSON line (FallbackToLogsOnError kept the log's tail): the message itself is the store's answer
+    full = fetch_pod(
+        "e-3", state={"terminated": {"exitCode": 1, "message": "OSError: [Errno 28] No space left on device"}}
+    )
+    assert verdict(fetched, full) == (
+        False,
+        "FetchFailed",
+        f"pod e-3: fetching {source} failed: OSError: [Errno 28] No space left on device",
+    )
+    problem = diagnose(source, [fetched, full])
+    assert problem is not None and problem.reason == "FetchFailed" and "No space left on device" in problem.message
+    assert model_ready("pvc://weights/llama", []) == (
+        True,
+        "LocalSource",
+        "pvc://weights/llama is read where it is: nothing to fetch",
+    )
+
+
+def test_a_missing_credentials_secret_is_named() -> None:
+    message = 'secret "hub-token" not found'
+    p = pod(
+        "e-1",
+        initContainerStatuses=[
+            {"name": "fetch-model", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}}}
+        ],
+    )
+    problem = diagnose_pod(p)
+    assert problem is not None and problem.reason == "ContainerConfigError"
+    assert problem.message == f"pod e-1: container fetch-model cannot start: {message}"

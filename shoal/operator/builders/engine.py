@@ -12,6 +12,7 @@ import math
 from fractions import Fraction
 from typing import Any
 
+from shoal.operator.builders.model import engine_model, serve_model_args
 from shoal.operator.builders.placement import spread_across_nodes
 from shoal.operator.builders.security import (
     SCRATCH_ENV,
@@ -35,8 +36,7 @@ def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
     engine = spec.engine
     args = [
         "serve",
-        "--model",
-        spec.model.source,
+        *serve_model_args(spec),
         "--served-model-name",
         spec.served_name,
         "--host",
@@ -116,7 +116,7 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def engine_container(spec: InferenceDeploymentSpec) -> dict[str, Any]:
+def engine_container(spec: InferenceDeploymentSpec, model_mounts: list[dict[str, Any]]) -> dict[str, Any]:
     engine = spec.engine
     container: dict[str, Any] = {
         "name": COMPONENT,
@@ -134,21 +134,16 @@ def engine_container(spec: InferenceDeploymentSpec) -> dict[str, Any]:
         "readinessProbe": _probe("/ready", 5, 2),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}},
         "securityContext": container_security_context(),
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT, *model_mounts],
     }
-    if spec.model.volume is not None:
-        container["volumeMounts"].append({"name": "model", "mountPath": spec.model.volume.mount_path, "readOnly": True})
     return container
 
 
 def engine_deployment(owner: Owner, spec: InferenceDeploymentSpec, replicas: int) -> dict[str, Any]:
     """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here)."""
     labels = owner.labels(COMPONENT)
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, SCRATCH_VOLUME]
-    if spec.model.volume is not None:
-        volumes.append(
-            {"name": "model", "persistentVolumeClaim": {"claimName": spec.model.volume.claim_name, "readOnly": True}}
-        )
+    init_containers, model_volumes, model_mounts = engine_model(spec)
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, SCRATCH_VOLUME, *model_volumes]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -170,7 +165,8 @@ def engine_deployment(owner: Owner, spec: InferenceDeploymentSpec, replicas: int
                     "automountServiceAccountToken": False,
                     "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-                    "containers": [engine_container(spec)],
+                    **({"initContainers": init_containers} if init_containers else {}),
+                    "containers": [engine_container(spec, model_mounts)],
                     "volumes": volumes,
                     "nodeSelector": dict(spec.engine.node_selector),
                     "tolerations": _tolerations(spec),

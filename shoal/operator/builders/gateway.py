@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from shoal.operator.builders.api_keys import api_key_secret_ref
+from shoal.operator.builders.model import gateway_model
 from shoal.operator.builders.placement import spread_across_nodes
 from shoal.operator.builders.security import (
     SCRATCH_ENV,
@@ -35,6 +36,7 @@ _FLAGS = {
     "--policy": "SHOAL_GATEWAY_POLICY",
     "--bound-factor": "SHOAL_GATEWAY_BOUND_FACTOR",
     "--tokenizer": "SHOAL_GATEWAY_TOKENIZER",
+    "--fetch-record": "SHOAL_GATEWAY_FETCH_RECORD",
     "--block-size": "SHOAL_GATEWAY_BLOCK_SIZE",
     "--api-keys": "SHOAL_GATEWAY_API_KEYS",
     "--redis-url": "SHOAL_GATEWAY_REDIS_URL",
@@ -55,7 +57,6 @@ def gateway_settings(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, s
         "SHOAL_GATEWAY_KUBE_PORT_NAME": "http",
         "SHOAL_GATEWAY_POLICY": gateway.routing_policy,
         "SHOAL_GATEWAY_BOUND_FACTOR": f"{gateway.bound_factor:g}",
-        "SHOAL_GATEWAY_TOKENIZER": f"{spec.served_name}={spec.model.source}",
         "SHOAL_GATEWAY_BLOCK_SIZE": str(spec.engine.block_size),
         "SHOAL_GATEWAY_HOLD_QUEUE_SIZE": str(gateway.hold_queue.size),
         "SHOAL_GATEWAY_HOLD_SECONDS": str(gateway.hold_queue.wait_seconds),
@@ -63,6 +64,7 @@ def gateway_settings(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, s
         "SHOAL_GATEWAY_FIRST_TOKEN_TIMEOUT": f"{gateway.timeouts.first_token_seconds:g}",
         "SHOAL_GATEWAY_INTER_TOKEN_TIMEOUT": f"{gateway.timeouts.inter_token_seconds:g}",
         "SHOAL_GATEWAY_REQUEST_TIMEOUT": f"{gateway.timeouts.request_seconds:g}",
+        **gateway_model(spec)[3],
     }
     settings["SHOAL_GATEWAY_API_KEYS"] = f"{API_KEYS_DIR}/{api_key_secret_ref(owner, spec).key}"
     if gateway.redis_url is not None:
@@ -98,10 +100,9 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
         {"name": "api-keys", "secret": {"secretName": api_key_secret_ref(owner, spec).name}},
     ]
     mounts: list[dict[str, Any]] = [SCRATCH_MOUNT, {"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True}]
-    if spec.model.volume is not None:  # the gateway tokenizes prompts with the model's own tokenizer
-        claim = {"claimName": spec.model.volume.claim_name, "readOnly": True}
-        volumes.append({"name": "model", "persistentVolumeClaim": claim})
-        mounts.append({"name": "model", "mountPath": spec.model.volume.mount_path, "readOnly": True})
+    init_containers, model_volumes, model_mounts, _ = gateway_model(spec)  # the model's own tokenizer, not weights
+    volumes += model_volumes
+    mounts += model_mounts
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -123,6 +124,7 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
                     "serviceAccountName": owner.gateway_name,
                     "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": 30,
+                    **({"initContainers": init_containers} if init_containers else {}),
                     "containers": [
                         {
                             "name": COMPONENT,

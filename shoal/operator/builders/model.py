@@ -1,0 +1,135 @@
+"""How engine and gateway pods get the model ``spec.model.source`` names.
+
+An hf:// or s3:// source is fetched before the engine starts, by an init container running ``shoal fetch-model``
+into the cache volume (a node's hostPath, a claim, or the pod's own emptyDir) at ``/model-cache``; the engine then
+serves the source from that cache (``--download-dir``) and downloads nothing. A fetch that fails stops the pod
+there (init container semantics): the engine never starts on a partial model. The fetcher writes one JSON line
+(bytes fetched, or the store's error) as its termination message, which the ``ModelReady`` condition reads.
+``spec.model.credentialsSecret`` becomes the environment of the fetch containers only (``envFrom``), never of
+the engine or gateway container, and never an argument.
+
+The gateway needs only the tokenizer: its own init container fetches that (``--tokenizer-only``) into an emptyDir
+and leaves a record of where it put it, which the gateway reads (``--fetch-record``); it never mounts the
+weights' cache. A pvc:// source (or the older ``spec.model.volume``) is a claim mounted read-only into both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shoal.operator import model_source
+from shoal.operator.builders.security import SCRATCH_ENV, SCRATCH_MOUNT, container_security_context
+from shoal.operator.spec import InferenceDeploymentSpec
+
+FETCH_CONTAINER = "fetch-model"
+TOKENIZER_CONTAINER = "fetch-tokenizer"
+CACHE_DIR = "/model-cache"
+CACHE_VOLUME = "model-cache"
+PVC_DIR = "/model-pvc"
+MODEL_VOLUME = "model"
+TOKENIZER_DIR = "/tokenizer"
+TOKENIZER_VOLUME = "tokenizer"
+FETCH_RECORD = f"{TOKENIZER_DIR}/fetch-record.json"
+TERMINATION_LOG = "/dev/termination-log"
+
+Objects = list[dict[str, Any]]
+
+
+def fetched(spec: InferenceDeploymentSpec) -> bool:
+    """Whether the source is downloaded by an init container (hf://, s3://) rather than read where it is."""
+    return model_source.kind(spec.model.source) in model_source.FETCHED_KINDS
+
+
+def local_path(spec: InferenceDeploymentSpec) -> str:
+    """What ``--model`` names inside the pods: a pvc:// source's path under its mount, else the source itself."""
+    source = spec.model.source
+    if model_source.kind(source) != "pvc":
+        return source
+    _, path = model_source.pvc_parts(source)
+    return f"{PVC_DIR}/{path}" if path else PVC_DIR
+
+
+def serve_model_args(spec: InferenceDeploymentSpec) -> list[str]:
+    """The engine's ``--model`` (and, for a fetched source, the cache the init container filled)."""
+    if fetched(spec):
+        return ["--model", spec.model.source, "--download-dir", CACHE_DIR]
+    return ["--model", local_path(spec)]
+
+
+def _claim_volume(claim: str) -> dict[str, Any]:
+    return {"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+
+
+def _claim(spec: InferenceDeploymentSpec) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The read-only model claim (pvc:// or ``volume``) as (volume, mount), if the source lives on one."""
+    model = spec.model
+    if model_source.kind(model.source) == "pvc":
+        claim, _ = model_source.pvc_parts(model.source)
+        return _claim_volume(claim), {"name": MODEL_VOLUME, "mountPath": PVC_DIR, "readOnly": True}
+    if model.volume is not None:
+        mount = {"name": MODEL_VOLUME, "mountPath": model.volume.mount_path, "readOnly": True}
+        return _claim_volume(model.volume.claim_name), mount
+    return None
+
+
+def _cache_volume(spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    cache = spec.model.cache
+    if cache is None:
+        return {"name": CACHE_VOLUME, "emptyDir": {}}
+    if cache.host_path is not None:
+        return {"name": CACHE_VOLUME, "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
+    return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim_name}}
+
+
+def _fetch_container(
+    spec: InferenceDeploymentSpec, name: str, image: str, args: list[str], mount: dict[str, Any]
+) -> dict[str, Any]:
+    """A ``shoal fetch-model`` init container: the only container that sees the credentials Secret."""
+    model = spec.model
+    env = SCRATCH_ENV + [e.model_dump(by_alias=True) for e in spec.engine.env]
+    if model.s3_endpoint is not None:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": model.s3_endpoint})
+    container: dict[str, Any] = {
+        "name": name,
+        "image": image,
+        "command": ["shoal"],
+        "args": ["fetch-model", model.source, *args],
+        "env": env,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": container_security_context(),
+        "volumeMounts": [SCRATCH_MOUNT, mount],
+    }
+    if model.credentials_secret is not None:
+        container["envFrom"] = [{"secretRef": {"name": model.credentials_secret, "optional": False}}]
+    return container
+
+
+def engine_model(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects, Objects]:
+    """The engine pod's (init containers, volumes, engine container mounts) for the model."""
+    claim = _claim(spec)
+    if claim is not None:
+        return [], [claim[0]], [claim[1]]
+    if not fetched(spec):
+        return [], [], []  # a bundled alias, or a path inside the image
+    mount = {"name": CACHE_VOLUME, "mountPath": CACHE_DIR}
+    args = ["--download-dir", CACHE_DIR, "--termination-message-path", TERMINATION_LOG]
+    init = _fetch_container(spec, FETCH_CONTAINER, spec.engine.image, args, mount)
+    init["imagePullPolicy"] = spec.engine.image_pull_policy
+    return [init], [_cache_volume(spec)], [mount]
+
+
+def gateway_model(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects, Objects, dict[str, str]]:
+    """The gateway pod's (init containers, volumes, gateway container mounts, ConfigMap settings) for the
+    tokenizer: a fetched source's tokenizer only, never the weights."""
+    tokenizer = f"{spec.served_name}={local_path(spec)}"
+    claim = _claim(spec)
+    if claim is not None:
+        return [], [claim[0]], [claim[1]], {"SHOAL_GATEWAY_TOKENIZER": tokenizer}
+    if not fetched(spec):
+        return [], [], [], {"SHOAL_GATEWAY_TOKENIZER": tokenizer}
+    volume = {"name": TOKENIZER_VOLUME, "emptyDir": {}}
+    mount = {"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR}
+    args = ["--download-dir", TOKENIZER_DIR, "--tokenizer-only", "--termination-message-path", FETCH_RECORD]
+    init = _fetch_container(spec, TOKENIZER_CONTAINER, spec.gateway.image, args, mount)
+    read_only = {**mount, "readOnly": True}
+    return [init], [volume], [read_only], {"SHOAL_GATEWAY_FETCH_RECORD": f"{spec.served_name}={FETCH_RECORD}"}
