@@ -1,7 +1,8 @@
 """Builders for tiny random-weight Hugging Face checkpoints (Llama, GQA Llama, Qwen2...) with a real tokenizer.
 
 Each checkpoint is what ``save_pretrained`` writes (config.json + model.safetensors) plus a byte-level BPE
-``tokenizer.json`` trained here on a little text and a ChatML ``chat_template``, so engine and tokenizer code
+``tokenizer.json`` trained here on a little text and a ChatML ``chat_template`` (Gemma's own template for the
+Gemma families), so engine and tokenizer code
 load them exactly like a downloaded model. Weights are drawn with a larger spread than transformers' default,
 and norm weights and attention biases are randomised too, so that greedy choices are decisive and a wrongly
 mapped tensor changes the logits.
@@ -29,6 +30,39 @@ CHAT_TEMPLATE = (
     "{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Gemma 3's template as google/gemma-3-*-it ship it (a system message folded into the first user turn, the
+# assistant's role called "model", contents trimmed, content lists of text parts), images left out.
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- if messages[0]['content'] is string -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}"
+    "{%- endif -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}"
+    '{%- set first_user_prefix = "" -%}'
+    "{%- set loop_messages = messages -%}"
+    "{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{%- endif -%}"
+    "{%- if (message['role'] == 'assistant') -%}{%- set role = \"model\" -%}"
+    "{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}"
+    "{%- if message['content'] is string -%}{{ message['content'] | trim }}"
+    "{%- elif message['content'] is iterable -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'text' -%}{{ item['text'] | trim }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- else -%}{{ raise_exception('Invalid content type') }}"
+    "{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
 )
 TRAINING_TEXT = [
     "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is Rome.",
@@ -58,7 +92,7 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
+def save_tokenizer(tokenizer: Tokenizer, directory: Path, chat_template: str = CHAT_TEMPLATE) -> None:
     tokenizer.save(str(directory / "tokenizer.json"))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -66,14 +100,14 @@ def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
         "eos_token": EOS,
         "unk_token": "<|endoftext|>",
         "pad_token": "<|endoftext|>",
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
 
 
 def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_overrides: Any) -> Path:
-    """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "phi3" | "mistral") checkpoint with a tokenizer in
-    ``directory``."""
+    """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "phi3" | "mistral" | "gemma2" | "gemma3")
+    checkpoint with a tokenizer in ``directory``."""
     import transformers
 
     tokenizer = train_tokenizer(vocab_size=384)
@@ -84,7 +118,10 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
         "qwen3": transformers.Qwen3Config,
         "phi3": transformers.Phi3Config,
         "mistral": transformers.MistralConfig,
+        "gemma2": transformers.Gemma2Config,
+        "gemma3": transformers.Gemma3TextConfig,
     }[model_type]
+    gemma = model_type.startswith("gemma")
     settings: dict[str, Any] = dict(
         vocab_size=vocab_size,
         hidden_size=64,
@@ -102,13 +139,13 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
     model = transformers.AutoModelForCausalLM.from_config(config_class(**settings), dtype=torch.float32)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(0.5, 1.5)
+            if name.endswith("norm.weight"):  # Gemma's norms multiply by 1 + weight
+                param.uniform_(-0.5, 0.5) if gemma else param.uniform_(0.5, 1.5)
             elif name.endswith(".bias"):
                 param.normal_(0.0, 0.5)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
-    save_tokenizer(tokenizer, directory)
+    save_tokenizer(tokenizer, directory, GEMMA_CHAT_TEMPLATE if gemma else CHAT_TEMPLATE)
     return directory
 
 
