@@ -25,7 +25,7 @@ HF_ARCHITECTURES = {
 GEMMA_ARCHITECTURES = ("gemma2", "gemma3_text")
 HIDDEN_ACTS = {"silu": ("llama", "mistral", "qwen2", "qwen3", "phi3"), "gelu_pytorch_tanh": GEMMA_ARCHITECTURES}
 LAYER_TYPES = ("full_attention", "sliding_attention")
-GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -185,11 +185,12 @@ class ModelConfig:
         hidden = get("embedding_length")
         heads = get("attention.head_count")
         scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
-        if scaling != "none":
+        gemma = _gguf_gemma(arch, metadata, get) if arch in ("gemma2", "gemma3") else {}
+        if scaling != "none" and not (arch == "gemma3" and scaling == "linear"):
             raise UnsupportedModelError(f"{arch}.rope.scaling.type={scaling!r} is not supported")
         eos = [metadata[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in metadata]
         return ModelConfig(
-            architecture=arch,
+            architecture="gemma3_text" if arch == "gemma3" else arch,
             hidden_size=hidden,
             intermediate_size=get("feed_forward_length"),
             num_layers=get("block_count"),
@@ -202,11 +203,37 @@ class ModelConfig:
             max_position_embeddings=get("context_length"),
             tie_word_embeddings=not has_output_weight,
             attention_bias=arch == "qwen2",
-            qk_norm=arch == "qwen3",
+            qk_norm=arch in ("qwen3", "gemma3"),
             rope_freq_factors=rope_freq_factors,
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=tuple(dict.fromkeys(eos)),
+            **gemma,
         )
+
+
+def _gguf_gemma(arch: str, metadata: dict[str, Any], get: Any) -> dict[str, Any]:
+    """What a Gemma GGUF leaves to the reader, as llama.cpp reads it (``llama_model::load_hparams``): the window
+    on every other layer (Gemma 2) or on all but every sixth (Gemma 3); Gemma 2's soft caps, 50 and 30 when
+    absent; Gemma 3's local RoPE base of 10,000 and its global layers' linear scaling; and, since the file has no
+    ``query_pre_attn_scalar``, scores scaled by hidden_size / heads for the 27B models (46 and 62 layers) and by
+    head_dim otherwise."""
+    layers, hidden, heads = get("block_count"), get("embedding_length"), get("attention.head_count")
+    pattern = 2 if arch == "gemma2" else 6
+    scalar = hidden // heads if layers == (46 if arch == "gemma2" else 62) else get("attention.key_length")
+    settings: dict[str, Any] = {
+        "hidden_act": "gelu_pytorch_tanh",
+        "sliding_window": get("attention.sliding_window", 4096 if arch == "gemma2" else None),
+        "sliding_layers": tuple(i % pattern < pattern - 1 for i in range(layers)),
+        "query_pre_attn_scalar": scalar,
+        "final_logit_softcapping": metadata.get(f"{arch}.final_logit_softcapping", 30.0 if arch == "gemma2" else None),
+    }
+    if arch == "gemma2":
+        settings["attn_logit_softcapping"] = get("attn_logit_softcapping", 50.0)
+    else:
+        settings["rope_local_theta"] = 10000.0
+        if metadata.get(f"{arch}.rope.scaling.type", "none") == "linear":
+            settings["rope_scaling"] = {"rope_type": "linear", "factor": float(get("rope.scaling.factor"))}
+    return settings
 
 
 def _sliding_window(arch: str, config: dict[str, Any]) -> int | None:

@@ -191,6 +191,76 @@ def llama3_rope_factors(rope: dict[str, Any], head_dim: int) -> Any:
     return np.array(factors, dtype=np.float32)
 
 
+def add_byte_level_vocab(writer: Any, config: dict[str, Any], tokenizer: dict[str, Any], chat_template: str) -> None:
+    """The checkpoint's byte-level BPE vocabulary as llama.cpp's converter writes a ``gpt2`` tokenizer."""
+    vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
+    specials = {t["content"] for t in tokenizer["added_tokens"] if t["special"]}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt2")
+    writer.add_token_list([token for token, _ in vocab])
+    writer.add_token_types([3 if token in specials else 1 for token, _ in vocab])
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tokenizer["model"]["merges"]])
+    writer.add_bos_token_id(config["bos_token_id"])
+    writer.add_eos_token_id(config["eos_token_id"])
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(chat_template)
+
+
+_GEMMA_GGUF_NAMES = _GGUF_LAYER_NAMES | {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
+
+
+def write_gemma_gguf(hf_dir: Path, path: Path) -> Path:
+    """Converts a tiny Gemma 2 or Gemma 3 checkpoint to a GGUF as llama.cpp's converter does
+    (``Gemma2Model`` / ``Gemma3Model``): the hyperparameters it writes (no ``query_pre_attn_scalar``, no layer
+    pattern: the reader assumes them), every norm weight with Gemma's 1 added, no LM head (tied)."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    config = json.loads((hf_dir / "config.json").read_text())
+    architecture = "gemma2" if config["model_type"] == "gemma2" else "gemma3"
+    writer = gguf.GGUFWriter(path, architecture)
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(config["num_attention_heads"])
+    writer.add_head_count_kv(config["num_key_value_heads"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_key_length(config["head_dim"])
+    writer.add_value_length(config["head_dim"])
+    writer.add_sliding_window(config["sliding_window"])
+    writer.add_vocab_size(config["vocab_size"])
+    if architecture == "gemma2":
+        writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
+        writer.add_final_logit_softcapping(config["final_logit_softcapping"])
+    else:
+        full = config["rope_parameters"]["full_attention"]
+        writer.add_rope_freq_base(full["rope_theta"])
+        if full["rope_type"] == "linear":
+            writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            writer.add_rope_scaling_factor(full["factor"])
+    add_byte_level_vocab(writer, config, json.loads((hf_dir / "tokenizer.json").read_text()), GEMMA_CHAT_TEMPLATE)
+    for name, array in load_file(hf_dir / "model.safetensors").items():
+        if name.endswith("norm.weight"):
+            array = array + 1
+        if name == "model.embed_tokens.weight":
+            writer.add_tensor("token_embd.weight", array)
+        elif name == "model.norm.weight":
+            writer.add_tensor("output_norm.weight", array)
+        elif name != "lm_head.weight":
+            _, _, layer, rest = name.split(".", 3)
+            writer.add_tensor(f"blk.{layer}.{_GEMMA_GGUF_NAMES[rest]}", array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def write_llama_gguf(
     hf_dir: Path,
     path: Path,
@@ -228,17 +298,7 @@ def write_llama_gguf(
         head_dim = config.get("head_dim") or config["hidden_size"] // heads
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(config["rope_parameters"], head_dim))
 
-    vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
-    specials = {t["content"] for t in tokenizer["added_tokens"] if t["special"]}
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt2")
-    writer.add_token_list([token for token, _ in vocab])
-    writer.add_token_types([3 if token in specials else 1 for token, _ in vocab])
-    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tokenizer["model"]["merges"]])
-    writer.add_bos_token_id(config["bos_token_id"])
-    writer.add_eos_token_id(config["eos_token_id"])
-    writer.add_add_bos_token(True)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    add_byte_level_vocab(writer, config, tokenizer, CHAT_TEMPLATE)
 
     for name, array in load_file(hf_dir / "model.safetensors").items():
         if name == "model.embed_tokens.weight" and embedding:
