@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -72,6 +73,7 @@ def gemma_for_gguf(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     Gemma 2's window on every other layer (with soft caps), Gemma 3's on all but every sixth (7 layers), its
     local RoPE base 10,000 and linearly scaled global layers."""
     common = dict(num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16)
+    settings: dict[str, Any]
     if request.param == "gemma2":
         settings = dict(num_hidden_layers=4, sliding_window=6, attn_logit_softcapping=2.0, final_logit_softcapping=5.0)
     else:
