@@ -1,9 +1,10 @@
-"""The shape of a Llama-family model, read from a Hugging Face ``config.json`` or from GGUF metadata.
+"""The shape of a Llama- or Gemma-family model, read from a Hugging Face ``config.json`` or from GGUF metadata.
 
 One dataclass drives the model, the loader and the KV-cache sizing, whatever format the checkpoint came in.
-Anything the model cannot run faithfully (another architecture, windows on some layers only, an unknown RoPE
-scaling) is refused here with an error naming the field, rather than producing wrong logits later. How the
-engine runs a model (device, batch limits, KV blocks) is ``shoal.engine.core.engine_config``, not this.
+Attention may differ per layer (Gemma's and Qwen's interleaved sliding-window and global layers): ``window_of``
+gives each layer's window. Anything the model cannot run faithfully (another architecture, an unknown layer type,
+an unknown RoPE scaling) is refused here with an error naming the field, rather than producing wrong logits later.
+How the engine runs a model (device, batch limits, KV blocks) is ``shoal.engine.core.engine_config``, not this.
 """
 
 from __future__ import annotations
@@ -18,8 +19,13 @@ HF_ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Phi3ForCausalLM": "phi3",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3_text",
 }
-GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+GEMMA_ARCHITECTURES = ("gemma2", "gemma3_text")
+HIDDEN_ACTS = {"silu": ("llama", "mistral", "qwen2", "qwen3", "phi3"), "gelu_pytorch_tanh": GEMMA_ARCHITECTURES}
+LAYER_TYPES = ("full_attention", "sliding_attention")
+GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -29,7 +35,7 @@ class UnsupportedModelError(ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3"
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3_text"
     hidden_size: int
     intermediate_size: int
     num_layers: int
@@ -45,6 +51,13 @@ class ModelConfig:
     qk_norm: bool = False  # RMSNorm of each query and key head before RoPE (Qwen3)
     partial_rotary_factor: float = 1.0  # RoPE rotates the first head_dim * this features (Phi-4-mini: 0.75)
     sliding_window: int | None = None  # each query sees only its last this many positions (Mistral v0.1, Phi-3)
+    # which layers attend within sliding_window (None: every layer when there is one); Gemma, Qwen's layer_types
+    sliding_layers: tuple[bool, ...] | None = None
+    hidden_act: str = "silu"  # the MLP's gate activation: silu (SwiGLU) or gelu_pytorch_tanh (Gemma's GeGLU)
+    query_pre_attn_scalar: float | None = None  # attention scores scaled by this ** -0.5, not head_dim ** -0.5
+    attn_logit_softcapping: float | None = None  # scores become tanh(s / cap) * cap before the softmax (Gemma 2)
+    final_logit_softcapping: float | None = None  # the same on the LM head's logits
+    rope_local_theta: float | None = None  # RoPE base of the sliding-window layers, when not rope_theta (Gemma 3)
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
     # a GGUF's rope_freqs: each RoPE frequency divided by its factor (Llama 3.1+ scaling, as llama.cpp stores it)
     rope_freq_factors: tuple[float, ...] | None = field(default=None, hash=False)
@@ -69,6 +82,38 @@ class ModelConfig:
         rope_type = (self.rope_scaling or {}).get("rope_type", "default")
         if rope_type not in ROPE_TYPES:
             raise UnsupportedModelError(f"rope_scaling.rope_type={rope_type!r} is not one of {', '.join(ROPE_TYPES)}")
+        if self.sliding_layers is not None and len(self.sliding_layers) != self.num_layers:
+            raise UnsupportedModelError(
+                f"layer_types names {len(self.sliding_layers)} layers; num_hidden_layers={self.num_layers}"
+            )
+        if self.hidden_act not in HIDDEN_ACTS or self.architecture not in HIDDEN_ACTS[self.hidden_act]:
+            supported = ", ".join(act for act, archs in HIDDEN_ACTS.items() if self.architecture in archs)
+            raise UnsupportedModelError(
+                f"hidden_act={self.hidden_act!r} is not supported for {self.architecture} (supported: {supported})"
+            )
+        for name in ("attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise UnsupportedModelError(f"{name}={value} must be positive")
+
+    def window_of(self, layer: int) -> int | None:
+        """The sliding window layer ``layer`` attends within (None: every earlier position)."""
+        if self.sliding_layers is not None and not self.sliding_layers[layer]:
+            return None
+        return self.sliding_window
+
+    @property
+    def window_of_every_layer(self) -> int | None:
+        """The window all layers attend within, or None when any layer sees every earlier position: the KV blocks
+        behind it are dead in every layer only then (the block manager releases them)."""
+        if self.sliding_layers is not None and not all(self.sliding_layers):
+            return None
+        return self.sliding_window
+
+    @property
+    def attention_scale(self) -> float:
+        """What each query-key dot product is multiplied by before the softmax."""
+        return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
     @property
     def rotary_dim(self) -> int:
@@ -84,14 +129,17 @@ class ModelConfig:
             raise UnsupportedModelError(
                 f"architectures={names!r} is not supported (supported: {', '.join(HF_ARCHITECTURES)})"
             )
-        if config.get("hidden_act", "silu") != "silu":
-            raise UnsupportedModelError(f"hidden_act={config['hidden_act']!r} is not supported (only silu)")
         if config.get("mlp_bias"):
             raise UnsupportedModelError("mlp_bias=true is not supported")
+        gemma = arch in GEMMA_ARCHITECTURES
+        if gemma and config.get("use_bidirectional_attention"):
+            raise UnsupportedModelError("use_bidirectional_attention=true is not supported (causal attention only)")
         window = _sliding_window(arch, config)
+        sliding_layers = _sliding_layers(arch, config) if window is not None else None
         heads = config["num_attention_heads"]
-        rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
-        rope_theta = rope.pop("rope_theta", config.get("rope_theta", 10000.0))
+        rope, local_theta = _rope_parameters(arch, config)
+        default_theta = 1_000_000.0 if arch == "gemma3_text" else 10000.0  # transformers' defaults
+        rope_theta = rope.pop("rope_theta", config.get("rope_theta", default_theta))
         partial_rotary = rope.pop("partial_rotary_factor", None) or config.get("partial_rotary_factor") or 1.0
         if "type" in rope:  # transformers 4 wrote ``type`` for old scaling configs
             rope.setdefault("rope_type", rope.pop("type"))
@@ -109,11 +157,17 @@ class ModelConfig:
             rope_theta=float(rope_theta),
             rope_scaling=rope if rope.get("rope_type", "default") != "default" else None,
             max_position_embeddings=config.get("max_position_embeddings", 2048),
-            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", gemma)),
             attention_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
-            qk_norm=arch == "qwen3",
+            qk_norm=arch in ("qwen3", "gemma3_text"),
             partial_rotary_factor=float(partial_rotary),
             sliding_window=window,
+            sliding_layers=sliding_layers,
+            hidden_act=config.get("hidden_activation") or config.get("hidden_act") or "silu",
+            query_pre_attn_scalar=config.get("query_pre_attn_scalar", 256) if gemma else None,
+            attn_logit_softcapping=config.get("attn_logit_softcapping", 50.0 if arch == "gemma2" else None),
+            final_logit_softcapping=config.get("final_logit_softcapping", 30.0 if arch == "gemma2" else None),
+            rope_local_theta=local_theta,
             bos_token_id=config.get("bos_token_id"),
             eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
         )
@@ -139,11 +193,12 @@ class ModelConfig:
         hidden = get("embedding_length")
         heads = get("attention.head_count")
         scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
-        if scaling != "none":
+        gemma = _gguf_gemma(arch, metadata, get) if arch in ("gemma2", "gemma3") else {}
+        if scaling != "none" and not (arch == "gemma3" and scaling == "linear"):
             raise UnsupportedModelError(f"{arch}.rope.scaling.type={scaling!r} is not supported")
         eos = [metadata[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in metadata]
         return ModelConfig(
-            architecture=arch,
+            architecture="gemma3_text" if arch == "gemma3" else arch,
             hidden_size=hidden,
             intermediate_size=get("feed_forward_length"),
             num_layers=get("block_count"),
@@ -156,24 +211,90 @@ class ModelConfig:
             max_position_embeddings=get("context_length"),
             tie_word_embeddings=not has_output_weight,
             attention_bias=arch == "qwen2",
-            qk_norm=arch == "qwen3",
+            qk_norm=arch in ("qwen3", "gemma3"),
             rope_freq_factors=rope_freq_factors,
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=tuple(dict.fromkeys(eos)),
+            **gemma,
         )
 
 
+def _gguf_gemma(arch: str, metadata: dict[str, Any], get: Any) -> dict[str, Any]:
+    """What a Gemma GGUF leaves to the reader, as llama.cpp reads it (``llama_model::load_hparams``): the window
+    on every other layer (Gemma 2) or on all but every sixth (Gemma 3); Gemma 2's soft caps, 50 and 30 when
+    absent; Gemma 3's local RoPE base of 10,000 and its global layers' linear scaling; and, since the file has no
+    ``query_pre_attn_scalar``, scores scaled by hidden_size / heads for the 27B models (46 and 62 layers) and by
+    head_dim otherwise."""
+    layers, hidden, heads = get("block_count"), get("embedding_length"), get("attention.head_count")
+    pattern = 2 if arch == "gemma2" else 6
+    scalar = hidden // heads if layers == (46 if arch == "gemma2" else 62) else get("attention.key_length")
+    settings: dict[str, Any] = {
+        "hidden_act": "gelu_pytorch_tanh",
+        "sliding_window": get("attention.sliding_window", 4096 if arch == "gemma2" else None),
+        "sliding_layers": tuple(i % pattern < pattern - 1 for i in range(layers)),
+        "query_pre_attn_scalar": scalar,
+        "final_logit_softcapping": metadata.get(f"{arch}.final_logit_softcapping", 30.0 if arch == "gemma2" else None),
+    }
+    if arch == "gemma2":
+        settings["attn_logit_softcapping"] = get("attn_logit_softcapping", 50.0)
+    else:
+        settings["rope_local_theta"] = 10000.0
+        if metadata.get(f"{arch}.rope.scaling.type", "none") == "linear":
+            settings["rope_scaling"] = {"rope_type": "linear", "factor": float(get("rope.scaling.factor"))}
+    return settings
+
+
 def _sliding_window(arch: str, config: dict[str, Any]) -> int | None:
-    """The window every layer attends within (None: full attention); Qwen's per-layer windows are refused."""
+    """The window of the layers that have one (None: full attention everywhere); Qwen's only with
+    use_sliding_window."""
     window = config.get("sliding_window")
-    if arch in ("qwen2", "qwen3"):
-        if config.get("use_sliding_window") and window is not None:
-            raise UnsupportedModelError(
-                f"sliding_window={window} with use_sliding_window (windows on some layers only) is not supported"
-            )
+    if arch == "llama" or (arch in ("qwen2", "qwen3") and not config.get("use_sliding_window")):
         return None
-    if arch in ("mistral", "phi3") and window is not None and window < config.get("max_position_embeddings", 0):
-        if window < 1:
-            raise UnsupportedModelError(f"sliding_window={window} must be at least 1")
-        return int(window)
-    return None
+    if window is None or window >= config.get("max_position_embeddings", 0):
+        return None
+    if window < 1:
+        raise UnsupportedModelError(f"sliding_window={window} must be at least 1")
+    return int(window)
+
+
+def _sliding_layers(arch: str, config: dict[str, Any]) -> tuple[bool, ...] | None:
+    """Which layers attend within the window: ``layer_types`` where the family reads it, else the family's
+    default pattern (Gemma 2: every other layer; Gemma 3: all but every ``sliding_window_pattern``-th; Qwen: the
+    layers from ``max_window_layers`` on); None for Mistral and Phi-3, whose every layer has the window."""
+    if arch in ("mistral", "phi3"):
+        return None
+    layers = config["num_hidden_layers"]
+    types = config.get("layer_types")
+    if types is None:
+        if arch == "gemma2":
+            types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+        elif arch == "gemma3_text":
+            pattern = config.get("sliding_window_pattern", 6)
+            types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+        else:  # qwen2, qwen3
+            first = config.get("max_window_layers", 28)
+            types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    unknown = sorted(set(types) - set(LAYER_TYPES))
+    if unknown:
+        raise UnsupportedModelError(
+            f"layer_types {', '.join(map(repr, unknown))} are not supported (supported: {', '.join(LAYER_TYPES)})"
+        )
+    return tuple(t == "sliding_attention" for t in types)
+
+
+def _rope_parameters(arch: str, config: dict[str, Any]) -> tuple[dict[str, Any], float | None]:
+    """The global layers' RoPE settings, and the sliding-window layers' own base where it differs (Gemma 3:
+    ``rope_local_base_freq``, or transformers 5's ``rope_parameters`` per layer type)."""
+    rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    if arch != "gemma3_text":
+        return rope, None
+    local: dict[str, Any] = {"rope_theta": config.get("rope_local_base_freq", 10000.0)}
+    if set(rope) & set(LAYER_TYPES):  # transformers 5: one set of parameters per layer type
+        local = dict(rope.get("sliding_attention") or local)
+        rope = dict(rope.get("full_attention") or {})
+    local_type = local.get("rope_type", "default")
+    if local_type != "default":
+        raise UnsupportedModelError(
+            f"rope_parameters.sliding_attention.rope_type={local_type!r} is not supported (only default)"
+        )
+    return rope, float(local.get("rope_theta", 10000.0))

@@ -33,7 +33,8 @@ class CpuOps(TorchOps):
         meta: AttentionMetadata,
         scale: float,
         sliding_window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         if not self.kernel.supports(query, k_cache):
-            return super().attention(query, k_cache, v_cache, meta, scale, sliding_window)
-        return self.kernel(query, k_cache, v_cache, meta, scale, sliding_window)
+            return super().attention(query, k_cache, v_cache, meta, scale, sliding_window, softcap)
+        return self.kernel(query, k_cache, v_cache, meta, scale, sliding_window, softcap)

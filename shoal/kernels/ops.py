@@ -25,6 +25,7 @@ class KernelOps(Protocol):
 
     name: str
     masks_sliding_window: bool  # whether ``attention`` honours ``sliding_window``
+    caps_attention_logits: bool  # whether ``attention`` honours ``softcap``
 
     def write_kv(
         self,
@@ -44,9 +45,11 @@ class KernelOps(Protocol):
         meta: AttentionMetadata,
         scale: float,
         sliding_window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         """Causal attention of the packed queries over each sequence's paged KV; returns ``query``'s shape.
-        With ``sliding_window`` W, the query at position p sees keys p - W + 1 .. p only."""
+        With ``sliding_window`` W, the query at position p sees keys p - W + 1 .. p only; with ``softcap`` c,
+        each scaled score s becomes ``tanh(s / c) * c`` before the softmax (Gemma 2's attention soft-capping)."""
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """RMSNorm computed in fp32 and cast back, as Hugging Face's LlamaRMSNorm does."""

@@ -29,6 +29,7 @@ class TorchOps:
 
     name = "torch"
     masks_sliding_window = True
+    caps_attention_logits = True
 
     def __init__(self) -> None:
         self._rope: tuple[torch.Tensor, torch.Tensor, torch.dtype, torch.Tensor, torch.Tensor] | None = None
@@ -54,8 +55,10 @@ class TorchOps:
         meta: AttentionMetadata,
         scale: float,
         sliding_window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
-        if meta.max_query_len == 1 and sliding_window is None:  # decodes only: query row s is sequence s
+        plain = sliding_window is None and softcap is None  # SDPA's decode shortcut neither masks nor caps
+        if meta.max_query_len == 1 and plain:  # decodes only: query row s is sequence s
             blocks, mask = self._decode_inputs(meta, k_cache.shape[1])
             return _attend_decodes(query, k_cache, v_cache, blocks, mask, meta.max_seq_len, scale)
         out = torch.empty_like(query)
@@ -64,7 +67,7 @@ class TorchOps:
         starts = meta.query_start_loc[:-1].long()
         query_lens = meta.query_start_loc[1:].long() - starts
         decode = query_lens == 1
-        if sliding_window is None and bool(decode.any()):  # the decode shortcut masks no window
+        if plain and bool(decode.any()):
             # decodes padded to the longest chunk would multiply the work: attend them on their own
             rows = starts[decode]
             lens = meta.seq_lens[decode]
@@ -97,6 +100,7 @@ class TorchOps:
                 meta.max_seq_len,
                 scale,
                 sliding_window,
+                softcap,
             )
         out[rows] = values
         return out
@@ -163,9 +167,11 @@ def _padded_attention(
     max_s: int,
     scale: float,
     sliding_window: int | None = None,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of some sequences, padded to ``[num_seqs, max_q]`` queries and ``max_s`` keys (each query
-    seeing only its last ``sliding_window`` positions when one is given).
+    seeing only its last ``sliding_window`` positions when one is given; scores soft-capped to
+    ``tanh(s / softcap) * softcap`` when ``softcap`` is).
 
     Returns the query rows it computed and their outputs. The group's query heads fold into the matrix rows
     (``[S, KVH, G * max_q, D]``), so keys and values are used as gathered, never copied once per query head.
@@ -192,7 +198,10 @@ def _padded_attention(
     # Products in the cache's dtype (BLAS accumulates in fp32), softmax in fp32: what Hugging Face's eager
     # attention does, and several times faster on a CPU than upcasting the gathered cache.
     scores = torch.matmul(q, keys.transpose(-1, -2)).view(num_seqs, num_kv_heads, group, max_q, max_s)
-    scores = scores.float().mul_(scale).masked_fill_(~visible[:, None, None], float("-inf"))
+    scores = scores.float().mul_(scale)
+    if softcap is not None:
+        scores = scores.div_(softcap).tanh_().mul_(softcap)
+    scores = scores.masked_fill_(~visible[:, None, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1).to(values.dtype).view(num_seqs, num_kv_heads, group * max_q, max_s)
     out = torch.matmul(probs, values).view(num_seqs, num_kv_heads, group, max_q, head_dim)
     out = out.permute(0, 3, 1, 2, 4).reshape(num_seqs, max_q, num_heads, head_dim)

@@ -37,6 +37,7 @@ class TritonOps:
 
     name = "triton"
     masks_sliding_window = False  # the kernels do not yet; a windowed model refuses them (``Attention``)
+    caps_attention_logits = False  # nor soft-cap scores; a soft-capped model refuses them too
 
     def write_kv(
         self,
@@ -58,11 +59,16 @@ class TritonOps:
         meta: AttentionMetadata,
         scale: float,
         sliding_window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         if sliding_window is not None:
             raise ValueError(
                 f"sliding_window={sliding_window}: the Triton kernels do not mask a sliding window yet (the CPU "
                 "path does)"
+            )
+        if softcap is not None:
+            raise ValueError(
+                f"softcap={softcap}: the Triton kernels do not soft-cap attention scores yet (the CPU path does)"
             )
         validation.check_attention(query, k_cache, v_cache, meta)
         check_device(query)

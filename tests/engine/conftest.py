@@ -71,6 +71,64 @@ def tiny_phi3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen2_window_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen2 with use_sliding_window: a 5-token window on the layers from max_window_layers=1 on, the first
+    full."""
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-qwen2-window"),
+        "qwen2",
+        seed=11,
+        num_hidden_layers=3,
+        num_key_value_heads=2,
+        use_sliding_window=True,
+        sliding_window=5,
+        max_window_layers=1,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Gemma 2: a 6-token window on every other layer of 4 (the tests' sequences are longer), attention scores
+    soft-capped at 2 and logits at 5 (low enough to bend them), query_pre_attn_scalar unlike head_dim, GeGLU,
+    four norms a layer, scaled embeddings, GQA, tied embeddings."""
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-gemma2"),
+        "gemma2",
+        seed=9,
+        num_hidden_layers=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=24,
+        sliding_window=6,
+        attn_logit_softcapping=2.0,
+        final_logit_softcapping=5.0,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Gemma 3 (text): a 5-token window on all but every third layer of 5, the sliding layers' own RoPE base
+    (10,000 against the global layers' 1,000,000, those linearly scaled by 8 as Gemma 3 4B's are), q/k norms,
+    GeGLU, four norms a layer, scaled embeddings, GQA, tied embeddings."""
+    rope = {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    }
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-gemma3"),
+        "gemma3",
+        seed=10,
+        num_hidden_layers=5,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=5,
+        sliding_window_pattern=3,
+        rope_parameters=rope,
+    )
+
+
+@pytest.fixture(scope="session")
 def tiny_llama3_scaled_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Llama 3.1-style RoPE scaling, with a short original context so that every frequency band is exercised."""
     rope = {

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from tiny_checkpoints import write_llama_gguf
+from tiny_checkpoints import build_checkpoint, write_gemma_gguf, write_llama_gguf
 
 from shoal.engine.loader import load_model
 from shoal.engine.model import allocate_kv_cache
@@ -64,3 +65,50 @@ def test_a_qwen3_gguf_loads_its_query_and_key_norms(tiny_qwen3_dir: Path, tmp_pa
     Q and K unpermuted; the logits are the Hugging Face checkpoint's."""
     gguf_path = write_llama_gguf(tiny_qwen3_dir, tmp_path / "qwen3.gguf", architecture="qwen3")
     torch.testing.assert_close(prefill_logits(gguf_path), prefill_logits(tiny_qwen3_dir), atol=0, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def gemma_for_gguf(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny Gemmas whose every setting a GGUF carries or llama.cpp assumes: query_pre_attn_scalar = head_dim,
+    Gemma 2's window on every other layer (with soft caps), Gemma 3's on all but every sixth (7 layers), its
+    local RoPE base 10,000 and linearly scaled global layers."""
+    common = dict(num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16)
+    settings: dict[str, Any]
+    if request.param == "gemma2":
+        settings = dict(num_hidden_layers=4, sliding_window=6, attn_logit_softcapping=2.0, final_logit_softcapping=5.0)
+    else:
+        rope = {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        }
+        settings = dict(num_hidden_layers=7, sliding_window=5, sliding_window_pattern=6, rope_parameters=rope)
+    directory = tmp_path_factory.mktemp(f"{request.param}-for-gguf")
+    return build_checkpoint(directory, request.param, seed=12, **common, **settings)
+
+
+@pytest.mark.parametrize("gemma_for_gguf", ["gemma2", "gemma3"], indirect=True)
+def test_a_gemma_gguf_gives_the_original_checkpoints_logits(gemma_for_gguf: Path, tmp_path: Path) -> None:
+    """Written as llama.cpp's converter writes it (norm weights with Gemma's 1 added, Gemma's norm names, no
+    layer pattern or query_pre_attn_scalar), the file reads back as the checkpoint's model: the same per-layer
+    windows, scale, soft caps and RoPE, and the same logits over a prompt longer than the windows."""
+    gguf_path = write_gemma_gguf(gemma_for_gguf, tmp_path / "gemma.gguf")
+    from_gguf = load_model(resolve_model(str(gguf_path)), torch.float32, TorchOps()).config
+    from_dir = load_model(resolve_model(str(gemma_for_gguf)), torch.float32, TorchOps()).config
+    for field in (
+        "architecture",
+        "sliding_window",
+        "sliding_layers",
+        "attention_scale",
+        "attn_logit_softcapping",
+        "final_logit_softcapping",
+        "rope_theta",
+        "rope_local_theta",
+        "rope_scaling",
+        "qk_norm",
+        "hidden_act",
+        "tie_word_embeddings",
+    ):
+        assert getattr(from_gguf, field) == getattr(from_dir, field), field
+    torch.testing.assert_close(prefill_logits(gguf_path), prefill_logits(gemma_for_gguf), atol=1e-4, rtol=0)
+    tokenizer = Tokenizer.from_gguf(gguf_path)
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]).endswith("<start_of_turn>model\n")

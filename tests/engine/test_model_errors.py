@@ -76,11 +76,46 @@ def test_unsupported_architecture_is_named(tiny_llama_dir: Path, tmp_path: Path)
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
-        (
-            {"architectures": ["Qwen2ForCausalLM"], "sliding_window": 64, "use_sliding_window": True},
-            "use_sliding_window",
-        ),
         ({"architectures": ["MistralForCausalLM"], "sliding_window": 0}, "sliding_window"),
+        (
+            {
+                "architectures": ["Qwen2ForCausalLM"],
+                "sliding_window": 8,
+                "use_sliding_window": True,
+                "layer_types": ["full_attention", "chunked_attention"],
+            },
+            r"layer_types 'chunked_attention' are not supported \(supported: full_attention, sliding_attention\)",
+        ),
+        (
+            {
+                "architectures": ["Qwen2ForCausalLM"],
+                "sliding_window": 8,
+                "use_sliding_window": True,
+                "layer_types": ["sliding_attention"],
+            },
+            "layer_types names 1 layers; num_hidden_layers=2",
+        ),
+        (
+            {"architectures": ["Gemma2ForCausalLM"], "hidden_activation": "silu"},
+            r"hidden_act='silu' .*gelu_pytorch_tanh",
+        ),
+        ({"architectures": ["Gemma3ForCausalLM"], "use_bidirectional_attention": True}, "use_bidirectional_attention"),
+        (
+            {
+                "architectures": ["Gemma3ForCausalLM"],
+                "hidden_activation": "gelu_pytorch_tanh",
+                "rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 2.0}},
+            },
+            "rope_parameters.sliding_attention.rope_type='linear'",
+        ),
+        (
+            {
+                "architectures": ["Gemma2ForCausalLM"],
+                "hidden_activation": "gelu_pytorch_tanh",
+                "attn_logit_softcapping": 0,
+            },
+            "attn_logit_softcapping=0 must be positive",
+        ),
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope_type"),
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"num_key_value_heads": 3}, "num_key_value_heads"),
@@ -92,6 +127,76 @@ def test_unsupported_settings_are_named(overrides: dict, field: str, tiny_llama_
     config = json.loads((tiny_llama_dir / "config.json").read_text()) | overrides
     with pytest.raises(UnsupportedModelError, match=field):
         ModelConfig.from_hf(config)
+
+
+def test_qwen_windows_on_the_layers_from_max_window_layers_and_gemma_patterns_are_read() -> None:
+    """Without ``layer_types`` (configs written before transformers 5) each family's own default pattern."""
+    base = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100}
+    base |= {"max_position_embeddings": 64}
+    qwen = ModelConfig.from_hf(
+        base
+        | {
+            "architectures": ["Qwen2ForCausalLM"],
+            "num_hidden_layers": 3,
+            "sliding_window": 8,
+            "use_sliding_window": True,
+            "max_window_layers": 1,
+            "max_position_embeddings": 64,
+        }
+    )
+    assert [qwen.window_of(i) for i in range(3)] == [None, 8, 8]
+    assert qwen.window_of_every_layer is None  # a global layer reads every block: none is released
+    off = ModelConfig.from_hf(
+        base | {"architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 2, "sliding_window": 8}
+    )
+    assert [off.window_of(i) for i in range(2)] == [None, None]
+    gemma2 = ModelConfig.from_hf(
+        base
+        | {
+            "architectures": ["Gemma2ForCausalLM"],
+            "num_hidden_layers": 4,
+            "sliding_window": 8,
+            "hidden_activation": "gelu_pytorch_tanh",
+        }
+    )
+    assert [gemma2.window_of(i) for i in range(4)] == [8, None, 8, None]
+    assert gemma2.window_of_every_layer is None
+    mistral = ModelConfig.from_hf(
+        base | {"architectures": ["MistralForCausalLM"], "num_hidden_layers": 2, "sliding_window": 8}
+    )
+    assert [mistral.window_of(i) for i in range(2)] == [8, 8] and mistral.window_of_every_layer == 8
+    assert (gemma2.attn_logit_softcapping, gemma2.final_logit_softcapping, gemma2.attention_scale) == (50, 30, 1 / 16)
+    gemma3 = ModelConfig.from_hf(
+        base
+        | {
+            "architectures": ["Gemma3ForCausalLM"],
+            "num_hidden_layers": 7,
+            "sliding_window": 8,
+            "sliding_window_pattern": 6,
+            "rope_theta": 1e6,
+            "rope_local_base_freq": 1e4,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+            "hidden_activation": "gelu_pytorch_tanh",
+        }
+    )
+    assert [gemma3.window_of(i) for i in range(7)] == [8, 8, 8, 8, 8, None, 8]
+    assert (gemma3.rope_theta, gemma3.rope_local_theta, gemma3.rope_scaling) == (
+        1e6,
+        1e4,
+        {"rope_type": "linear", "factor": 8.0},
+    )
+    assert gemma3.qk_norm and gemma3.tie_word_embeddings and gemma3.attn_logit_softcapping is None
+
+
+def test_a_soft_capped_model_refuses_the_triton_kernels_when_built(tiny_gemma2_dir: Path) -> None:
+    """The Triton kernels do not soft-cap scores: building the model on them fails naming the field (checked on
+    a copy without sliding windows, which the Triton kernels refuse first)."""
+    from shoal.engine.model import build_model
+    from shoal.kernels.triton_ops import TritonOps
+
+    config = json.loads((tiny_gemma2_dir / "config.json").read_text()) | {"sliding_window": None}
+    with torch.device("meta"), pytest.raises(UnsupportedModelError, match=r"attn_logit_softcapping=2\.0: the model"):
+        build_model(ModelConfig.from_hf(config), TritonOps())
 
 
 def test_transformers_4_rope_spelling_is_understood() -> None:

@@ -90,6 +90,9 @@ def assert_parity(
         "tiny_llama3_scaled_dir",
         "tiny_mistral_dir",
         "tiny_mistral_window_dir",
+        "tiny_qwen2_window_dir",
+        "tiny_gemma2_dir",
+        "tiny_gemma3_dir",
     ],
 )
 def test_tiny_checkpoint_logits_match_transformers(checkpoint: str, request: pytest.FixtureRequest) -> None:

@@ -1,7 +1,8 @@
 """Builders for tiny random-weight Hugging Face checkpoints (Llama, GQA Llama, Qwen2...) with a real tokenizer.
 
 Each checkpoint is what ``save_pretrained`` writes (config.json + model.safetensors) plus a byte-level BPE
-``tokenizer.json`` trained here on a little text and a ChatML ``chat_template``, so engine and tokenizer code
+``tokenizer.json`` trained here on a little text and a ChatML ``chat_template`` (Gemma's own template for the
+Gemma families), so engine and tokenizer code
 load them exactly like a downloaded model. Weights are drawn with a larger spread than transformers' default,
 and norm weights and attention biases are randomised too, so that greedy choices are decisive and a wrongly
 mapped tensor changes the logits.
@@ -29,6 +30,39 @@ CHAT_TEMPLATE = (
     "{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Gemma 3's template as google/gemma-3-*-it ship it (a system message folded into the first user turn, the
+# assistant's role called "model", contents trimmed, content lists of text parts), images left out.
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- if messages[0]['content'] is string -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}"
+    "{%- endif -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}"
+    '{%- set first_user_prefix = "" -%}'
+    "{%- set loop_messages = messages -%}"
+    "{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{%- endif -%}"
+    "{%- if (message['role'] == 'assistant') -%}{%- set role = \"model\" -%}"
+    "{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}"
+    "{%- if message['content'] is string -%}{{ message['content'] | trim }}"
+    "{%- elif message['content'] is iterable -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'text' -%}{{ item['text'] | trim }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- else -%}{{ raise_exception('Invalid content type') }}"
+    "{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
 )
 TRAINING_TEXT = [
     "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is Rome.",
@@ -58,7 +92,7 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
+def save_tokenizer(tokenizer: Tokenizer, directory: Path, chat_template: str = CHAT_TEMPLATE) -> None:
     tokenizer.save(str(directory / "tokenizer.json"))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -66,14 +100,14 @@ def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
         "eos_token": EOS,
         "unk_token": "<|endoftext|>",
         "pad_token": "<|endoftext|>",
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
 
 
 def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_overrides: Any) -> Path:
-    """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "phi3" | "mistral") checkpoint with a tokenizer in
-    ``directory``."""
+    """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "phi3" | "mistral" | "gemma2" | "gemma3")
+    checkpoint with a tokenizer in ``directory``."""
     import transformers
 
     tokenizer = train_tokenizer(vocab_size=384)
@@ -84,7 +118,10 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
         "qwen3": transformers.Qwen3Config,
         "phi3": transformers.Phi3Config,
         "mistral": transformers.MistralConfig,
+        "gemma2": transformers.Gemma2Config,
+        "gemma3": transformers.Gemma3TextConfig,
     }[model_type]
+    gemma = model_type.startswith("gemma")
     settings: dict[str, Any] = dict(
         vocab_size=vocab_size,
         hidden_size=64,
@@ -102,13 +139,13 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
     model = transformers.AutoModelForCausalLM.from_config(config_class(**settings), dtype=torch.float32)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(0.5, 1.5)
+            if name.endswith("norm.weight"):  # Gemma's norms multiply by 1 + weight
+                param.uniform_(-0.5, 0.5) if gemma else param.uniform_(0.5, 1.5)
             elif name.endswith(".bias"):
                 param.normal_(0.0, 0.5)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
-    save_tokenizer(tokenizer, directory)
+    save_tokenizer(tokenizer, directory, GEMMA_CHAT_TEMPLATE if gemma else CHAT_TEMPLATE)
     return directory
 
 
@@ -154,6 +191,76 @@ def llama3_rope_factors(rope: dict[str, Any], head_dim: int) -> Any:
     return np.array(factors, dtype=np.float32)
 
 
+def add_byte_level_vocab(writer: Any, config: dict[str, Any], tokenizer: dict[str, Any], chat_template: str) -> None:
+    """The checkpoint's byte-level BPE vocabulary as llama.cpp's converter writes a ``gpt2`` tokenizer."""
+    vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
+    specials = {t["content"] for t in tokenizer["added_tokens"] if t["special"]}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt2")
+    writer.add_token_list([token for token, _ in vocab])
+    writer.add_token_types([3 if token in specials else 1 for token, _ in vocab])
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tokenizer["model"]["merges"]])
+    writer.add_bos_token_id(config["bos_token_id"])
+    writer.add_eos_token_id(config["eos_token_id"])
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(chat_template)
+
+
+_GEMMA_GGUF_NAMES = _GGUF_LAYER_NAMES | {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
+
+
+def write_gemma_gguf(hf_dir: Path, path: Path) -> Path:
+    """Converts a tiny Gemma 2 or Gemma 3 checkpoint to a GGUF as llama.cpp's converter does
+    (``Gemma2Model`` / ``Gemma3Model``): the hyperparameters it writes (no ``query_pre_attn_scalar``, no layer
+    pattern: the reader assumes them), every norm weight with Gemma's 1 added, no LM head (tied)."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    config = json.loads((hf_dir / "config.json").read_text())
+    architecture = "gemma2" if config["model_type"] == "gemma2" else "gemma3"
+    writer = gguf.GGUFWriter(path, architecture)
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(config["num_attention_heads"])
+    writer.add_head_count_kv(config["num_key_value_heads"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_key_length(config["head_dim"])
+    writer.add_value_length(config["head_dim"])
+    writer.add_sliding_window(config["sliding_window"])
+    writer.add_vocab_size(config["vocab_size"])
+    if architecture == "gemma2":
+        writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
+        writer.add_final_logit_softcapping(config["final_logit_softcapping"])
+    else:
+        full = config["rope_parameters"]["full_attention"]
+        writer.add_rope_freq_base(full["rope_theta"])
+        if full["rope_type"] == "linear":
+            writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            writer.add_rope_scaling_factor(full["factor"])
+    add_byte_level_vocab(writer, config, json.loads((hf_dir / "tokenizer.json").read_text()), GEMMA_CHAT_TEMPLATE)
+    for name, array in load_file(hf_dir / "model.safetensors").items():
+        if name.endswith("norm.weight"):
+            array = array + 1
+        if name == "model.embed_tokens.weight":
+            writer.add_tensor("token_embd.weight", array)
+        elif name == "model.norm.weight":
+            writer.add_tensor("output_norm.weight", array)
+        elif name != "lm_head.weight":
+            _, _, layer, rest = name.split(".", 3)
+            writer.add_tensor(f"blk.{layer}.{_GEMMA_GGUF_NAMES[rest]}", array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def write_llama_gguf(
     hf_dir: Path,
     path: Path,
@@ -191,17 +298,7 @@ def write_llama_gguf(
         head_dim = config.get("head_dim") or config["hidden_size"] // heads
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(config["rope_parameters"], head_dim))
 
-    vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
-    specials = {t["content"] for t in tokenizer["added_tokens"] if t["special"]}
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt2")
-    writer.add_token_list([token for token, _ in vocab])
-    writer.add_token_types([3 if token in specials else 1 for token, _ in vocab])
-    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tokenizer["model"]["merges"]])
-    writer.add_bos_token_id(config["bos_token_id"])
-    writer.add_eos_token_id(config["eos_token_id"])
-    writer.add_add_bos_token(True)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    add_byte_level_vocab(writer, config, tokenizer, CHAT_TEMPLATE)
 
     for name, array in load_file(hf_dir / "model.safetensors").items():
         if name == "model.embed_tokens.weight" and embedding:

@@ -42,10 +42,12 @@ def kernel(request: pytest.FixtureRequest) -> PagedAttention:
     return load_paged_attention((*NATIVE_FLAGS, *PATHS[request.param]))
 
 
-def check(kernel: PagedAttention, batch, dtype: torch.dtype, window: int | None = None) -> None:
-    out = kernel(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale, window)
+def check(
+    kernel: PagedAttention, batch, dtype: torch.dtype, window: int | None = None, softcap: float | None = None
+) -> None:
+    out = kernel(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale, window, softcap)
     expected = TorchOps().attention(
-        batch.query.float(), batch.k_cache.float(), batch.v_cache.float(), batch.meta, batch.scale, window
+        batch.query.float(), batch.k_cache.float(), batch.v_cache.float(), batch.meta, batch.scale, window, softcap
     )
     assert out.dtype == dtype and out.shape == batch.query.shape and out.is_contiguous()
     torch.testing.assert_close(out.float(), expected, atol=ATOL[dtype], rtol=0)
@@ -106,16 +108,19 @@ sequence = st.tuples(st.integers(0, 70), st.integers(1, 40))  # (cached context,
     group=st.sampled_from([1, 3, 4, 7]),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     window=st.sampled_from([None, None, 1, 7, 16, 33]),
+    softcap=st.sampled_from([None, None, 0.5, 3.0]),
     seed=st.integers(0, 2**16),
 )
-def test_any_batch_matches_the_reference(paged_batch, sequences, decode_only, block_size, group, dtype, window, seed):
+def test_any_batch_matches_the_reference(
+    paged_batch, sequences, decode_only, block_size, group, dtype, window, softcap, seed
+):
     """Any mix of decodes, prompts and chunks after a cached prefix, on the native build, with or without a
-    sliding window."""
+    sliding window and a soft cap."""
     query_lens = [1 if decode_only else new for _, new in sequences]
     seq_lens = [ctx + q for (ctx, _), q in zip(sequences, query_lens, strict=True)]
     blocks = 2 * sum(-(-n // block_size) for n in seq_lens) + 16  # the fixture draws from the top half
     batch = paged_batch(query_lens, seq_lens, 2 * group, 2, 64, dtype, block_size, blocks, seed)
-    check(load_paged_attention(), batch, dtype, window)
+    check(load_paged_attention(), batch, dtype, window, softcap)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -127,6 +132,23 @@ def test_a_sliding_window_matches_the_reference(kernel, paged_batch, dtype, wind
     seq_lens = [1, 50, 30, 41, *[3 + 5 * i for i in range(20)]]
     batch = paged_batch(query_lens, seq_lens, 8, 2, 64, dtype, block_size=16, num_blocks=512)
     check(kernel, batch, dtype, window)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("softcap", "window"), [(0.5, None), (2.0, None), (50.0, None), (1.0, 6)])
+def test_soft_capped_scores_match_the_reference(kernel, paged_batch, dtype, softcap, window):
+    """Caps below the scores' spread (scores ~N(0, 1): tanh saturated for most), near it, and far above it (tanh
+    nearly linear: Gemma 2's 50), alone and with a sliding window, on every path's dot products (head sizes 64
+    and 40)."""
+    query_lens = [1, 1, 30, 7, *[1] * 20]
+    seq_lens = [1, 50, 30, 41, *[3 + 5 * i for i in range(20)]]
+    for head_dim in (64, 40):
+        batch = paged_batch(query_lens, seq_lens, 8, 2, head_dim, dtype, block_size=16, num_blocks=512)
+        if softcap < 10:  # the cap matters here: a kernel ignoring it fails
+            plain = kernel(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale, window)
+            capped = kernel(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale, window, softcap)
+            assert (plain.float() - capped.float()).abs().max() > 0.05
+        check(kernel, batch, dtype, window, softcap)
 
 
 def test_a_row_far_below_its_max_contributes_nothing_and_an_equal_one_half(kernel) -> None:
@@ -159,6 +181,8 @@ def test_bad_input_is_refused_with_the_reason(kernel, paged_batch) -> None:
     assert not kernel.supports(batch.query.half(), batch.k_cache.half())
     with pytest.raises(ValueError, match="sliding_window must be >= 1, got 0"):
         kernel(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale, 0)
+    with pytest.raises(ValueError, match=r"softcap must be positive, got -1\.0"):
+        kernel(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale, None, -1.0)
 
 
 def test_cpu_ops_keep_the_torch_path_for_what_the_kernel_does_not_take(paged_batch) -> None:

@@ -10,9 +10,10 @@ import torch
 from shoal.kernels import AttentionMetadata, TorchOps
 
 
-def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale, window=None):
+def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale, window=None, softcap=None):
     """Token by token, head by head, position by position: the definition of paged causal attention (within the
-    last ``window`` positions when one is given)."""
+    last ``window`` positions when one is given, each score ``s`` taken as ``softcap * tanh(s / softcap)`` when
+    that is)."""
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = query.shape[1] // num_kv_heads
     out = torch.zeros(query.shape, dtype=torch.float64)
@@ -26,6 +27,8 @@ def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale
                 keys = [k_cache[table[p // block_size], p % block_size, kvh].double() for p in seen]
                 values = [v_cache[table[p // block_size], p % block_size, kvh].double() for p in seen]
                 scores = [float(query[row, h].double() @ k) * scale for k in keys]
+                if softcap:
+                    scores = [softcap * math.tanh(s / softcap) for s in scores]
                 top = max(scores)
                 weights = [math.exp(s - top) for s in scores]
                 total = sum(weights)
@@ -44,8 +47,9 @@ def naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, scale
         ([1, 6, 1, 3], [9, 6, 20, 11], 8, 2),  # decodes between chunks, GQA 4: attended as two groups
     ],
 )
-@pytest.mark.parametrize("window", [None, 1, 5])
-def test_reference_attention_equals_naive_loop(query_lens, seq_lens, num_heads, num_kv_heads, window) -> None:
+@pytest.mark.parametrize(("window", "softcap"), [(None, None), (1, None), (5, None), (None, 1.5), (5, 0.7)])
+def test_reference_attention_equals_naive_loop(query_lens, seq_lens, num_heads, num_kv_heads, window, softcap) -> None:
+    """Soft caps below the scores' spread (scale 0.3, scores of a few units), so capping changes every row."""
     torch.manual_seed(0)
     block_size, head_dim, num_blocks = 4, 8, 24
     tables = []
@@ -58,9 +62,9 @@ def test_reference_attention_equals_naive_loop(query_lens, seq_lens, num_heads, 
     v_cache = torch.randn_like(k_cache)
     query = torch.randn(sum(query_lens), num_heads, head_dim)
 
-    out = TorchOps().attention(query, k_cache, v_cache, meta, 0.3, window)
+    out = TorchOps().attention(query, k_cache, v_cache, meta, 0.3, window, softcap)
 
-    expected = naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, 0.3, window)
+    expected = naive_attention(query, k_cache, v_cache, query_lens, seq_lens, tables, 0.3, window, softcap)
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine.tiny_checkpoints import save_tokenizer, train_tokenizer
+from engine.tiny_checkpoints import GEMMA_CHAT_TEMPLATE, save_tokenizer, train_tokenizer
 
 from shoal.model_registry import resolve_model
 from shoal.tokenizer import Tokenizer
@@ -17,6 +17,14 @@ def tiny_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("tiny-tokenizer")
     save_tokenizer(train_tokenizer(vocab_size=384), directory)
     (directory / "generation_config.json").write_text('{"eos_token_id": [0, 2]}')
+    return directory
+
+
+@pytest.fixture(scope="session")
+def gemma_template_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny tokenizer with Gemma 3's chat template (the tiny Gemma checkpoints' files)."""
+    directory = tmp_path_factory.mktemp("gemma-template")
+    save_tokenizer(train_tokenizer(vocab_size=384), directory, GEMMA_CHAT_TEMPLATE)
     return directory
 
 

@@ -105,6 +105,24 @@ def test_chat_template_raise_exception_is_a_clear_error(tiny_tokenizer: Tokenize
         tiny_tokenizer.apply_chat_template([{"role": "robot", "content": "beep"}])
 
 
+def test_gemma_chat_template_renders_like_transformers(gemma_template_dir) -> None:
+    """Gemma's template: the system message folded into the first user turn, the assistant called "model",
+    contents trimmed, a content list's text parts joined, roles made to alternate."""
+    import transformers
+
+    ours, hf = Tokenizer.from_hf_dir(gemma_template_dir), transformers.AutoTokenizer.from_pretrained(gemma_template_dir)
+    assert_same_chat(ours, hf)
+    parts = [{"role": "user", "content": [{"type": "text", "text": " one "}, {"type": "text", "text": "two\n"}]}]
+    expected = hf.apply_chat_template(parts, tokenize=False, add_generation_prompt=True)
+    assert (
+        ours.apply_chat_template(parts)
+        == expected
+        == "<|im_start|><start_of_turn>user\nonetwo<end_of_turn>\n<start_of_turn>model\n"
+    )
+    with pytest.raises(ChatTemplateError, match="Conversation roles must alternate"):
+        ours.apply_chat_template([{"role": "assistant", "content": "first"}])
+
+
 @settings(max_examples=200, deadline=None)
 @given(text=TEXT)
 def test_any_text_round_trips(text: str, tiny_tokenizer: Tokenizer) -> None:

@@ -108,7 +108,7 @@ class EngineCore:
             log.warning("%s", budget.warning)
         num_blocks, length = budget.num_blocks, budget.max_model_len
         block_manager = BlockManager(
-            num_blocks, config.block_size, config.enable_prefix_caching, model.config.sliding_window
+            num_blocks, config.block_size, config.enable_prefix_caching, model.config.window_of_every_layer
         )
         sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, plan.device)
         kv_caches = allocate_kv_cache(

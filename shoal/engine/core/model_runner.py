@@ -20,7 +20,7 @@ from shoal.engine.core.request import Request
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.scheduler import SchedulerOutput
 from shoal.engine.core.step_threads import StepThreads
-from shoal.engine.model import CausalLM
+from shoal.engine.model import Model
 from shoal.kernels import AttentionMetadata
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class ModelRunner:
 
     def __init__(
         self,
-        model: CausalLM,
+        model: Model,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         block_size: int,
         sampler: Sampler,

@@ -2,7 +2,10 @@
 
 llama.cpp's converter permutes the rows of Llama's Q and K projections (it interleaves the two rotary halves
 of each head for its own RoPE kernel); we undo that so the weights fit Hugging Face's rotate-half RoPE, which is
-the layout the kernels use. Qwen2 and Qwen3 files are written unpermuted.
+the layout the kernels use. Qwen2, Qwen3 and Gemma files are written unpermuted. Gemma's norms are named after
+their place around the sublayers, and llama.cpp's converter stores their weights with Gemma's 1 added
+(``Gemma2Model.modify_tensors``); we take the 1 off again, since the model adds it (exactly, for every stored
+multiplier from 0.5 up: ``x - 1`` is then exact in fp32, and so is ``1 + (x - 1)``).
 
 The quantized codes are read here too (``gguf_int4_codes``, ``gguf_head_codes``), so the engine's quantized
 layers compute with the file's own weights instead of requantizing the dequantized ones.
@@ -22,7 +25,7 @@ from gguf.quants import dequantize
 
 from shoal.engine.loader.errors import WeightsError
 from shoal.engine.loader.quantize import Int4Codes, Int8Codes, int4_from_gguf_blocks, int8_from_gguf_blocks
-from shoal.engine.model_config import ModelConfig
+from shoal.engine.model_config import GEMMA_ARCHITECTURES, ModelConfig
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -42,18 +45,25 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+# Gemma's norms around attention and the MLP (llama.cpp's ``ffn_norm`` is Llama's post-attention norm)
+_GEMMA_LAYER_NAMES = _LAYER_NAMES | {
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
 ROPE_FREQS = "rope_freqs.weight"
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 _PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
-def hf_name(gguf_name: str) -> str:
+def hf_name(gguf_name: str, architecture: str = "llama") -> str:
     """The Hugging Face name of a GGUF tensor; an unknown one is an error naming it."""
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
+    names = _GEMMA_LAYER_NAMES if architecture in GEMMA_ARCHITECTURES else _LAYER_NAMES
     match = _LAYER_TENSOR.fullmatch(gguf_name)
-    if match and match[2] in _LAYER_NAMES:
-        return f"model.layers.{match[1]}.{_LAYER_NAMES[match[2]]}.{match[3]}"
+    if match and match[2] in names:
+        return f"model.layers.{match[1]}.{names[match[2]]}.{match[3]}"
     raise WeightsError(f"unexpected GGUF tensor {gguf_name!r}")
 
 
@@ -95,7 +105,7 @@ def gguf_int4_codes(reader: gguf.GGUFReader, config: ModelConfig) -> dict[str, I
     for tensor in reader.tensors:
         if tensor.tensor_type.name not in ("Q4_0", "Q4_1") or not _is_projection(tensor.name):
             continue
-        name = hf_name(tensor.name)
+        name = hf_name(tensor.name, config.architecture)
         shape = (int(tensor.shape[1]), int(tensor.shape[0]))
         blocks = int4_from_gguf_blocks(tensor.data, tensor.tensor_type.name, shape)
         codes[name] = blocks.map_rows(partial(_unpermuted, name, config))
@@ -124,13 +134,17 @@ def rope_freq_factors(reader: gguf.GGUFReader) -> tuple[float, ...] | None:
 
 def iter_gguf(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
     """``(hf_name, float32 tensor)`` pairs in PyTorch layout (GGUF stores shapes innermost-first); the RoPE
-    factors are the config's (``rope_freq_factors``), not weights."""
+    factors are the config's (``rope_freq_factors``), not weights; Gemma's norm weights without the 1 llama.cpp
+    added."""
+    gemma = config.architecture in GEMMA_ARCHITECTURES
     for tensor in reader.tensors:
         if tensor.name == ROPE_FREQS:
             continue
-        name = hf_name(tensor.name)
+        name = hf_name(tensor.name, config.architecture)
         array = dequantize(tensor.data, tensor.tensor_type).reshape([int(d) for d in reversed(tensor.shape)])
         array = _unpermute(name, array, config)
+        if gemma and name.endswith("norm.weight"):
+            array = array - np.float32(1.0)
         if not array.flags.writeable:  # unquantized tensors are views of the read-only memory map
             array = array.copy()
         yield name, torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))

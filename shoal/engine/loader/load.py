@@ -1,4 +1,5 @@
-"""``load_model``: a ``ModelSource`` in, a ready ``CausalLM`` in the engine's dtype out (no transformers)."""
+"""``load_model``: a ``ModelSource`` in, a ready model (``CausalLM``, ``GemmaCausalLM``) in the engine's dtype out
+(no transformers)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from shoal.engine.loader.quantize import Int4Codes, Int8Codes, quantize_projecti
 from shoal.engine.loader.safetensors_weights import iter_safetensors
 from shoal.engine.loader.small_batch_kernel import small_batch_kernel
 from shoal.engine.loader.state_dict import build_state_dict, fuse_by_parameter
-from shoal.engine.model import CausalLM
+from shoal.engine.model import Model, build_model
 from shoal.engine.model.packed_linear import onednn_packs
 from shoal.engine.model_config import ModelConfig
 from shoal.gguf_metadata import open_gguf, read_gguf_metadata
@@ -40,7 +41,7 @@ def load_model(
     ops: KernelOps,
     device: torch.device | str = "cpu",
     quantization: str = "none",
-) -> CausalLM:
+) -> Model:
     """Builds the module without initialising it (meta device), then adopts the checkpoint's tensors.
 
     ``quantization`` ``int4`` / ``int8`` adds a quantized copy of the projections (``quantize_projections``);
@@ -62,7 +63,7 @@ def load_model(
             gguf_codes = {**int4, **gguf_head_codes(reader)}
     state = build_state_dict(config, weights, dtype)
     with torch.device("meta"):
-        model = CausalLM(config, ops)
+        model = build_model(config, ops)
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:  # shape mismatches: the message names the tensor

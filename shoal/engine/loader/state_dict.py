@@ -13,7 +13,7 @@ from typing import TypeVar
 import torch
 
 from shoal.engine.loader.errors import WeightsError
-from shoal.engine.model_config import ModelConfig
+from shoal.engine.model_config import GEMMA_ARCHITECTURES, ModelConfig
 
 # Fused parameter -> the Hugging Face parts concatenated (in this order) along the output dimension.
 _FUSED = {
@@ -27,7 +27,8 @@ _IGNORED = re.compile(r".*rotary_emb\.inv_freq")  # a buffer some old checkpoint
 
 
 def expected_parameters(config: ModelConfig) -> set[str]:
-    """Every parameter name of ``CausalLM`` for this config (the tied LM head included)."""
+    """Every parameter name of ``CausalLM`` (``GemmaCausalLM`` for Gemma) for this config (the tied LM head
+    included)."""
     names = {"embed_tokens.weight", "norm.weight", "lm_head.weight"}
     for i in range(config.num_layers):
         prefix = f"layers.{i}."
@@ -46,6 +47,8 @@ def expected_parameters(config: ModelConfig) -> set[str]:
             names.add(prefix + "self_attn.qkv_proj.bias")
         if config.qk_norm:
             names |= {prefix + "self_attn.q_norm.weight", prefix + "self_attn.k_norm.weight"}
+        if config.architecture in GEMMA_ARCHITECTURES:  # norms before and after the MLP too
+            names |= {prefix + "pre_feedforward_layernorm.weight", prefix + "post_feedforward_layernorm.weight"}
     return names
 
 

@@ -1,4 +1,4 @@
-"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3; sliding windows too) over a paged KV cache.
+"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3; sliding windows, per layer too) over a paged KV cache.
 
 A batch is flat: the new tokens of every sequence are packed into one ``[num_tokens]`` dimension and
 ``AttentionMetadata`` says which rows belong to which sequence and where their keys live in the cache, so
@@ -23,21 +23,27 @@ KVCache = tuple[Tensor, Tensor]
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelOps, layer: int = 0) -> None:
         super().__init__()
         self.ops = ops
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.scale = self.head_dim**-0.5
+        self.scale = config.attention_scale
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
-        if config.sliding_window is not None and not ops.masks_sliding_window:  # refused before any weight loads
+        self.sliding_window = config.window_of(layer)
+        self.softcap = config.attn_logit_softcapping
+        if self.sliding_window is not None and not ops.masks_sliding_window:  # refused before any weight loads
             raise UnsupportedModelError(
-                f"sliding_window={config.sliding_window}: the model attends within a sliding window, which the "
+                f"sliding_window={self.sliding_window}: the model attends within a sliding window, which the "
                 f"{ops.name} kernels (--device cuda) do not mask yet; serve it with --device cpu"
             )
-        self.sliding_window = config.sliding_window
+        if self.softcap is not None and not ops.caps_attention_logits:
+            raise UnsupportedModelError(
+                f"attn_logit_softcapping={self.softcap}: the model soft-caps its attention scores, which the "
+                f"{ops.name} kernels (--device cuda) do not yet; serve it with --device cpu"
+            )
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
 
@@ -53,7 +59,7 @@ class Attention(nn.Module):
         q, k = self.ops.rotary(positions, q, k, cos_sin)
         k_cache, v_cache = kv_cache
         self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = self.ops.attention(q, k_cache, v_cache, meta, self.scale, self.sliding_window)
+        out = self.ops.attention(q, k_cache, v_cache, meta, self.scale, self.sliding_window, self.softcap)
         return self.o_proj.forward(out.reshape(num_tokens, self.q_size))
 
 
@@ -85,10 +91,10 @@ class RMSNorm(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelOps, layer: int = 0) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.self_attn = Attention(config, ops)
+        self.self_attn = Attention(config, ops, layer)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.mlp = MLP(config, ops)
 
@@ -114,7 +120,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, ops) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, ops, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("cos_sin_cache", cos_sin_cache(config), persistent=False)

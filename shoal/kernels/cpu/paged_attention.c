@@ -4,7 +4,9 @@
  * fused QKV projection's output is read without a copy), caches [blocks, block_size, kv_heads, head_dim],
  * output [tokens, heads, head_dim] contiguous. Sequence s owns query rows query_start[s]..query_start[s + 1]
  * and seq_lens[s] cached tokens; its query row i sits at position seq_lens[s] - query_len + i and sees keys
- * 0..that position (with a sliding window W, only position - W + 1..position). Decodes, prefills, chunked
+ * 0..that position (with a sliding window W, only position - W + 1..position). With a soft cap c (Gemma 2), each
+ * scaled score s becomes c * tanh(s / c) before the softmax; tanh is a rational polynomial (Eigen's, relative
+ * error below 4e-7 in fp32), so it vectorizes like the rest. Decodes, prefills, chunked
  * prefills and prefix-cache hits are one case, so a mixed batch is one call and no sequence is padded to another's
  * length.
  *
@@ -86,6 +88,26 @@ static inline float exp_nonpositive(float x) {
     return p * two_n.f;
 }
 
+/* c * tanh(x / c): Eigen's rational approximation of tanh (odd degree 13 over even degree 6, clamped where tanh
+ * rounds to +-1 in fp32). */
+static inline float softcap1(float x, float cap) {
+    float y = x / cap;
+    y = y > 7.90531110763549805f ? 7.90531110763549805f : y < -7.90531110763549805f ? -7.90531110763549805f : y;
+    const float y2 = y * y;
+    float num = -2.76076847742355e-16f;
+    num = num * y2 + 2.00018790482477e-13f;
+    num = num * y2 - 8.60467152213735e-11f;
+    num = num * y2 + 5.12229709037114e-08f;
+    num = num * y2 + 1.48572235717979e-05f;
+    num = num * y2 + 6.37261928875436e-04f;
+    num = num * y2 + 4.89352455891786e-03f;
+    float den = 1.19825839466702e-06f;
+    den = den * y2 + 1.18534705686654e-04f;
+    den = den * y2 + 2.26843463243900e-03f;
+    den = den * y2 + 4.89352518554385e-03f;
+    return cap * (y * num / den);
+}
+
 typedef struct {
     const char *q, *k_cache, *v_cache;
     long q_token_stride, q_head_stride; /* elements */
@@ -94,6 +116,7 @@ typedef struct {
     int table_width, heads, kv_heads, head_dim, block_size;
     float scale;
     int window; /* 0: none */
+    float softcap; /* 0: none */
     char *out;
 } Problem;
 
@@ -203,6 +226,25 @@ static inline __m512 exp512_nonpositive(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* softcap1 on 16 lanes. */
+static inline __m512 softcap512(__m512 x, float cap) {
+    const __m512 limit = _mm512_set1_ps(7.90531110763549805f);
+    const __m512 y = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(x, _mm512_set1_ps(cap)), _mm512_sub_ps(_mm512_setzero_ps(), limit)), limit);
+    const __m512 y2 = _mm512_mul_ps(y, y);
+    __m512 num = _mm512_set1_ps(-2.76076847742355e-16f);
+    num = _mm512_fmadd_ps(num, y2, _mm512_set1_ps(2.00018790482477e-13f));
+    num = _mm512_fmadd_ps(num, y2, _mm512_set1_ps(-8.60467152213735e-11f));
+    num = _mm512_fmadd_ps(num, y2, _mm512_set1_ps(5.12229709037114e-08f));
+    num = _mm512_fmadd_ps(num, y2, _mm512_set1_ps(1.48572235717979e-05f));
+    num = _mm512_fmadd_ps(num, y2, _mm512_set1_ps(6.37261928875436e-04f));
+    num = _mm512_fmadd_ps(num, y2, _mm512_set1_ps(4.89352455891786e-03f));
+    __m512 den = _mm512_set1_ps(1.19825839466702e-06f);
+    den = _mm512_fmadd_ps(den, y2, _mm512_set1_ps(1.18534705686654e-04f));
+    den = _mm512_fmadd_ps(den, y2, _mm512_set1_ps(2.26843463243900e-03f));
+    den = _mm512_fmadd_ps(den, y2, _mm512_set1_ps(4.89352518554385e-03f));
+    return _mm512_mul_ps(_mm512_set1_ps(cap), _mm512_div_ps(_mm512_mul_ps(y, num), den));
+}
+
 /* softmax_step for a run's 16 scores in one vector, keys lo..valid - 1 visible: weights stored to probs, zero
  * elsewhere. */
 static inline void softmax_step16(Scratch *s, int m, int d, float *probs, __m512 scores, int lo, int valid) {
@@ -238,8 +280,9 @@ static inline __m512 sum16(const __m512 *v) {
 }
 
 /* Scores of row m against the run's n <= 16 keys (head_dim a multiple of 16; key t at keys + t * stride), its
- * keys lo..valid - 1 visible. */
-static inline void scores16(Scratch *s, int m, int d, const float *keys, int stride, int n, int lo, int valid) {
+ * keys lo..valid - 1 visible, soft-capped by cap (0: not). */
+static inline void scores16(Scratch *s, int m, int d, const float *keys, int stride, int n, int lo, int valid,
+                            float cap) {
     const float *q = s->q + (size_t)m * d;
     __m512 partial[16];
     for (int t = 0; t < 16; t++) {
@@ -250,7 +293,8 @@ static inline void scores16(Scratch *s, int m, int d, const float *keys, int str
         }
         partial[t] = acc;
     }
-    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, sum16(partial), lo, valid);
+    const __m512 scores = sum16(partial);
+    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, cap != 0.0f ? softcap512(scores, cap) : scores, lo, valid);
 }
 
 /* acc[m] += sum_t probs[m][t] * value[t] for every row, row m's values at s->values + offset(m) with a token
@@ -292,7 +336,7 @@ static inline void accumulate16(Scratch *s, int rows, int heads, int group, int 
 #define SHOAL_BF16_DOT 1
 
 static inline void scores_bf16(Scratch *s, int m, int d, const uint16_t *keys, long stride, int n, int lo, int valid,
-                               float scale) {
+                               float scale, float cap) {
     const uint16_t *q = s->q_bf16 + (size_t)m * d;
     __m512 partial[16];
     for (int t = 0; t < 16; t++) {
@@ -304,8 +348,8 @@ static inline void scores_bf16(Scratch *s, int m, int d, const uint16_t *keys, l
         }
         partial[t] = acc;
     }
-    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, _mm512_mul_ps(sum16(partial), _mm512_set1_ps(scale)), lo,
-                   valid);
+    const __m512 scores = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(scale));
+    softmax_step16(s, m, d, s->probs + (size_t)m * CHUNK, cap != 0.0f ? softcap512(scores, cap) : scores, lo, valid);
 }
 
 static inline void accumulate_bf16(Scratch *s, int rows, int heads, int group, int d, const uint16_t *values,
@@ -350,8 +394,10 @@ static inline void unpermute(float *restrict out, const float *acc, int d) {
 
 const char *shoal_attention_isa(void) { return SHOAL_ATTENTION_ISA; }
 
-/* Scores of row m against the run's keys lo..valid - 1, the visible ones: one dot product at a time. */
-static inline void scores_portable(Scratch *s, int m, int d, const float *keys, int stride, int lo, int valid) {
+/* Scores of row m against the run's keys lo..valid - 1, the visible ones: one dot product at a time, soft-capped
+ * by cap (0: not). */
+static inline void scores_portable(Scratch *s, int m, int d, const float *keys, int stride, int lo, int valid,
+                                   float cap) {
     const float *q = s->q + (size_t)m * d;
     float *probs = s->probs + (size_t)m * CHUNK;
     float chunk_max = -INFINITY;
@@ -360,6 +406,7 @@ static inline void scores_portable(Scratch *s, int m, int d, const float *keys, 
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
         for (int i = 0; i < d; i++) dot += q[i] * k[i];
+        if (cap != 0.0f) dot = softcap1(dot, cap);
         probs[t] = dot;
         chunk_max = dot > chunk_max ? dot : chunk_max;
     }
@@ -446,7 +493,7 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
                     memset(s->probs + (size_t)m * CHUNK, 0, sizeof(float) * CHUNK);
                     continue;
                 }
-                scores_bf16(s, m, d, keys + (size_t)(m % heads / group) * d, stride, n, lo, valid, p->scale);
+                scores_bf16(s, m, d, keys + (size_t)(m % heads / group) * d, stride, n, lo, valid, p->scale, p->softcap);
             }
             accumulate_bf16(s, rows, heads, group, d, values, stride, n);
             continue;
@@ -463,11 +510,11 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
             const float *keys = s->keys + (size_t)(m % heads / group) * d;
 #ifdef __AVX512F__
             if (wide) {
-                scores16(s, m, d, keys, width, n, lo, valid);
+                scores16(s, m, d, keys, width, n, lo, valid, p->softcap);
                 continue;
             }
 #endif
-            scores_portable(s, m, d, keys, width, lo, valid);
+            scores_portable(s, m, d, keys, width, lo, valid, p->softcap);
         }
         widen_rows(s->values, cache_rows(p, p->v_cache, table, c0, kvh0, kv_elem), p->kv_dtype, n, width, stride_bytes);
 #ifdef __AVX512F__
@@ -507,11 +554,12 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
 int shoal_paged_attention(const void *q, long q_token_stride, long q_head_stride, int q_dtype, const void *k_cache,
                           const void *v_cache, int kv_dtype, const int32_t *block_tables, int table_width,
                           int num_blocks, const int32_t *seq_lens, const int32_t *query_start, void *out, int num_seqs, int heads,
-                          int kv_heads, int head_dim, int block_size, float scale, int window, int threads) {
+                          int kv_heads, int head_dim, int block_size, float scale, int window, float softcap,
+                          int threads) {
     if ((q_dtype != SHOAL_F32 && q_dtype != SHOAL_BF16) || (kv_dtype != SHOAL_F32 && kv_dtype != SHOAL_BF16))
         return SHOAL_BAD_DTYPE;
     if (num_seqs < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || head_dim < 1 || head_dim > MAX_HEAD_DIM ||
-        block_size < 1 || table_width < 1 || window < 0)
+        block_size < 1 || table_width < 1 || window < 0 || !(softcap >= 0.0f))
         return SHOAL_BAD_SHAPE;
     const int group = heads / kv_heads;
     long units = 0; /* (sequence, query rows) pairs at the widest span */
@@ -546,7 +594,7 @@ int shoal_paged_attention(const void *q, long q_token_stride, long q_head_stride
 
     Problem p = {(const char *)q, (const char *)k_cache, (const char *)v_cache, q_token_stride, q_head_stride,
                  q_dtype, kv_dtype, block_tables, seq_lens, query_start, table_width, heads, kv_heads, head_dim,
-                 block_size, scale, window, (char *)out};
+                 block_size, scale, window, softcap, (char *)out};
     int failed = 0;
     if (threads > items) threads = (int)items;
 #pragma omp parallel num_threads(threads) reduction(| : failed)

@@ -40,10 +40,10 @@ class PagedAttention:
         c_int, c_long, c_ptr = ctypes.c_int, ctypes.c_long, ctypes.c_void_p
         # q, its token and head strides, its dtype, k_cache, v_cache, their dtype, block_tables, its width, the
         # cache's blocks, seq_lens, query_start_loc, out, num_seqs, heads, kv_heads, head_dim, block_size, scale,
-        # sliding window (0: none), threads
+        # sliding window (0: none), soft cap (0: none), threads
         self._call.argtypes = (
             *(c_ptr, c_long, c_long, c_int, c_ptr, c_ptr, c_int, c_ptr, c_int, c_int, c_ptr, c_ptr, c_ptr),
-            *(c_int, c_int, c_int, c_int, c_int, ctypes.c_float, c_int, c_int),
+            *(c_int, c_int, c_int, c_int, c_int, ctypes.c_float, c_int, ctypes.c_float, c_int),
         )
         self._call.restype = c_int
 
@@ -65,11 +65,15 @@ class PagedAttention:
         meta: AttentionMetadata,
         scale: float,
         sliding_window: int | None = None,
+        softcap: float | None = None,
     ) -> Tensor:
         """Causal attention of ``query`` ``[tokens, heads, head_dim]`` over each sequence's cached keys (its last
-        ``sliding_window`` positions only, when given)."""
+        ``sliding_window`` positions only, when given; scores soft-capped to ``tanh(s / softcap) * softcap``
+        when that is)."""
         if sliding_window is not None and sliding_window < 1:
             raise ValueError(f"paged attention: sliding_window must be >= 1, got {sliding_window}")
+        if softcap is not None and not softcap > 0:
+            raise ValueError(f"paged attention: softcap must be positive, got {softcap}")
         tokens, heads, head_dim = query.shape
         num_blocks, block_size, kv_heads, cache_head_dim = k_cache.shape
         if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype or cache_head_dim != head_dim:
@@ -109,6 +113,7 @@ class PagedAttention:
             block_size,
             scale,
             sliding_window or 0,
+            softcap or 0.0,
             torch.get_num_threads(),
         )
         if status:
