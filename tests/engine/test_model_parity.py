@@ -90,6 +90,8 @@ def assert_parity(
         "tiny_llama3_scaled_dir",
         "tiny_mistral_dir",
         "tiny_mistral_window_dir",
+        "tiny_mixtral_dir",
+        "tiny_qwen3_moe_dir",
     ],
 )
 def test_tiny_checkpoint_logits_match_transformers(checkpoint: str, request: pytest.FixtureRequest) -> None:

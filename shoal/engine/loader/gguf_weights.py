@@ -2,7 +2,9 @@
 
 llama.cpp's converter permutes the rows of Llama's Q and K projections (it interleaves the two rotary halves
 of each head for its own RoPE kernel); we undo that so the weights fit Hugging Face's rotate-half RoPE, which is
-the layout the kernels use. Qwen2 and Qwen3 files are written unpermuted.
+the layout the kernels use. Qwen2 and Qwen3 files are written unpermuted. A mixture of experts' stacked
+tensors (``ffn_gate_exps`` ``[experts, intermediate, hidden]``...) are streamed one expert at a time under the
+Hugging Face checkpoint's per-expert names, which the state dict stacks again in its own layout.
 
 The quantized codes are read here too (``gguf_int4_codes``, ``gguf_head_codes``), so the engine's quantized
 layers compute with the file's own weights instead of requantizing the dequantized ones.
@@ -41,7 +43,10 @@ _LAYER_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "ffn_gate_inp": "mlp.gate",  # a mixture of experts' router
 }
+# A stacked expert tensor -> each expert's projection, as Hugging Face names it.
+_EXPERT_STACKS = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
 ROPE_FREQS = "rope_freqs.weight"
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 _PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -81,7 +86,7 @@ def _unpermuted(name: str, config: ModelConfig, rows: torch.Tensor) -> torch.Ten
 
 def _unpermute(name: str, rows: Any, config: ModelConfig) -> Any:
     """Q/K projection rows (numpy or torch) back in Hugging Face's order."""
-    if config.architecture == "llama":
+    if config.architecture in ("llama", "mixtral"):  # Mixtral is written as a llama file with experts
         if name.endswith("q_proj.weight"):
             return unpermute_rows(rows, config.num_heads)
         if name.endswith("k_proj.weight"):
@@ -128,9 +133,19 @@ def iter_gguf(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tuple[st
     for tensor in reader.tensors:
         if tensor.name == ROPE_FREQS:
             continue
-        name = hf_name(tensor.name)
         array = dequantize(tensor.data, tensor.tensor_type).reshape([int(d) for d in reversed(tensor.shape)])
-        array = _unpermute(name, array, config)
-        if not array.flags.writeable:  # unquantized tensors are views of the read-only memory map
-            array = array.copy()
-        yield name, torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+        stack = _LAYER_TENSOR.fullmatch(tensor.name)
+        if stack and stack[2] in _EXPERT_STACKS and stack[3] == "weight":
+            for expert, rows in enumerate(array):
+                name = f"model.layers.{stack[1]}.mlp.experts.{expert}.{_EXPERT_STACKS[stack[2]]}.weight"
+                yield name, _float_tensor(rows)
+            continue
+        name = hf_name(tensor.name)
+        yield name, _float_tensor(_unpermute(name, array, config))
+
+
+def _float_tensor(array: np.ndarray) -> torch.Tensor:
+    """A contiguous float32 tensor of its own (unquantized arrays are views of the read-only memory map)."""
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
