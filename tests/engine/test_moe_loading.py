@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from tiny_checkpoints import build_checkpoint, write_llama_gguf
 
 from shoal.engine.loader import WeightsError, load_model
+from shoal.engine.loader import load as load_module
 from shoal.engine.model import CausalLM, allocate_kv_cache
 from shoal.engine.model.moe import SparseMoE
 from shoal.engine.model.packed_linear import PackedLinear, onednn_packs
@@ -102,16 +103,23 @@ def test_a_q4_0_gguf_dequantizes_each_expert_in_its_place(tiny_mixtral_dir: Path
             assert torch.equal(ours, torch.from_numpy(np.asarray(want, dtype=np.float32))), (expert, hf)
 
 
-def test_bf16_packs_the_router_and_stays_close_to_fp32(tiny_mixtral_dir: Path) -> None:
+def test_bf16_stays_close_to_fp32_and_packs_the_router_and_every_expert(
+    tiny_mixtral_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reference = prefill_then_decode(load(tiny_mixtral_dir), PROMPT)
     model = load(tiny_mixtral_dir, torch.bfloat16)
-    moe = model.layers[0].mlp
-    assert isinstance(moe, SparseMoE) and moe.experts_gate_up.dtype == torch.bfloat16
-    if onednn_packs(torch.bfloat16, "cpu"):
-        assert isinstance(moe.router, PackedLinear)
     got = prefill_then_decode(model, PROMPT)
     assert (got - reference).abs().max() <= 0.05 * reference.abs().max()
     assert (got.argmax(-1) == reference.argmax(-1)).float().mean() >= 0.9
+    if not onednn_packs(torch.bfloat16, "cpu"):
+        return
+    moe = model.layers[0].mlp
+    assert isinstance(moe, SparseMoE) and isinstance(moe.router, PackedLinear) and moe.packed is not None
+    assert not hasattr(moe, "experts_gate_up")  # the plain stacks dropped once packed
+    monkeypatch.setattr(load_module, "onednn_packs", lambda dtype, device: False)
+    plain = load(tiny_mixtral_dir, torch.bfloat16)
+    assert plain.layers[0].mlp.experts_gate_up.dtype == torch.bfloat16
+    torch.testing.assert_close(got, prefill_then_decode(plain, PROMPT), atol=0.05, rtol=0.02)
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])

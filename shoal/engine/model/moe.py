@@ -11,7 +11,9 @@ deterministic as a CPU one. Mixtral's weights multiply in fp32 as in transformer
 first rounds them to the model's dtype: the same in fp32, one bf16 rounding apart in bf16).
 
 The experts' weights are stacked, ``[num_experts, 2 * intermediate, hidden]`` (each expert's gate rows, then
-its up rows, as the dense MLP's fused ``gate_up_proj``) and ``[num_experts, hidden, intermediate]``.
+its up rows, as the dense MLP's fused ``gate_up_proj``) and ``[num_experts, hidden, intermediate]``. In bf16 on
+a CPU each expert's two weights are oneDNN-packed at load instead (``pack_experts``), as the dense projections
+are (``packed_linear.py``: torch's linear would reorder the plain weight on every call).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from shoal.engine.model.packed_linear import pack_weight, packed_linear
 from shoal.engine.model_config import ModelConfig
 from shoal.kernels import KernelOps
 
@@ -39,24 +42,22 @@ def grouped_experts(
     hidden: Tensor,
     weights: Tensor,
     experts: Tensor,
-    gate_up: Tensor,
-    down: Tensor,
-    silu_and_mul: Callable[[Tensor], Tensor],
+    num_experts: int,
+    expert_mlp: Callable[[int, Tensor], Tensor],
 ) -> Tensor:
-    """``sum_j weights[t, j] * expert_{experts[t, j]}(hidden[t])`` for every token ``t``, each expert's rows in
-    one matmul pair over the stacked ``gate_up`` / ``down`` weights; returns ``hidden``'s shape and dtype."""
+    """``sum_j weights[t, j] * expert_mlp(experts[t, j], hidden[t])`` for every token ``t``, with one
+    ``expert_mlp`` call per chosen expert over all of its rows; returns ``hidden``'s shape and dtype."""
     tokens, top_k = experts.shape
     flat = experts.reshape(-1)
     order = torch.argsort(flat, stable=True)  # pair indices (token * top_k + slot), grouped by expert
-    counts = torch.bincount(flat, minlength=gate_up.shape[0]).tolist()  # the step's one host sync
+    counts = torch.bincount(flat, minlength=num_experts).tolist()  # the step's one host sync
     rows = hidden[order // top_k]
     out = torch.empty_like(rows)
     start = 0
     for expert, count in enumerate(counts):
         if count:
             end = start + count
-            act = silu_and_mul(nn.functional.linear(rows[start:end], gate_up[expert]))
-            out[start:end] = nn.functional.linear(act, down[expert])
+            out[start:end] = expert_mlp(expert, rows[start:end])
             start = end
     per_slot = torch.empty_like(out)
     per_slot[order] = out
@@ -77,7 +78,22 @@ class SparseMoE(nn.Module):
         self.router = nn.Linear(config.hidden_size, moe.num_experts, bias=False)
         self.experts_gate_up = nn.Parameter(torch.empty(moe.num_experts, 2 * moe.intermediate_size, config.hidden_size))
         self.experts_down = nn.Parameter(torch.empty(moe.num_experts, config.hidden_size, moe.intermediate_size))
+        self.num_experts = moe.num_experts
+        self.packed: tuple[list[Tensor], list[Tensor]] | None = None  # per expert: gate/up, down (oneDNN)
+
+    def pack_experts(self) -> None:
+        """Each expert's weights oneDNN-packed (bf16 on a CPU); the plain stacks are dropped, costing no memory."""
+        self.packed = ([pack_weight(w) for w in self.experts_gate_up], [pack_weight(w) for w in self.experts_down])
+        del self.experts_gate_up, self.experts_down
+
+    def expert_mlp(self, expert: int, rows: Tensor) -> Tensor:
+        """One expert's SwiGLU MLP over ``rows`` ``[n, hidden]``."""
+        if self.packed is not None:
+            gate_up, down = self.packed
+            return packed_linear(self.ops.silu_and_mul(packed_linear(rows, gate_up[expert], None)), down[expert], None)
+        act = self.ops.silu_and_mul(nn.functional.linear(rows, self.experts_gate_up[expert]))
+        return nn.functional.linear(act, self.experts_down[expert])
 
     def forward(self, hidden: Tensor) -> Tensor:
         weights, experts = route(self.router.forward(hidden), self.top_k, self.renormalize)
-        return grouped_experts(hidden, weights, experts, self.experts_gate_up, self.experts_down, self.ops.silu_and_mul)
+        return grouped_experts(hidden, weights, experts, self.num_experts, self.expert_mlp)
