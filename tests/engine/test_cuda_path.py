@@ -46,7 +46,7 @@ def test_cuda_auto_dtype_is_half_precision_and_seeded_sampling_is_reproducible(t
 
 @pytest.mark.parametrize("checkpoint", ["tiny_mixtral_dir", "tiny_qwen3_moe_dir"])
 def test_cuda_mixture_of_experts_greedy_tokens_equal_the_cpus(checkpoint: str, request: pytest.FixtureRequest) -> None:
-    """The experts run as plain torch on the GPU (grouped per expert, no fused kernel), beside Triton attention."""
+    """The experts run on the Triton grouped matmul (one launch per projection for every chosen expert)."""
     model_dir: Path = request.getfixturevalue(checkpoint)
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     gpu = LLM(str(model_dir), device="cuda", dtype="float32", num_kv_blocks=64)

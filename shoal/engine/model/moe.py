@@ -3,9 +3,9 @@
 Routing is transformers': the router's logits, a softmax in fp32, each token's ``k`` most probable experts
 (``torch.topk``, so ties fall as they do in transformers), their probabilities rescaled to sum to 1 where the
 family does so (Mixtral always, Qwen3-MoE with ``norm_topk_prob``). The experts then run grouped, not per token:
-the step's ``tokens x k`` (token, expert) pairs are sorted by expert, so every expert some token chose runs one
-gate/up matmul and one down matmul over all of its rows (a Python loop over at most ``num_experts`` experts);
-an expert nobody chose costs nothing. Each pair's output returns to its (token, slot) place and a token's ``k``
+the step's ``tokens x k`` (token, expert) pairs are sorted by expert, so every expert some token chose multiplies
+all of its rows at once, through ``KernelOps.grouped_matmul`` (torch: one matmul per chosen expert; Triton: one
+launch for them all), gate/up then down; an expert nobody chose costs nothing. Each pair's output returns to its (token, slot) place and a token's ``k``
 slots are summed in fp32 with their weights, in a fixed order: no scatter-add, so a CUDA step is as
 deterministic as a CPU one. Mixtral's weights multiply in fp32 as in transformers; Qwen3-MoE's too (transformers
 first rounds them to the model's dtype: the same in fp32, one bf16 rounding apart in bf16).
@@ -43,22 +43,16 @@ def grouped_experts(
     weights: Tensor,
     experts: Tensor,
     num_experts: int,
-    expert_mlp: Callable[[int, Tensor], Tensor],
+    run_experts: Callable[[Tensor, list[int]], Tensor],
 ) -> Tensor:
-    """``sum_j weights[t, j] * expert_mlp(experts[t, j], hidden[t])`` for every token ``t``, with one
-    ``expert_mlp`` call per chosen expert over all of its rows; returns ``hidden``'s shape and dtype."""
+    """``sum_j weights[t, j] * expert_{experts[t, j]}(hidden[t])`` for every token ``t``; ``run_experts(rows,
+    counts)`` computes the experts over rows sorted by expert, ``counts[e]`` of them expert ``e``'s. Returns
+    ``hidden``'s shape and dtype."""
     tokens, top_k = experts.shape
     flat = experts.reshape(-1)
     order = torch.argsort(flat, stable=True)  # pair indices (token * top_k + slot), grouped by expert
     counts = torch.bincount(flat, minlength=num_experts).tolist()  # the step's one host sync
-    rows = hidden[order // top_k]
-    out = torch.empty_like(rows)
-    start = 0
-    for expert, count in enumerate(counts):
-        if count:
-            end = start + count
-            out[start:end] = expert_mlp(expert, rows[start:end])
-            start = end
+    out = run_experts(hidden[order // top_k], counts)
     per_slot = torch.empty_like(out)
     per_slot[order] = out
     summed = (per_slot.view(tokens, top_k, -1).float() * weights[..., None]).sum(dim=1)
@@ -86,14 +80,22 @@ class SparseMoE(nn.Module):
         self.packed = ([pack_weight(w) for w in self.experts_gate_up], [pack_weight(w) for w in self.experts_down])
         del self.experts_gate_up, self.experts_down
 
-    def expert_mlp(self, expert: int, rows: Tensor) -> Tensor:
-        """One expert's SwiGLU MLP over ``rows`` ``[n, hidden]``."""
-        if self.packed is not None:
-            gate_up, down = self.packed
-            return packed_linear(self.ops.silu_and_mul(packed_linear(rows, gate_up[expert], None)), down[expert], None)
-        act = self.ops.silu_and_mul(nn.functional.linear(rows, self.experts_gate_up[expert]))
-        return nn.functional.linear(act, self.experts_down[expert])
+    def run_experts(self, rows: Tensor, counts: list[int]) -> Tensor:
+        """Each expert's SwiGLU MLP over its run of ``rows`` (sorted by expert, ``counts[e]`` rows each)."""
+        if self.packed is None:
+            act = self.ops.silu_and_mul(self.ops.grouped_matmul(rows, self.experts_gate_up, counts))
+            return self.ops.grouped_matmul(act, self.experts_down, counts)
+        gate_up, down = self.packed
+        out = torch.empty_like(rows)
+        start = 0
+        for expert, count in enumerate(counts):
+            if count:
+                end = start + count
+                act = self.ops.silu_and_mul(packed_linear(rows[start:end], gate_up[expert], None))
+                out[start:end] = packed_linear(act, down[expert], None)
+                start = end
+        return out
 
     def forward(self, hidden: Tensor) -> Tensor:
         weights, experts = route(self.router.forward(hidden), self.top_k, self.renormalize)
-        return grouped_experts(hidden, weights, experts, self.num_experts, self.expert_mlp)
+        return grouped_experts(hidden, weights, experts, self.num_experts, self.run_experts)
