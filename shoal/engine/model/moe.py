@@ -5,10 +5,11 @@ Routing is transformers': the router's logits, a softmax in fp32, each token's `
 family does so (Mixtral always, Qwen3-MoE with ``norm_topk_prob``). The experts then run grouped, not per token:
 the step's ``tokens x k`` (token, expert) pairs are sorted by expert, so every expert some token chose multiplies
 all of its rows at once, through ``KernelOps.grouped_matmul`` (torch: one matmul per chosen expert; Triton: one
-launch for them all), gate/up then down; an expert nobody chose costs nothing. Each pair's output returns to its (token, slot) place and a token's ``k``
-slots are summed in fp32 with their weights, in a fixed order: no scatter-add, so a CUDA step is as
-deterministic as a CPU one. Mixtral's weights multiply in fp32 as in transformers; Qwen3-MoE's too (transformers
-first rounds them to the model's dtype: the same in fp32, one bf16 rounding apart in bf16).
+launch for them all), gate/up then down; an expert nobody chose costs nothing. Each pair's output returns to its
+(token, slot) place and a token's ``k`` slots are summed in fp32 with their weights, in a fixed order: no
+scatter-add, so a CUDA step is as deterministic as a CPU one. Mixtral's weights multiply in fp32 as in
+transformers; Qwen3-MoE's too (transformers first rounds them to the model's dtype: the same in fp32, one bf16
+rounding apart in bf16).
 
 The experts' weights are stacked, ``[num_experts, 2 * intermediate, hidden]`` (each expert's gate rows, then
 its up rows, as the dense MLP's fused ``gate_up_proj``) and ``[num_experts, hidden, intermediate]``. In bf16 on
