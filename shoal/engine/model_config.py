@@ -176,6 +176,9 @@ class ModelConfig:
         )
 
 
+_ONE_WINDOW_FAMILIES = ("mistral", "phi3", "mixtral")  # a sliding_window applies to every layer
+
+
 def _sliding_window(arch: str, config: dict[str, Any]) -> int | None:
     """The window every layer attends within (None: full attention); Qwen's per-layer windows are refused."""
     window = config.get("sliding_window")
@@ -185,11 +188,7 @@ def _sliding_window(arch: str, config: dict[str, Any]) -> int | None:
                 f"sliding_window={window} with use_sliding_window (windows on some layers only) is not supported"
             )
         return None
-    if (
-        arch in ("mistral", "phi3", "mixtral")
-        and window is not None
-        and window < config.get("max_position_embeddings", 0)
-    ):
+    if arch in _ONE_WINDOW_FAMILIES and window is not None and window < config.get("max_position_embeddings", 0):
         if window < 1:
             raise UnsupportedModelError(f"sliding_window={window} must be at least 1")
         return int(window)

@@ -91,6 +91,7 @@ def assert_parity(
         "tiny_mistral_dir",
         "tiny_mistral_window_dir",
         "tiny_mixtral_dir",
+        "tiny_mixtral_window_dir",
         "tiny_qwen3_moe_dir",
     ],
 )
