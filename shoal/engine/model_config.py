@@ -21,12 +21,19 @@ HF_ARCHITECTURES = {
     "Phi3ForCausalLM": "phi3",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
 }
 GEMMA_ARCHITECTURES = ("gemma2", "gemma3_text")
-HIDDEN_ACTS = {"silu": ("llama", "mistral", "qwen2", "qwen3", "phi3"), "gelu_pytorch_tanh": GEMMA_ARCHITECTURES}
+HIDDEN_ACTS = {
+    "silu": ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe"),
+    "gelu_pytorch_tanh": GEMMA_ARCHITECTURES,
+}
 LAYER_TYPES = ("full_attention", "sliding_attention")
-GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
+GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3")
 ROPE_TYPES = ("default", "linear", "llama3")
+# A GGUF architecture with experts -> our name for it (Mixtral is written as ``llama`` with an expert count).
+_GGUF_MOE_ARCHITECTURES = {"llama": "mixtral", "qwen3moe": "qwen3_moe"}
 
 
 class UnsupportedModelError(ValueError):
@@ -35,7 +42,7 @@ class UnsupportedModelError(ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3_text"
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3_text" | "mixtral" | ...
     hidden_size: int
     intermediate_size: int
     num_layers: int
@@ -63,6 +70,7 @@ class ModelConfig:
     rope_freq_factors: tuple[float, ...] | None = field(default=None, hash=False)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    moe: MoeConfig | None = None  # mixture of experts (Mixtral, Qwen3-MoE); None: every layer's MLP is dense
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -102,6 +110,10 @@ class ModelConfig:
             return None
         return self.sliding_window
 
+    def is_sparse(self, layer: int) -> bool:
+        """Whether ``layer``'s MLP is a mixture of experts rather than a dense MLP."""
+        return self.moe is not None and layer in self.moe.sparse_layers
+
     @property
     def window_of_every_layer(self) -> int | None:
         """The window all layers attend within, or None when any layer sees every earlier position: the KV blocks
@@ -137,6 +149,7 @@ class ModelConfig:
         window = _sliding_window(arch, config)
         sliding_layers = _sliding_layers(arch, config) if window is not None else None
         heads = config["num_attention_heads"]
+        moe = moe_from_hf(arch, config)
         rope, local_theta = _rope_parameters(arch, config)
         default_theta = 1_000_000.0 if arch == "gemma3_text" else 10000.0  # transformers' defaults
         rope_theta = rope.pop("rope_theta", config.get("rope_theta", default_theta))
@@ -159,7 +172,7 @@ class ModelConfig:
             max_position_embeddings=config.get("max_position_embeddings", 2048),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", gemma)),
             attention_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
-            qk_norm=arch in ("qwen3", "gemma3_text"),
+            qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text"),
             partial_rotary_factor=float(partial_rotary),
             sliding_window=window,
             sliding_layers=sliding_layers,
@@ -170,6 +183,7 @@ class ModelConfig:
             rope_local_theta=local_theta,
             bos_token_id=config.get("bos_token_id"),
             eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
+            moe=moe,
         )
 
     @staticmethod
@@ -197,10 +211,15 @@ class ModelConfig:
         if scaling != "none" and not (arch == "gemma3" and scaling == "linear"):
             raise UnsupportedModelError(f"{arch}.rope.scaling.type={scaling!r} is not supported")
         eos = [metadata[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in metadata]
+        moe = moe_from_gguf(arch, metadata, get("block_count"))
         return ModelConfig(
-            architecture="gemma3_text" if arch == "gemma3" else arch,
+            architecture="gemma3_text"
+            if arch == "gemma3"
+            else _GGUF_MOE_ARCHITECTURES.get(arch, arch)
+            if moe
+            else arch,
             hidden_size=hidden,
-            intermediate_size=get("feed_forward_length"),
+            intermediate_size=get("feed_forward_length", 0 if moe else None),
             num_layers=get("block_count"),
             num_heads=heads,
             num_kv_heads=get("attention.head_count_kv", heads),
@@ -211,10 +230,11 @@ class ModelConfig:
             max_position_embeddings=get("context_length"),
             tie_word_embeddings=not has_output_weight,
             attention_bias=arch == "qwen2",
-            qk_norm=arch in ("qwen3", "gemma3"),
+            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),
             rope_freq_factors=rope_freq_factors,
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=tuple(dict.fromkeys(eos)),
+            moe=moe,
             **gemma,
         )
 
@@ -248,7 +268,11 @@ def _sliding_window(arch: str, config: dict[str, Any]) -> int | None:
     """The window of the layers that have one (None: full attention everywhere); Qwen's only with
     use_sliding_window."""
     window = config.get("sliding_window")
-    if arch == "llama" or (arch in ("qwen2", "qwen3") and not config.get("use_sliding_window")):
+    if arch == "qwen3_moe" and config.get("use_sliding_window") and window is not None:
+        raise UnsupportedModelError(
+            f"sliding_window={window} with use_sliding_window is not supported for Qwen3-MoE (not tested there)"
+        )
+    if arch in ("llama", "qwen3_moe") or (arch in ("qwen2", "qwen3") and not config.get("use_sliding_window")):
         return None
     if window is None or window >= config.get("max_position_embeddings", 0):
         return None
@@ -260,8 +284,8 @@ def _sliding_window(arch: str, config: dict[str, Any]) -> int | None:
 def _sliding_layers(arch: str, config: dict[str, Any]) -> tuple[bool, ...] | None:
     """Which layers attend within the window: ``layer_types`` where the family reads it, else the family's
     default pattern (Gemma 2: every other layer; Gemma 3: all but every ``sliding_window_pattern``-th; Qwen: the
-    layers from ``max_window_layers`` on); None for Mistral and Phi-3, whose every layer has the window."""
-    if arch in ("mistral", "phi3"):
+    layers from ``max_window_layers`` on); None for Mistral, Phi-3 and Mixtral, whose every layer has the window."""
+    if arch in ("mistral", "phi3", "mixtral"):
         return None
     layers = config["num_hidden_layers"]
     types = config.get("layer_types")
@@ -298,3 +322,93 @@ def _rope_parameters(arch: str, config: dict[str, Any]) -> tuple[dict[str, Any],
             f"rope_parameters.sliding_attention.rope_type={local_type!r} is not supported (only default)"
         )
     return rope, float(local.get("rope_theta", 10000.0))
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """A sparse mixture-of-experts MLP: each token's ``experts_per_token`` highest-scoring experts (softmax over
+    the router's logits) run, and their outputs are summed weighted by those probabilities."""
+
+    num_experts: int
+    experts_per_token: int
+    intermediate_size: int  # each expert's
+    norm_topk_prob: bool  # the chosen experts' probabilities rescaled to sum to 1 (Mixtral always; Qwen3-MoE asks)
+    sparse_layers: frozenset[int]  # the layers whose MLP is the mixture; the others are dense
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise UnsupportedModelError(
+                f"num_experts_per_tok={self.experts_per_token} must be between 1 and the number of experts "
+                f"({self.num_experts})"
+            )
+
+
+# Config fields of mixtures we do not run: experts every token passes through beside the routed ones.
+_SHARED_EXPERT_FIELDS = ("shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts")
+
+
+def moe_from_hf(arch: str, config: dict[str, Any]) -> MoeConfig | None:
+    """The mixture of experts a ``config.json`` describes, with transformers' defaults for absent fields; None
+    for a dense model."""
+    for name in _SHARED_EXPERT_FIELDS:
+        if config.get(name):
+            raise UnsupportedModelError(
+                f"{name}={config[name]!r}: shared experts are not supported (mixtures of routed experts only: "
+                "Mixtral, Qwen3-MoE)"
+            )
+    layers = config["num_hidden_layers"]
+    if arch == "mixtral":
+        return MoeConfig(
+            num_experts=config.get("num_local_experts", 8),
+            experts_per_token=config.get("num_experts_per_tok", 2),
+            intermediate_size=config["intermediate_size"],
+            norm_topk_prob=True,
+            sparse_layers=frozenset(range(layers)),
+        )
+    if arch != "qwen3_moe":
+        return None
+    experts = config["num_experts"] if "num_experts" in config else config.get("num_local_experts", 128)
+    step = config.get("decoder_sparse_step", 1)
+    if not isinstance(step, int) or step < 1:
+        raise UnsupportedModelError(f"decoder_sparse_step={step!r} must be a positive integer")
+    dense = config.get("mlp_only_layers") or []
+    outside = [i for i in dense if not 0 <= i < layers]
+    if outside:
+        raise UnsupportedModelError(f"mlp_only_layers={dense!r} names layers outside 0..{layers - 1}: {outside}")
+    sparse = frozenset(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    if experts <= 0 or not sparse:
+        return None  # transformers builds every layer's MLP dense
+    return MoeConfig(
+        num_experts=experts,
+        experts_per_token=config.get("num_experts_per_tok", 8),
+        intermediate_size=config.get("moe_intermediate_size", 768),
+        norm_topk_prob=bool(config.get("norm_topk_prob", False)),
+        sparse_layers=sparse,
+    )
+
+
+def moe_from_gguf(arch: str, metadata: dict[str, Any], num_layers: int) -> MoeConfig | None:
+    """A GGUF's mixture of experts (``{arch}.expert_count``), every layer sparse and the chosen experts'
+    probabilities renormalised, as llama.cpp runs Mixtral (``llama``) and ``qwen3moe``; None for a dense model."""
+    experts = metadata.get(f"{arch}.expert_count", 0)
+    if not experts:
+        if arch == "qwen3moe":
+            raise UnsupportedModelError("GGUF metadata lacks qwen3moe.expert_count")
+        return None
+    used = metadata.get(f"{arch}.expert_used_count")
+    if used is None:
+        raise UnsupportedModelError(f"GGUF metadata lacks {arch}.expert_used_count")
+    size_key = f"{arch}.expert_feed_forward_length" if arch == "qwen3moe" else f"{arch}.feed_forward_length"
+    if size_key not in metadata:
+        raise UnsupportedModelError(f"GGUF metadata lacks {size_key}")
+    if metadata.get(f"{arch}.expert_shared_count"):
+        raise UnsupportedModelError(
+            f"{arch}.expert_shared_count={metadata[f'{arch}.expert_shared_count']}: shared experts are not supported"
+        )
+    return MoeConfig(
+        num_experts=int(experts),
+        experts_per_token=int(used),
+        intermediate_size=int(metadata[size_key]),
+        norm_topk_prob=True,
+        sparse_layers=frozenset(range(num_layers)),
+    )

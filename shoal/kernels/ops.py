@@ -66,3 +66,8 @@ class KernelOps(Protocol):
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         """``silu(x[..., :d]) * x[..., d:]`` for the SwiGLU MLP."""
+
+    def grouped_matmul(self, rows: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """A mixture of experts' projections: ``rows`` ``[R, K]`` sorted by expert, the first ``counts[0]`` expert
+        0's, the next ``counts[1]`` expert 1's..., each run times its expert's ``weight[e]`` (``[E, N, K]``)
+        transposed; returns ``[R, N]``."""

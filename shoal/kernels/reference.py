@@ -154,6 +154,15 @@ class TorchOps:
         gate, up = x.chunk(2, dim=-1)
         return torch.nn.functional.silu(gate) * up
 
+    def grouped_matmul(self, rows: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        out = rows.new_empty((rows.shape[0], weight.shape[1]))
+        start = 0
+        for expert, count in enumerate(counts):
+            if count:  # one matmul per chosen expert; none for an expert nobody chose
+                out[start : start + count] = torch.nn.functional.linear(rows[start : start + count], weight[expert])
+                start += count
+        return out
+
 
 def _padded_attention(
     query: torch.Tensor,

@@ -15,6 +15,7 @@ from shoal.kernels.metadata import AttentionMetadata
 from shoal.kernels.triton import (
     add_rms_norm,
     choose_num_splits,
+    grouped_matmul,
     paged_decode_attention,
     paged_prefill_attention,
     rms_norm,
@@ -102,3 +103,8 @@ class TritonOps:
         validation.check_silu_and_mul(x)
         check_device(x)
         return silu_and_mul(x)
+
+    def grouped_matmul(self, rows: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        validation.check_grouped_matmul(rows, weight, counts)
+        check_device(rows)
+        return grouped_matmul(rows, weight, counts)

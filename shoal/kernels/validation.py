@@ -171,6 +171,24 @@ def check_rotary(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     _same_device(query, positions=positions, key=key, cos_sin_cache=cos_sin_cache)
 
 
+def check_grouped_matmul(rows: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> None:
+    _float("rows", rows)
+    _dims("rows", rows, 2, "[rows, in]")
+    _dims("weight", weight, 3, "[experts, out, in]")
+    if weight.dtype != rows.dtype:
+        raise ValueError(f"weight dtype {weight.dtype} must be rows' ({rows.dtype})")
+    if weight.shape[2] != rows.shape[1]:
+        raise ValueError(f"weight takes {weight.shape[2]} inputs per row, rows have {rows.shape[1]}")
+    if len(counts) != weight.shape[0] or min(counts, default=0) < 0 or sum(counts) != rows.shape[0]:
+        raise ValueError(
+            f"counts must give each of the {weight.shape[0]} experts its number of rows, summing to "
+            f"{rows.shape[0]}; got {len(counts)} counts summing to {sum(counts)}"
+        )
+    _unit_last_stride("rows", rows)
+    _unit_last_stride("weight", weight)
+    _same_device(rows, weight=weight)
+
+
 def check_silu_and_mul(x: torch.Tensor) -> None:
     _float("x", x)
     if x.dim() < 1 or x.shape[-1] % 2:

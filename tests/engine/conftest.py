@@ -153,6 +153,35 @@ def tiny_mistral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Mixtral: every layer's MLP a mixture of 4 experts, 2 per token (renormalised), GQA."""
+    return build_checkpoint(tmp_path_factory.mktemp("tiny-mixtral"), "mixtral", seed=9, num_key_value_heads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_mixtral_window_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Mixtral with a sliding window of 6 positions (Mixtral's config allows one, as Mistral v0.1's)."""
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-mixtral-window"), "mixtral", seed=12, num_key_value_heads=2, sliding_window=6
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3-MoE: 6 experts, 2 per token, their probabilities not renormalised (norm_topk_prob false); layer 1 of
+    3 a dense MLP (mlp_only_layers) of another size than the experts'; q/k norms, head_dim 32, GQA."""
+    return build_checkpoint(
+        tmp_path_factory.mktemp("tiny-qwen3-moe"),
+        "qwen3_moe",
+        seed=10,
+        num_hidden_layers=3,
+        mlp_only_layers=[1],
+        num_key_value_heads=2,
+        head_dim=32,
+    )
+
+
+@pytest.fixture(scope="session")
 def smollm2_source() -> ModelSource:
     """The bundled SmolLM2-135M-Instruct GGUF."""
     return resolve_model(SMOLLM2)

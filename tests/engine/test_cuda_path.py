@@ -42,3 +42,15 @@ def test_cuda_auto_dtype_is_half_precision_and_seeded_sampling_is_reproducible(t
     params = SamplingParams(max_tokens=8, temperature=1.0, top_p=0.9, seed=7)
     first = llm.generate(PROMPTS[:1], params)[0].token_ids
     assert llm.generate(PROMPTS[:1], params)[0].token_ids == first
+
+
+@pytest.mark.parametrize("checkpoint", ["tiny_mixtral_dir", "tiny_qwen3_moe_dir"])
+def test_cuda_mixture_of_experts_greedy_tokens_equal_the_cpus(checkpoint: str, request: pytest.FixtureRequest) -> None:
+    """The experts run on the Triton grouped matmul (one launch per projection for every chosen expert)."""
+    model_dir: Path = request.getfixturevalue(checkpoint)
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    gpu = LLM(str(model_dir), device="cuda", dtype="float32", num_kv_blocks=64)
+    assert all(p.device.type == "cuda" for p in gpu.engine.runner.model.parameters())
+    on_gpu = [o.token_ids for o in gpu.generate(PROMPTS, params)]
+    cpu = LLM(str(model_dir), device="cpu", dtype="float32", num_kv_blocks=64)
+    assert on_gpu == [o.token_ids for o in cpu.generate(PROMPTS, params)]

@@ -74,6 +74,8 @@ def run_staggered(
         "tiny_mistral_window_dir",
         "tiny_gemma2_dir",
         "tiny_gemma3_dir",
+        "tiny_mixtral_dir",
+        "tiny_qwen3_moe_dir",
     ],
 )
 def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemption(

@@ -93,6 +93,9 @@ def assert_parity(
         "tiny_qwen2_window_dir",
         "tiny_gemma2_dir",
         "tiny_gemma3_dir",
+        "tiny_mixtral_dir",
+        "tiny_mixtral_window_dir",
+        "tiny_qwen3_moe_dir",
     ],
 )
 def test_tiny_checkpoint_logits_match_transformers(checkpoint: str, request: pytest.FixtureRequest) -> None:

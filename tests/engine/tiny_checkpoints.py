@@ -106,8 +106,9 @@ def save_tokenizer(tokenizer: Tokenizer, directory: Path, chat_template: str = C
 
 
 def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_overrides: Any) -> Path:
-    """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "phi3" | "mistral" | "gemma2" | "gemma3")
-    checkpoint with a tokenizer in ``directory``."""
+    """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "phi3" | "mistral" | "gemma2" | "gemma3" |
+    "mixtral" | "qwen3_moe") checkpoint with a tokenizer in ``directory``. The mixtures of experts get 4 experts
+    (Qwen3-MoE: 6), 2 per token, unless overridden."""
     import transformers
 
     tokenizer = train_tokenizer(vocab_size=384)
@@ -120,6 +121,8 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
         "mistral": transformers.MistralConfig,
         "gemma2": transformers.Gemma2Config,
         "gemma3": transformers.Gemma3TextConfig,
+        "mixtral": transformers.MixtralConfig,
+        "qwen3_moe": transformers.Qwen3MoeConfig,
     }[model_type]
     gemma = model_type.startswith("gemma")
     settings: dict[str, Any] = dict(
@@ -134,6 +137,10 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
         bos_token_id=tokenizer.token_to_id(BOS),
         eos_token_id=tokenizer.token_to_id(EOS),
     )
+    if model_type == "mixtral":
+        settings.update(num_local_experts=4, num_experts_per_tok=2)
+    elif model_type == "qwen3_moe":
+        settings.update(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=48)
     settings.update(config_overrides)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config_class(**settings), dtype=torch.float32)
@@ -161,6 +168,18 @@ _GGUF_LAYER_NAMES = {
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",  # Mixtral's router
+    "mlp.gate.weight": "ffn_gate_inp.weight",  # Qwen3-MoE's
+}
+_GGUF_QUANTIZED = tuple(v for k, v in _GGUF_LAYER_NAMES.items() if k.endswith("_proj.weight"))  # ``quantize``'s
+# An expert's projection (Mixtral's name or Qwen3-MoE's) -> the GGUF tensor that stacks it with its peers'.
+_GGUF_EXPERT_STACKS = {
+    "w1": "ffn_gate_exps",
+    "gate_proj": "ffn_gate_exps",
+    "w3": "ffn_up_exps",
+    "up_proj": "ffn_up_exps",
+    "w2": "ffn_down_exps",
+    "down_proj": "ffn_down_exps",
 }
 
 
@@ -271,10 +290,13 @@ def write_llama_gguf(
 ) -> Path:
     """Converts a tiny Llama checkpoint to a GGUF the way llama.cpp's converter lays it out (Llama 3.1 RoPE
     scaling as a ``rope_freqs`` tensor, as it does); ``quantize``
-    ("Q4_0", "Q4_1", ...) stores the layers' projection weights in that type, ``embedding`` ("Q8_0", as
-    SmolLM2's file) the token embedding (the tied LM head), the rest stays float; ``rope_freqs=False`` leaves
-    the scaling out (a wrong file, for tests that must tell the difference)."""
+    ("Q4_0", "Q4_1", ...) stores the layers' projection weights in that type (the experts' stacks too),
+    ``embedding`` ("Q8_0", as SmolLM2's file) the token embedding (the tied LM head), the rest stays float;
+    ``rope_freqs=False`` leaves the scaling out (a wrong file, for tests that must tell the difference). A
+    mixture of experts (Mixtral as ``llama``, Qwen3-MoE as ``qwen3moe``) gets llama.cpp's expert counts and each
+    layer's experts stacked (``blk.N.ffn_gate_exps`` ``[experts, intermediate, hidden]``...)."""
     import gguf
+    import numpy as np
     from gguf.quants import quantize as quantize_blocks
     from safetensors.numpy import load_file
 
@@ -294,14 +316,31 @@ def write_llama_gguf(
     writer.add_rope_freq_base(config["rope_parameters"]["rope_theta"])
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_vocab_size(config["vocab_size"])
+    if config["model_type"] in ("mixtral", "qwen3_moe"):
+        writer.add_expert_count(config["num_local_experts"])
+        writer.add_expert_used_count(config["num_experts_per_tok"])
+        if config["model_type"] == "qwen3_moe":
+            writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
     if rope_freqs and config["rope_parameters"].get("rope_type") == "llama3":
         head_dim = config.get("head_dim") or config["hidden_size"] // heads
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(config["rope_parameters"], head_dim))
 
     add_byte_level_vocab(writer, config, tokenizer, CHAT_TEMPLATE)
 
+    def add_layer_tensor(name: str, array: Any) -> None:
+        if quantize and name.endswith(("_exps.weight", *_GGUF_QUANTIZED)):
+            qtype = gguf.GGMLQuantizationType[quantize]
+            writer.add_tensor(name, quantize_blocks(array.astype("float32"), qtype), raw_dtype=qtype)
+        else:
+            writer.add_tensor(name, array)
+
+    experts: dict[tuple[str, str], dict[int, Any]] = {}
     for name, array in load_file(hf_dir / "model.safetensors").items():
-        if name == "model.embed_tokens.weight" and embedding:
+        parts = name.split(".")
+        if "experts" in parts:  # model.layers.L.{block_sparse_moe,mlp}.experts.E.PROJ.weight
+            layer, expert, proj = parts[2], int(parts[5]), parts[6]
+            experts.setdefault((layer, _GGUF_EXPERT_STACKS[proj]), {})[expert] = array
+        elif name == "model.embed_tokens.weight" and embedding:
             qtype = gguf.GGMLQuantizationType[embedding]
             writer.add_tensor("token_embd.weight", quantize_blocks(array.astype("float32"), qtype), raw_dtype=qtype)
         elif name == "model.embed_tokens.weight":
@@ -316,12 +355,9 @@ def write_llama_gguf(
                 array = llama_cpp_permute(array, heads)
             elif architecture == "llama" and rest == "self_attn.k_proj.weight":
                 array = llama_cpp_permute(array, kv_heads)
-            if quantize and rest.endswith("_proj.weight"):
-                qtype = gguf.GGMLQuantizationType[quantize]
-                blocks = quantize_blocks(array.astype("float32"), qtype)
-                writer.add_tensor(f"blk.{layer}.{_GGUF_LAYER_NAMES[rest]}", blocks, raw_dtype=qtype)
-            else:
-                writer.add_tensor(f"blk.{layer}.{_GGUF_LAYER_NAMES[rest]}", array)
+            add_layer_tensor(f"blk.{layer}.{_GGUF_LAYER_NAMES[rest]}", array)
+    for (layer, stack), by_expert in experts.items():
+        add_layer_tensor(f"blk.{layer}.{stack}.weight", np.stack([by_expert[e] for e in sorted(by_expert)]))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -27,6 +27,10 @@ from shoal.kernels.triton.activation import _silu_and_mul_kernel
 from shoal.kernels.triton.decode_attention import BLOCK_N as DECODE_BLOCK_N
 from shoal.kernels.triton.decode_attention import NUM_WARPS as DECODE_WARPS
 from shoal.kernels.triton.decode_attention import _decode_kernel, _merge_kernel
+from shoal.kernels.triton.grouped_matmul import BLOCK_K as GROUPED_BLOCK_K
+from shoal.kernels.triton.grouped_matmul import BLOCK_M as GROUPED_BLOCK_M
+from shoal.kernels.triton.grouped_matmul import BLOCK_N as GROUPED_BLOCK_N
+from shoal.kernels.triton.grouped_matmul import _grouped_matmul_kernel
 from shoal.kernels.triton.kv_cache import _write_kv_kernel
 from shoal.kernels.triton.prefill_attention import BLOCK_N as PREFILL_BLOCK_N
 from shoal.kernels.triton.prefill_attention import _prefill_kernel, num_warps
@@ -144,6 +148,13 @@ def variants(dtype: str):
         4,
     )
     yield "silu_and_mul", _silu_and_mul_kernel, dict(BLOCK=1024), {}, 4
+    yield (
+        "grouped_matmul (experts)",
+        _grouped_matmul_kernel,
+        dict(BLOCK_M=GROUPED_BLOCK_M, BLOCK_N=GROUPED_BLOCK_N, BLOCK_K=GROUPED_BLOCK_K, UPCAST=False, FP32_DOTS=fp32),
+        {"tile_expert_ptr": "i32", "tile_start_ptr": "i32", "tile_end_ptr": "i32"},
+        4,
+    )
 
 
 def main(argv: list[str]) -> int:

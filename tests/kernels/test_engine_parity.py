@@ -3,7 +3,7 @@
 Prompts of different lengths share the batch, with a block size small enough that sequences span several
 blocks and a token budget small enough to chunk the longest prompt, so prefill, chunked prefill, mixed and
 decode-only steps all go through the Triton kernels; a later prompt sharing the first one's beginning then
-prefills after a prefix-cache hit.
+prefills after a prefix-cache hit. A Mixtral runs its experts through the grouped-matmul kernel too.
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ def tiny_gqa_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+@pytest.fixture(scope="module")
+def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The engine tests' Mixtral: 4 experts, 2 per token, GQA."""
+    return _build_checkpoint()(tmp_path_factory.mktemp("tiny-mixtral"), "mixtral", seed=9, num_key_value_heads=2)
+
+
 def _greedy(model_dir: Path, backend: str) -> tuple[list[list[int]], int]:
     """Greedy tokens of every prompt, and how many prompt tokens the last one found in the prefix cache."""
     from shoal.engine import LLM, SamplingParams
@@ -60,9 +66,13 @@ def _greedy(model_dir: Path, backend: str) -> tuple[list[list[int]], int]:
     return [out.token_ids for out in outputs], outputs[-1].num_cached_tokens
 
 
-def test_engine_greedy_tokens_match_between_triton_and_torch_backends(tiny_gqa_llama_dir: Path) -> None:
-    torch_tokens, torch_cached = _greedy(tiny_gqa_llama_dir, "torch")
-    triton_tokens, triton_cached = _greedy(tiny_gqa_llama_dir, "triton")
+@pytest.mark.parametrize("checkpoint", ["tiny_gqa_llama_dir", "tiny_mixtral_dir"])
+def test_engine_greedy_tokens_match_between_triton_and_torch_backends(
+    checkpoint: str, request: pytest.FixtureRequest
+) -> None:
+    model_dir: Path = request.getfixturevalue(checkpoint)
+    torch_tokens, torch_cached = _greedy(model_dir, "torch")
+    triton_tokens, triton_cached = _greedy(model_dir, "triton")
 
     assert all(len(tokens) == 6 for tokens in torch_tokens)
     assert triton_tokens == torch_tokens

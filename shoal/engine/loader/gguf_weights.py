@@ -5,7 +5,9 @@ of each head for its own RoPE kernel); we undo that so the weights fit Hugging F
 the layout the kernels use. Qwen2, Qwen3 and Gemma files are written unpermuted. Gemma's norms are named after
 their place around the sublayers, and llama.cpp's converter stores their weights with Gemma's 1 added
 (``Gemma2Model.modify_tensors``); we take the 1 off again, since the model adds it (exactly, for every stored
-multiplier from 0.5 up: ``x - 1`` is then exact in fp32, and so is ``1 + (x - 1)``).
+multiplier from 0.5 up: ``x - 1`` is then exact in fp32, and so is ``1 + (x - 1)``). A mixture of experts'
+stacked tensors (``ffn_gate_exps`` ``[experts, intermediate, hidden]``...) are streamed one expert at a time
+under the Hugging Face checkpoint's per-expert names, which the state dict stacks again in its own layout.
 
 The quantized codes are read here too (``gguf_int4_codes``, ``gguf_head_codes``), so the engine's quantized
 layers compute with the file's own weights instead of requantizing the dequantized ones.
@@ -44,6 +46,7 @@ _LAYER_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "ffn_gate_inp": "mlp.gate",  # a mixture of experts' router
 }
 # Gemma's norms around attention and the MLP (llama.cpp's ``ffn_norm`` is Llama's post-attention norm)
 _GEMMA_LAYER_NAMES = _LAYER_NAMES | {
@@ -51,6 +54,8 @@ _GEMMA_LAYER_NAMES = _LAYER_NAMES | {
     "ffn_norm": "pre_feedforward_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
 }
+# A stacked expert tensor -> each expert's projection, as Hugging Face names it.
+_EXPERT_STACKS = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
 ROPE_FREQS = "rope_freqs.weight"
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 _PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -91,7 +96,7 @@ def _unpermuted(name: str, config: ModelConfig, rows: torch.Tensor) -> torch.Ten
 
 def _unpermute(name: str, rows: Any, config: ModelConfig) -> Any:
     """Q/K projection rows (numpy or torch) back in Hugging Face's order."""
-    if config.architecture == "llama":
+    if config.architecture in ("llama", "mixtral"):  # Mixtral is written as a llama file with experts
         if name.endswith("q_proj.weight"):
             return unpermute_rows(rows, config.num_heads)
         if name.endswith("k_proj.weight"):
@@ -140,11 +145,22 @@ def iter_gguf(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tuple[st
     for tensor in reader.tensors:
         if tensor.name == ROPE_FREQS:
             continue
-        name = hf_name(tensor.name, config.architecture)
         array = dequantize(tensor.data, tensor.tensor_type).reshape([int(d) for d in reversed(tensor.shape)])
+        stack = _LAYER_TENSOR.fullmatch(tensor.name)
+        if stack and stack[2] in _EXPERT_STACKS and stack[3] == "weight":
+            for expert, rows in enumerate(array):
+                name = f"model.layers.{stack[1]}.mlp.experts.{expert}.{_EXPERT_STACKS[stack[2]]}.weight"
+                yield name, _float_tensor(rows)
+            continue
+        name = hf_name(tensor.name, config.architecture)
         array = _unpermute(name, array, config)
         if gemma and name.endswith("norm.weight"):
             array = array - np.float32(1.0)
-        if not array.flags.writeable:  # unquantized tensors are views of the read-only memory map
-            array = array.copy()
-        yield name, torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+        yield name, _float_tensor(array)
+
+
+def _float_tensor(array: np.ndarray) -> torch.Tensor:
+    """A contiguous float32 tensor of its own (unquantized arrays are views of the read-only memory map)."""
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import gguf
 import torch
@@ -22,6 +23,8 @@ from shoal.engine.model_config import ModelConfig
 from shoal.gguf_metadata import open_gguf, read_gguf_metadata
 from shoal.kernels import KernelOps
 from shoal.model_registry import ModelSource
+
+log = logging.getLogger(__name__)
 
 
 def load_config(source: ModelSource) -> ModelConfig:
@@ -46,7 +49,8 @@ def load_model(
 
     ``quantization`` ``int4`` / ``int8`` adds a quantized copy of the projections (``quantize_projections``);
     for int4 a GGUF file's own Q4_0/Q4_1 codes are used, and its Q8_0 LM head's where shoal's C kernel serves
-    (``small_batch_kernel``); other projections stored above 4 bits stay dense. In bf16 on a CPU the dense
+    (``small_batch_kernel``); other projections stored above 4 bits stay dense, and so do a mixture of experts'
+    expert weights (a GGUF's dequantized), with a warning saying so. In bf16 on a CPU the dense
     projections multiply oneDNN-packed weights (``pack_dense_projections``). On the CPU the other weights end in
     transparent huge pages (``move_to_huge_pages``).
     """
@@ -74,6 +78,15 @@ def load_model(
     if quantization != "none":
         kernel = small_batch_kernel() if quantization == "int4" else None
         quantize_projections(model, quantization, gguf_codes, kernel=kernel)
+        if config.moe is not None:
+            log.warning(
+                "quantization=%s (--quantization) covers the attention, dense MLP and LM head projections only: "
+                "the %d experts of each sparse layer stay %s (%s)",
+                quantization,
+                config.moe.num_experts,
+                str(dtype).removeprefix("torch."),
+                "dequantized from the file" if source.format == "gguf" else "as loaded",
+            )
     if onednn_packs(dtype, device):
         pack_dense_projections(model)
     move_to_huge_pages(model)

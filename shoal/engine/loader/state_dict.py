@@ -13,6 +13,7 @@ from typing import TypeVar
 import torch
 
 from shoal.engine.loader.errors import WeightsError
+from shoal.engine.loader.expert_weights import SPARSE_MLP_PARAMETERS, ExpertStacker, router_name
 from shoal.engine.model_config import GEMMA_ARCHITECTURES, ModelConfig
 
 # Fused parameter -> the Hugging Face parts concatenated (in this order) along the output dimension.
@@ -32,6 +33,7 @@ def expected_parameters(config: ModelConfig) -> set[str]:
     names = {"embed_tokens.weight", "norm.weight", "lm_head.weight"}
     for i in range(config.num_layers):
         prefix = f"layers.{i}."
+        mlp = SPARSE_MLP_PARAMETERS if config.is_sparse(i) else ("mlp.gate_up_proj.weight", "mlp.down_proj.weight")
         names |= {
             prefix + n
             for n in (
@@ -39,8 +41,7 @@ def expected_parameters(config: ModelConfig) -> set[str]:
                 "post_attention_layernorm.weight",
                 "self_attn.qkv_proj.weight",
                 "self_attn.o_proj.weight",
-                "mlp.gate_up_proj.weight",
-                "mlp.down_proj.weight",
+                *mlp,
             )
         }
         if config.attention_bias:
@@ -59,12 +60,15 @@ def build_state_dict(
     expected = expected_parameters(config)
     state: dict[str, torch.Tensor] = {}
     parts: dict[str, list[torch.Tensor | None]] = {}
+    experts = ExpertStacker(config)
     for hf_name, tensor in weights:
         if _IGNORED.fullmatch(hf_name):
             continue
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
             continue
         tensor = tensor.to(dtype)
+        if experts.take(hf_name, tensor):
+            continue
         layer = _LAYER.fullmatch(hf_name)
         if layer and layer[2] in _PART_OF:
             fused, index = _PART_OF[layer[2]]
@@ -75,7 +79,7 @@ def build_state_dict(
                 state[name] = torch.cat(slots, dim=0)  # type: ignore[arg-type]
                 del parts[name]
             continue
-        name = hf_name.removeprefix("model.")
+        name = router_name(hf_name) or hf_name.removeprefix("model.")
         if name not in expected:
             raise WeightsError(f"checkpoint tensor {hf_name!r} has no place in a {config.architecture} model")
         state[name] = tensor
@@ -83,6 +87,7 @@ def build_state_dict(
         state["lm_head.weight"] = state["embed_tokens.weight"]
     for name in parts:
         raise WeightsError(f"checkpoint lacks part of {name!r} (fused from separate projections)")
+    state |= experts.finish()
     unknown = sorted(set(state) - expected)
     if unknown:
         raise WeightsError(f"checkpoint tensor(s) {', '.join(unknown)} have no place in a {config.architecture} model")

@@ -1,4 +1,5 @@
-"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3; sliding windows, per layer too) over a paged KV cache.
+"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3, Mixtral and Qwen3-MoE; sliding windows, per layer
+too) over a paged KV cache.
 
 A batch is flat: the new tokens of every sequence are packed into one ``[num_tokens]`` dimension and
 ``AttentionMetadata`` says which rows belong to which sequence and where their keys live in the cache, so
@@ -8,6 +9,7 @@ Inside the model, submodules are run through ``.forward`` rather than ``__call__
 module calls, and ``nn.Module.__call__``'s hook checks were ~3% of its CPU time (nothing here uses hooks).
 Q/K/V and gate/up projections are fused into one matmul each (the loader concatenates the weights); the residual
 add is fused into the following RMSNorm as in vLLM. Only the rows in ``logits_indices`` reach the LM head.
+A layer's MLP is dense or, in a mixture-of-experts model, ``SparseMoE`` (``moe.py``), as the config says per layer.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from shoal.engine.model.moe import SparseMoE
 from shoal.engine.model.rotary import cos_sin_cache
 from shoal.engine.model_config import ModelConfig, UnsupportedModelError
 from shoal.kernels import AttentionMetadata, KernelOps
@@ -91,12 +94,12 @@ class RMSNorm(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps, layer: int = 0) -> None:
+    def __init__(self, config: ModelConfig, ops: KernelOps, layer: int) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.self_attn = Attention(config, ops, layer)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.mlp = MLP(config, ops)
+        self.mlp: MLP | SparseMoE = SparseMoE(config, ops) if config.is_sparse(layer) else MLP(config, ops)
 
     def forward(
         self,

@@ -2,6 +2,7 @@
 
 from shoal.kernels.triton.activation import silu_and_mul
 from shoal.kernels.triton.decode_attention import choose_num_splits, paged_decode_attention
+from shoal.kernels.triton.grouped_matmul import grouped_matmul
 from shoal.kernels.triton.kv_cache import write_kv_cache
 from shoal.kernels.triton.prefill_attention import paged_prefill_attention
 from shoal.kernels.triton.rms_norm import add_rms_norm, rms_norm
@@ -10,6 +11,7 @@ from shoal.kernels.triton.rotary import rotary_embedding_
 __all__ = [
     "add_rms_norm",
     "choose_num_splits",
+    "grouped_matmul",
     "paged_decode_attention",
     "paged_prefill_attention",
     "rms_norm",
