@@ -80,8 +80,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--ignore-unknown-fields",
         action="store_true",
-        help="accept (and log) request fields OpenAI's API does not define, as vLLM does (run the engines with "
-        "the same flag: the body is forwarded as sent); default: a 400 naming them",
+        help="accept (and log) request fields OpenAI's API does not define, as vLLM does; they are dropped from "
+        "the body forwarded to the engines; default: a 400 naming them",
     )
     p.add_argument("--max-attempts", type=int, default=3, help="replicas tried per request before the first byte")
     p.add_argument(

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from shoal.gateway.auth import Tenant
@@ -57,7 +58,13 @@ from shoal.protocol.errors import (
     model_not_found,
     service_unavailable,
 )
-from shoal.protocol.json_body import ClientDisconnected, parse_json_object, read_body, validated
+from shoal.protocol.json_body import (
+    ClientDisconnected,
+    parse_json_object,
+    read_body,
+    validated,
+    without_unknown_fields,
+)
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
 from shoal.protocol.sse import sse_event
 from shoal.protocol.tokenize_api import DetokenizeRequest, TokenizeRequest, tokenize_request_model
@@ -182,7 +189,7 @@ async def _handle(
     tenant = _authenticate(gateway, headers, state)
     raw = await read_body(receive, headers.get(b"content-length"), gateway.config.max_body_bytes)
     watch()
-    data, body = _validate(gateway, raw, chat, state)
+    raw, data, body = _validate(gateway, raw, chat, state)
     prompt, route = _tokenize(gateway, body, state)
     await _admit(gateway, tenant, body, prompt, state)
     raw = _with_usage(raw, data, state)
@@ -217,19 +224,26 @@ def _authenticate(gateway: Gateway, headers: dict[bytes, bytes], state: RequestS
 
 def _validate(
     gateway: Gateway, raw: bytes, chat: bool, state: RequestState
-) -> tuple[dict[str, Any], CompletionRequest | ChatCompletionRequest]:
-    """The body as JSON and as the shared request model, for a model some replica may serve (404 if none can)."""
-    data = parse_json_object(raw)
-    ignore_unknown = gateway.config.ignore_unknown_fields
-    body: CompletionRequest | ChatCompletionRequest = (
-        validated(ChatCompletionRequest, data, ignore_unknown)
-        if chat
-        else validated(CompletionRequest, data, ignore_unknown)
-    )
+) -> tuple[bytes, dict[str, Any], CompletionRequest | ChatCompletionRequest]:
+    """The body to forward, as JSON and as the shared request model, for a model some replica may serve (404 if
+    none can)."""
+    model: type[CompletionRequest | ChatCompletionRequest] = ChatCompletionRequest if chat else CompletionRequest
+    raw, data = _known_fields(gateway, raw, model)
+    body = validated(model, data)
     state.model, state.user = body.model, body.user
     _check_model(gateway, state)
     state.timer.mark("validate")
-    return data, body
+    return raw, data, body
+
+
+def _known_fields(gateway: Gateway, raw: bytes, model: type[BaseModel] | None = None) -> tuple[bytes, dict[str, Any]]:
+    """The body as JSON; with ``--ignore-unknown-fields``, less the fields ``model`` does not define (``None``: the
+    ``/tokenize`` form the body takes), re-encoded so that the engine behind need not ignore them too."""
+    data = parse_json_object(raw)
+    if not gateway.config.ignore_unknown_fields:
+        return raw, data
+    known = without_unknown_fields(model or tokenize_request_model(data), data)
+    return (raw, data) if known is data else (json.dumps(known).encode(), known)
 
 
 def _check_model(gateway: Gateway, state: RequestState) -> None:
@@ -257,11 +271,11 @@ async def _handle_tokenization(
     _authenticate(gateway, headers, state)
     raw = await read_body(receive, headers.get(b"content-length"), gateway.config.max_body_bytes)
     watch()
-    data = parse_json_object(raw)
+    raw, data = _known_fields(gateway, raw, DetokenizeRequest if state.endpoint == "/detokenize" else None)
     model: type[TokenizeRequest | DetokenizeRequest] = (
         tokenize_request_model(data) if state.endpoint == "/tokenize" else DetokenizeRequest
     )
-    body = validated(model, data, gateway.config.ignore_unknown_fields)
+    body = validated(model, data)
     state.model = body.model or _only_model(gateway)
     _check_model(gateway, state)
     state.timer.mark("validate")

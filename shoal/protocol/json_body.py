@@ -105,15 +105,16 @@ def validated(model: type[M], data: dict[str, Any], ignore_unknown_fields: bool 
     """``data`` as one of the shared request models, or a 400 naming the first field that is wrong; with
     ``ignore_unknown_fields``, a top-level field the model does not define is dropped (and logged) instead."""
     if ignore_unknown_fields:
-        data = _without_unknown_fields(model, data)
+        data = without_unknown_fields(model, data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise from_validation_errors(exc.errors()) from None
 
 
-def _without_unknown_fields(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` less the fields ``model`` does not know; those it refuses by name (``refused_fields``) stay."""
+def without_unknown_fields(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` less the fields ``model`` does not know (``data`` itself if none); those it refuses by name
+    (``refused_fields``) stay."""
     known = set(model.model_fields) | set(getattr(model, "refused_fields", {}))
     unknown = sorted(key for key in data if key not in known)
     if not unknown:

@@ -77,3 +77,18 @@ def test_new_fields_leave_the_prompt_tokens_alone(tiny_model_dir) -> None:
     chat = ChatCompletionRequest(model="tiny", messages=CHAT, max_tokens=4)  # type: ignore[arg-type]
     renamed = ChatCompletionRequest(model="tiny", messages=CHAT, max_completion_tokens=4, store=True)  # type: ignore[arg-type]
     assert reader.read(renamed) == reader.read(chat)
+
+
+def test_a_lenient_gateway_drops_unknown_fields_for_a_strict_engine(engines, tiny_model_dir, gateways) -> None:
+    """``--ignore-unknown-fields`` on the gateway alone: the engine behind it (strict) gets the body without them."""
+    handle = gateways(
+        [engines[0].url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)}, ignore_unknown_fields=True
+    )
+    handle.wait_healthy(1)
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 1, "frobnicate": 1}
+    assert httpx.post(f"{handle.url}/v1/completions", json=body, timeout=30).status_code == 200
+    assert httpx.post(f"{engines[0].url}/v1/completions", json=body, timeout=30).status_code == 400
+    tokenized = httpx.post(f"{handle.url}/tokenize", json={"model": "tiny", "prompt": "x", "extra": 2}, timeout=30)
+    assert tokenized.status_code == 200 and tokenized.json()["count"] >= 1
+    chat = {"model": "tiny", "messages": CHAT, "echo": True}
+    assert httpx.post(f"{handle.url}/v1/chat/completions", json=chat, timeout=30).json()["error"]["param"] == "echo"
