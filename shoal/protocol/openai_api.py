@@ -3,8 +3,8 @@
 Requests accept every field of OpenAI's current chat and completions schemas (honoured, or accepted and ignored
 for the reason ``docs/api.md`` gives, or refused with a 400 where ignoring would promise what is not done) and
 forbid the rest, so a typo (``max_token``) is a 400 naming it rather than a silently ignored option (unless the
-server runs with ``--ignore-unknown-fields``: ``shoal.protocol.json_body``). A ``null`` stands for the field's
-default, as OpenAI reads it. Besides OpenAI's own parameters they accept vLLM's sampling extras (``top_k``,
+server runs with ``--ignore-unknown-fields``: ``shoal.protocol.json_body``). A ``null`` for a field that has no
+``null`` of its own stands for the field's default, as OpenAI reads it. Besides OpenAI's own parameters they accept vLLM's sampling extras (``top_k``,
 ``min_p``, ``repetition_penalty``, ``ignore_eos``, ``min_tokens``, ``stop_token_ids``, ``skip_special_tokens``)
 that the official SDK sends through ``extra_body``. Bounds that only depend on the request live here; bounds
 that depend on the model (context length) are checked by the engine. Responses and streaming chunks follow
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -32,14 +32,18 @@ class _Request(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _null_means_default(cls, data: Any) -> Any:
-        """OpenAI's optional fields may be sent as ``null`` (some SDKs and frameworks do): the default then."""
-        if not isinstance(data, dict):
+        """OpenAI's optional fields may be sent as ``null`` (some SDKs and frameworks do): a field that has no
+        ``null`` of its own (``n``, ``stream``, ``echo``) then takes its default."""
+        if not isinstance(data, dict) or None not in data.values():
             return data
         fields = cls.model_fields
         return {
             k: v
             for k, v in data.items()
-            if v is not None or k not in fields or fields[k].is_required() or fields[k].default is None
+            if v is not None
+            or k not in fields
+            or fields[k].is_required()
+            or type(None) in get_args(fields[k].annotation)
         }
 
 
