@@ -4,11 +4,12 @@ Requests accept every field of OpenAI's current chat and completions schemas (ho
 for the reason ``docs/api.md`` gives, or refused with a 400 where ignoring would promise what is not done) and
 forbid the rest, so a typo (``max_token``) is a 400 naming it rather than a silently ignored option (unless the
 server runs with ``--ignore-unknown-fields``: ``shoal.protocol.json_body``). A ``null`` for a field that has no
-``null`` of its own stands for the field's default, as OpenAI reads it. Besides OpenAI's own parameters they accept vLLM's sampling extras (``top_k``,
-``min_p``, ``repetition_penalty``, ``ignore_eos``, ``min_tokens``, ``stop_token_ids``, ``skip_special_tokens``)
-that the official SDK sends through ``extra_body``. Bounds that only depend on the request live here; bounds
-that depend on the model (context length) are checked by the engine. Responses and streaming chunks follow
-the shapes the official SDKs parse. Nothing here imports torch: the gateway parses the same models.
+``null`` of its own stands for the field's default, as OpenAI reads it. Besides OpenAI's own parameters they
+accept vLLM's sampling extras (``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``, ``min_tokens``,
+``stop_token_ids``, ``skip_special_tokens``) that the official SDK sends through ``extra_body``. Bounds that
+only depend on the request live here; bounds that depend on the model (context length, the vocabulary) are
+checked by the engine. Responses and streaming chunks follow the shapes the official SDKs parse. Nothing here
+imports torch: the gateway parses the same models.
 """
 
 from __future__ import annotations

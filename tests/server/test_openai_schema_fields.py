@@ -81,7 +81,9 @@ IGNORED_CHAT: dict[str, Any] = {
     "web_search_options": {},
     "prompt_cache_key": "k-1",
     "prompt_cache_retention": "24h",
+    "prompt_cache_options": {"mode": "implicit"},
     "safety_identifier": "hash-of-user",
+    "moderation": {"model": "omni-moderation-latest"},
     "user": "user-42",
     "n": None,
     "stop": None,
@@ -92,6 +94,10 @@ def test_ignored_fields_are_accepted_and_change_nothing(client: openai.OpenAI) -
     base = client.chat.completions.create(model=M, messages=CHAT, max_tokens=6, **GREEDY)  # type: ignore[call-overload]
     out = client.chat.completions.create(model=M, messages=CHAT, max_tokens=6, **GREEDY, **IGNORED_CHAT)  # type: ignore[call-overload]
     assert out.choices[0].message.content == base.choices[0].message.content
+    stream = client.chat.completions.create(
+        model=M, messages=CHAT, max_tokens=6, stream=True, stream_options={"include_obfuscation": True}, **GREEDY
+    )  # type: ignore[call-overload]
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == base.choices[0].message.content
     text = client.completions.create(model=M, prompt="x", max_tokens=2, best_of=1, suffix=None, user="u")
     assert text.usage.completion_tokens <= 2
 
