@@ -1,8 +1,10 @@
-"""The gateway's HTTP surface on uvicorn: the OpenAI endpoints, health, readiness and metrics.
+"""The gateway's HTTP surface on uvicorn: the OpenAI endpoints, vLLM's tokenizer routes, health, readiness and
+metrics.
 
 The two generation endpoints are the hot path: ``POST`` to them goes straight to ``proxy.serve``, past
-Starlette's middleware and router; every other request (including a wrong method on those paths, answered 405)
-goes through Starlette.
+Starlette's middleware and router (``/tokenize`` and ``/detokenize`` likewise, to ``proxy.serve_tokenization``);
+every other request (including a wrong method on those paths, answered 405) goes through Starlette.
+``/version`` is the gateway's own: it is the same package as the engines it fronts.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from shoal import __version__
 from shoal.gateway import proxy
 from shoal.gateway.dashboard import dashboard_routes
 from shoal.gateway.gateway import Gateway
 from shoal.protocol.errors import from_http_status, invalid_api_key
 from shoal.protocol.openai_api import ModelCard, ModelList
 from shoal.protocol.openapi import openapi_document
+from shoal.protocol.tokenize_api import VersionResponse
 
 
 class _Generation:
@@ -38,11 +42,24 @@ class _Generation:
         await proxy.serve(self.gateway, scope, receive, send, self.chat)
 
 
+class _Tokenization:
+    """``/tokenize`` or ``/detokenize`` as an ASGI endpoint."""
+
+    def __init__(self, gateway: Gateway, path: str) -> None:
+        self.gateway = gateway
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await proxy.serve_tokenization(self.gateway, scope, receive, send, self.path)
+
+
 def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
     """``dashboard_data``: the fleet figures file ``/dashboard`` charts (``shoal up`` writes it); no page without."""
-    generation = {
+    generation: dict[str, ASGIApp] = {
         "/v1/completions": _Generation(gateway, chat=False),
         "/v1/chat/completions": _Generation(gateway, chat=True),
+        "/tokenize": _Tokenization(gateway, "/tokenize"),
+        "/detokenize": _Tokenization(gateway, "/detokenize"),
     }
 
     async def models(request: Request) -> Response:
@@ -56,6 +73,9 @@ def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
     async def openapi(_: Request) -> Response:
         """Public, like OpenAI's own spec: it holds no key and nothing of this fleet, and says when a key is needed."""
         return JSONResponse(openapi_document("shoal gateway", bearer_auth=gateway.api_keys.enabled))
+
+    async def version(_: Request) -> Response:
+        return JSONResponse(VersionResponse(version=__version__).model_dump())
 
     async def health(_: Request) -> Response:
         return PlainTextResponse("ok")
@@ -86,6 +106,7 @@ def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in generation.items()),
         Route("/v1/models", models, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/version", version, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

@@ -77,6 +77,12 @@ def register(subparsers: Any) -> None:
         help="while the Redis quota store is unreachable: admit unmetered (open) or answer 503 (closed)",
     )
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    p.add_argument(
+        "--ignore-unknown-fields",
+        action="store_true",
+        help="accept (and log) request fields OpenAI's API does not define, as vLLM does; they are dropped from "
+        "the body forwarded to the engines; default: a 400 naming them",
+    )
     p.add_argument("--max-attempts", type=int, default=3, help="replicas tried per request before the first byte")
     p.add_argument(
         "--hold-queue-size",
@@ -182,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         load_floor_tokens=args.load_floor_tokens,
         tokenizers=_tokenizers(args.tokenizer) | fetched_tokenizers(args.fetch_record),
         max_body_bytes=args.max_body_bytes,
+        ignore_unknown_fields=args.ignore_unknown_fields,
         max_attempts=args.max_attempts,
         health_interval_s=args.health_interval,
         follow_kv_events=not args.no_kv_events,

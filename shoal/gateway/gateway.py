@@ -48,6 +48,7 @@ class GatewayConfig:
     block_size: int = DEFAULT_BLOCK_SIZE
     tokenizers: dict[str, str] = field(default_factory=dict)  # served model name -> tokenizer source
     max_body_bytes: int = 4 * 1024 * 1024
+    ignore_unknown_fields: bool = False  # as the engine's flag: drop (and log) fields OpenAI does not define
     max_attempts: int = 3
     retry_budget_s: float = 10.0
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # the request's time limits: shoal.gateway.timeouts

@@ -14,6 +14,8 @@ one function each: ``_authenticate``, ``read_body`` and ``validated`` (``shoal.p
 reads its bodies), ``_validate``, ``_tokenize``, ``_admit``, ``forward`` (hold, route, attempts under
 ``shoal.protocol.backoff.Retry``, first byte), then ``_relay`` or ``_respond_whole``; and
 ``_finish`` gives back the replica, settles the quota and writes the log line, however the request ended.
+vLLM's ``/tokenize`` and ``/detokenize`` take a shorter path through the same stages (``serve_tokenization``:
+auth, validate, forward, whole response; no prompt hashing and no quota charge: they generate nothing).
 
 This is a bare ASGI handler (no framework objects, one helper task per request) because it is the gateway's hot
 path. Once the body is read, a watcher waits for the client's disconnect and cancels the request's task: wherever
@@ -33,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from shoal.gateway.auth import Tenant
@@ -55,9 +58,16 @@ from shoal.protocol.errors import (
     model_not_found,
     service_unavailable,
 )
-from shoal.protocol.json_body import ClientDisconnected, parse_json_object, read_body, validated
+from shoal.protocol.json_body import (
+    ClientDisconnected,
+    parse_json_object,
+    read_body,
+    validated,
+    without_unknown_fields,
+)
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
 from shoal.protocol.sse import sse_event
+from shoal.protocol.tokenize_api import DetokenizeRequest, TokenizeRequest, tokenize_request_model
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("shoal.gateway.access")
@@ -76,6 +86,7 @@ class RequestState:
     timer: StageTimer = field(default_factory=StageTimer)
     tenant: str = "-"
     model: str = "-"
+    user: str | None = None  # the client's end-user id (OpenAI's ``user``), for the log line
     status: int = 0
     outcome: str = "ok"
     prompt_tokens: int | None = None
@@ -98,14 +109,33 @@ def request_headers(scope: Scope) -> dict[bytes, bytes]:
     return {name: value for name, value in scope["headers"] if name in _WANTED_HEADERS}
 
 
+Handler = Callable[[dict[bytes, bytes], "RequestState", Callable[[], None]], Awaitable[None]]
+
+
 async def serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, chat: bool) -> None:
     """``POST /v1/completions`` and ``POST /v1/chat/completions``, as an ASGI app."""
+
+    def handle(headers: dict[bytes, bytes], state: RequestState, watch: Callable[[], None]) -> Awaitable[None]:
+        return _handle(gateway, headers, receive, send, chat, state, watch)
+
+    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+    await _serve(gateway, scope, receive, send, endpoint, handle)
+
+
+async def serve_tokenization(gateway: Gateway, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    """``POST /tokenize`` and ``POST /detokenize``, passed to a replica serving the model, as an ASGI app."""
+
+    def handle(headers: dict[bytes, bytes], state: RequestState, watch: Callable[[], None]) -> Awaitable[None]:
+        return _handle_tokenization(gateway, headers, receive, send, state, watch)
+
+    await _serve(gateway, scope, receive, send, path, handle)
+
+
+async def _serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, endpoint: str, handle: Handler) -> None:
+    """Runs ``handle`` and answers whatever way it ends: an error, a client gone, a shutdown, a bug."""
     headers = request_headers(scope)
     given_id = headers.get(b"x-request-id")
-    state = RequestState(
-        given_id.decode("latin-1") if given_id else f"{_ID_PREFIX}-{next(_ids)}",
-        "/v1/chat/completions" if chat else "/v1/completions",
-    )
+    state = RequestState(given_id.decode("latin-1") if given_id else f"{_ID_PREFIX}-{next(_ids)}", endpoint)
     task = asyncio.current_task()
     assert task is not None
     watcher: asyncio.Task[None] | None = None
@@ -115,7 +145,7 @@ async def serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, ch
         watcher = asyncio.create_task(_watch_disconnect(receive, state, task))
 
     try:
-        await _handle(gateway, headers, receive, send, chat, state, watch)
+        await handle(headers, state, watch)
     except APIError as error:
         await _finish(gateway, state, error.status_code, "error")
         await _send_error(send, error, state)
@@ -159,7 +189,7 @@ async def _handle(
     tenant = _authenticate(gateway, headers, state)
     raw = await read_body(receive, headers.get(b"content-length"), gateway.config.max_body_bytes)
     watch()
-    data, body = _validate(gateway, raw, chat, state)
+    raw, data, body = _validate(gateway, raw, chat, state)
     prompt, route = _tokenize(gateway, body, state)
     await _admit(gateway, tenant, body, prompt, state)
     raw = _with_usage(raw, data, state)
@@ -194,13 +224,30 @@ def _authenticate(gateway: Gateway, headers: dict[bytes, bytes], state: RequestS
 
 def _validate(
     gateway: Gateway, raw: bytes, chat: bool, state: RequestState
-) -> tuple[dict[str, Any], CompletionRequest | ChatCompletionRequest]:
-    """The body as JSON and as the shared request model, for a model some replica may serve (404 if none can)."""
+) -> tuple[bytes, dict[str, Any], CompletionRequest | ChatCompletionRequest]:
+    """The body to forward, as JSON and as the shared request model, for a model some replica may serve (404 if
+    none can)."""
+    model: type[CompletionRequest | ChatCompletionRequest] = ChatCompletionRequest if chat else CompletionRequest
+    raw, data = _known_fields(gateway, raw, model)
+    body = validated(model, data)
+    state.model, state.user = body.model, body.user
+    _check_model(gateway, state)
+    state.timer.mark("validate")
+    return raw, data, body
+
+
+def _known_fields(gateway: Gateway, raw: bytes, model: type[BaseModel] | None = None) -> tuple[bytes, dict[str, Any]]:
+    """The body as JSON; with ``--ignore-unknown-fields``, less the fields ``model`` does not define (``None``: the
+    ``/tokenize`` form the body takes), re-encoded so that the engine behind need not ignore them too."""
     data = parse_json_object(raw)
-    body: CompletionRequest | ChatCompletionRequest = (
-        validated(ChatCompletionRequest, data) if chat else validated(CompletionRequest, data)
-    )
-    state.model = body.model
+    if not gateway.config.ignore_unknown_fields:
+        return raw, data
+    known = without_unknown_fields(model or tokenize_request_model(data), data)
+    return (raw, data) if known is data else (json.dumps(known).encode(), known)
+
+
+def _check_model(gateway: Gateway, state: RequestState) -> None:
+    """A 404 for a model no replica serves, once every replica has said what it serves."""
     replicas = gateway.fleet.replicas.values()
     every_replica_listed = bool(replicas) and all(r.models for r in replicas)
     if (
@@ -209,8 +256,44 @@ def _validate(
         and state.model not in gateway.config.tokenizers
     ):
         raise model_not_found(state.model)  # else a replica yet unheard of may serve it: 503 until it is
+
+
+async def _handle_tokenization(
+    gateway: Gateway,
+    headers: dict[bytes, bytes],
+    receive: Receive,
+    send: Send,
+    state: RequestState,
+    watch: Callable[[], None],
+) -> None:
+    """Auth, validation (the engine's models), a model (the only one served if the body names none), then the
+    request as it came to any replica serving the model, and its whole answer back."""
+    _authenticate(gateway, headers, state)
+    raw = await read_body(receive, headers.get(b"content-length"), gateway.config.max_body_bytes)
+    watch()
+    raw, data = _known_fields(gateway, raw, DetokenizeRequest if state.endpoint == "/detokenize" else None)
+    model: type[TokenizeRequest | DetokenizeRequest] = (
+        tokenize_request_model(data) if state.endpoint == "/tokenize" else DetokenizeRequest
+    )
+    body = validated(model, data)
+    state.model = body.model or _only_model(gateway)
+    _check_model(gateway, state)
     state.timer.mark("validate")
-    return data, body
+    route = RouteRequest((), 0, gateway.config.block_size)
+    upstream, first = await forward(gateway, state, raw, _upstream_headers(headers, state), route, False)
+    response_headers, _ = _response_headers(state, upstream, False)
+    await _respond_whole(gateway, state, send, response_headers, first)
+
+
+def _only_model(gateway: Gateway) -> str:
+    """The model a request that names none is for: the fleet's only one, else a 400 listing them."""
+    models = sorted(gateway.fleet.models())
+    if len(models) != 1:
+        served = ", ".join(models) or "none yet"
+        raise invalid_request(
+            f"model: required when the gateway does not serve exactly one model (serving: {served})", param="model"
+        )
+    return models[0]
 
 
 def _tokenize(
@@ -523,6 +606,7 @@ async def _finish(gateway: Gateway, state: RequestState, status: int, outcome: s
                 "endpoint": state.endpoint,
                 "tenant": state.tenant,
                 "model": state.model,
+                "user": state.user,
                 "status": status,
                 "outcome": outcome,
                 "backend": state.backend,

@@ -9,12 +9,15 @@ JSON nested deeper than the decoder's recursion limit (Python's ``json`` raises 
 would otherwise surface as a 500), an integer literal longer than Python converts (``ValueError``), a string
 escaping half of a surrogate pair (``"\ud800"``: valid JSON, but no text: a tokenizer fails on it), and a value
 that is not an object. Validation (``validated``) checks it against the shared request models, a 400 naming
-the first bad field.
+the first bad field; a server run with ``--ignore-unknown-fields`` first drops the top-level fields the model does
+not define and logs them (vLLM's behaviour, always on there; here an option, since OpenAI answers such a field
+with a 400).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -24,6 +27,7 @@ from shoal.protocol.errors import from_validation_errors, invalid_request, paylo
 
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]  # ASGI's, without depending on a server package here
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 
 class ClientDisconnected(Exception):
@@ -97,9 +101,23 @@ def _has_lone_surrogate(data: dict[str, Any]) -> bool:
     return False
 
 
-def validated(model: type[M], data: dict[str, Any]) -> M:
-    """``data`` as one of the shared request models, or a 400 naming the first field that is wrong."""
+def validated(model: type[M], data: dict[str, Any], ignore_unknown_fields: bool = False) -> M:
+    """``data`` as one of the shared request models, or a 400 naming the first field that is wrong; with
+    ``ignore_unknown_fields``, a top-level field the model does not define is dropped (and logged) instead."""
+    if ignore_unknown_fields:
+        data = without_unknown_fields(model, data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise from_validation_errors(exc.errors()) from None
+
+
+def without_unknown_fields(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` less the fields ``model`` does not know (``data`` itself if none); those it refuses by name
+    (``refused_fields``) stay."""
+    known = set(model.model_fields) | set(getattr(model, "refused_fields", {}))
+    unknown = sorted(key for key in data if key not in known)
+    if not unknown:
+        return data
+    log.warning("the request's fields %s are not defined by the API; ignored (--ignore-unknown-fields)", unknown)
+    return {key: value for key, value in data.items() if key in known}

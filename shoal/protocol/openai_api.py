@@ -1,18 +1,22 @@
 """The OpenAI wire format for completions, chat completions and models, as pydantic models.
 
-Requests forbid unknown fields, so a typo (``max_token``) is a 400 naming it rather than a silently ignored
-option; besides OpenAI's own parameters they accept vLLM's sampling extras (``top_k``, ``min_p``,
-``repetition_penalty``, ``ignore_eos``, ``min_tokens``, ``stop_token_ids``, ``skip_special_tokens``) that
-the official SDK sends through ``extra_body``. Bounds that only depend on the request live here; bounds
-that depend on the model (context length) are checked by the engine. Responses and streaming chunks follow
-the shapes the official SDKs parse. Nothing here imports torch: the gateway parses the same models.
+Requests accept every field of OpenAI's current chat and completions schemas (honoured, or accepted and ignored
+for the reason ``docs/api.md`` gives, or refused with a 400 where ignoring would promise what is not done) and
+forbid the rest, so a typo (``max_token``) is a 400 naming it rather than a silently ignored option (unless the
+server runs with ``--ignore-unknown-fields``: ``shoal.protocol.json_body``). A ``null`` for a field that has no
+``null`` of its own stands for the field's default, as OpenAI reads it. Besides OpenAI's own parameters they
+accept vLLM's sampling extras (``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``, ``min_tokens``,
+``stop_token_ids``, ``skip_special_tokens``) that the official SDK sends through ``extra_body``. Bounds that
+only depend on the request live here; bounds that depend on the model (context length, the vocabulary) are
+checked by the engine. Responses and streaming chunks follow the shapes the official SDKs parse. Nothing here
+imports torch: the gateway parses the same models.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -20,14 +24,33 @@ MAX_N = 128
 MAX_LOGPROBS = 20
 MAX_STOP_SEQUENCES = 16
 MAX_TOKEN_ID = 2**31 - 1  # past any vocabulary; the gateway hashes ids as 32-bit, the engine indexes int32/int64
+MAX_LOGIT_BIAS = 1024  # entries of logit_bias (OpenAI documents no bound; each entry costs a write per step)
 
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        """OpenAI's optional fields may be sent as ``null`` (some SDKs and frameworks do): a field that has no
+        ``null`` of its own (``n``, ``stream``, ``echo``) then takes its default."""
+        if not isinstance(data, dict) or None not in data.values():
+            return data
+        fields = cls.model_fields
+        return {
+            k: v
+            for k, v in data.items()
+            if v is not None
+            or k not in fields
+            or fields[k].is_required()
+            or type(None) in get_args(fields[k].annotation)
+        }
+
 
 class StreamOptions(_Request):
     include_usage: bool = False
+    include_obfuscation: bool = False  # ignored: no obfuscation padding is added to stream chunks
 
 
 class _SamplingFields(_Request):
@@ -44,6 +67,7 @@ class _SamplingFields(_Request):
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stop: str | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     user: str | None = None
+    logit_bias: Annotated[dict[str, float], Field(max_length=MAX_LOGIT_BIAS)] | None = None
     # vLLM's extras
     top_k: int | None = Field(None, ge=-1)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -61,23 +85,133 @@ class _SamplingFields(_Request):
             raise ValueError("stop sequences must not be empty")
         return stop
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias_is_token_ids_to_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        for key, value in (bias or {}).items():
+            if not key.isdigit() or int(key) > MAX_TOKEN_ID:
+                raise ValueError(f"keys must be token ids (non-negative integers as strings), got {key!r}")
+            if not -100.0 <= value <= 100.0:
+                raise ValueError(f"biases must be in [-100, 100], got {value} for token {key}")
+        return bias
+
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _SamplingFields:
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options: only allowed when stream is true")
         return self
 
+    def token_bias(self) -> dict[int, float]:
+        """``logit_bias`` keyed by token id, as the sampler adds it."""
+        return {int(token): bias for token, bias in (self.logit_bias or {}).items()}
+
 
 TokenIds = Annotated[list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]], Field(min_length=1)]
 
 
-class CompletionRequest(_SamplingFields):
+# ---- the rest of OpenAI's request schemas: each field honoured, ignored or refused as docs/api.md says ---------
+
+
+class _CompletionSchemaFields(_Request):
+    """Completions fields beyond the sampling ones. ``echo`` is honoured (without prompt logprobs);
+    ``best_of`` only where it changes nothing (equal to ``n``); ``suffix`` (insertion) is refused."""
+
+    echo: bool = False
+    best_of: int | None = Field(None, ge=1, le=MAX_N)
+    suffix: str | None = None
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, suffix: str | None) -> str | None:
+        if suffix:
+            raise ValueError("not supported: this server does not insert text between a prompt and a suffix")
+        return suffix
+
+    @model_validator(mode="after")
+    def _best_of_is_n(self) -> _CompletionSchemaFields:
+        n = getattr(self, "n", 1)
+        if self.best_of is not None and self.best_of != n:
+            raise ValueError(
+                f"best_of: only best_of equal to n ({n}) is supported; ask for n choices and rank them yourself"
+            )
+        if self.echo and getattr(self, "logprobs", None) is not None:
+            raise ValueError("echo: the prompt's logprobs are not computed; send echo or logprobs, not both")
+        return self
+
+
+class _ChatSchemaFields(_Request):
+    """Chat fields accepted and ignored (no effect on a self-hosted model; reasons in docs/api.md), and the
+    ones refused because ignoring them would promise what is not done (audio output, the deprecated
+    ``functions``). Chat has no ``echo``: it is refused by name, even with ``--ignore-unknown-fields``."""
+
+    refused_fields: ClassVar[dict[str, str]] = {
+        "echo": "not supported by chat completions (OpenAI's chat has no echo); use /v1/completions"
+    }
+
+    store: bool | None = None
+    metadata: Annotated[dict[str, str], Field(max_length=16)] | None = None
+    service_tier: str | None = None
+    prediction: dict[str, Any] | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
+    audio: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    safety_identifier: str | None = None
+    moderation: dict[str, Any] | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refused_by_name(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, reason in cls.refused_fields.items():
+                if name in data:
+                    raise ValueError(f"{name}: {reason}")
+        return data
+
+    @field_validator("modalities")
+    @classmethod
+    def _text_only(cls, modalities: list[str] | None) -> list[str] | None:
+        if modalities and "audio" in modalities:
+            raise ValueError("only text output is supported; 'audio' is not")
+        return modalities
+
+    @field_validator("audio")
+    @classmethod
+    def _no_audio(cls, audio: dict[str, Any] | None) -> dict[str, Any] | None:
+        if audio is not None:
+            raise ValueError("audio output is not supported; leave audio unset")
+        return audio
+
+    @field_validator("functions", "function_call")
+    @classmethod
+    def _deprecated_functions(cls, value: Any) -> Any:
+        if value is not None:
+            raise ValueError("deprecated by OpenAI and not supported; use tools and tool_choice instead")
+        return value
+
+    @model_validator(mode="after")
+    def _one_output_limit(self) -> _ChatSchemaFields:
+        old, new = getattr(self, "max_tokens", None), getattr(self, "max_completion_tokens", None)
+        if old is not None and new is not None and old != new:
+            raise ValueError(
+                f"max_completion_tokens: differs from max_tokens ({new} != {old}); send one of them "
+                "(max_completion_tokens is OpenAI's newer name for max_tokens)"
+            )
+        return self
+
+
+class CompletionRequest(_CompletionSchemaFields, _SamplingFields):
     """``POST /v1/completions``. ``prompt`` is text, token ids, or a list of either (one choice set each)."""
 
     prompt: str | list[str] | TokenIds | list[TokenIds]
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False
 
     @field_validator("prompt")
     @classmethod
@@ -86,13 +220,6 @@ class CompletionRequest(_SamplingFields):
         if not prompts or any(p == "" or p == [] for p in prompts):
             raise ValueError("must not be empty")
         return prompt
-
-    @field_validator("echo")
-    @classmethod
-    def _echo_unsupported(cls, echo: bool) -> bool:
-        if echo:
-            raise ValueError("echo is not supported")
-        return echo
 
     def prompts(self) -> list[str | list[int]]:
         """Each prompt of the batch."""
@@ -130,7 +257,7 @@ class ChatMessage(_Request):
         return {"role": self.role, "content": self.text(), **({"name": self.name} if self.name else {})}
 
 
-class ChatCompletionRequest(_SamplingFields):
+class ChatCompletionRequest(_ChatSchemaFields, _SamplingFields):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(min_length=1)

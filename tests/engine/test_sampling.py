@@ -85,6 +85,27 @@ def test_logprobs_are_the_raw_log_softmax_with_top_n() -> None:
     assert logprobs[1].top == []
 
 
+def test_logit_bias_is_added_before_the_choice_and_only_to_its_row() -> None:
+    """Greedy and sampled rows alike: +100 forces a token, -100 bans the likeliest; an unbiased batch mate keeps
+    its argmax and logprobs stay those of the raw logits."""
+    torch.manual_seed(4)
+    logits = torch.randn(3, VOCAB)
+    best = logits.argmax(dim=-1).tolist()
+    sampler = Sampler(eos_token_ids=[0])
+    requests = [
+        _request("forced", SamplingParams(temperature=0.0, logit_bias={11: 100.0}, logprobs=0)),
+        _request("banned", SamplingParams(temperature=0.0, logit_bias={best[1]: -100.0})),
+        _request("plain", SamplingParams(temperature=0.0)),
+    ]
+    tokens, logprobs = sampler.sample(logits, requests)
+    assert tokens[0] == 11 and tokens[2] == best[2]
+    assert tokens[1] == logits[1].topk(2).indices[1].item()
+    assert logprobs[0] is not None
+    assert logprobs[0].logprob == pytest.approx(torch.log_softmax(logits[0], -1)[11].item(), abs=1e-6)
+    sampled = _request("sampled", SamplingParams(temperature=1.0, seed=5, logit_bias={23: 100.0}))
+    assert all(sampler.sample(logits[:1], [sampled])[0] == [23] for _ in range(5))
+
+
 def test_min_tokens_bans_eos_and_stop_tokens_then_lets_them_stop() -> None:
     logits = torch.full((1, VOCAB), -5.0)
     logits[0, 0] = 10.0  # EOS is by far the most likely

@@ -47,3 +47,17 @@ def test_error_body_has_openai_shape() -> None:
 def test_protocol_imports_no_torch() -> None:
     code = "import sys, shoal.protocol.openai_api, shoal.protocol.errors; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_null_is_the_default_where_a_field_has_no_null_of_its_own() -> None:
+    """As OpenAI reads ``null``: ``n``, ``stream``, ``echo`` take their defaults; a completion's ``max_tokens: null``
+    stays null (the rest of the context, as vLLM reads it); a required field is still required."""
+    body = {"model": "m", "prompt": "x", "n": None, "stream": None, "echo": None, "max_tokens": None, "seed": None}
+    request = CompletionRequest.model_validate(body)
+    assert (request.n, request.stream, request.echo, request.max_tokens, request.seed) == (1, False, False, None, None)
+    chat = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": None, "add_generation_prompt": None}
+    )
+    assert (chat.logprobs, chat.add_generation_prompt) == (False, True)
+    with pytest.raises(ValidationError, match="model"):
+        CompletionRequest.model_validate({"model": None, "prompt": "x"})

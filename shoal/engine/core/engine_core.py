@@ -152,6 +152,7 @@ class EngineCore:
             raise InvalidRequestError("request_id", f"{request_id!r} is already in the engine")
         params.validate()
         self._check_in_vocabulary("stop_token_ids", params.stop_token_ids)
+        self._check_in_vocabulary("logit_bias", list(params.logit_bias))
         token_ids = self._prompt_token_ids(prompt)
         if len(token_ids) >= self.max_model_len:
             raise InvalidRequestError(

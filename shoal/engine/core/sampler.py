@@ -1,8 +1,8 @@
 """Turns one step's logits into the next token of each request, vectorized over the batch.
 
 Order of operations (vLLM's): penalties on the raw logits (repetition over prompt and output, presence and
-frequency over the output), min_tokens banning EOS and stop tokens, then either argmax (temperature 0) or
-temperature, top-k, top-p and min-p followed by a draw. The draw is the exponential race
+frequency over the output), min_tokens banning EOS and stop tokens, logit_bias added, then either argmax
+(temperature 0) or temperature, top-k, top-p and min-p followed by a draw. The draw is the exponential race
 ``argmax(p / q)`` with ``q ~ Exp(1)``: equivalent to sampling from ``p``, and it lets each seeded request
 draw its noise from its own ``torch.Generator``, so its tokens do not depend on who shares the batch.
 Log-probabilities are those of the model's raw distribution (before any of the above), like vLLM's default.
@@ -48,12 +48,15 @@ class Sampler:
         banned = [
             (i, self._banned_tokens(r)) for i, r in enumerate(requests) if r.num_output_tokens < r.params.min_tokens
         ]
-        if penalized or banned:
+        biased = [i for i, p in enumerate(params) if p.logit_bias]
+        if penalized or banned or biased:
             logits = logits.clone()
         if penalized:
             apply_penalties(logits, penalized, [requests[i] for i in penalized])
         for row, tokens in banned:
             logits[row, tokens] = float("-inf")
+        for row in biased:
+            apply_logit_bias(logits, row, params[row].logit_bias)
 
         chosen = torch.empty(len(requests), dtype=torch.long, device=logits.device)
         greedy = [i for i, p in enumerate(params) if p.greedy]
@@ -132,11 +135,12 @@ def row_argmax(x: torch.Tensor) -> torch.Tensor:
 
 
 def _argmax_only(request: Request) -> bool:
-    """Greedy, with no penalty, no banned token and no logprobs: the token is the raw logits' argmax."""
+    """Greedy, with no penalty, no bias, no banned token and no logprobs: the token is the raw logits' argmax."""
     params = request.params
     return (
         params.greedy
         and not params.has_penalties
+        and not params.logit_bias
         and params.logprobs is None
         and request.num_output_tokens >= params.min_tokens
     )
@@ -156,6 +160,12 @@ def apply_penalties(logits: torch.Tensor, rows: list[int], requests: Sequence[Re
     frequency = torch.tensor([r.params.frequency_penalty for r in requests], device=device)[:, None]
     presence = torch.tensor([r.params.presence_penalty for r in requests], device=device)[:, None]
     logits[rows] -= frequency * outputs + presence * seen
+
+
+def apply_logit_bias(logits: torch.Tensor, row: int, bias: dict[int, float]) -> None:
+    """In place: adds each token's bias to its logit in ``row`` (OpenAI's ``logit_bias``)."""
+    tokens = torch.tensor(list(bias), dtype=torch.long, device=logits.device)
+    logits[row, tokens] += torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)
 
 
 def _counts(token_lists: Sequence[Sequence[int]], vocab: int) -> torch.Tensor:

@@ -14,6 +14,7 @@ class SamplingParams:
     ``temperature == 0`` is greedy. ``top_k <= 0`` and ``top_p == 1`` and ``min_p == 0`` disable those filters.
     ``stop`` strings are trimmed from the text; ``stop_token_ids`` are kept out of it like EOS.
     ``logprobs`` asks for the chosen token's log-probability plus the ``logprobs`` most likely alternatives.
+    ``logit_bias`` (token id -> bias in [-100, 100]) is added to the logits before any token is chosen.
     """
 
     temperature: float = 1.0
@@ -31,6 +32,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     skip_special_tokens: bool = True
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -70,6 +72,11 @@ class SamplingParams:
         _check(all(isinstance(s, str) and s for s in self.stop), "stop", "must be non-empty strings")
         _check(
             all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "must be token ids >= 0"
+        )
+        _check(
+            all(isinstance(t, int) and t >= 0 and -100.0 <= b <= 100.0 for t, b in self.logit_bias.items()),
+            "logit_bias",
+            "must map token ids >= 0 to biases in [-100, 100]",
         )
 
 

@@ -5,7 +5,7 @@ against the shared request models), so that every bad input becomes an OpenAI-st
 FastAPI's 422 and its HTML 404/405 are rewritten to the same shape, and an unexpected exception becomes a bare
 500 whose details go to the log only. ``build_app`` reads as the app's parts in request order: the engine's lifespan, the error
 handlers, the generation path (``_generate``: read, validate, check the model, tokenize, admit, respond), the
-model list, the probes and the KV event stream.
+model list, vLLM's ``/tokenize``, ``/detokenize`` and ``/version``, the probes and the KV event stream.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,7 +23,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
-from shoal.engine.server import chat, completions
+from shoal import __version__
+from shoal.engine.server import chat, completions, tokenization
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
 from shoal.engine.server.request_params import OpenAIRequest
@@ -38,6 +40,7 @@ from shoal.protocol.json_body import ClientDisconnected, parse_json_object, read
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from shoal.protocol.openapi import openapi_document
 from shoal.protocol.sse import sse_event
+from shoal.protocol.tokenize_api import DetokenizeRequest, VersionResponse, tokenize_request_model
 
 log = logging.getLogger(__name__)
 DRAIN_FACTOR = 64  # an oversized body is read and dropped up to this many times the limit, so its sender sees the 413
@@ -47,6 +50,7 @@ DRAIN_FACTOR = 64  # an oversized body is read and dropped up to this many times
 class ServerSettings:
     served_model_names: tuple[str, ...]
     max_body_bytes: int = 1024 * 1024
+    ignore_unknown_fields: bool = False
 
 
 def _error_response(error: APIError) -> JSONResponse:
@@ -61,6 +65,7 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
     _add_error_handlers(app)
     _add_generation_routes(app, engine, settings)
     _add_model_routes(app, engine, settings)
+    _add_tokenization_routes(app, engine, settings)
     _add_probes(app, engine)
     _add_kv_events(app, engine)
     return app
@@ -108,15 +113,19 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error_response(internal_error())
 
 
-async def _generate(
-    request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest], endpoint: ModuleType
-) -> Response:
-    """The path both generation endpoints share: read, validate, check the model, tokenize, admit, respond."""
+async def _json_body(request: Request, settings: ServerSettings) -> dict[str, Any]:
     limit = settings.max_body_bytes
     raw = await read_body(
         request.receive, request.headers.get("content-length"), limit, drain_limit=DRAIN_FACTOR * limit
     )
-    req = validated(model, parse_json_object(raw))
+    return parse_json_object(raw)
+
+
+async def _generate(
+    request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest], endpoint: ModuleType
+) -> Response:
+    """The path both generation endpoints share: read, validate, check the model, tokenize, admit, respond."""
+    req = validated(model, await _json_body(request, settings), settings.ignore_unknown_fields)
     if req.model not in settings.served_model_names:
         raise model_not_found(req.model)
     core = engine.loaded_core()
@@ -163,6 +172,32 @@ def _add_model_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSetting
     @app.get("/openapi.json")
     async def openapi() -> JSONResponse:
         return JSONResponse(openapi_document("shoal engine"))
+
+
+def _add_tokenization_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:
+    """vLLM's utility routes; ``model`` may be left out (the served model), a name not served is a 404."""
+
+    def check_model(model: str | None) -> None:
+        if model is not None and model not in settings.served_model_names:
+            raise model_not_found(model)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> JSONResponse:
+        data = await _json_body(request, settings)
+        req = validated(tokenize_request_model(data), data, settings.ignore_unknown_fields)
+        check_model(req.model)
+        core = engine.loaded_core()
+        return JSONResponse((await tokenization.tokenize(req, core.tokenizer, core.max_model_len)).model_dump())
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> JSONResponse:
+        req = validated(DetokenizeRequest, await _json_body(request, settings), settings.ignore_unknown_fields)
+        check_model(req.model)
+        return JSONResponse((await tokenization.detokenize(req, engine.loaded_core().tokenizer)).model_dump())
+
+    @app.get("/version")
+    async def version() -> JSONResponse:
+        return JSONResponse(VersionResponse(version=__version__).model_dump())
 
 
 def _add_probes(app: FastAPI, engine: AsyncEngine) -> None:

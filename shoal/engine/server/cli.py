@@ -65,6 +65,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     server.add_argument("--max-body-bytes", type=int, default=1024 * 1024)
     server.add_argument(
+        "--ignore-unknown-fields",
+        action="store_true",
+        help="accept (and log) request fields OpenAI's API does not define, as vLLM does; default: a 400 naming them",
+    )
+    server.add_argument(
         "--stream-buffer", type=int, default=64, help="pending output chunks per request before they are merged"
     )
     server.add_argument(

@@ -1,4 +1,8 @@
-"""``POST /v1/completions``: prompts (text or token ids, one or a batch) to ``n`` choices each."""
+"""``POST /v1/completions``: prompts (text or token ids, one or a batch) to ``n`` choices each.
+
+With ``echo``, each choice's text opens with its prompt (as given, or decoded from its token ids), in the first
+streamed chunk of that choice; usage and the prompt tokens do not change.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +36,13 @@ async def prepare(req: CompletionRequest, request_id: str, tokenizer: Tokenizer,
         field = "prompt" if len(token_ids) == 1 else f"prompt[{p}]"
         max_tokens = output_limit(req, len(ids), max_model_len, field)
         children += [Child(p * req.n + i, ids, sampling_params(req, max_tokens, i)) for i in range(req.n)]
-    return Prepared.of(req, request_id, children, tokenize_s)
+    echoes = [_prompt_text(tokenizer, p) for p in req.prompts() for _ in range(req.n)] if req.echo else []
+    return Prepared.of(req, request_id, children, tokenize_s, echoes)
+
+
+def _prompt_text(tokenizer: Tokenizer, prompt: str | list[int]) -> str:
+    """What ``echo`` repeats: the prompt text as sent, or its token ids decoded (special tokens included)."""
+    return prompt if isinstance(prompt, str) else tokenizer.decode(prompt, skip_special_tokens=False)
 
 
 class Formatter:
@@ -40,19 +50,26 @@ class Formatter:
         self._tokenizer = tokenizer
         self._id = f"cmpl-{prepared.request_id}"
         self._model = prepared.model
+        self._echoes = prepared.echoes
+        self._echoed: set[int] = set()  # choices whose prompt has been streamed
+
+    def _echo(self, index: int) -> str:
+        return self._echoes[index] if self._echoes else ""
 
     def opening(self, outcome: Outcome) -> list[BaseModel]:
         return []
 
     def chunk(self, delta: Delta, choice: ChoiceState) -> BaseModel | None:
-        if not delta.text and not delta.finished and not delta.logprobs:
+        echo = "" if delta.index in self._echoed else self._echo(delta.index)
+        self._echoed.add(delta.index)
+        if not echo and not delta.text and not delta.finished and not delta.logprobs:
             return None
         logprobs = None
         if delta.logprobs:
             logprobs = completion_logprobs(self._tokenizer, delta.logprobs, len(choice.text) - len(delta.text))
         out = CompletionChoice(
             index=delta.index,
-            text=delta.text,
+            text=echo + delta.text,
             logprobs=logprobs,
             finish_reason=delta.finish_reason if delta.finished else None,
             stop_reason=delta.stop_reason if delta.finished else None,
@@ -66,7 +83,7 @@ class Formatter:
         choices = [
             CompletionChoice(
                 index=c.index,
-                text=c.text,
+                text=self._echo(c.index) + c.text,
                 logprobs=completion_logprobs(self._tokenizer, c.logprobs, 0) if c.logprobs else None,
                 finish_reason=c.finish_reason,
                 stop_reason=c.stop_reason,

@@ -67,6 +67,7 @@ def sampling_params(req: OpenAIRequest, max_tokens: int, choice: int) -> Samplin
             ignore_eos=req.ignore_eos,
             logprobs=requested_logprobs(req),
             skip_special_tokens=req.skip_special_tokens,
+            logit_bias=req.token_bias(),
         )
     except InvalidRequestError as exc:
         raise engine_error(exc) from None

@@ -128,7 +128,12 @@ def run(args: argparse.Namespace) -> int:
         stream_capacity=args.stream_buffer,
         request_timeout_s=args.request_timeout,
     )
-    app = build_app(engine, ServerSettings(served_model_names=names, max_body_bytes=args.max_body_bytes))
+    settings = ServerSettings(
+        served_model_names=names,
+        max_body_bytes=args.max_body_bytes,
+        ignore_unknown_fields=args.ignore_unknown_fields,
+    )
+    app = build_app(engine, settings)
     server_config = uvicorn.Config(
         app,
         host=args.host,

@@ -42,11 +42,20 @@ class Prepared:
     n: int
     tokenize_s: float
     include_usage: bool = False
+    user: str | None = None  # the client's end-user id (OpenAI's ``user``), for the request's log line
+    echoes: list[str] = field(default_factory=list)  # completions' echo: the prompt text each choice opens with
 
     @classmethod
-    def of(cls, req: OpenAIRequest, request_id: str, children: list[Child], tokenize_s: float) -> Prepared:
+    def of(
+        cls,
+        req: OpenAIRequest,
+        request_id: str,
+        children: list[Child],
+        tokenize_s: float,
+        echoes: list[str] | None = None,
+    ) -> Prepared:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return cls(request_id, req.model, children, req.n, tokenize_s, include_usage)
+        return cls(request_id, req.model, children, req.n, tokenize_s, include_usage, req.user, echoes or [])
 
 
 @dataclass
@@ -127,6 +136,7 @@ class Outcome:
                 {
                     "event": "request_finished",
                     "request_id": self.prepared.request_id,
+                    "user": self.prepared.user,
                     "status": self.status,
                     "finish_reasons": [c.finish_reason for c in self.choices],
                     "prompt_tokens": usage.prompt_tokens,
