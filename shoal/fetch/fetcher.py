@@ -1,0 +1,183 @@
+"""``fetch(SOURCE, DIR)``: a remote model into the cache, once, whole and verified; its local path out.
+
+The store lists the source at its revision (a commit for the Hub, a digest of the objects' ETags for S3). If
+that revision is already a snapshot in the cache, nothing is downloaded. Otherwise, under the revision's lock,
+the files serving needs (:mod:`shoal.fetch.selection`) are fetched into a staging directory, each resumed and
+verified (:mod:`shoal.fetch.download`), after checking the disk has room for them, and the staging directory is
+renamed into place (:mod:`shoal.fetch.cache`). A store that cannot be reached is no failure when the cache
+already holds what the source's revision last pointed at.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from shoal.fetch.cache import CacheEntry, cached_path, model_path
+from shoal.fetch.download import Store, download
+from shoal.fetch.errors import FetchError, Unreachable
+from shoal.fetch.hub import HubStore
+from shoal.fetch.listing import Listing, RemoteFile
+from shoal.fetch.progress import Progress, Report, human
+from shoal.fetch.s3 import S3Store
+from shoal.fetch.selection import CONFIG_FILES, INDEX_FILE, TOKENIZER_FILES, metadata_files, weight_files
+from shoal.fetch.sources import HubSource, parse_source
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+class NoSpace(FetchError):
+    def __init__(self, directory: Path, need: int, free: int) -> None:
+        super().__init__(f"no space left on {directory}: need {need} bytes ({free} free)")
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What a fetch gave: the local model path, the bytes downloaded this time, whether it was all cached."""
+
+    source: str
+    path: str
+    bytes: int
+    cached: bool
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def fetch(
+    text: str,
+    download_dir: Path,
+    *,
+    tokenizer_only: bool = False,
+    report: Report = _stderr,
+    env: Mapping[str, str] | None = None,
+    progress_interval_s: float = 5.0,
+) -> FetchResult:
+    """Fetches ``text`` (``hf://``, ``s3://``) into ``download_dir``; a local path or alias comes back as it is."""
+    source = parse_source(text)
+    if source is None:
+        return FetchResult(text, text, 0, True)
+    env = os.environ if env is None else env
+    root = Path(download_dir).expanduser()
+    entry = CacheEntry(root, source)
+    tokenizer_only = tokenizer_only and not source.is_file  # a GGUF's tokenizer is in the file itself
+    if isinstance(source, HubSource) and _COMMIT.match(source.revision):
+        found = entry.find(source.revision, tokenizer_only)
+        if found is not None:
+            return FetchResult(text, str(model_path(found, source)), 0, True)
+    with httpx.Client(timeout=httpx.Timeout(30.0, connect=10.0)) as client:
+        store: HubStore | S3Store
+        try:
+            if isinstance(source, HubSource):
+                store = HubStore(client, env)
+                listing = store.listing(source)
+            else:
+                store = S3Store(client, env)
+                listing = store.listing(source)
+        except Unreachable as exc:
+            earlier = cached_path(text, root)
+            if earlier is None:
+                raise
+            report(f"{exc}; using the copy fetched earlier: {earlier}")
+            return FetchResult(text, str(earlier), 0, True)
+        fetched, cached = 0, True
+        found = entry.find(listing.revision, tokenizer_only)
+        if found is None:
+            with entry.lock(listing.revision, report):
+                found = entry.find(listing.revision, tokenizer_only)
+                if found is None:
+                    fetched = _fetch_snapshot(entry, store, listing, tokenizer_only, report, progress_interval_s)
+                    found, cached = entry.snapshot(listing.revision, tokenizer_only), False
+        entry.write_ref(listing.revision)
+    return FetchResult(text, str(model_path(found, source)), fetched, cached)
+
+
+def _fetch_snapshot(
+    entry: CacheEntry, store: Store, listing: Listing, tokenizer_only: bool, report: Report, interval_s: float
+) -> int:
+    """Downloads the files serving needs into the staging directory and publishes it; returns bytes fetched."""
+    source = entry.source
+    staging = entry.staging(listing.revision, tokenizer_only)
+    staging.mkdir(parents=True, exist_ok=True)
+    label = f"{source.identity}@{listing.revision[:12]}"
+    fetched = 0
+    try:
+        if source.is_file:
+            files = list(listing.files)
+        else:
+            names = [f.name for f in listing.files]
+            wanted = metadata_files(names, source.identity)
+            if tokenizer_only:
+                wanted = [n for n in wanted if n in (*CONFIG_FILES, *TOKENIZER_FILES)]
+            else:
+                index = None
+                if INDEX_FILE in wanted:
+                    fetched += _download_all(entry, store, [_named(listing, INDEX_FILE)], staging, label, None, 0)
+                    index = json.loads((staging / INDEX_FILE).read_text())
+                wanted += weight_files(names, index, source.identity)
+            files = [_named(listing, n) for n in wanted]
+        fetched += _download_all(entry, store, files, staging, label, report, interval_s)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        need = sum(f.size for f in listing.files)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise NoSpace(entry.root, need, shutil.disk_usage(entry.root).free) from None
+    entry.publish(staging, entry.snapshot(listing.revision, tokenizer_only))
+    return fetched
+
+
+def _named(listing: Listing, name: str) -> RemoteFile:
+    file = listing.named(name)
+    assert file is not None, name  # selection only picks listed names
+    return file
+
+
+def _on_disk(staging: Path, file: RemoteFile) -> int:
+    """Bytes of ``file`` already here: all of it once verified (renamed from its part), else its part's size."""
+    done = staging / file.name
+    if done.is_file():
+        return file.size
+    part = staging / f"{file.name}.part"
+    return min(part.stat().st_size, file.size) if part.is_file() else 0
+
+
+def _download_all(
+    entry: CacheEntry,
+    store: Store,
+    files: list[RemoteFile],
+    staging: Path,
+    label: str,
+    report: Report | None,
+    interval_s: float,
+) -> int:
+    total = sum(f.size for f in files)
+    need = total - sum(_on_disk(staging, f) for f in files)
+    free = shutil.disk_usage(staging).free
+    if need > free:
+        raise NoSpace(entry.root, need, free)
+    say = report or (lambda line: None)
+    if report is not None:
+        say(f"{label}: fetching {len(files)} files, {human(total)} into {entry.root}")
+    progress = Progress(label, total, say, interval_s)
+    for file in files:
+        done = staging / file.name
+        if done.is_file():
+            progress.skip(file.size)
+            continue
+        part = staging / f"{file.name}.part"
+        download(store, file, part, progress, entry.source.identity, say)
+        part.rename(done)
+    if report is not None:
+        say(progress.finish())
+    return progress.fetched
