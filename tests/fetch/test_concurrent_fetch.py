@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import hub_env
+from fetch_harness import hub_env
 from hub_standin import HubServer
 from support.polling import eventually
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import hub_env, run_cli
+from fetch_harness import hub_env, run_cli
 from hub_standin import HubServer
 
 WEIGHTS = b"\x01" * (3 << 20)  # 3 MiB: more than the tmpfs holds

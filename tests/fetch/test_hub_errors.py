@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN, hub_env, run_cli
+from fetch_harness import TOKEN, hub_env, run_cli
 from hub_standin import HubServer
 
 FILES = {"config.json": b"{}", "tokenizer.json": b"{}", "model.safetensors": b"\0" * 64}

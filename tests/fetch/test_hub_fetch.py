@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import TOKEN, hub_env, run_cli
+from fetch_harness import TOKEN, hub_env, run_cli
 from hub_standin import HubServer
 
 from shoal.fetch import cached_path, fetch

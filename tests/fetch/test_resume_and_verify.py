@@ -7,7 +7,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from conftest import hub_env
+from fetch_harness import hub_env
 from hub_standin import HubServer
 
 from shoal.fetch import FetchError, fetch

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import Moto, run_cli
+from fetch_harness import Moto, run_cli
 
 from shoal.fetch import FetchError, fetch
 from shoal.fetch.s3 import S3Store
