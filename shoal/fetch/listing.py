@@ -51,6 +51,7 @@ class RemoteFile:
     location: str
     size: int
     digests: tuple[Digest, ...] = ()
+    version: str = ""  # the store's own tag for this content (S3's ETag): part of the listing's revision
 
 
 @dataclass(frozen=True)

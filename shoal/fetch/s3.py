@@ -26,12 +26,17 @@ from shoal.fetch.download import Body
 from shoal.fetch.errors import FetchError, Retryable, Unreachable
 from shoal.fetch.http_body import body_of, range_headers
 from shoal.fetch.listing import Digest, Listing, RemoteFile
-from shoal.fetch.selection import CONFIG_FILES
+from shoal.fetch.selection import CONFIG_FILES, INDEX_FILE, TOKENIZER_FILES
 from shoal.fetch.sigv4 import Credentials, canonical_path, canonical_query, sign
 from shoal.fetch.sources import S3Source
 
 _MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
 _CREDENTIAL_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
+
+
+def _may_serve(name: str) -> bool:
+    """A top-level file the fetcher may pick (:mod:`shoal.fetch.selection`): the others need no hashes."""
+    return name in (*CONFIG_FILES, *TOKENIZER_FILES, INDEX_FILE) or name.endswith(".safetensors")
 
 
 def credentials_from_env(env: Mapping[str, str]) -> Credentials | None:
@@ -104,7 +109,7 @@ class S3Store:
 
     def listing(self, source: S3Source) -> Listing:
         files = (self._head(source),) if source.is_file else tuple(self._list(source))
-        lines = "\n".join(f"{f.name} {f.size} {f.location} {[d.expected for d in f.digests]}" for f in files)
+        lines = "\n".join(f"{f.name} {f.size} {f.location} {f.version}" for f in files)
         return Listing(hashlib.sha256(lines.encode()).hexdigest()[:16], files)
 
     def _head(self, source: S3Source) -> RemoteFile:
@@ -114,7 +119,8 @@ class S3Store:
             raise self._error(response, source.identity, key=True)
         name = PurePosixPath(source.key).name
         size = int(response.headers["Content-Length"])
-        return RemoteFile(name, f"{source.bucket}/{source.key}", size, self._digests(response.headers))
+        etag = response.headers.get("ETag", "").strip('"')
+        return RemoteFile(name, f"{source.bucket}/{source.key}", size, self._digests(response.headers), etag)
 
     def _list(self, source: S3Source) -> Iterator[RemoteFile]:
         prefix = f"{source.key}/" if source.key else ""
@@ -133,12 +139,9 @@ class S3Store:
                 if not name:
                     continue
                 found = True
-                digests: tuple[Digest, ...] = (
-                    (Digest("md5", etag.strip('"')),) if _MD5_ETAG.match(etag.strip('"')) else ()
-                )
-                if not digests and (name in CONFIG_FILES or name.endswith((".safetensors", ".json", ".jinja"))):
-                    digests = self._head_digests(source.bucket, key)
-                yield RemoteFile(name, f"{source.bucket}/{key}", size, digests)
+                # only a HEAD tells whether the ETag is an MD5 (not under SSE-KMS) and gives the sha256
+                digests = self._head_digests(source.bucket, key) if _may_serve(name) else ()
+                yield RemoteFile(name, f"{source.bucket}/{key}", size, digests, etag.strip('"'))
             token = _find(root, "NextContinuationToken")
             if _find(root, "IsTruncated") != "true" or not token:
                 break
@@ -147,7 +150,6 @@ class S3Store:
             raise FetchError(f"{source.identity}: 404: no such key or prefix (no objects under {prefix or '/'})")
 
     def _head_digests(self, bucket: str, key: str) -> tuple[Digest, ...]:
-        """A multipart object's full-object sha256, if it has one (its ETag is no MD5)."""
         response = self._send(self._request("HEAD", bucket, key, headers={"x-amz-checksum-mode": "ENABLED"}), key)
         return self._digests(response.headers) if response.status_code == 200 else ()
 
@@ -155,7 +157,10 @@ class S3Store:
     def _digests(headers: httpx.Headers) -> tuple[Digest, ...]:
         digests: list[Digest] = []
         etag = headers.get("ETag", "").strip('"')
-        if _MD5_ETAG.match(etag) and "aws:kms" not in headers.get("x-amz-server-side-encryption", ""):
+        encrypted = "aws:kms" in headers.get("x-amz-server-side-encryption", "") or headers.get(
+            "x-amz-server-side-encryption-customer-algorithm"
+        )
+        if _MD5_ETAG.match(etag) and not encrypted:
             digests.append(Digest("md5", etag))
         sha256 = headers.get("x-amz-checksum-sha256", "")
         if sha256 and "-" not in sha256 and headers.get("x-amz-checksum-type", "FULL_OBJECT") == "FULL_OBJECT":

@@ -74,6 +74,15 @@ def test_objects_are_checked_against_their_published_hashes(moto: Moto, bucket: 
     assert sorted(d.algorithm for d in gguf.digests) == ["md5", "sha256-base64"]
 
 
+def test_an_sse_kms_objects_etag_is_not_taken_for_an_md5(moto: Moto, bucket: str) -> None:
+    import httpx
+
+    moto.s3().put_object(Bucket=bucket, Key="kms/m.gguf", Body=b"GGUF" * 64, ServerSideEncryption="aws:kms")
+    with httpx.Client() as client:
+        (file,) = S3Store(client, moto.env()).listing(_source(f"s3://{bucket}/kms/m.gguf")).files
+    assert file.size == 256 and "md5" not in [d.algorithm for d in file.digests]
+
+
 def test_a_gguf_object_is_fetched(moto: Moto, bucket: str, tiny_gguf: Path, tmp_path: Path) -> None:
     result = fetch(f"s3://{bucket}/gguf/tiny-f32.gguf", tmp_path, env=moto.env(), report=lambda line: None)
     path = Path(result.path)
