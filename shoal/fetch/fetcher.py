@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,15 +25,16 @@ import httpx
 
 from shoal.fetch.cache import CacheEntry, cached_path, model_path
 from shoal.fetch.download import Store, download
-from shoal.fetch.errors import FetchError, Unreachable
+from shoal.fetch.errors import FetchError, Retryable, Unreachable
 from shoal.fetch.hub import HubStore
 from shoal.fetch.listing import Listing, RemoteFile
 from shoal.fetch.progress import Progress, Report, human
 from shoal.fetch.s3 import S3Store
 from shoal.fetch.selection import CONFIG_FILES, INDEX_FILE, TOKENIZER_FILES, metadata_files, weight_files
-from shoal.fetch.sources import HubSource, parse_source
+from shoal.fetch.sources import HubSource, RemoteSource, S3Source, parse_source
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+LIST_ATTEMPTS = 3
 
 
 class NoSpace(FetchError):
@@ -76,14 +78,9 @@ def fetch(
         if found is not None:
             return FetchResult(text, str(model_path(found, source)), 0, True)
     with httpx.Client(timeout=httpx.Timeout(30.0, connect=10.0)) as client:
-        store: HubStore | S3Store
+        store = HubStore(client, env) if isinstance(source, HubSource) else S3Store(client, env)
         try:
-            if isinstance(source, HubSource):
-                store = HubStore(client, env)
-                listing = store.listing(source)
-            else:
-                store = S3Store(client, env)
-                listing = store.listing(source)
+            listing = _listing(store, source, report)
         except Unreachable as exc:
             earlier = cached_path(text, root)
             if earlier is None:
@@ -100,6 +97,23 @@ def fetch(
                     found, cached = entry.snapshot(listing.revision, tokenizer_only), False
         entry.write_ref(listing.revision)
     return FetchResult(text, str(model_path(found, source)), fetched, cached)
+
+
+def _listing(store: HubStore | S3Store, source: RemoteSource, report: Report) -> Listing:
+    """The store's listing, asked again after a 5xx or 429 (``LIST_ATTEMPTS`` in all)."""
+    for attempt in range(1, LIST_ATTEMPTS + 1):
+        try:
+            if isinstance(store, HubStore):
+                assert isinstance(source, HubSource)
+                return store.listing(source)
+            assert isinstance(source, S3Source)
+            return store.listing(source)
+        except Retryable as exc:
+            if attempt == LIST_ATTEMPTS:
+                raise FetchError(f"{exc} ({LIST_ATTEMPTS} attempts)") from None
+            report(f"{exc}; asking again")
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
 
 
 def _fetch_snapshot(

@@ -42,8 +42,11 @@ class HubStore:
             raise Unreachable(f"{source.identity}: the Hub at {self.endpoint} cannot be reached: {exc}") from None
         if response.status_code != 200:
             raise self._error(response, source, None)
-        info = response.json()
-        commit = info["sha"]
+        try:
+            info = response.json()
+            commit = info["sha"]
+        except (ValueError, KeyError, TypeError):
+            raise FetchError(f"{source.identity}: {url} did not answer as the Hub's API does (no commit sha)") from None
         files = {s["rfilename"]: self._file(source, commit, s) for s in info.get("siblings", [])}
         if source.filename is not None:
             named = files.get(source.filename)

@@ -27,15 +27,20 @@ def hub_env(server: HubServer, token: str | None = None) -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``shoal fetch-model ARGS`` in this process (the same entry point, without a Python start-up per call),
-    with exactly ``env`` as its environment; its exit status, stdout and stderr."""
+def run_cli_command(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``shoal ARGV`` in this process (the same entry point, without a Python start-up per call), with exactly
+    ``env`` as its environment; its exit status, stdout and stderr."""
     from shoal.cli import main
 
     stdout, stderr = io.StringIO(), io.StringIO()
     with mock.patch.dict(os.environ, env, clear=True), redirect_stdout(stdout), redirect_stderr(stderr):
-        status = main(["fetch-model", *args])
-    return subprocess.CompletedProcess(["shoal", "fetch-model", *args], status, stdout.getvalue(), stderr.getvalue())
+        status = main(list(argv))
+    return subprocess.CompletedProcess(["shoal", *argv], status, stdout.getvalue(), stderr.getvalue())
+
+
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``shoal fetch-model ARGS``, as :func:`run_cli_command` runs it."""
+    return run_cli_command("fetch-model", *args, env=env)
 
 
 class Moto:

@@ -11,7 +11,7 @@ the Hub's file API that ``huggingface_hub`` (and shoal's fetcher) use.
   404 with the Hub's ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``).
 
 What a test needs to provoke: ``cut_once`` (files whose first download is cut mid-body), ``corrupt`` (files
-served with one byte changed), ``on_download`` (a hook run as a body starts), and ``downloads`` counts the
+served with one byte changed), ``unavailable`` (API requests answered 503), ``on_download`` (a hook run as a body starts), and ``downloads`` counts the
 body-serving GETs per file (``starts``: where each began).
 """
 
@@ -49,6 +49,7 @@ class HubStandIn:
     repos: dict[str, Repo] = field(default_factory=dict)
     cut_once: set[str] = field(default_factory=set)
     corrupt: set[str] = field(default_factory=set)
+    unavailable: int = 0  # API requests still to answer 503
     on_download: Callable[[str], None] | None = None
     downloads: Counter[str] = field(default_factory=Counter)
     starts: list[tuple[str, int]] = field(default_factory=list)  # (file, first byte asked for) of each download
@@ -118,7 +119,9 @@ class _Handler(BaseHTTPRequestHandler):
         with self.hub.lock:
             self.hub.requests.append(f"{self.command} {path}")
         if match := re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/(.+)", path):
-            return self._info(match[1], match[2])
+            with self.hub.lock:
+                unavailable, self.hub.unavailable = self.hub.unavailable > 0, max(0, self.hub.unavailable - 1)
+            return self._error(503) if unavailable else self._info(match[1], match[2])
         if match := re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path):
             return self._resolve(match[1], match[2], match[3])
         if match := re.fullmatch(r"/cdn/([0-9a-f]{64})/(.+)", path):

@@ -4,9 +4,11 @@ only what serving needs, cached by commit, loadable by ``resolve_model`` from th
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from unittest import mock
 
-from fetch_harness import TOKEN, hub_env, run_cli
+from fetch_harness import TOKEN, hub_env, run_cli, run_cli_command
 from hub_standin import HubServer
 
 from shoal.fetch import cached_path, fetch
@@ -99,10 +101,12 @@ def test_tokenizer_only_fetches_config_and_tokenizer_files(hub: HubServer, tiny_
     outcome = json.loads(message.read_text())
     assert outcome == {"source": "hf://tiny/llama", "path": str(path), "bytes": outcome["bytes"], "cached": False}
     assert outcome["bytes"] == sum(p.stat().st_size for p in path.iterdir())
-    from shoal.tokenizer import Tokenizer
+    # the gateway's tokenizer loading finds it in $SHOAL_MODEL_CACHE, as a gateway pod with the cache mounted does
+    from shoal.gateway.prompts import PromptReader
 
-    tokenizer = Tokenizer.from_source(resolve_model("hf://tiny/llama", download_dir=tmp_path / "cache"))
-    assert tokenizer.encode("The capital of France")
+    with mock.patch.dict(os.environ, {"SHOAL_MODEL_CACHE": str(tmp_path / "cache")}):
+        tokenizer = PromptReader({"tiny": "hf://tiny/llama"}).load("tiny")
+    assert tokenizer is not None and tokenizer.encode("The capital of France")
 
 
 def test_a_gguf_file_of_a_repo_is_fetched_alone(
@@ -124,3 +128,13 @@ def test_a_private_repo_is_fetched_with_hf_token(hub: HubServer, tiny_dir: Path,
     done = run_cli("hf://org/private", "--download-dir", str(tmp_path), env=hub_env(hub, TOKEN))
     assert done.returncode == 0, done.stderr
     assert TOKEN not in done.stdout + done.stderr
+
+
+def test_generate_fetches_then_completes(hub: HubServer, tiny_dir: Path, tmp_path: Path) -> None:
+    hub.hub.add_directory("tiny/llama", tiny_dir)
+    done = run_cli_command(
+        "generate", "--model", "hf://tiny/llama", "--download-dir", str(tmp_path), "--max-tokens", "3",
+        "The capital of France", env=hub_env(hub),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() and hub.hub.downloads["model.safetensors"] == 1

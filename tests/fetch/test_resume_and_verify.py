@@ -1,5 +1,5 @@
-"""A cut connection is resumed with a Range request (here and in a later process); a file whose hash differs from
-what the Hub stand-in publishes is refused and nothing is published."""
+"""A cut connection is resumed with a Range request (here and in a later process), a 503 is asked again; a file
+whose hash differs from what the Hub stand-in publishes is refused and nothing is published."""
 
 from __future__ import annotations
 
@@ -64,3 +64,14 @@ def test_a_small_file_is_checked_against_its_git_blob_id(hub: HubServer, tmp_pat
     with pytest.raises(FetchError, match=r"config\.json does not match the git-sha1"):
         fetch("hf://org/m", tmp_path, env=hub_env(hub), report=lambda line: None)
     assert not list(tmp_path.rglob("snapshots/*"))
+
+
+def test_a_503_is_asked_again_and_a_lasting_one_named(hub: HubServer, tmp_path: Path) -> None:
+    hub.hub.add_repo("org/m", FILES)
+    hub.hub.unavailable = 1
+    lines: list[str] = []
+    fetch("hf://org/m", tmp_path, env=hub_env(hub), report=lines.append)
+    assert lines[0] == "hf://org/m: the Hub answered 503; asking again"
+    hub.hub.unavailable = 3
+    with pytest.raises(FetchError, match=r"^hf://org/m: the Hub answered 503 \(3 attempts\)$"):
+        fetch("hf://org/m@v2", tmp_path, env=hub_env(hub), report=lambda line: None)
