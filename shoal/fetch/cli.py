@@ -62,11 +62,6 @@ def _fetch_model(args: argparse.Namespace) -> int:
         print(f"shoal fetch-model: {exc}", file=sys.stderr)
         _write_message(args.termination_message_path, {"source": args.source, "error": str(exc)})
         return 1
-    except OSError as exc:  # the download dir itself unusable (read-only, not a directory)
-        error = f"{args.download_dir}: {exc.strerror or exc}"
-        print(f"shoal fetch-model: {error}", file=sys.stderr)
-        _write_message(args.termination_message_path, {"source": args.source, "error": error})
-        return 1
     message = {"source": result.source, "path": result.path, "bytes": result.bytes, "cached": result.cached}
     _write_message(args.termination_message_path, message)
     print(result.path)

@@ -69,8 +69,24 @@ def fetch(
     source = parse_source(text)
     if source is None:
         return FetchResult(text, text, 0, True)
-    env = os.environ if env is None else env
     root = Path(download_dir).expanduser()
+    try:
+        return _fetch(
+            text, source, root, tokenizer_only, report, os.environ if env is None else env, progress_interval_s
+        )
+    except OSError as exc:  # the download directory itself unusable: read-only, not a directory
+        raise FetchError(f"{text}: cannot write into {root}: {exc.strerror or exc}") from None
+
+
+def _fetch(
+    text: str,
+    source: RemoteSource,
+    root: Path,
+    tokenizer_only: bool,
+    report: Report,
+    env: Mapping[str, str],
+    progress_interval_s: float,
+) -> FetchResult:
     entry = CacheEntry(root, source)
     tokenizer_only = tokenizer_only and not source.is_file  # a GGUF's tokenizer is in the file itself
     if isinstance(source, HubSource) and _COMMIT.match(source.revision):

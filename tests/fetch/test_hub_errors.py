@@ -84,3 +84,10 @@ def test_a_local_path_or_alias_is_printed_as_it_is(hub: HubServer, tmp_path: Pat
         done = run_cli(source, "--download-dir", str(tmp_path / "cache"), env=hub_env(hub))
         assert (done.returncode, done.stdout) == (0, f"{source}\n")
     assert hub.hub.requests == []
+
+
+def test_a_download_dir_that_cannot_be_written_is_named(hub: HubServer, tmp_path: Path) -> None:
+    hub.hub.add_repo("org/public", FILES)
+    (tmp_path / "cache").write_text("a file, not a directory")
+    line, _ = _fails(hub, tmp_path, "hf://org/public", None)
+    assert line == f"shoal fetch-model: hf://org/public: cannot write into {tmp_path / 'cache'}: Not a directory"
