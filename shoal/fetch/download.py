@@ -20,7 +20,7 @@ from typing import Protocol
 import httpx
 
 from shoal.fetch.errors import FetchError, Retryable
-from shoal.fetch.listing import Hasher, RemoteFile
+from shoal.fetch.listing import Hasher, Listing, RemoteFile
 from shoal.fetch.progress import Progress, Report
 
 ATTEMPTS = 5  # failures in a row (no byte gained between them) before a file is given up
@@ -36,6 +36,10 @@ class Body:
 
 
 class Store(Protocol):
+    """A source's store: what it holds at its current revision, and one file's bytes from an offset on."""
+
+    def listing(self) -> Listing: ...
+
     def open(self, file: RemoteFile, offset: int) -> AbstractContextManager[Body]: ...
 
 

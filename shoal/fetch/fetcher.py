@@ -31,7 +31,7 @@ from shoal.fetch.listing import Listing, RemoteFile
 from shoal.fetch.progress import Progress, Report, human
 from shoal.fetch.s3 import S3Store
 from shoal.fetch.selection import CONFIG_FILES, INDEX_FILE, TOKENIZER_FILES, metadata_files, weight_files
-from shoal.fetch.sources import HubSource, RemoteSource, S3Source, parse_source
+from shoal.fetch.sources import HubSource, RemoteSource, parse_source
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 LIST_ATTEMPTS = 3
@@ -94,9 +94,9 @@ def _fetch(
         if found is not None:
             return FetchResult(text, str(model_path(found, source)), 0, True)
     with httpx.Client(timeout=httpx.Timeout(30.0, connect=10.0)) as client:
-        store = HubStore(client, env) if isinstance(source, HubSource) else S3Store(client, env)
+        store: Store = HubStore(client, env, source) if isinstance(source, HubSource) else S3Store(client, env, source)
         try:
-            listing = _listing(store, source, report)
+            listing = _listing(store, report)
         except Unreachable as exc:
             earlier = cached_path(text, root)
             if earlier is None:
@@ -115,15 +115,11 @@ def _fetch(
     return FetchResult(text, str(model_path(found, source)), fetched, cached)
 
 
-def _listing(store: HubStore | S3Store, source: RemoteSource, report: Report) -> Listing:
+def _listing(store: Store, report: Report) -> Listing:
     """The store's listing, asked again after a 5xx or 429 (``LIST_ATTEMPTS`` in all)."""
     for attempt in range(1, LIST_ATTEMPTS + 1):
         try:
-            if isinstance(store, HubStore):
-                assert isinstance(source, HubSource)
-                return store.listing(source)
-            assert isinstance(source, S3Source)
-            return store.listing(source)
+            return store.listing()
         except Retryable as exc:
             if attempt == LIST_ATTEMPTS:
                 raise FetchError(f"{exc} ({LIST_ATTEMPTS} attempts)") from None
@@ -140,28 +136,25 @@ def _fetch_snapshot(
     staging = entry.staging(listing.revision, tokenizer_only)
     staging.mkdir(parents=True, exist_ok=True)
     label = f"{source.identity}@{listing.revision[:12]}"
-    fetched = 0
+    fetched, files = 0, list(listing.files) if source.is_file else []
     try:
-        if source.is_file:
-            files = list(listing.files)
-        else:
+        if not source.is_file:
             names = [f.name for f in listing.files]
             wanted = metadata_files(names, source.identity)
             if tokenizer_only:
                 wanted = [n for n in wanted if n in (*CONFIG_FILES, *TOKENIZER_FILES)]
+            elif INDEX_FILE in wanted:  # the index names the shards: fetched first, on its own
+                fetched += _download_all(entry, store, [_named(listing, INDEX_FILE)], staging, label, None, 0)
+                wanted += weight_files(names, json.loads((staging / INDEX_FILE).read_text()), source.identity)
             else:
-                index = None
-                if INDEX_FILE in wanted:
-                    fetched += _download_all(entry, store, [_named(listing, INDEX_FILE)], staging, label, None, 0)
-                    index = json.loads((staging / INDEX_FILE).read_text())
-                wanted += weight_files(names, index, source.identity)
+                wanted += weight_files(names, None, source.identity)
             files = [_named(listing, n) for n in wanted]
         fetched += _download_all(entry, store, files, staging, label, report, interval_s)
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise
-        need = sum(f.size for f in listing.files)
         shutil.rmtree(staging, ignore_errors=True)
+        need = sum(f.size for f in files) or sum(f.size for f in listing.files if f.name == INDEX_FILE)
         raise NoSpace(entry.root, need, shutil.disk_usage(entry.root).free) from None
     entry.publish(staging, entry.snapshot(listing.revision, tokenizer_only))
     return fetched

@@ -27,14 +27,15 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
 class HubStore:
-    def __init__(self, client: httpx.Client, env: Mapping[str, str]) -> None:
-        self.client = client
+    def __init__(self, client: httpx.Client, env: Mapping[str, str], source: HubSource) -> None:
+        self.client, self.source = client, source
         self.endpoint = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
         token = env.get("HF_TOKEN")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._has_token = bool(token)
 
-    def listing(self, source: HubSource) -> Listing:
+    def listing(self) -> Listing:
+        source = self.source
         url = f"{self.endpoint}/api/models/{source.repo}/revision/{quote(source.revision, safe='')}"
         try:
             response = self.client.get(url, params={"blobs": "true"}, headers=self._headers)

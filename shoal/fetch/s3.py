@@ -68,8 +68,8 @@ def _find(element: ElementTree.Element, name: str) -> str | None:
 
 
 class S3Store:
-    def __init__(self, client: httpx.Client, env: Mapping[str, str]) -> None:
-        self.client = client
+    def __init__(self, client: httpx.Client, env: Mapping[str, str], source: S3Source) -> None:
+        self.client, self.source = client, source
         self.credentials = credentials_from_env(env)
         self.region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").rstrip("/")
@@ -107,7 +107,8 @@ class S3Store:
             where = self.endpoint or "S3"
             raise Unreachable(f"{what}: {where} cannot be reached: {exc}") from None
 
-    def listing(self, source: S3Source) -> Listing:
+    def listing(self) -> Listing:
+        source = self.source
         files = (self._head(source),) if source.is_file else tuple(self._list(source))
         lines = "\n".join(f"{f.name} {f.size} {f.location} {f.version}" for f in files)
         return Listing(hashlib.sha256(lines.encode()).hexdigest()[:16], files)

@@ -66,11 +66,10 @@ def test_objects_are_checked_against_their_published_hashes(moto: Moto, bucket: 
     import httpx
 
     with httpx.Client() as client:
-        store = S3Store(client, moto.env())
-        listing = store.listing(_source(f"s3://{bucket}/llama/tiny"))
+        listing = S3Store(client, moto.env(), _source(f"s3://{bucket}/llama/tiny")).listing()
         config = listing.named("config.json")
         assert config is not None and [d.algorithm for d in config.digests] == ["md5"]
-        gguf = store.listing(_source(f"s3://{bucket}/gguf/tiny-f32.gguf")).files[0]
+        (gguf,) = S3Store(client, moto.env(), _source(f"s3://{bucket}/gguf/tiny-f32.gguf")).listing().files
     assert sorted(d.algorithm for d in gguf.digests) == ["md5", "sha256-base64"]
 
 
@@ -79,7 +78,7 @@ def test_an_sse_kms_objects_etag_is_not_taken_for_an_md5(moto: Moto, bucket: str
 
     moto.s3().put_object(Bucket=bucket, Key="kms/m.gguf", Body=b"GGUF" * 64, ServerSideEncryption="aws:kms")
     with httpx.Client() as client:
-        (file,) = S3Store(client, moto.env()).listing(_source(f"s3://{bucket}/kms/m.gguf")).files
+        (file,) = S3Store(client, moto.env(), _source(f"s3://{bucket}/kms/m.gguf")).listing().files
     assert file.size == 256 and "md5" not in [d.algorithm for d in file.digests]
 
 
