@@ -11,18 +11,27 @@ from fetch_harness import hub_env
 from hub_standin import HubServer
 from support.polling import eventually
 
+from shoal.fetch.cache import CacheEntry
+from shoal.fetch.sources import parse_source
+
 FILES = {"config.json": b"{}", "tokenizer.json": b"{}", "model.safetensors": b"\x05" * (2 << 20)}
 
 
-def test_two_processes_at_once_download_once(hub: HubServer, tmp_path: Path) -> None:
-    hub.hub.add_repo("org/m", FILES)
+def _blocked_on(lock: Path) -> bool:
+    """Whether a process waits for ``lock`` (a ``->`` line for its inode in ``/proc/locks``)."""
+    inode = f":{lock.stat().st_ino} "
+    return any("->" in line and inode in line for line in Path("/proc/locks").read_text().splitlines())
 
-    def listed_twice() -> bool:
-        return sum(r.startswith("GET /api/models/") for r in hub.hub.requests) >= 2
+
+def test_two_processes_at_once_download_once(hub: HubServer, tmp_path: Path) -> None:
+    commit = hub.hub.add_repo("org/m", FILES)
+    source = parse_source("hf://org/m")
+    assert source is not None
+    lock = CacheEntry(tmp_path, source).dir / "locks" / f"{commit}.lock"
 
     def hold_downloads(name: str) -> None:
-        # no body leaves before both processes have listed the repo, so both are inside fetch() at once
-        eventually(listed_twice, timeout=60, what="both processes listing the repo", interval=0.05)
+        # the first process's downloads wait until the second one is blocked on the lock: they overlap for sure
+        eventually(lambda: _blocked_on(lock), timeout=60, what="the second process waiting on the lock", interval=0.05)
 
     hub.hub.on_download = hold_downloads
     command = [sys.executable, "-m", "shoal.cli", "fetch-model", "hf://org/m", "--download-dir", str(tmp_path)]
