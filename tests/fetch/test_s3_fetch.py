@@ -1,4 +1,5 @@
-"""S3 through moto's standalone server (the S3-compatible stand-in here, as MinIO would be on a cluster), with
+"""S3 through moto's standalone server (the S3-compatible stand-in here, as MinIO would be on a cluster; from
+moto's own venv, ``make moto``, which also runs the boto3 calls that fill its buckets), with
 authentication on: shoal's own SigV4 signatures are checked by it, so a wrong secret or an unknown key is refused
 as S3 refuses them. Without credentials the fetcher sends unsigned requests, played on a second moto that
 checks object ACLs only (moto 5.2 answers an unsigned request 500 when IAM authentication is on, where S3
@@ -21,13 +22,15 @@ from shoal.model_registry import resolve_model
 
 @pytest.fixture(scope="module")
 def bucket(moto: Moto, tiny_dir: Path, tiny_gguf: Path) -> str:
-    s3 = moto.s3()
-    s3.create_bucket(Bucket="models")
-    for path in tiny_dir.iterdir():
-        s3.put_object(Bucket="models", Key=f"llama/tiny/{path.name}", Body=path.read_bytes())
-    s3.put_object(Bucket="models", Key="llama/tiny/README.md", Body=b"not needed")
-    s3.put_object(Bucket="models", Key="llama/tiny/extra/model.safetensors", Body=b"a subfolder: not needed")
-    s3.put_object(Bucket="models", Key="gguf/tiny-f32.gguf", Body=tiny_gguf.read_bytes(), ChecksumAlgorithm="SHA256")
+    with moto.s3() as s3:
+        s3.create_bucket(Bucket="models")
+        for path in tiny_dir.iterdir():
+            s3.put_object(Bucket="models", Key=f"llama/tiny/{path.name}", Body=path.read_bytes())
+        s3.put_object(Bucket="models", Key="llama/tiny/README.md", Body=b"not needed")
+        s3.put_object(Bucket="models", Key="llama/tiny/extra/model.safetensors", Body=b"a subfolder: not needed")
+        s3.put_object(
+            Bucket="models", Key="gguf/tiny-f32.gguf", Body=tiny_gguf.read_bytes(), ChecksumAlgorithm="SHA256"
+        )
     return "models"
 
 
@@ -76,7 +79,8 @@ def test_objects_are_checked_against_their_published_hashes(moto: Moto, bucket: 
 def test_an_sse_kms_objects_etag_is_not_taken_for_an_md5(moto: Moto, bucket: str) -> None:
     import httpx
 
-    moto.s3().put_object(Bucket=bucket, Key="kms/m.gguf", Body=b"GGUF" * 64, ServerSideEncryption="aws:kms")
+    with moto.s3() as s3:
+        s3.put_object(Bucket=bucket, Key="kms/m.gguf", Body=b"GGUF" * 64, ServerSideEncryption="aws:kms")
     with httpx.Client() as client:
         (file,) = S3Store(client, moto.env(), _source(f"s3://{bucket}/kms/m.gguf")).listing().files
     assert file.size == 256 and "md5" not in [d.algorithm for d in file.digests]
@@ -122,10 +126,10 @@ def test_s3_failures_say_what_the_store_answered(
 
 
 def test_without_credentials_requests_go_unsigned(public_moto: Moto, tiny_gguf: Path, tmp_path: Path) -> None:
-    s3 = public_moto.s3()
-    s3.create_bucket(Bucket="public")
-    s3.put_object(Bucket="public", Key="tiny.gguf", Body=tiny_gguf.read_bytes(), ACL="public-read")
-    s3.put_object(Bucket="public", Key="private.gguf", Body=tiny_gguf.read_bytes())
+    with public_moto.s3() as s3:
+        s3.create_bucket(Bucket="public")
+        s3.put_object(Bucket="public", Key="tiny.gguf", Body=tiny_gguf.read_bytes(), ACL="public-read")
+        s3.put_object(Bucket="public", Key="private.gguf", Body=tiny_gguf.read_bytes())
     env = public_moto.env(credentials=False)
     assert not any(key.startswith(("AWS_ACCESS", "AWS_SECRET")) for key in env)
     result = fetch("s3://public/tiny.gguf", tmp_path, env=env, report=lambda line: None)
