@@ -35,10 +35,10 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: install system-deps kube-testbin lint
+test: install system-deps kube-testbin moto lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: install system-deps lint
+test-fast: install system-deps moto lint
 	$(PY) -m pytest -m "not slow and not kube and not interpret" $(PYTEST_ARGS)
 
 clean:

@@ -20,6 +20,7 @@ _AREAS: tuple[str, ...] = (
     "shoal.bench.cli",
     "shoal.simulate.cli",
     "shoal.local.cli",
+    "shoal.fetch.cli",
 )
 
 

@@ -13,6 +13,7 @@ TORCH_FREE_COMMANDS = [
     ["crd"],
     ["bench", "serve", "--help"],
     ["simulate", "--help"],
+    ["fetch-model", "smollm2-135m", "--download-dir", "/nonexistent"],  # the gateway's init container runs it
 ]
 
 

@@ -7,12 +7,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="complete a prompt with the engine, offline")
     parser.add_argument("prompt", help="the text to complete")
-    parser.add_argument("--model", default="smollm2-135m", help="model alias, Hugging Face directory or .gguf file")
+    parser.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="model alias, Hugging Face directory or .gguf file, or hf:// / s3:// source (fetched first)",
+    )
+    parser.add_argument(
+        "--download-dir",
+        type=Path,
+        default=None,
+        help="where hf:// and s3:// models are cached (default: $SHOAL_MODEL_CACHE, else ~/.cache/shoal/models)",
+    )
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
@@ -27,7 +38,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     from shoal.engine import LLM, SamplingParams
+    from shoal.fetch import FetchError, SourceError, default_download_dir, fetch
 
+    try:
+        model = fetch(args.model, args.download_dir or default_download_dir()).path  # as it is unless remote
+    except FetchError as exc:
+        print(f"shoal generate: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, SourceError) else 1
     try:
         params = SamplingParams(
             temperature=args.temperature,
@@ -36,7 +53,7 @@ def _generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             max_tokens=args.max_tokens,
         )
-        llm = LLM(args.model, dtype=args.dtype, device=args.device, quantization=args.quantization)
+        llm = LLM(model, dtype=args.dtype, device=args.device, quantization=args.quantization)
         if args.chat:
             (output,) = llm.chat([{"role": "user", "content": args.prompt}], params)
         else:

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from shoal.fetch import FetchError, default_download_dir, fetch
 from shoal.local.manifest import LocalManifest, ManifestError, load_manifest
 from shoal.local.up import PortTaken, Up, UpOptions, check_port
 
@@ -50,6 +51,11 @@ def main(args: argparse.Namespace) -> int:
     except (ManifestError, PortTaken) as error:
         print(f"shoal up: {error}", file=sys.stderr)
         return 2
+    try:  # once, before any engine starts: the engines and the gateway then find it in the cache
+        fetch(manifest.spec.model.source, default_download_dir())
+    except FetchError as error:
+        print(f"shoal up: spec.model.source: {error}", file=sys.stderr)
+        return 1
     tui = args.tui and sys.stdout.isatty()
     console = Console() if tui else None
     options = UpOptions(

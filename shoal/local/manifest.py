@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from shoal.fetch import SourceError, parse_source
 from shoal.model_registry import ModelNotFoundError, resolve_model
 from shoal.operator.spec import GROUP, KIND, VERSION, InferenceDeploymentSpec
 
@@ -123,8 +124,9 @@ def load_manifest(path: str | Path) -> LocalManifest:
         )
     elif spec is not None:
         try:
-            resolve_model(spec.model.source)
-        except ModelNotFoundError as exc:
+            if parse_source(spec.model.source) is None:  # hf:// and s3:// are fetched once the manifest is valid
+                resolve_model(spec.model.source)
+        except (ModelNotFoundError, SourceError) as exc:
             problems.append(f"spec.model.source: {exc}")
     if problems or spec is None:
         raise ManifestError(f"{file}: {KIND} {name or '?'} is invalid:\n" + "\n".join(f"  {p}" for p in problems))

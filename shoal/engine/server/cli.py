@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="Serve a model over an OpenAI-compatible HTTP API.")
-    p.add_argument("--model", required=True, help="model name (e.g. smollm2-135m) or checkpoint path")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="bundled alias (smollm2-135m), a HF directory or .gguf path, or a source fetched first: "
+        "hf://ORG/REPO[@REVISION][/FILE.gguf], s3://BUCKET/PREFIX, s3://BUCKET/KEY.gguf",
+    )
+    p.add_argument(
+        "--download-dir",
+        type=Path,
+        default=None,
+        help="where hf:// and s3:// models are cached (default: $SHOAL_MODEL_CACHE, else ~/.cache/shoal/models)",
+    )
     p.add_argument(
         "--served-model-name",
         action="append",
