@@ -206,3 +206,22 @@ def test_the_model_refuses_what_the_crd_refuses(model: dict[str, Any], message: 
     """``shoal up`` and the operator parse with the models: the same words as the apiserver's CEL rules."""
     with pytest.raises(ValidationError, match=re.escape(message)):
         InferenceDeploymentSpec.model_validate({"model": model})
+
+
+def test_the_fetchers_and_the_engines_args_parse_with_the_real_clis() -> None:
+    """What the operator writes for a fetched source is what ``shoal fetch-model`` and ``shoal serve`` accept."""
+    from shoal.engine.server import cli as serve_cli
+    from shoal.fetch import cli as fetch_cli
+
+    engine, gateway, _ = pods({"source": "s3://models/llama/", "s3Endpoint": "http://minio:9000"})
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    serve_cli.register(subparsers)
+    fetch_cli.register(subparsers)
+    served = parser.parse_args(engine["containers"][0]["args"])
+    assert (served.model, str(served.download_dir)) == ("s3://models/llama/", "/model-cache")
+    for init in engine["initContainers"] + gateway["initContainers"]:
+        fetched = parser.parse_args(init["args"])
+        assert fetched.source == "s3://models/llama/" and fetched.termination_message_path
+    tokenizer_only = [parser.parse_args(i["args"]).tokenizer_only for i in gateway["initContainers"]]
+    assert tokenizer_only == [True]
