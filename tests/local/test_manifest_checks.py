@@ -90,14 +90,14 @@ def test_a_model_that_does_not_exist_is_refused_before_anything_starts(tmp_path:
     assert "spec.model.source: model 'no-such-model' is neither a known alias" in message
     assert "spec.model.source:" in _refusal(tmp_path, manifest(str(tmp_path / "nowhere")))
     unqualified = _refusal(tmp_path, manifest("meta-llama/Llama-3.1-8B-Instruct"))
-    assert "for the Hugging Face repo say hf://meta-llama/Llama-3.1-8B-Instruct" in unqualified
+    assert "looks like a Hugging Face repo id: write hf://meta-llama/Llama-3.1-8B-Instruct" in unqualified
 
 
 def test_a_remote_source_is_checked_for_its_form_and_fetched_later(tmp_path: Path) -> None:
     assert load_manifest(write_manifest(tmp_path, manifest("hf://org/repo@v1"))).spec.model.source == "hf://org/repo@v1"
     assert load_manifest(write_manifest(tmp_path, manifest("s3://models/llama/tiny"))).name
     message = _refusal(tmp_path, manifest("gs://models/llama"))
-    assert "spec.model.source: source 'gs://models/llama': unsupported scheme gs://" in message
+    assert "spec.model.source 'gs://models/llama'" in message and "supported: hf://ORG/REPO" in message
 
 
 def test_cluster_only_fields_are_ignored_locally_not_refused(tmp_path: Path) -> None:
