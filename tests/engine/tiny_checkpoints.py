@@ -2,7 +2,8 @@
 
 Each checkpoint is what ``save_pretrained`` writes (config.json + model.safetensors) plus a byte-level BPE
 ``tokenizer.json`` trained here on a little text and a ChatML ``chat_template``, so engine and tokenizer code
-load them exactly like a downloaded model. Weights are drawn with a larger spread than transformers' default,
+load them exactly like a downloaded model. GGUF files are written from them as llama.cpp's converter writes
+them, with that vocabulary or with a SentencePiece one trained here on the same text (Llama 2 / Mistral style). Weights are drawn with a larger spread than transformers' default,
 and norm weights and attention biases are randomised too, so that greedy choices are decisive and a wrongly
 mapped tensor changes the logits.
 """
@@ -69,6 +70,80 @@ def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
         "chat_template": CHAT_TEMPLATE,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+SPM_CHAT_TEMPLATE = (  # Llama 2's shape: BOS, then [INST] as plain text
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% else %}{{ ' ' + message['content'] + eos_token }}{% endif %}"
+    "{% endfor %}"
+)
+
+
+def train_sentencepiece(vocab_size: int = 400, **options: Any) -> bytes:
+    """A SentencePiece BPE model (its serialized ``tokenizer.model``) trained as Llama 2's was: byte fallback,
+    text kept as it is (no normalization, spaces kept), digits split, runs of spaces allowed as pieces;
+    ``options`` override those (``add_dummy_prefix=False`` as Gemma, ``byte_fallback=False``)."""
+    import io
+
+    import sentencepiece
+
+    settings: dict[str, Any] = dict(
+        model_type="bpe",
+        vocab_size=vocab_size,
+        byte_fallback=True,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=True,
+        allow_whitespace_only_pieces=True,
+        split_digits=True,
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    settings.update(options)
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(TRAINING_TEXT), model_writer=model, **settings)
+    return model.getvalue()
+
+
+def add_sentencepiece_vocab(
+    writer: Any, model_proto: bytes, add_space_prefix: bool = True, user_defined: tuple[str, ...] = ()
+) -> None:
+    """A SentencePiece model's vocabulary as llama.cpp's converter writes it (``_create_vocab_sentencepiece``):
+    every piece with its score and type, the special ids, BOS added; ``add_space_prefix`` only where it is off,
+    as for Gemma (it follows the model's ``add_dummy_prefix``); ``user_defined`` pieces typed as the converter
+    types a checkpoint's ``added_tokens.json`` entries."""
+    import gguf
+    import sentencepiece
+
+    sp = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+    types = []
+    for i in range(sp.vocab_size()):
+        if sp.is_unknown(i):
+            types.append(gguf.TokenType.UNKNOWN)
+        elif sp.is_control(i):
+            types.append(gguf.TokenType.CONTROL)
+        elif sp.is_unused(i):
+            types.append(gguf.TokenType.UNUSED)
+        elif sp.is_byte(i):
+            types.append(gguf.TokenType.BYTE)
+        else:
+            types.append(gguf.TokenType.USER_DEFINED if sp.id_to_piece(i) in user_defined else gguf.TokenType.NORMAL)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list([sp.id_to_piece(i) for i in range(sp.vocab_size())])
+    writer.add_token_scores([sp.get_score(i) for i in range(sp.vocab_size())])
+    writer.add_token_types(types)
+    writer.add_bos_token_id(sp.bos_id())
+    writer.add_eos_token_id(sp.eos_id())
+    writer.add_unk_token_id(sp.unk_id())
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    if not add_space_prefix:
+        writer.add_add_space_prefix(False)
+    writer.add_chat_template(SPM_CHAT_TEMPLATE)
 
 
 def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_overrides: Any) -> Path:
@@ -161,12 +236,15 @@ def write_llama_gguf(
     quantize: str | None = None,
     embedding: str | None = None,
     rope_freqs: bool = True,
+    sentencepiece: bytes | None = None,
 ) -> Path:
     """Converts a tiny Llama checkpoint to a GGUF the way llama.cpp's converter lays it out (Llama 3.1 RoPE
     scaling as a ``rope_freqs`` tensor, as it does); ``quantize``
     ("Q4_0", "Q4_1", ...) stores the layers' projection weights in that type, ``embedding`` ("Q8_0", as
     SmolLM2's file) the token embedding (the tied LM head), the rest stays float; ``rope_freqs=False`` leaves
-    the scaling out (a wrong file, for tests that must tell the difference)."""
+    the scaling out (a wrong file, for tests that must tell the difference); ``sentencepiece`` (a model from
+    ``train_sentencepiece``, as many pieces as the checkpoint's vocab_size) is written as the vocabulary in
+    place of the checkpoint's byte-level one."""
     import gguf
     from gguf.quants import quantize as quantize_blocks
     from safetensors.numpy import load_file
@@ -191,17 +269,20 @@ def write_llama_gguf(
         head_dim = config.get("head_dim") or config["hidden_size"] // heads
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(config["rope_parameters"], head_dim))
 
-    vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
-    specials = {t["content"] for t in tokenizer["added_tokens"] if t["special"]}
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt2")
-    writer.add_token_list([token for token, _ in vocab])
-    writer.add_token_types([3 if token in specials else 1 for token, _ in vocab])
-    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tokenizer["model"]["merges"]])
-    writer.add_bos_token_id(config["bos_token_id"])
-    writer.add_eos_token_id(config["eos_token_id"])
-    writer.add_add_bos_token(True)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    if sentencepiece is not None:
+        add_sentencepiece_vocab(writer, sentencepiece)
+    else:
+        vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
+        specials = {t["content"] for t in tokenizer["added_tokens"] if t["special"]}
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("gpt2")
+        writer.add_token_list([token for token, _ in vocab])
+        writer.add_token_types([3 if token in specials else 1 for token, _ in vocab])
+        writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tokenizer["model"]["merges"]])
+        writer.add_bos_token_id(config["bos_token_id"])
+        writer.add_eos_token_id(config["eos_token_id"])
+        writer.add_add_bos_token(True)
+        writer.add_chat_template(CHAT_TEMPLATE)
 
     for name, array in load_file(hf_dir / "model.safetensors").items():
         if name == "model.embed_tokens.weight" and embedding:

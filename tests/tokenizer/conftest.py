@@ -1,4 +1,5 @@
-"""Tokenizer fixtures: ours and transformers' on the bundled SmolLM2 GGUF and on a tiny trained BPE tokenizer."""
+"""Tokenizer fixtures: ours and transformers' on the bundled SmolLM2 GGUF and on a tiny trained BPE tokenizer;
+ours and SentencePiece's own on tiny SentencePiece models written into GGUF files."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from engine.tiny_checkpoints import save_tokenizer, train_tokenizer
+from spm_gguf import SPM_VARIANTS, SentencePieceGGUF, write_sentencepiece_gguf
 
 from shoal.model_registry import resolve_model
 from shoal.tokenizer import Tokenizer
@@ -44,3 +46,18 @@ def smollm2_hf_tokenizer():
 
     source = resolve_model("smollm2-135m")
     return transformers.AutoTokenizer.from_pretrained(source.path.parent, gguf_file=source.path.name)
+
+
+@pytest.fixture(scope="session", params=list(SPM_VARIANTS))
+def spm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SentencePieceGGUF:
+    return write_sentencepiece_gguf(
+        tmp_path_factory.mktemp("spm") / f"{request.param}.gguf", **SPM_VARIANTS[request.param]
+    )
+
+
+@pytest.fixture(scope="session")
+def llama_spm(tmp_path_factory: pytest.TempPathFactory) -> SentencePieceGGUF:
+    """Llama 2's kind of vocabulary, with two user-defined pieces (as an added_tokens.json gives)."""
+    return write_sentencepiece_gguf(
+        tmp_path_factory.mktemp("spm") / "llama.gguf", user_defined_symbols=["<tool>", "</tool>"]
+    )
