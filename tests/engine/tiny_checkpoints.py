@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from sentencepiece_reference import SentencePieceReference
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -81,67 +82,30 @@ SPM_CHAT_TEMPLATE = (  # Llama 2's shape: BOS, then [INST] as plain text
 )
 
 
-def train_sentencepiece(vocab_size: int = 400, **options: Any) -> bytes:
-    """A SentencePiece BPE model (its serialized ``tokenizer.model``) trained as Llama 2's was: byte fallback,
-    text kept as it is (no normalization, spaces kept), digits split, runs of spaces allowed as pieces;
-    ``options`` override those (``add_dummy_prefix=False`` as Gemma, ``byte_fallback=False``)."""
-    import io
-
-    import sentencepiece
-
-    settings: dict[str, Any] = dict(
-        model_type="bpe",
-        vocab_size=vocab_size,
-        byte_fallback=True,
-        normalization_rule_name="identity",
-        remove_extra_whitespaces=False,
-        add_dummy_prefix=True,
-        allow_whitespace_only_pieces=True,
-        split_digits=True,
-        character_coverage=1.0,
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
-    settings.update(options)
-    model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(TRAINING_TEXT), model_writer=model, **settings)
-    return model.getvalue()
+def train_sentencepiece(vocab_size: int = 400, **options: Any) -> SentencePieceReference:
+    """A SentencePiece BPE model trained on ``TRAINING_TEXT`` as Llama 2's was, in a child process that answers
+    for SentencePiece (close it when done); ``options`` as ``SentencePieceReference`` takes them."""
+    return SentencePieceReference(TRAINING_TEXT, vocab_size, **options)
 
 
-def add_sentencepiece_vocab(
-    writer: Any, model_proto: bytes, add_space_prefix: bool = True, user_defined: tuple[str, ...] = ()
-) -> None:
+_TOKEN_TYPES = {"normal": 1, "unknown": 2, "control": 3, "user_defined": 4, "unused": 5, "byte": 6}  # gguf.TokenType
+
+
+def add_sentencepiece_vocab(writer: Any, reference: SentencePieceReference) -> None:
     """A SentencePiece model's vocabulary as llama.cpp's converter writes it (``_create_vocab_sentencepiece``):
-    every piece with its score and type, the special ids, BOS added; ``add_space_prefix`` only where it is off,
-    as for Gemma (it follows the model's ``add_dummy_prefix``); ``user_defined`` pieces typed as the converter
-    types a checkpoint's ``added_tokens.json`` entries."""
-    import gguf
-    import sentencepiece
-
-    sp = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
-    types = []
-    for i in range(sp.vocab_size()):
-        if sp.is_unknown(i):
-            types.append(gguf.TokenType.UNKNOWN)
-        elif sp.is_control(i):
-            types.append(gguf.TokenType.CONTROL)
-        elif sp.is_unused(i):
-            types.append(gguf.TokenType.UNUSED)
-        elif sp.is_byte(i):
-            types.append(gguf.TokenType.BYTE)
-        else:
-            types.append(gguf.TokenType.USER_DEFINED if sp.id_to_piece(i) in user_defined else gguf.TokenType.NORMAL)
+    every piece with its score and type (user-defined symbols typed as the converter types a checkpoint's added
+    tokens), the special ids, BOS added; ``add_space_prefix`` only where it is off, as for Gemma."""
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
-    writer.add_token_list([sp.id_to_piece(i) for i in range(sp.vocab_size())])
-    writer.add_token_scores([sp.get_score(i) for i in range(sp.vocab_size())])
-    writer.add_token_types(types)
-    writer.add_bos_token_id(sp.bos_id())
-    writer.add_eos_token_id(sp.eos_id())
-    writer.add_unk_token_id(sp.unk_id())
+    writer.add_token_list(reference.pieces)
+    writer.add_token_scores(reference.scores)
+    writer.add_token_types([_TOKEN_TYPES[kind] for kind in reference.kinds])
+    writer.add_bos_token_id(reference.bos_id())
+    writer.add_eos_token_id(reference.eos_id())
+    writer.add_unk_token_id(reference.unk_id())
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    if not add_space_prefix:
+    if not reference.add_dummy_prefix:
         writer.add_add_space_prefix(False)
     writer.add_chat_template(SPM_CHAT_TEMPLATE)
 
@@ -236,13 +200,13 @@ def write_llama_gguf(
     quantize: str | None = None,
     embedding: str | None = None,
     rope_freqs: bool = True,
-    sentencepiece: bytes | None = None,
+    sentencepiece: SentencePieceReference | None = None,
 ) -> Path:
     """Converts a tiny Llama checkpoint to a GGUF the way llama.cpp's converter lays it out (Llama 3.1 RoPE
     scaling as a ``rope_freqs`` tensor, as it does); ``quantize``
     ("Q4_0", "Q4_1", ...) stores the layers' projection weights in that type, ``embedding`` ("Q8_0", as
     SmolLM2's file) the token embedding (the tied LM head), the rest stays float; ``rope_freqs=False`` leaves
-    the scaling out (a wrong file, for tests that must tell the difference); ``sentencepiece`` (a model from
+    the scaling out (a wrong file, for tests that must tell the difference); ``sentencepiece`` (from
     ``train_sentencepiece``, as many pieces as the checkpoint's vocab_size) is written as the vocabulary in
     place of the checkpoint's byte-level one."""
     import gguf

@@ -3,14 +3,21 @@ ours and SentencePiece's own on tiny SentencePiece models written into GGUF file
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine.tiny_checkpoints import save_tokenizer, train_tokenizer
-from spm_gguf import SPM_VARIANTS, SentencePieceGGUF, write_sentencepiece_gguf
 
-from shoal.model_registry import resolve_model
-from shoal.tokenizer import Tokenizer
+ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
+if str(ENGINE_TESTS) not in sys.path:
+    sys.path.insert(0, str(ENGINE_TESTS))
+
+from spm_gguf import SPM_VARIANTS, SentencePieceGGUF, write_sentencepiece_gguf  # noqa: E402
+from tiny_checkpoints import save_tokenizer, train_tokenizer  # noqa: E402
+
+from shoal.model_registry import resolve_model  # noqa: E402
+from shoal.tokenizer import Tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -49,15 +56,18 @@ def smollm2_hf_tokenizer():
 
 
 @pytest.fixture(scope="session", params=list(SPM_VARIANTS))
-def spm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SentencePieceGGUF:
-    return write_sentencepiece_gguf(
-        tmp_path_factory.mktemp("spm") / f"{request.param}.gguf", **SPM_VARIANTS[request.param]
-    )
+def spm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentencePieceGGUF]:
+    path = tmp_path_factory.mktemp("spm") / f"{request.param}.gguf"
+    spm = write_sentencepiece_gguf(path, **SPM_VARIANTS[request.param])
+    yield spm
+    spm.reference.close()
 
 
 @pytest.fixture(scope="session")
-def llama_spm(tmp_path_factory: pytest.TempPathFactory) -> SentencePieceGGUF:
+def llama_spm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentencePieceGGUF]:
     """Llama 2's kind of vocabulary, with two user-defined pieces (as an added_tokens.json gives)."""
-    return write_sentencepiece_gguf(
+    spm = write_sentencepiece_gguf(
         tmp_path_factory.mktemp("spm") / "llama.gguf", user_defined_symbols=["<tool>", "</tool>"]
     )
+    yield spm
+    spm.reference.close()
