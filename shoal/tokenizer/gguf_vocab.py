@@ -4,7 +4,7 @@ A GGUF carries no ``tokenizer.json``: only the vocabulary, the merges or scores,
 For a byte-level BPE vocabulary (``tokenizer.ggml.model = gpt2``) that is enough to rebuild the original
 tokenizer, provided the text is split into words the way the merges were learned; ``tokenizer.ggml.pre`` names
 that split (llama.cpp's names). SmolLM's tokenizer splits digits one by one before the GPT-2 byte-level regex.
-A SentencePiece vocabulary (``llama``: Llama 2, Mistral, Gemma) has scores instead of merges and no word
+A SentencePiece vocabulary (``llama``: Llama 2, Mistral) has scores instead of merges and no word
 split; ``sentencepiece_vocab`` rebuilds it.
 """
 

@@ -1,4 +1,4 @@
-"""A GGUF's SentencePiece vocabulary (``tokenizer.ggml.model = llama``: Llama 2, Mistral, Gemma) as a ``tokenizers``
+"""A GGUF's SentencePiece vocabulary (``tokenizer.ggml.model = llama``: Llama 2, Mistral) as a ``tokenizers``
 tokenizer that gives SentencePiece's token ids and text.
 
 SentencePiece's BPE (llama.cpp's "llama" vocabulary type) encodes by score: starting from single characters, it
@@ -6,9 +6,10 @@ merges the adjacent pair whose concatenation is the highest-scoring piece in the
 character the vocabulary lacks is spelled as its UTF-8 bytes, ``<0xE2><0x82><0xAC>`` (byte fallback), or as
 ``<unk>`` where the vocabulary has no byte tokens. ``tokenizers``' BPE merges by rank instead, so every piece
 is listed as a merge of each pair of pieces that spells it, best score first: the same merges in the same
-order. Spaces are spelled "▁", and one "▁" is prepended to each run of text (``add_space_prefix``) as llama.cpp
-does: at the start and after each control or user-defined token matched in the text, which is how Llama 2 and
-Mistral wrote ``<s>[INST]`` when they were trained. Each run encodes to exactly SentencePiece's ids for it.
+order. Spaces are spelled "▁", and one "▁" is prepended to each run of text as llama.cpp does (unless the file
+says ``add_space_prefix = false``, as Gemma's do): at the start and after each control or user-defined token
+matched in the text, as Meta's and Mistral's own code tokenize ``<s>[INST]`` (BOS, then the turn encoded
+alone). Each run gets exactly SentencePiece's ids.
 
 Decoding (``SentencePieceDecoder``, ours rather than a ``tokenizers`` decoder) undoes the spelling and drops
 the first piece's prefix "▁". Byte tokens decode as SentencePiece decodes them: a byte that is not part of a
@@ -47,7 +48,7 @@ def build_sentencepiece_tokenizer(
     tokens: list[str], scores: list[float], types: list[int], unk_id: int | None, add_space_prefix: bool
 ) -> tuple[HFTokenizer, SentencePieceDecoder]:
     """The encoder and the decoder SentencePiece is with these pieces, scores and (llama.cpp's) token types."""
-    byte_values = {
+    byte_values = {  # NORMAL too: a file without token types has every piece read as normal
         token: int(match.group(1), 16)
         for token, kind in zip(tokens, types, strict=True)
         if kind in (BYTE, NORMAL) and (match := _BYTE_PIECE.fullmatch(token))
@@ -83,6 +84,7 @@ def build_sentencepiece_tokenizer(
 
 def score_ordered_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
     """Every way of spelling each mergeable piece as two mergeable pieces, the highest-scoring piece first.
+    Unused pieces are left out: SentencePiece never gives them.
 
     A piece spelled two ways gets its shorter-left spelling first; which one comes first matters only when
     both pairs are next to each other in a word, where SentencePiece takes the leftmost.

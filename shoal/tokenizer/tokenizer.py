@@ -98,9 +98,7 @@ class Tokenizer:
             return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         skipped = self._special_ids if skip_special_tokens else frozenset()
         pieces = (self.backend.id_to_token(i) for i in ids if i not in skipped)
-        return self.piece_decoder(
-            [piece for piece in pieces if piece is not None]
-        )  # ids past the vocabulary: skipped, as the backend does
+        return self.piece_decoder([piece for piece in pieces if piece is not None])  # None: past the vocabulary
 
     @cached_property
     def _special_ids(self) -> frozenset[int]:

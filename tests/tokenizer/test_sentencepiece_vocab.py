@@ -122,6 +122,15 @@ def test_bos_is_added_unless_the_file_says_otherwise(llama_spm: SentencePieceGGU
     assert build_gguf_tokenizer(metadata(llama_spm, add_bos_token=False))[0].encode("hi").ids[0] != bos
 
 
+def test_a_file_without_token_types_reads_every_piece_as_normal(llama_spm: SentencePieceGGUF) -> None:
+    """As llama.cpp reads such a file: byte tokens are still known by their spelling, so text round-trips."""
+    tokenizer, decode = build_gguf_tokenizer(metadata(llama_spm, token_type=None))
+    text = "The capital of France is  🦜\n"
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    assert ids == llama_spm.reference.encode(text)
+    assert decode is not None and decode([tokenizer.id_to_token(i) for i in ids]) == text
+
+
 @pytest.mark.parametrize(
     ("changes", "named"),
     [
