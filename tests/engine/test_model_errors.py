@@ -283,16 +283,19 @@ def test_gguf_of_another_architecture_is_named(tmp_path: Path) -> None:
         load(path)
 
 
-def test_gguf_with_a_sentencepiece_vocabulary_is_named(tmp_path: Path) -> None:
-    path = tmp_path / "spm.gguf"
+def test_gguf_with_a_unigram_vocabulary_is_named(tmp_path: Path) -> None:
+    """T5's unigram vocabulary (llama.cpp's "t5" type): neither byte-level nor SentencePiece BPE."""
+    path = tmp_path / "unigram.gguf"
     writer = gguf.GGUFWriter(path, "llama")
-    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_model("t5")
     writer.add_token_list(["<unk>", "a"])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(UnsupportedTokenizerError, match=r"tokenizer.ggml.model='llama'"):
+    with pytest.raises(
+        UnsupportedTokenizerError, match=r"tokenizer.ggml.model='t5' is not supported \(supported: 'gpt2'"
+    ):
         Tokenizer.from_gguf(path)
 
 

@@ -2,8 +2,9 @@
 
 Each checkpoint is what ``save_pretrained`` writes (config.json + model.safetensors) plus a byte-level BPE
 ``tokenizer.json`` trained here on a little text and a ChatML ``chat_template`` (Gemma's own template for the
-Gemma families), so engine and tokenizer code
-load them exactly like a downloaded model. Weights are drawn with a larger spread than transformers' default,
+Gemma families), so engine and tokenizer code load them exactly like a downloaded model. GGUF files are written
+from them as llama.cpp's converter writes them, with that vocabulary or with a SentencePiece one trained here on
+the same text (Llama 2 / Mistral style). Weights are drawn with a larger spread than transformers' default,
 and norm weights and attention biases are randomised too, so that greedy choices are decisive and a wrongly
 mapped tensor changes the logits.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from sentencepiece_reference import SentencePieceReference
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -103,6 +105,43 @@ def save_tokenizer(tokenizer: Tokenizer, directory: Path, chat_template: str = C
         "chat_template": chat_template,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+SPM_CHAT_TEMPLATE = (  # Llama 2's shape: BOS, then [INST] as plain text
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% else %}{{ ' ' + message['content'] + eos_token }}{% endif %}"
+    "{% endfor %}"
+)
+
+
+def train_sentencepiece(vocab_size: int = 400, **options: Any) -> SentencePieceReference:
+    """A SentencePiece BPE model trained on ``TRAINING_TEXT`` as Llama 2's was, in a child process that answers
+    for SentencePiece (close it when done); ``options`` as ``SentencePieceReference`` takes them."""
+    return SentencePieceReference(TRAINING_TEXT, vocab_size, **options)
+
+
+_TOKEN_TYPES = {"normal": 1, "unknown": 2, "control": 3, "user_defined": 4, "unused": 5, "byte": 6}  # gguf.TokenType
+
+
+def add_sentencepiece_vocab(writer: Any, reference: SentencePieceReference) -> None:
+    """A SentencePiece model's vocabulary as llama.cpp's converter writes it (``_create_vocab_sentencepiece``):
+    every piece with its score and type (user-defined symbols typed as the converter types a checkpoint's added
+    tokens), the special ids, BOS added; ``add_space_prefix`` only where it is off, as for Gemma."""
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(reference.pieces)
+    writer.add_token_scores(reference.scores)
+    writer.add_token_types([_TOKEN_TYPES[kind] for kind in reference.kinds])
+    writer.add_bos_token_id(reference.bos_id())
+    writer.add_eos_token_id(reference.eos_id())
+    writer.add_unk_token_id(reference.unk_id())
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    if not reference.add_dummy_prefix:
+        writer.add_add_space_prefix(False)
+    writer.add_chat_template(SPM_CHAT_TEMPLATE)
 
 
 def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_overrides: Any) -> Path:
@@ -287,6 +326,7 @@ def write_llama_gguf(
     quantize: str | None = None,
     embedding: str | None = None,
     rope_freqs: bool = True,
+    sentencepiece: SentencePieceReference | None = None,
 ) -> Path:
     """Converts a tiny Llama checkpoint to a GGUF the way llama.cpp's converter lays it out (Llama 3.1 RoPE
     scaling as a ``rope_freqs`` tensor, as it does); ``quantize``
@@ -294,7 +334,9 @@ def write_llama_gguf(
     ``embedding`` ("Q8_0", as SmolLM2's file) the token embedding (the tied LM head), the rest stays float;
     ``rope_freqs=False`` leaves the scaling out (a wrong file, for tests that must tell the difference). A
     mixture of experts (Mixtral as ``llama``, Qwen3-MoE as ``qwen3moe``) gets llama.cpp's expert counts and each
-    layer's experts stacked (``blk.N.ffn_gate_exps`` ``[experts, intermediate, hidden]``...)."""
+    layer's experts stacked (``blk.N.ffn_gate_exps`` ``[experts, intermediate, hidden]``...). ``sentencepiece``
+    (from ``train_sentencepiece``, as many pieces as the checkpoint's vocab_size) is written as the vocabulary in
+    place of the checkpoint's byte-level one."""
     import gguf
     import numpy as np
     from gguf.quants import quantize as quantize_blocks
@@ -325,7 +367,10 @@ def write_llama_gguf(
         head_dim = config.get("head_dim") or config["hidden_size"] // heads
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(config["rope_parameters"], head_dim))
 
-    add_byte_level_vocab(writer, config, tokenizer, CHAT_TEMPLATE)
+    if sentencepiece is not None:
+        add_sentencepiece_vocab(writer, sentencepiece)
+    else:
+        add_byte_level_vocab(writer, config, tokenizer, CHAT_TEMPLATE)
 
     def add_layer_tensor(name: str, array: Any) -> None:
         if quantize and name.endswith(("_exps.weight", *_GGUF_QUANTIZED)):

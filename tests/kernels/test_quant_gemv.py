@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import sys
 import threading
 from pathlib import Path
 
@@ -181,10 +182,11 @@ def test_one_openmp_runtime_serves_torch_and_the_kernel(kernel: QuantGemv) -> No
 
 def test_an_openmp_runtime_vendored_by_another_wheel_leaves_the_kernels_alone() -> None:
     """sentencepiece's wheel vendors a renamed libgomp, loaded whenever ``gguf`` is imported with it installed:
-    the kernels still bind torch's runtime and load (they were refused while any second runtime was mapped)."""
-    vendored = sorted(Path(torch.__file__).parent.parent.glob("*.libs/libgomp-*.so*"))
-    if not vendored:
-        pytest.skip("no wheel here vendors its own libgomp")
+    the kernels still bind torch's runtime and load (they were refused while any second runtime was mapped).
+    ``make install`` keeps that wheel beside the venv, in ``sentencepiece-reference``."""
+    places = (Path(torch.__file__).parent.parent, Path(sys.prefix) / "sentencepiece-reference")
+    vendored = sorted(p for place in places for p in place.glob("*.libs/libgomp-*.so*"))
+    assert vendored, f"no vendored libgomp in {[str(p) for p in places]}: run make install"
     ctypes.CDLL(str(vendored[0]))
     library = load_library(SOURCE)
     assert defining_file(library, OPENMP_ENTRY) == torch_openmp_runtime()

@@ -1,14 +1,24 @@
-"""Tokenizer fixtures: ours and transformers' on the bundled SmolLM2 GGUF and on a tiny trained BPE tokenizer."""
+"""Tokenizer fixtures: ours and transformers' on the bundled SmolLM2 GGUF and on a tiny trained BPE tokenizer;
+ours and SentencePiece's own on tiny SentencePiece models written into GGUF files."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from engine.tiny_checkpoints import GEMMA_CHAT_TEMPLATE, save_tokenizer, train_tokenizer
 
-from shoal.model_registry import resolve_model
-from shoal.tokenizer import Tokenizer
+ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
+if str(ENGINE_TESTS) not in sys.path:
+    sys.path.insert(0, str(ENGINE_TESTS))
+
+from spm_gguf import SPM_VARIANTS, SentencePieceGGUF, write_sentencepiece_gguf  # noqa: E402
+from tiny_checkpoints import save_tokenizer, train_tokenizer  # noqa: E402
+
+from shoal.model_registry import resolve_model  # noqa: E402
+from shoal.tokenizer import Tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +62,21 @@ def smollm2_hf_tokenizer():
 
     source = resolve_model("smollm2-135m")
     return transformers.AutoTokenizer.from_pretrained(source.path.parent, gguf_file=source.path.name)
+
+
+@pytest.fixture(scope="session", params=list(SPM_VARIANTS))
+def spm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentencePieceGGUF]:
+    path = tmp_path_factory.mktemp("spm") / f"{request.param}.gguf"
+    spm = write_sentencepiece_gguf(path, **SPM_VARIANTS[request.param])
+    yield spm
+    spm.reference.close()
+
+
+@pytest.fixture(scope="session")
+def llama_spm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentencePieceGGUF]:
+    """Llama 2's kind of vocabulary, with two user-defined pieces (as an added_tokens.json gives)."""
+    spm = write_sentencepiece_gguf(
+        tmp_path_factory.mktemp("spm") / "llama.gguf", user_defined_symbols=["<tool>", "</tool>"]
+    )
+    yield spm
+    spm.reference.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spm_gguf import SentencePieceGGUF
 
 from shoal.tokenizer import IncrementalDetokenizer, Tokenizer
 
@@ -75,3 +76,67 @@ def test_smollm2_streaming_equals_full_decode(text: str, sizes: list[int], smoll
     pieces = stream(smollm2_tokenizer, ids, sizes, skip=True)
     assert "".join(pieces) == smollm2_tokenizer.decode(ids) == text
     assert not any("\ufffd" in piece for piece in pieces)
+
+
+# SentencePiece vocabularies: "▁"-spelled spaces whose first one a decode drops, and byte tokens (byte fallback)
+SPM_TEXT = st.lists(
+    COMMON_MULTIBYTE | st.sampled_from(["🦜", "Ω", "  ", "Paris", "\n\n"]), min_size=1, max_size=20
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    picks=st.lists(st.integers(0, 10**6), max_size=50),
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=5),
+    skip=st.booleans(),
+)
+def test_sentencepiece_pieces_of_any_id_sequence_add_up_to_the_full_decode(
+    picks: list[int], sizes: list[int], skip: bool, spm: SentencePieceGGUF
+) -> None:
+    """Lone and misordered byte tokens, control tokens and <unk> among them: no decode may take back text."""
+    ids = [pick % spm.tokenizer.vocab_size for pick in picks]
+    assert "".join(stream(spm.tokenizer, ids, sizes, skip)) == spm.tokenizer.decode(ids, skip_special_tokens=skip)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=SPM_TEXT, sizes=st.lists(st.integers(1, 3), min_size=1, max_size=4))
+def test_sentencepiece_streamed_text_is_the_text_whole(text: str, sizes: list[int], spm: SentencePieceGGUF) -> None:
+    """A character the vocabulary lacks comes out whole once its last byte token arrives, and the spaces the
+    "▁" pieces spell come out where they belong (the first one of the text is the space prefix's, dropped)."""
+    ids = spm.tokenizer.encode(text)
+    pieces = stream(spm.tokenizer, ids, sizes, skip=True)
+    assert "".join(pieces) == spm.tokenizer.decode(ids)
+    assert not any("\ufffd" in piece for piece in pieces)
+    if spm.reference.unk_id() not in ids:
+        assert "".join(pieces) == text
+
+
+@settings(max_examples=100, deadline=None)
+@given(prompt=SPM_TEXT, completion=SPM_TEXT)
+def test_sentencepiece_completion_after_a_prompt_keeps_its_leading_space(
+    prompt: str, completion: str, spm: SentencePieceGGUF
+) -> None:
+    """A completion's first "▁word" is " word" after the prompt, not the "word" it decodes to alone."""
+    prompt_ids = spm.tokenizer.encode(prompt)
+    ids = spm.tokenizer.encode(prompt + completion)[len(prompt_ids) :]
+    expected = spm.tokenizer.decode(prompt_ids + ids)[len(spm.tokenizer.decode(prompt_ids)) :]
+    assert "".join(stream(spm.tokenizer, ids, [1], skip=True, prompt=prompt_ids)) == expected
+
+
+def test_sentencepiece_word_after_the_prompt_streams_with_its_space(llama_spm: SentencePieceGGUF) -> None:
+    """A completion's pieces after a prompt: each "▁" a space (none dropped), then the emoji whole."""
+    sp, tokenizer = llama_spm.reference, llama_spm.tokenizer
+    detok = IncrementalDetokenizer(tokenizer, prompt_token_ids=tokenizer.encode("The capital of France is"))
+    completion = sp.encode("Paris 🦜")
+    assert [sp.id_to_piece(i) for i in completion] == [
+        "▁",
+        "P",
+        "ar",
+        "is",
+        "▁",
+        "<0xF0>",
+        "<0x9F>",
+        "<0xA6>",
+        "<0x9C>",
+    ]
+    assert [detok.push([i]) for i in completion] == [" ", "P", "ar", "is", " ", "", "", "", "🦜"]
