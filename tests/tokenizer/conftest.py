@@ -8,14 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine.tiny_checkpoints import GEMMA_CHAT_TEMPLATE, save_tokenizer, train_tokenizer
 
 ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
 if str(ENGINE_TESTS) not in sys.path:
     sys.path.insert(0, str(ENGINE_TESTS))
 
 from spm_gguf import SPM_VARIANTS, SentencePieceGGUF, write_sentencepiece_gguf  # noqa: E402
-from tiny_checkpoints import save_tokenizer, train_tokenizer  # noqa: E402
+from tiny_checkpoints import GEMMA_CHAT_TEMPLATE, save_tokenizer, train_tokenizer  # noqa: E402
 
 from shoal.model_registry import resolve_model  # noqa: E402
 from shoal.tokenizer import Tokenizer  # noqa: E402
