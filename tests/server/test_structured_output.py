@@ -116,6 +116,17 @@ def test_guided_choice_regex_json_and_structured_outputs(client: openai.OpenAI) 
         assert new_name.choices[0].message.content in choices
 
 
+def test_logprobs_of_a_constrained_request_are_the_models_own(client: openai.OpenAI) -> None:
+    """The mask sets forbidden logits to -inf; the logprobs reported are the raw model's, finite for every token."""
+    out = client.chat.completions.create(
+        model=M, messages=MESSAGES, max_tokens=10, logprobs=True, top_logprobs=5, extra_body={"guided_choice": ["yes"]}
+    )
+    assert out.choices[0].message.content == "yes"
+    tokens = out.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert tokens and all(len(t.top_logprobs) == 5 for t in tokens)
+    assert all(-1e4 < lp.logprob <= 0 for t in tokens for lp in [t, *t.top_logprobs])
+
+
 @pytest.mark.parametrize(
     ("body", "param", "words"),
     [

@@ -7,7 +7,7 @@ temperature, top-k, top-p and min-p followed by a draw. The draw is the exponent
 draw its noise from its own ``torch.Generator``, so its tokens do not depend on who shares the batch.
 Log-probabilities are those of the model's raw distribution (before any of the above), like vLLM's default.
 Structured output comes first of all: the grammar's token mask of each constrained row sets the logits of
-forbidden tokens to -inf (so logprobs, like vLLM's, are those of the masked distribution); other rows are untouched.
+forbidden tokens to -inf (the logprobs stay the raw model's, so never -inf); other rows are untouched.
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ class Sampler:
     ) -> tuple[list[int], list[SampleLogprobs | None]]:
         """Returns one token per row of ``logits`` (fp32 ``[n, vocab]``) and, where asked, its logprobs."""
         logits = logits.float()
+        raw = logits
         grammars = [(i, g) for i, r in enumerate(requests) if (g := r.grammar) is not None]
         if grammars:
+            if any(requests[i].params.logprobs is not None for i, _ in grammars):
+                raw = logits.clone()  # the mask must not reach the logprobs
             self.bitmask.apply(logits, [i for i, _ in grammars], [g for _, g in grammars])
-        raw = logits
         params = [r.params for r in requests]
         if all(_argmax_only(r) for r in requests):  # nothing to build but one argmax (greedy streams)
             return row_argmax(logits).tolist(), [None] * len(requests)
