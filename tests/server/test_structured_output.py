@@ -155,3 +155,30 @@ def test_bad_constraints_are_a_400_naming_the_field(
         client.chat.completions.create(model=M, messages=MESSAGES, max_tokens=4, extra_body=body)
     assert refused.value.body["param"] == param and words in refused.value.body["message"]  # type: ignore[index]
     assert client.chat.completions.create(model=M, messages=MESSAGES, max_tokens=2).choices  # the engine still serves
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_smollm2_parse_json_object_and_strict_schema(smollm2_server: ServeProcess) -> None:
+    """The bundled SmolLM2: the pydantic model and a strict schema over seeds, streamed and not, and json_object."""
+    api = openai.OpenAI(base_url=f"{smollm2_server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+    model = "smollm2-135m"
+    for seed in range(3):
+        out = api.chat.completions.parse(
+            model=model, messages=MESSAGES, response_format=Pet, seed=seed, temperature=0.7, max_tokens=120
+        )  # type: ignore[call-overload]
+        assert isinstance(out.choices[0].message.parsed, Pet)
+        kwargs: dict[str, Any] = dict(
+            model=model, messages=MESSAGES, response_format=STRICT, seed=seed, temperature=0.7, max_tokens=200
+        )
+        chunks = list(api.chat.completions.create(stream=True, **kwargs))
+        jsonschema.validate(json.loads("".join(c.choices[0].delta.content or "" for c in chunks if c.choices)), SCHEMA)
+    anything = api.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Give the capital of France as JSON with the key city."}],
+        response_format={"type": "json_object"},
+        temperature=0,
+        max_tokens=60,
+    )
+    assert anything.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(anything.choices[0].message.content or ""), dict)
