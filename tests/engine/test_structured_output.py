@@ -16,11 +16,13 @@ from typing import Any
 
 import jsonschema
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kv_invariants import assert_all_free
 
 from shoal.engine import LLM, GrammarSpec, InvalidRequestError, SamplingParams
+from shoal.engine.core.token_bitmask import apply_bitmask
 
 MAX_TOKENS = 160  # every schema below is bounded: its longest output is far shorter than this
 
@@ -202,3 +204,53 @@ def test_compiled_grammars_are_cached_and_bounded(llm: LLM, monkeypatch: pytest.
     for pattern in ("c", "d", "e"):
         compiler.compile(GrammarSpec("regex", pattern, field="guided_regex"))
     assert len(compiler._compiled) == 2 and spec not in compiler._compiled
+
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+    ),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bitmask_masks_exactly_the_cleared_bits_of_the_constrained_rows(device: str) -> None:
+    """Against the definition, bit by bit: a vocabulary that is not a multiple of 32, rows out of order."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 77, generator=generator)
+    rows = [3, 0]
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (2, 3), dtype=torch.int32, generator=generator)
+    got = logits.to(device)
+    apply_bitmask(got, rows, bitmask.to(device))
+    expected = logits.clone()
+    for i, row in enumerate(rows):
+        for token in range(77):
+            if not (int(bitmask[i, token // 32]) >> (token % 32)) & 1:
+                expected[row, token] = float("-inf")
+    assert torch.equal(got.cpu(), expected)
+    assert torch.equal(got.cpu()[[1, 2, 4]], logits[[1, 2, 4]])  # the unconstrained rows are untouched
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is false)")
+def test_cuda_constrained_outputs_validate_and_greedy_equals_the_cpus(tiny_qwen2_dir: Path, llm: LLM) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"enum": ["a", "bb"]}, "maxItems": 4},
+            "n": {"type": "integer", "minimum": 0, "maximum": 50},
+        },
+        "required": ["tags", "n"],
+        "additionalProperties": False,
+    }
+    gpu = LLM(str(tiny_qwen2_dir), device="cuda", dtype="float32", num_kv_blocks=128)
+    params = [
+        SamplingParams(temperature=1.0, seed=s, max_tokens=80, structured_output=_schema(schema)) for s in range(8)
+    ]
+    for out in gpu.generate(["Record:"] * 8, params):
+        assert out.finish_reason == "stop"
+        jsonschema.validate(json.loads(out.text), schema)
+    greedy = SamplingParams(temperature=0.0, max_tokens=80, structured_output=_schema(schema))
+    assert [o.text for o in gpu.generate(["Record:"], greedy)] == [o.text for o in llm.generate(["Record:"], greedy)]

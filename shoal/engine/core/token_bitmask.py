@@ -25,7 +25,8 @@ class TokenBitmask:
         """In place: every token a row's matcher forbids gets logit -inf (``rows[i]`` is ``matchers[i]``'s row)."""
         if self._executor is None:
             self._executor = llguidance.LLExecutor()
-        bitmask = torch.full(((len(rows)), (logits.shape[-1] + 31) // 32), -1, dtype=torch.int32)
+        pinned = logits.device.type == "cuda"  # the copy to the GPU then runs without a staging buffer
+        bitmask = torch.full((len(rows), (logits.shape[-1] + 31) // 32), -1, dtype=torch.int32, pin_memory=pinned)
         llguidance.torch.fill_next_token_bitmask_par(self._executor, [(m, i) for i, m in enumerate(matchers)], bitmask)
         apply_bitmask(logits, rows, bitmask.to(logits.device, non_blocking=True))
 
