@@ -254,3 +254,13 @@ def test_cuda_constrained_outputs_validate_and_greedy_equals_the_cpus(tiny_qwen2
         jsonschema.validate(json.loads(out.text), schema)
     greedy = SamplingParams(temperature=0.0, max_tokens=80, structured_output=_schema(schema))
     assert [o.text for o in gpu.generate(["Record:"], greedy)] == [o.text for o in llm.generate(["Record:"], greedy)]
+
+
+def test_a_model_with_fewer_logits_than_tokenizer_tokens_refuses_structured_output(llm: LLM) -> None:
+    """The masks cover the logits; a tokenizer that names more tokens than the model scores cannot be constrained."""
+    from shoal.engine.core.grammar import GrammarCompiler
+
+    narrow = GrammarCompiler(llm.tokenizer, llm.tokenizer.vocab_size - 1, llm.engine.eos_token_ids)
+    with pytest.raises(InvalidRequestError, match="tokenizer has") as refused:
+        narrow.compile(GrammarSpec.choice(["a"], "guided_choice"))
+    assert refused.value.field == "guided_choice"

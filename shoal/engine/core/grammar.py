@@ -48,7 +48,7 @@ class GrammarCompiler:
 
     def __init__(self, tokenizer: Tokenizer, vocab_size: int, eos_token_ids: Iterable[int]) -> None:
         self._tokenizer = tokenizer
-        self._vocab_size = max(vocab_size, tokenizer.vocab_size)
+        self._vocab_size = vocab_size  # the logits' width, which the masks cover
         self._eos = sorted(eos_token_ids)
         self._ll_tokenizer: llguidance.LLTokenizer | None = None
         self._compiled: OrderedDict[GrammarSpec, llguidance.LLMatcher] = OrderedDict()
@@ -61,6 +61,12 @@ class GrammarCompiler:
             if cached is not None:
                 self._compiled.move_to_end(spec)
                 return cached
+        if self._tokenizer.vocab_size > self._vocab_size:
+            raise InvalidRequestError(
+                spec.field,
+                f"structured output is not available for this model: its tokenizer has {self._tokenizer.vocab_size} "
+                f"tokens but the model only {self._vocab_size} logits",
+            )
         matcher = llguidance.LLMatcher(self._vocabulary(), _grammar(spec), log_level=0)
         if matcher.is_error():
             raise InvalidRequestError(spec.field, f"the grammar library could not compile it: {matcher.get_error()}")
