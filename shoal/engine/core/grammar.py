@@ -52,7 +52,8 @@ class GrammarCompiler:
         self._eos = sorted(eos_token_ids)
         self._ll_tokenizer: llguidance.LLTokenizer | None = None
         self._compiled: OrderedDict[GrammarSpec, llguidance.LLMatcher] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the cache's
+        self._vocabulary_lock = threading.Lock()  # held while the vocabulary is built (0.3 s), never by a cache hit
 
     def compile(self, spec: GrammarSpec) -> llguidance.LLMatcher:
         """The pristine matcher of ``spec`` (from the cache when there); ``InvalidRequestError`` if it does not compile."""
@@ -83,7 +84,7 @@ class GrammarCompiler:
 
     def _vocabulary(self) -> llguidance.LLTokenizer:
         """The tokenizer as the library sees it, built once (the model's vocabulary width, its EOS ids)."""
-        with self._lock:
+        with self._vocabulary_lock:
             if self._ll_tokenizer is None:
                 self._ll_tokenizer = llguidance.LLTokenizer(
                     self._tokenizer.backend.to_str(), n_vocab=self._vocab_size, eos_token=self._eos or None
