@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import llguidance
-import llguidance.torch
 import numpy as np
 import torch
 
@@ -28,7 +27,11 @@ class TokenBitmask:
             self._executor = llguidance.LLExecutor()
         pinned = logits.device.type == "cuda"  # the copy to the GPU then runs without a staging buffer
         bitmask = torch.full((len(rows), (logits.shape[-1] + 31) // 32), -1, dtype=torch.int32, pin_memory=pinned)
-        llguidance.torch.fill_next_token_bitmask_par(self._executor, [(m, i) for i, m in enumerate(matchers)], bitmask)
+        # what llguidance.torch.fill_next_token_bitmask_par does, without importing that module: it decorates a
+        # function with torch.compile at import, which loads torch._dynamo (2.3 s of the engine's start-up)
+        words = bitmask.shape[1]
+        pairs = [(m, i) for i, m in enumerate(matchers)]
+        self._executor.unsafe_compute_mask_ptr(pairs, bitmask.data_ptr(), words * 4, len(rows))
         apply_bitmask(logits, rows, bitmask.to(logits.device, non_blocking=True))
 
 
