@@ -12,6 +12,7 @@ _EXPORTS = {
     "EngineConfig": "shoal.engine.core",
     "EngineCore": "shoal.engine.core",
     "GenerationOutput": "shoal.engine.llm",
+    "GrammarSpec": "shoal.protocol.structured_output",
     "InvalidRequestError": "shoal.engine.core",
     "LLM": "shoal.engine.llm",
     "RequestOutput": "shoal.engine.core",

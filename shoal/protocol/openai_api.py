@@ -10,10 +10,15 @@ accept vLLM's sampling extras (``top_k``, ``min_p``, ``repetition_penalty``, ``i
 only depend on the request live here; bounds that depend on the model (context length, the vocabulary) are
 checked by the engine. Responses and streaming chunks follow the shapes the official SDKs parse. Nothing here
 imports torch: the gateway parses the same models.
+
+Structured output (``response_format``, vLLM's ``guided_*`` extras and its newer ``structured_outputs``) is
+validated here for its shape only; whether a schema or grammar compiles is the engine's call (a 400 naming the
+field, with the grammar library's message).
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Annotated, Any, ClassVar, Literal, get_args
@@ -53,7 +58,107 @@ class StreamOptions(_Request):
     include_obfuscation: bool = False  # ignored: no obfuscation padding is added to stream chunks
 
 
-class _SamplingFields(_Request):
+# ---- structured output: OpenAI's response_format and vLLM's guided decoding extras ------------------------
+
+
+class JsonSchemaFormat(_Request):
+    """``response_format.json_schema``: the schema every output validates against (``strict`` as OpenAI's)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    description: str | None = None
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Request):
+    """``{"type": "text"}`` (no constraint), ``{"type": "json_object"}`` or ``{"type": "json_schema", ...}``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError('json_schema is required with type "json_schema" and only with it')
+        return self
+
+
+def _json_object_text(value: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    """A schema sent as a string must be a JSON object (vLLM takes both forms)."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise ValueError("must be a JSON schema object")
+    return value
+
+
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+
+
+class StructuredOutputs(_Request):
+    """vLLM's ``structured_outputs`` (its current name for the ``guided_*`` fields): exactly one constraint."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    json_schema: str | dict[str, Any] | None = Field(None, alias="json")
+    regex: NonEmptyStr | None = None
+    choice: Annotated[list[NonEmptyStr], Field(min_length=1)] | None = None
+    grammar: NonEmptyStr | None = None
+    json_object: bool | None = None
+
+    _schema_is_json = field_validator("json_schema")(_json_object_text)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StructuredOutputs:
+        named = [name for name, value in self.constraints().items() if value is not None and value is not False]
+        if len(named) != 1:
+            raise ValueError(f"give exactly one of json, regex, choice, grammar, json_object; got {named}")
+        return self
+
+    def constraints(self) -> dict[str, Any]:
+        return {
+            "json": self.json_schema,
+            "regex": self.regex,
+            "choice": self.choice,
+            "grammar": self.grammar,
+            "json_object": self.json_object,
+        }
+
+
+class StructuredOutputFields(_Request):
+    """The fields that constrain the output to a schema, regex, choice or grammar: at most one per request."""
+
+    response_format: ResponseFormat | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: NonEmptyStr | None = None
+    guided_choice: Annotated[list[NonEmptyStr], Field(min_length=1)] | None = None
+    guided_grammar: NonEmptyStr | None = None
+    structured_outputs: StructuredOutputs | None = None
+
+    _guided_json_is_json = field_validator("guided_json")(_json_object_text)
+
+    @model_validator(mode="after")
+    def _one_output_constraint(self) -> StructuredOutputFields:
+        named = self.output_constraints()
+        if len(named) > 1:
+            raise ValueError(f"{named[1]}: only one field may constrain the output, got {', '.join(named)}")
+        return self
+
+    def output_constraints(self) -> list[str]:
+        """The names of the fields that constrain this request's output (``response_format`` text does not)."""
+        fields = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+        named = [name for name in fields if getattr(self, name) is not None]
+        if self.response_format is not None and self.response_format.type != "text":
+            named.insert(0, "response_format")
+        return named
+
+
+class _SamplingFields(StructuredOutputFields):
     """The parameters both endpoints share."""
 
     model: str = Field(min_length=1)

@@ -21,6 +21,7 @@ import torch
 from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.errors import InvalidRequestError
+from shoal.engine.core.grammar import GrammarCompiler
 from shoal.engine.core.hardware_plan import HardwarePlan, log_plan, plan_hardware
 from shoal.engine.core.kv_budget import kv_budget
 from shoal.engine.core.model_runner import ModelRunner
@@ -80,6 +81,7 @@ class EngineCore:
         self.plan = plan
         self.max_model_len = max_model_len
         self.eos_token_ids = stop_token_ids(tokenizer, model_config)
+        self.grammars = GrammarCompiler(tokenizer, model_config.vocab_size, self.eos_token_ids)
         self.scheduler = scheduler
         self.block_manager = scheduler.block_manager
         self.sampler = sampler
@@ -154,6 +156,7 @@ class EngineCore:
         self._check_in_vocabulary("stop_token_ids", params.stop_token_ids)
         self._check_in_vocabulary("logit_bias", list(params.logit_bias))
         token_ids = self._prompt_token_ids(prompt)
+        grammar = self.grammars.matcher(params.structured_output) if params.structured_output else None
         if len(token_ids) >= self.max_model_len:
             raise InvalidRequestError(
                 "prompt",
@@ -168,6 +171,7 @@ class EngineCore:
             priority=priority,
             max_output_tokens=min(params.max_tokens, self.max_model_len - len(token_ids)),
         )
+        request.grammar = grammar
         detokenizer = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens, token_ids)
         self._tracked[request_id] = _Tracked(request, detokenizer)
         self.scheduler.add_request(request)
@@ -257,20 +261,36 @@ class EngineCore:
         self._generation_tokens += 1
         tracked = self._tracked[request.request_id]
         stop: tuple[RequestStatus, str | int | None] | None = token_stop(request, token_id, self.eos_token_ids)
+        grammar_done = request.grammar is not None and self._advance_grammar(request, token_id)
         if stop is None or stop[0] == RequestStatus.FINISHED_LENGTH:
             new_text = tracked.detokenizer.push([token_id])
-            if stop is not None:  # the length limit: release a character still waiting for its last byte
+            if stop is not None or grammar_done:  # the end: release a character still waiting for its last byte
                 new_text += tracked.detokenizer.flush()
             stop_string = tracked.text.append(new_text, request.num_output_tokens >= request.params.min_tokens)
             if stop_string is not None:
                 stop = (RequestStatus.FINISHED_STOPPED, stop_string)
+            elif grammar_done:
+                stop = (RequestStatus.FINISHED_STOPPED, None)
         if stop is not None:
             request.stop_reason = stop[1]
             self._finish(request, stop[0])
         return self._output(request, [token_id], [logprobs] if logprobs is not None else None)
 
+    @staticmethod
+    def _advance_grammar(request: Request, token_id: int) -> bool:
+        """Feeds the token to the request's matcher; True once the grammar admits nothing more (the output is
+        complete). The mask only offers tokens the matcher accepts, so a refusal is a bug: logged, and the request
+        ends rather than continue unconstrained."""
+        grammar = request.grammar
+        assert grammar is not None
+        if not grammar.consume_token(token_id):
+            log.error("request %s: the grammar refused token %d: %s", request.request_id, token_id, grammar.get_error())
+            return True
+        return grammar.is_stopped()
+
     def _finish(self, request: Request, status: RequestStatus) -> None:
         self.scheduler.finish_request(request, status)
+        request.grammar = None  # frees the matcher
         self.sampler.forget(request.request_id)
         request.metrics.finished_time = time.monotonic()
         reason = status.finish_reason or "abort"

@@ -8,9 +8,13 @@ moves of those two counters.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 from shoal.engine.core.outputs import FinishReason, RequestMetrics
 from shoal.engine.core.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from llguidance import LLMatcher
 
 
 class RequestStatus(enum.Enum):
@@ -66,6 +70,7 @@ class Request:
         self.num_dropped_blocks = 0  # leading blocks a sliding window left behind (now the null block)
         self.stop_reason: str | int | None = None
         self.metrics = RequestMetrics(arrival_time=arrival_time)
+        self.grammar: LLMatcher | None = None  # structured output: the matcher its output tokens have advanced
 
     @property
     def num_tokens(self) -> int:

@@ -6,6 +6,8 @@ frequency over the output), min_tokens banning EOS and stop tokens, logit_bias a
 ``argmax(p / q)`` with ``q ~ Exp(1)``: equivalent to sampling from ``p``, and it lets each seeded request
 draw its noise from its own ``torch.Generator``, so its tokens do not depend on who shares the batch.
 Log-probabilities are those of the model's raw distribution (before any of the above), like vLLM's default.
+Structured output comes first of all: the grammar's token mask of each constrained row sets the logits of
+forbidden tokens to -inf (the logprobs stay the raw model's, so never -inf); other rows are untouched.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from shoal.engine.core.outputs import SampleLogprobs, TokenLogprob
 from shoal.engine.core.request import Request
+from shoal.engine.core.token_bitmask import TokenBitmask
 
 
 class Sampler:
@@ -29,6 +32,7 @@ class Sampler:
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._generators: dict[str, torch.Generator] = {}
+        self.bitmask = TokenBitmask()
 
     def forget(self, request_id: str) -> None:
         """Drops a finished request's generator."""
@@ -41,6 +45,11 @@ class Sampler:
         """Returns one token per row of ``logits`` (fp32 ``[n, vocab]``) and, where asked, its logprobs."""
         logits = logits.float()
         raw = logits
+        grammars = [(i, g) for i, r in enumerate(requests) if (g := r.grammar) is not None]
+        if grammars:
+            if any(requests[i].params.logprobs is not None for i, _ in grammars):
+                raw = logits.clone()  # the mask must not reach the logprobs
+            self.bitmask.apply(logits, [i for i, _ in grammars], [g for _, g in grammars])
         params = [r.params for r in requests]
         if all(_argmax_only(r) for r in requests):  # nothing to build but one argmax (greedy streams)
             return row_argmax(logits).tolist(), [None] * len(requests)

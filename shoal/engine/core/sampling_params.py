@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shoal.engine.core.errors import InvalidRequestError
+from shoal.protocol.structured_output import GrammarSpec
 
 
 @dataclass
@@ -33,6 +34,7 @@ class SamplingParams:
     logprobs: int | None = None
     skip_special_tokens: bool = True
     logit_bias: dict[int, float] = field(default_factory=dict)
+    structured_output: GrammarSpec | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

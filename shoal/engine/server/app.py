@@ -10,6 +10,7 @@ model list, vLLM's ``/tokenize``, ``/detokenize`` and ``/version``, the probes a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -24,10 +25,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
 from shoal import __version__
+from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.server import chat, completions, tokenization
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
-from shoal.engine.server.request_params import OpenAIRequest
+from shoal.engine.server.request_params import OpenAIRequest, engine_error
 from shoal.engine.server.serving import ClosingStreamingResponse, respond
 from shoal.protocol.errors import (
     APIError,
@@ -124,12 +126,19 @@ async def _json_body(request: Request, settings: ServerSettings) -> dict[str, An
 async def _generate(
     request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest], endpoint: ModuleType
 ) -> Response:
-    """The path both generation endpoints share: read, validate, check the model, tokenize, admit, respond."""
+    """The path both generation endpoints share: read, validate, check the model, tokenize, compile the
+    structured-output grammar if any, admit, respond."""
     req = validated(model, await _json_body(request, settings), settings.ignore_unknown_fields)
     if req.model not in settings.served_model_names:
         raise model_not_found(req.model)
     core = engine.loaded_core()
     prepared = await endpoint.prepare(req, current_request_id(), core.tokenizer, core.max_model_len)
+    grammar = prepared.children[0].params.structured_output if prepared.children else None
+    if grammar is not None:  # compiled here, off the step thread: the engine then finds it in its cache
+        try:
+            await asyncio.to_thread(core.grammars.compile, grammar)
+        except InvalidRequestError as exc:
+            raise engine_error(exc) from None
     generation = await engine.submit(prepared.request_id, prepared.children)
     return await respond(request, generation, prepared, endpoint.Formatter(core.tokenizer, prepared), req.stream)
 

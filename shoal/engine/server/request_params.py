@@ -12,6 +12,7 @@ from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.core.sampling_params import SamplingParams
 from shoal.protocol.errors import APIError, invalid_request
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+from shoal.protocol.structured_output import grammar_spec
 
 OpenAIRequest = CompletionRequest | ChatCompletionRequest
 
@@ -68,6 +69,7 @@ def sampling_params(req: OpenAIRequest, max_tokens: int, choice: int) -> Samplin
             logprobs=requested_logprobs(req),
             skip_special_tokens=req.skip_special_tokens,
             logit_bias=req.token_bias(),
+            structured_output=grammar_spec(req),
         )
     except InvalidRequestError as exc:
         raise engine_error(exc) from None
