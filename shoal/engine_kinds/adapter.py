@@ -98,7 +98,7 @@ class EngineAdapter:
 
 def message(kind: str, refusal: Refusal) -> str:
     """How a refusal is worded, by the apiserver and by ``shoal up`` alike."""
-    return f"spec.{refusal.field} is not supported by engine.kind {kind}: {refusal.why}"
+    return f"engine.kind {kind} cannot honour spec.{refusal.field}: {refusal.why}"
 
 
 def engine_field(spec: dict[str, dict[str, object]], name: str) -> object:

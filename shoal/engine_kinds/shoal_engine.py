@@ -5,8 +5,8 @@ from __future__ import annotations
 from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, at_most_one_gpu, optional
 
 ONE_GPU_MESSAGE = (
-    "engine.resources.gpus must be 0 or 1: Shoal's engine runs a model on one GPU and does not yet shard it "
-    "across several (tensor parallelism), so more would be requested and left idle"
+    "more than 1 GPU: Shoal's engine runs a model on one GPU and does not yet shard it across several (tensor "
+    "parallelism), so the others would be requested and left idle; kinds vllm and sglang shard over them"
 )
 DEFAULT_BLOCK_SIZE = 16
 
@@ -42,7 +42,7 @@ SHOAL = EngineAdapter(
         rejected=("shoal_engine_requests_rejected", "reason", "queue_full"),
     ),
     command=command,
-    refusals=(at_most_one_gpu(ONE_GPU_MESSAGE.split(": ", 1)[1]),),
+    refusals=(at_most_one_gpu(ONE_GPU_MESSAGE),),
     kv_events=True,
     lists_capacity=True,
 )

@@ -27,6 +27,7 @@ from rich.live import Live
 
 from shoal.autoscale.policy import ScalingPolicy
 from shoal.autoscale.source import MetricsSource, ReplicaTarget
+from shoal.engine_kinds import DEFAULT_BLOCK_SIZE
 from shoal.local.autoscaler import LocalAutoscaler
 from shoal.local.figures import read_extras
 from shoal.local.fleet import EngineFleet, EngineLaunch, EngineReplica, Event
@@ -105,7 +106,7 @@ def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Pa
         "--tokenizer",
         f"{spec.served_name}={spec.model.source}",
         "--block-size",
-        str(spec.engine.block_size),
+        str(spec.engine.block_size or DEFAULT_BLOCK_SIZE),
         "--policy",
         gateway.routing_policy,
         "--bound-factor",
