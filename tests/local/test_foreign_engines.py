@@ -170,7 +170,7 @@ def vllm_fleet(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pyt
         up.kill_everything()
 
 
-def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_aborts_it(vllm_fleet: UpProcess) -> None:
+def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_stops_it(vllm_fleet: UpProcess) -> None:
     client = _client(vllm_fleet.url)
     reply = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0)
     assert "Paris" in reply.choices[0].text
@@ -185,12 +185,17 @@ def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_aborts_it
         pass
     stream.close()
 
-    def aborted() -> float:
-        page = _engine_page(vllm_fleet)
-        return sum(
-            v for labels, v in samples_named(page, "vllm:request_success_total") if labels["finished_reason"] == "abort"
-        )
+    def series(name: str) -> float:
+        return sum(v for _, v in samples_named(_engine_page(vllm_fleet), name))
 
-    eventually(lambda: aborted() >= 1, timeout=30, what="vLLM counting the cancelled request as aborted")
+    eventually(
+        lambda: series("vllm:num_requests_running") == 0,
+        timeout=20,
+        what="vLLM dropping the cancelled request",
+        detail=lambda: _engine_page(vllm_fleet),
+    )
+    generated = series("vllm:generation_tokens_total")
+    time.sleep(1.0)
+    assert series("vllm:generation_tokens_total") == generated, "vLLM kept generating for a client that left"
     snapshot = vllm_fleet.snapshot()
     assert snapshot is not None and "MetricsMissing" not in vllm_fleet.output()
