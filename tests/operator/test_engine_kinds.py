@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from support.kube_testbed import ControlPlane
 
 from shoal.operator.builders import build_children
+from shoal.operator.diagnosis import diagnose
 from shoal.operator.naming import ENGINE_PORT, Owner
 from shoal.operator.spec import DEFAULT_ENGINE_IMAGES, InferenceDeploymentSpec
 
@@ -164,3 +165,23 @@ def test_the_operator_runs_a_vllm_fleet_with_vllms_command_and_probes(
     assert config is not None and config["data"]["SHOAL_GATEWAY_ENGINE_KIND"] == "vllm"
     infd = wait_ready(installed_chart, namespace, "vllm")  # the test bed's pods pass any probe
     assert condition(infd, "Ready")["message"] == "1/1 engines and 1/1 gateways ready"
+
+
+def test_a_pod_problem_names_the_engine_kind() -> None:
+    """The pod status is the kubelet's shape for an image that cannot be pulled (the test bed pulls nothing)."""
+    pod = {
+        "metadata": {"name": "chat-engine-5d8f7c9b6-x2x9z"},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "engine",
+                    "image": "vllm/vllm-openai:v0.0.0",
+                    "state": {"waiting": {"reason": "ImagePullBackOff", "message": "manifest unknown"}},
+                }
+            ]
+        },
+    }
+    problem = diagnose("/models/m", [pod], "vllm")
+    assert problem is not None and problem.reason == "ImagePullFailed"
+    assert problem.message.startswith("engine.kind vllm: pod chat-engine-5d8f7c9b6-x2x9z: image 'vllm/vllm-openai")
+    assert not diagnose("/models/m", [pod]).message.startswith("engine.kind")  # type: ignore[union-attr]
