@@ -148,6 +148,52 @@ def test_a_cancelled_stream_stops_generating_in_llama_server(llama_fleet: UpProc
 
 
 @pytest.fixture(scope="module")
+def llama_pair(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch) -> Iterator[UpProcess]:
+    """Two llama-servers, prefix-aware routing (the default policy), no autoscaling."""
+    if not LLAMA_SERVER.is_file():
+        pytest.skip(f"no llama-server at {LLAMA_SERVER} (run hack/llama-server/build.sh)")
+    monkeypatch_module.setenv("SHOAL_LLAMA_SERVER", str(LLAMA_SERVER))
+    logs = tmp_path_factory.mktemp("up-llama-pair")
+    document = _llama_manifest(resolve_model("smollm2-135m").path)
+    document["spec"]["replicas"] = {"min": 2, "max": 2}
+    document["spec"]["autoscaling"] = {"enabled": False}
+    up = UpProcess(write_manifest(logs, document), logs)
+    try:
+        eventually(lambda: up.ready() == 2 and up.serving(), timeout=120, what="two llama-servers", detail=up.output)
+        yield up
+    finally:
+        up.kill_everything()
+
+
+def test_prefix_routing_keeps_llama_servers_prompt_cache_hits_over_two_replicas(llama_pair: UpProcess) -> None:
+    """Each of four long system prompts is sent twice in a row: the gateway sends the second to the replica that
+    served the first, so llama-server finds the prompt in its cache (its own ``prompt_tokens_cached``)."""
+    client = _client(llama_pair.url)
+    topics = ("the sea", "mountains", "old maps", "trains")
+    for topic in topics:
+        system = f"You are a patient guide who knows everything about {topic}. " * 12
+        for _ in range(2):
+            client.chat.completions.create(
+                model=MODEL,
+                max_tokens=2,
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": "One word?"}],
+            )
+    snapshot = llama_pair.snapshot()
+    assert snapshot is not None
+    pages = [httpx.get(r["url"] + "/metrics", timeout=5).text for r in snapshot["replicas"]]
+    cached = sum(v for page in pages for _, v in samples_named(page, "llamacpp:prompt_tokens_cached_total"))
+    computed = sum(v for page in pages for _, v in samples_named(page, "llamacpp:prompt_tokens_total"))
+    assert cached / (cached + computed) > 0.4, (cached, computed)  # the second of each pair: ~half the tokens
+    gateway = httpx.get(llama_pair.url + "/metrics", timeout=5).text
+    hits = sum(
+        v
+        for labels, v in samples_named(gateway, "shoal_gateway_routing_decisions_total")
+        if labels.get("reason") == "prefix_hit"
+    )
+    assert hits >= len(topics)
+
+
+@pytest.fixture(scope="module")
 def vllm_fleet(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch) -> Iterator[UpProcess]:
     vllm = VLLM_PYTHON.parent / "vllm"
     if not vllm.is_file():
