@@ -89,7 +89,7 @@ class EngineAdapter:
     command: Callable[[EngineSettings], list[str]]
     refusals: tuple[Refusal, ...] = field(default_factory=tuple)
     kv_events: bool = False  # serves Shoal's /kv/events (the gateway follows each replica's cache)
-    lists_capacity: bool = False  # its /v1/models cards carry max_num_seqs, max_num_batched_tokens, block_size
+    image_binary: str | None = None  # the binary's path in the kind's images when it is not on their PATH
 
     def refused(self, spec: dict[str, dict[str, object]]) -> list[str]:
         """The messages of the refusals ``spec`` (the spec's wire dict, camelCase) breaks."""

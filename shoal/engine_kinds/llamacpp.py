@@ -45,6 +45,7 @@ LLAMACPP = EngineAdapter(
         prefix_query_tokens=None,  # its prompt_tokens count only the uncached ones
     ),
     command=command,
+    image_binary="/app/llama-server",  # ghcr.io/ggml-org/llama.cpp:server* keep it in /app, off PATH
     refusals=(
         model_not_fetched("llamacpp"),
         dtype_auto("llama-server computes in the GGUF's own types"),

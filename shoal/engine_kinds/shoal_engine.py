@@ -44,5 +44,4 @@ SHOAL = EngineAdapter(
     command=command,
     refusals=(at_most_one_gpu(ONE_GPU_MESSAGE),),
     kv_events=True,
-    lists_capacity=True,
 )

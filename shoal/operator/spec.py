@@ -38,12 +38,13 @@ CATEGORIES = ("shoal",)
 IMAGE_REGISTRY = "ghcr.io/shoal-dev"
 DEFAULT_ENGINE_IMAGE = f"{IMAGE_REGISTRY}/shoal-engine:{__version__}"
 # Each kind's image when neither spec.engine.image nor the operator's --engine-image (the chart's engineImages)
-# names one: upstream's own server images. vLLM's and SGLang's are GPU builds, llama.cpp's its CPU server.
-DEFAULT_ENGINE_IMAGES: dict[str, str] = {
-    "shoal": DEFAULT_ENGINE_IMAGE,
-    "vllm": "vllm/vllm-openai:v0.11.0",
-    "sglang": "lmsysorg/sglang:v0.5.3",
-    "llamacpp": "ghcr.io/ggml-org/llama.cpp:server",
+# names one: upstream's own server images, (GPU build, CPU build). Shoal's runs on both; SGLang publishes no
+# CPU server image, so a CPU SGLang fleet names its own.
+DEFAULT_ENGINE_IMAGES: dict[str, tuple[str, str]] = {
+    "shoal": (DEFAULT_ENGINE_IMAGE, DEFAULT_ENGINE_IMAGE),
+    "vllm": ("vllm/vllm-openai:v0.11.0", "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.11.0"),
+    "sglang": ("lmsysorg/sglang:v0.5.3", "lmsysorg/sglang:v0.5.3"),
+    "llamacpp": ("ghcr.io/ggml-org/llama.cpp:server-cuda", "ghcr.io/ggml-org/llama.cpp:server"),
 }
 DEFAULT_GATEWAY_IMAGE = f"{IMAGE_REGISTRY}/shoal:{__version__}"
 RoutingPolicy = Literal["prefix-aware", "least-load", "round-robin"]

@@ -43,13 +43,15 @@ def test_a_vllm_engine_runs_vllm_serve_sharded_over_its_gpus_with_its_health_pat
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] == "/health", probe
-    assert container["image"] == DEFAULT_ENGINE_IMAGES["vllm"]
+    assert container["image"] == DEFAULT_ENGINE_IMAGES["vllm"][0]  # the GPU build
     assert gateway["SHOAL_GATEWAY_ENGINE_KIND"] == "vllm"
 
 
 def test_the_image_is_the_specs_then_the_operators_for_the_kind_then_the_default() -> None:
     assert built(VLLM, vllm="registry.local/vllm-cpu:1")[0]["image"] == "registry.local/vllm-cpu:1"
-    assert built(VLLM, shoal="registry.local/shoal:1")[0]["image"] == DEFAULT_ENGINE_IMAGES["vllm"]
+    assert built(VLLM, shoal="registry.local/shoal:1")[0]["image"] == DEFAULT_ENGINE_IMAGES["vllm"][0]
+    on_cpu = {**VLLM, "engine": {"kind": "vllm", "resources": {"gpus": 0}}}
+    assert built(on_cpu)[0]["image"] == DEFAULT_ENGINE_IMAGES["vllm"][1]  # the CPU build
     mine = {**VLLM, "engine": {**VLLM["engine"], "image": "mine:2"}}
     assert built(mine, vllm="registry.local/vllm-cpu:1")[0]["image"] == "mine:2"
 
@@ -64,7 +66,7 @@ def test_a_shoal_engine_keeps_its_command_and_probes() -> None:
 
 def test_llama_server_and_sglang_containers() -> None:
     llama, _ = built({"model": {"source": "/models/m.gguf"}, "engine": {"kind": "llamacpp", "maxNumSeqs": 4}})
-    assert llama["command"] == ["llama-server"] and "--metrics" in llama["args"]
+    assert llama["command"] == ["/app/llama-server"] and "--metrics" in llama["args"]
     assert llama["readinessProbe"]["httpGet"]["path"] == "/health"
     sglang, _ = built({"model": {"source": "/models/m"}, "engine": {"kind": "sglang", "resources": {"gpus": 2}}})
     assert sglang["command"] == ["python3"] and sglang["args"][:2] == ["-m", "sglang.launch_server"]

@@ -63,9 +63,11 @@ def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
 
 
 def engine_image(spec: InferenceDeploymentSpec, images: Mapping[str, str]) -> str:
-    """``spec.engine.image``, else the operator's image for the kind (``--engine-image``), else the default."""
+    """``spec.engine.image``, else the operator's image for the kind (``--engine-image``), else the kind's default
+    for the pod's device."""
     kind = spec.engine.kind
-    return spec.engine.image or images.get(kind) or DEFAULT_ENGINE_IMAGES[kind]
+    gpu, cpu = DEFAULT_ENGINE_IMAGES[kind]
+    return spec.engine.image or images.get(kind) or (gpu if spec.engine.resources.gpus else cpu)
 
 
 _SUFFIXES: dict[str, int | Fraction] = {
@@ -132,7 +134,7 @@ def engine_container(
         "name": COMPONENT,
         "image": engine_image(spec, images),
         "imagePullPolicy": engine.image_pull_policy,
-        "command": argv[:1],
+        "command": [kind.image_binary or argv[0]],
         "args": argv[1:],
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
         "env": SCRATCH_ENV + [e.model_dump(by_alias=True) for e in engine.env],
