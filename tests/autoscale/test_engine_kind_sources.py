@@ -5,6 +5,7 @@ zero, and the fleet is never reported ``MetricsMissing`` while its metrics are t
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import threading
 import time
@@ -26,6 +27,7 @@ from shoal.model_registry import resolve_model
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = ADAPTERS["llamacpp"]
+POD = "chat-engine-5d8f7c9b6-x2x9z"  # as the engine Deployment names its pods, which the dashboard selects
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProc
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory, llama_server: LocalProcess) -> Iterator[Prometheus]:
-    target = {"targets": [llama_server.url.removeprefix("http://")], "labels": {"pod": "llama-0"}}
+    target = {"targets": [llama_server.url.removeprefix("http://")], "labels": {"pod": POD}}
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": [{"job_name": "llama", "static_configs": [target]}],
@@ -82,7 +84,7 @@ def _check(signals: FleetSignals) -> None:
 def test_the_scrape_source_reads_llama_servers_queue_and_leaves_what_it_lacks_unknown(
     llama_server: LocalProcess,
 ) -> None:
-    target = ReplicaTarget("llama-0", "ready", 0.0, llama_server.url)
+    target = ReplicaTarget(POD, "ready", 0.0, llama_server.url)
 
     async def observe() -> list[FleetSignals]:
         async with httpx.AsyncClient() as client:
@@ -104,7 +106,7 @@ def test_the_scrape_source_reads_llama_servers_queue_and_leaves_what_it_lacks_un
 def test_the_prometheus_source_reads_llama_servers_queue_through_prometheus(
     llama_server: LocalProcess, prometheus: Prometheus
 ) -> None:
-    target = ReplicaTarget("llama-0", "ready", 0.0, llama_server.url)
+    target = ReplicaTarget(POD, "ready", 0.0, llama_server.url)
 
     async def observe() -> FleetSignals:
         async with httpx.AsyncClient() as client:
@@ -116,3 +118,13 @@ def test_the_prometheus_source_reads_llama_servers_queue_through_prometheus(
     _check(asyncio.run(observe()))
     for thread in threads:
         thread.join(timeout=180)
+
+
+def test_the_charts_dashboard_panels_show_a_llama_server_fleet(prometheus: Prometheus) -> None:
+    """Every panel's query runs on a real Prometheus; the queue and running panels show llama-server's series
+    (each panel reads every kind's series: ``docs/engines.md``)."""
+    dashboard = json.loads((REPO / "charts" / "shoal" / "files" / "dashboard.json").read_text())
+    panels = {p["title"]: p["targets"][0]["expr"].replace("$namespace", ".*") for p in dashboard["panels"]}
+    shown = {title: prometheus.query(expr) for title, expr in panels.items()}
+    with_llama = {title for title, result in shown.items() if any(s["metric"].get("pod") == POD for s in result)}
+    assert len(with_llama) == 2, (with_llama, panels)  # waiting and running; it has no TTFT histogram or KV use
