@@ -24,6 +24,9 @@ from shoal.autoscale.source import ReplicaTarget
 from shoal.engine_kinds import ADAPTERS
 from shoal.local import LocalProcess
 from shoal.model_registry import resolve_model
+from shoal.operator.autoscaler import FleetRef
+from shoal.operator.sources import ClusterObserver
+from shoal.operator.spec import InferenceDeploymentSpec
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = ADAPTERS["llamacpp"]
@@ -128,3 +131,19 @@ def test_the_charts_dashboard_panels_show_a_llama_server_fleet(prometheus: Prome
     shown = {title: prometheus.query(expr) for title, expr in panels.items()}
     with_llama = {title for title, result in shown.items() if any(s["metric"].get("pod") == POD for s in result)}
     assert len(with_llama) == 2, (with_llama, panels)  # waiting and running; it has no TTFT histogram or KV use
+
+
+def test_the_operators_observer_reads_a_llamacpp_fleet_through_its_kinds_series(llama_server: LocalProcess) -> None:
+    """The operator's own observer picks the source for the fleet's engine kind: a llama.cpp fleet is observed,
+    never ``MetricsMissing`` for want of Shoal's series (no gateway, so no held requests to read)."""
+    spec = InferenceDeploymentSpec.model_validate(
+        {"model": {"source": "/models/m.gguf"}, "engine": {"kind": "llamacpp"}, "gateway": {"replicas": 0}}
+    )
+    fleet = FleetRef("team-a", "chat", spec, (ReplicaTarget(POD, "ready", 0.0, llama_server.url),))
+
+    async def observe() -> FleetSignals:
+        async with httpx.AsyncClient() as client:
+            return await ClusterObserver(client, None).observe(fleet, 1, time.time())
+
+    signals = asyncio.run(observe())
+    assert signals.missing is None and signals.replicas[0].waiting == 0 and signals.replicas[0].running == 0
