@@ -26,6 +26,7 @@ from shoal.model_registry import resolve_model
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2"
+TOPICS = ("the sea", "mountains", "old maps", "trains")
 
 
 def _script_path(script: str) -> Path:
@@ -99,28 +100,63 @@ def test_llama_server_serves_chat_and_streams_through_the_gateway(llama_fleet: U
     assert len(chunks) > 2 and "Paris" in text
 
 
-def test_a_burst_scales_a_llama_fleet_up_from_its_own_metrics_and_back_down(llama_fleet: UpProcess) -> None:
+def _burst(up: UpProcess, chats: int, scaled_within: float) -> None:
+    """``chats`` long chats at once: the fleet scales up on its queue (the kind's own waiting gauge) and every
+    chat is answered."""
     failures: list[str] = []
 
     def chat() -> None:
         try:
-            _client(llama_fleet.url).chat.completions.create(
+            _client(up.url).chat.completions.create(
                 model=MODEL, max_tokens=120, messages=[{"role": "user", "content": "Tell a long story"}]
             )
         except Exception as error:  # noqa: BLE001 - every failure is the finding
             failures.append(repr(error))
 
-    threads = [threading.Thread(target=chat) for _ in range(6)]
+    threads = [threading.Thread(target=chat) for _ in range(chats)]
     for thread in threads:
         thread.start()
-    eventually(lambda: llama_fleet.ready() >= 2, timeout=90, what="a second llama-server", detail=llama_fleet.output)
+    eventually(lambda: up.ready() >= 2, timeout=scaled_within, what="a second engine", detail=up.output)
     for thread in threads:
-        thread.join(timeout=180)
+        thread.join(timeout=300)
     assert failures == []
-    snapshot = llama_fleet.snapshot()
+    snapshot = up.snapshot()
     assert snapshot is not None
-    up = [d for d in snapshot["decisions"] if d["to_replicas"] > d["from_replicas"]]
-    assert up and up[0]["rule"] == "ScaleUpQueue", snapshot["decisions"]  # llamacpp:requests_deferred, read as waiting
+    scaled = [d for d in snapshot["decisions"] if d["to_replicas"] > d["from_replicas"]]
+    assert scaled and scaled[0]["rule"] == "ScaleUpQueue", snapshot["decisions"]
+
+
+def _pairs_of_long_prompts(up: UpProcess) -> None:
+    """Each of four long system prompts twice in a row: prefix routing sends the second where the first went."""
+    client = _client(up.url)
+    for topic in TOPICS:
+        system = f"You are a patient guide who knows everything about {topic}. " * 12
+        for _ in range(2):
+            client.chat.completions.create(
+                model=MODEL,
+                max_tokens=2,
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": "One word?"}],
+            )
+
+
+def _engine_pages(up: UpProcess) -> list[str]:
+    snapshot = up.snapshot()
+    assert snapshot is not None
+    return [httpx.get(r["url"] + "/metrics", timeout=5).text for r in snapshot["replicas"] if r["phase"] == "ready"]
+
+
+def _total(pages: list[str], name: str) -> float:
+    return sum(v for page in pages for _, v in samples_named(page, name))
+
+
+def _prefix_hits_routed(up: UpProcess) -> float:
+    gateway = httpx.get(up.url + "/metrics", timeout=5).text
+    decisions = samples_named(gateway, "shoal_gateway_routing_decisions_total")
+    return sum(v for labels, v in decisions if labels.get("reason") == "prefix_hit")
+
+
+def test_a_burst_scales_a_llama_fleet_up_from_its_own_metrics_and_back_down(llama_fleet: UpProcess) -> None:
+    _burst(llama_fleet, 6, scaled_within=90)  # llamacpp:requests_deferred, read as waiting
     eventually(lambda: llama_fleet.ready() == 1, timeout=120, what="back to one engine", detail=llama_fleet.output)
     assert "MetricsMissing" not in llama_fleet.output()
 
@@ -168,29 +204,12 @@ def llama_pair(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pyt
 def test_prefix_routing_keeps_llama_servers_prompt_cache_hits_over_two_replicas(llama_pair: UpProcess) -> None:
     """Each of four long system prompts is sent twice in a row: the gateway sends the second to the replica that
     served the first, so llama-server finds the prompt in its cache (its own ``prompt_tokens_cached``)."""
-    client = _client(llama_pair.url)
-    topics = ("the sea", "mountains", "old maps", "trains")
-    for topic in topics:
-        system = f"You are a patient guide who knows everything about {topic}. " * 12
-        for _ in range(2):
-            client.chat.completions.create(
-                model=MODEL,
-                max_tokens=2,
-                messages=[{"role": "system", "content": system}, {"role": "user", "content": "One word?"}],
-            )
-    snapshot = llama_pair.snapshot()
-    assert snapshot is not None
-    pages = [httpx.get(r["url"] + "/metrics", timeout=5).text for r in snapshot["replicas"]]
-    cached = sum(v for page in pages for _, v in samples_named(page, "llamacpp:prompt_tokens_cached_total"))
-    computed = sum(v for page in pages for _, v in samples_named(page, "llamacpp:prompt_tokens_total"))
+    _pairs_of_long_prompts(llama_pair)
+    pages = _engine_pages(llama_pair)
+    cached = _total(pages, "llamacpp:prompt_tokens_cached_total")
+    computed = _total(pages, "llamacpp:prompt_tokens_total")
     assert cached / (cached + computed) > 0.4, (cached, computed)  # the second of each pair: ~half the tokens
-    gateway = httpx.get(llama_pair.url + "/metrics", timeout=5).text
-    hits = sum(
-        v
-        for labels, v in samples_named(gateway, "shoal_gateway_routing_decisions_total")
-        if labels.get("reason") == "prefix_hit"
-    )
-    assert hits >= len(topics)
+    assert _prefix_hits_routed(llama_pair) >= len(TOPICS)
 
 
 @pytest.fixture(scope="module")
@@ -205,8 +224,16 @@ def vllm_fleet(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pyt
     document = manifest(
         str(HF_DIR),
         model={"source": str(HF_DIR), "servedName": MODEL},
-        engine={"kind": "vllm", "maxModelLen": 2048, "kvCacheMemory": "1Gi", "dtype": "bfloat16"},
-        replicas={"min": 1, "max": 1},
+        engine={
+            "kind": "vllm",
+            "maxModelLen": 2048,
+            "maxNumSeqs": 1,
+            "kvCacheMemory": "1Gi",
+            "dtype": "bfloat16",
+            "startupSeconds": 400,
+        },
+        replicas={"min": 1, "max": 2},
+        autoscaling={"enabled": True, "queueDepthPerReplica": 1, "scaleDownStabilizationSeconds": 30},
     )
     up = UpProcess(write_manifest(logs, document), logs)
     try:  # vLLM compiles the model with torch.compile at start: 60-90 s on 2 cores, cached after
@@ -245,3 +272,18 @@ def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_stops_it(
     assert series("vllm:generation_tokens_total") == generated, "vLLM kept generating for a client that left"
     snapshot = vllm_fleet.snapshot()
     assert snapshot is not None and "MetricsMissing" not in vllm_fleet.output()
+
+
+def test_a_burst_scales_a_vllm_fleet_up_and_prefix_routing_keeps_its_cache_hits(vllm_fleet: UpProcess) -> None:
+    """One sequence per vLLM: a burst queues on ``vllm:num_requests_waiting`` and a second vLLM starts; over the
+    two, pairs of long prompts hit vLLM's own prefix cache (``vllm:prefix_cache_hits`` of ``..._queries``)."""
+    _burst(vllm_fleet, 4, scaled_within=400)
+    before = _engine_pages(vllm_fleet)
+    _pairs_of_long_prompts(vllm_fleet)
+    after = _engine_pages(vllm_fleet)
+    assert len(after) == 2, "still two engines (the scale-down window is 30 s)"
+    hits = _total(after, "vllm:prefix_cache_hits_total") - _total(before, "vllm:prefix_cache_hits_total")
+    queried = _total(after, "vllm:prefix_cache_queries_total") - _total(before, "vllm:prefix_cache_queries_total")
+    assert hits / queried > 0.4, (hits, queried)
+    eventually(lambda: vllm_fleet.ready() == 1, timeout=180, what="back to one vLLM", detail=vllm_fleet.output)
+    assert "MetricsMissing" not in vllm_fleet.output()
