@@ -243,6 +243,7 @@ def vllm_fleet(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pyt
         up.kill_everything()
 
 
+@pytest.mark.slow  # about 5 min for both on 2 cores (vLLM's start-up and compile)
 def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_stops_it(vllm_fleet: UpProcess) -> None:
     client = _client(vllm_fleet.url)
     reply = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0)
@@ -274,6 +275,7 @@ def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_stops_it(
     assert snapshot is not None and "MetricsMissing" not in vllm_fleet.output()
 
 
+@pytest.mark.slow  # about 5 min for both on 2 cores (vLLM's start-up and compile)
 def test_a_burst_scales_a_vllm_fleet_up_and_prefix_routing_keeps_its_cache_hits(vllm_fleet: UpProcess) -> None:
     """One sequence per vLLM: a burst queues on ``vllm:num_requests_waiting`` and a second vLLM starts; over the
     two, pairs of long prompts hit vLLM's own prefix cache (``vllm:prefix_cache_hits`` of ``..._queries``)."""
