@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
-from operator_harness import OperatorProcess, apply, children_of, condition, eventually, example, get, wait_ready
+from operator_harness import REPO, OperatorProcess, apply, children_of, condition, eventually, example, get, wait_ready
 from pydantic import ValidationError
 from support.kube_testbed import ControlPlane
 
@@ -136,10 +135,8 @@ def test_the_apiserver_refuses_what_a_kind_cannot_honour(
 def test_the_apiserver_takes_tensor_parallelism_for_vllm_and_an_unknown_kind_is_named(
     installed_chart: ControlPlane,
 ) -> None:
-    body = example("sharded", **VLLM)
-    result = installed_chart.kubectl(
-        "apply", "--dry-run=server", "-n", "default", "-f", "-", input=yaml.safe_dump(body), check=False
-    )
+    example_file = REPO / "examples" / "vllm-tensor-parallel.yaml"
+    result = installed_chart.kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(example_file), check=False)
     assert result.returncode == 0, result.stderr
     result = apply(installed_chart, "default", example("tgi", engine={"kind": "tgi"}))
     assert result.returncode != 0
