@@ -1,7 +1,9 @@
-"""One engine's ``/metrics`` page, reduced to what the autoscaler reads (series in ``docs/metrics.md``).
+"""One engine's ``/metrics`` page, reduced to what the autoscaler reads (series in ``docs/metrics.md``; other
+engines' in ``docs/engines.md``).
 
-Parsed with ``prometheus_client``'s text parser, so exposition details (escaping, ``_total``/``_bucket``
-suffixes, label order) are the library's business, not ours.
+The engine kind's :class:`~shoal.engine_kinds.MetricMap` says which family holds each signal; a signal the
+engine does not export is ``None`` here, never zero. Parsed with ``prometheus_client``'s text parser, so
+exposition details (escaping, ``_total``/``_bucket`` suffixes, label order) are the library's business, not ours.
 """
 
 from __future__ import annotations
@@ -11,33 +13,26 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-WAITING = "shoal_engine_requests_waiting"
-RUNNING = "shoal_engine_requests_running"
-KV_USAGE = "shoal_engine_kv_cache_usage_ratio"
-MAX_NUM_SEQS = "shoal_engine_max_num_seqs"
-FINISHED = "shoal_engine_requests_finished"
-REJECTED = "shoal_engine_requests_rejected"
-GENERATED = "shoal_engine_generation_tokens"
-TTFT = "shoal_engine_time_to_first_token_seconds"
-# rejections that are unmet demand; "draining" ones are retried on another replica, "invalid" ones are not load
-UNSERVED_REASON = "queue_full"
+from shoal.engine_kinds import ADAPTERS, MetricMap
+
+SHOAL_METRICS = ADAPTERS["shoal"].metrics
 
 
 class PageError(ValueError):
-    """The page is not a Shoal engine's metrics (not Prometheus text, or without the queue gauges)."""
+    """The page is not the engine's metrics (not Prometheus text, or without its queue gauges)."""
 
 
 @dataclass(frozen=True)
 class EnginePage:
     """Gauges as read (``max_num_seqs`` None from an engine that does not export it); counters (``ended``:
     finished plus turned away for a full queue) and TTFT buckets cumulative since the engine started, for the
-    source to difference between scrapes."""
+    source to difference between scrapes. ``ended`` and ``generated`` are None from an engine without them."""
 
     waiting: float
     running: float
     kv_usage: float | None
-    ended: float
-    generated: float
+    ended: float | None
+    generated: float | None
     ttft_buckets: dict[float, float]
     max_num_seqs: float | None = None
 
@@ -46,41 +41,55 @@ class EnginePage:
         return self.waiting + self.running
 
 
-def parse_engine_page(text: str) -> EnginePage:
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _counted(metrics: MetricMap, family: str, labels: dict[str, str]) -> bool:
+    """Whether a counter sample is one of the signals: finished or generated, or a rejection of unmet demand."""
+    if family in (metrics.finished, metrics.generated):
+        return True
+    rejected = metrics.rejected
+    return rejected is not None and family == rejected[0] and labels.get(rejected[1]) == rejected[2]
+
+
+def parse_engine_page(text: str, metrics: MetricMap = SHOAL_METRICS) -> EnginePage:
+    """The signals ``metrics`` names, summed over label sets (one engine may report per model or per rank)."""
     gauges: dict[str, float] = {}
-    ended = generated = 0.0
+    counters: dict[str, float] = {}
     buckets: dict[float, float] = {}
+    gauge_names = {metrics.waiting, metrics.running, metrics.kv_usage, metrics.max_num_seqs} - {None}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if family.name in (WAITING, RUNNING, KV_USAGE, MAX_NUM_SEQS):
+                if family.name in gauge_names:
                     gauges[family.name] = gauges.get(family.name, 0.0) + sample.value
-                elif (family.name == FINISHED and sample.name.endswith("_total")) or (
-                    family.name == REJECTED
-                    and sample.name.endswith("_total")
-                    and sample.labels.get("reason") == UNSERVED_REASON
-                ):
-                    ended += sample.value
-                elif family.name == GENERATED and sample.name.endswith("_total"):
-                    generated += sample.value
-                elif family.name == TTFT and sample.name.endswith("_bucket"):
+                elif sample.name.endswith("_total") and _counted(metrics, family.name, sample.labels):
+                    counters[family.name] = counters.get(family.name, 0.0) + sample.value
+                elif family.name == metrics.ttft and sample.name.endswith("_bucket"):
                     bound = float(sample.labels["le"])
                     buckets[bound] = buckets.get(bound, 0.0) + sample.value
     except (ValueError, KeyError, IndexError) as error:
         raise PageError(f"not Prometheus text: {error}") from error
-    if WAITING not in gauges or RUNNING not in gauges:
-        raise PageError(f"no {WAITING} / {RUNNING} series")
-    values = [gauges[WAITING], gauges[RUNNING], ended, generated]
+    if metrics.waiting not in gauges or metrics.running not in gauges:
+        raise PageError(f"no {metrics.waiting} / {metrics.running} series")
+    # a declared counter not on the page yet is zero: labelled counters appear with their first increment
+    ended = None
+    if metrics.finished is not None:
+        ended = counters.get(metrics.finished, 0.0) + (
+            counters.get(metrics.rejected[0], 0.0) if metrics.rejected else 0.0
+        )
+    generated = counters.get(metrics.generated, 0.0) if metrics.generated is not None else None
+    values = [gauges[metrics.waiting], gauges[metrics.running], ended or 0.0, generated or 0.0]
     if not all(math.isfinite(v) and v >= 0 for v in values):
         raise PageError(f"negative or non-finite values: {values}")
-    kv_usage = gauges.get(KV_USAGE)
-    limit = gauges.get(MAX_NUM_SEQS)
+    limit = _finite(gauges.get(metrics.max_num_seqs) if metrics.max_num_seqs else None)
     return EnginePage(
-        gauges[WAITING],
-        gauges[RUNNING],
-        kv_usage if kv_usage is not None and math.isfinite(kv_usage) else None,
+        gauges[metrics.waiting],
+        gauges[metrics.running],
+        _finite(gauges.get(metrics.kv_usage) if metrics.kv_usage else None),
         ended,
         generated,
         buckets if math.inf in buckets else {},
-        limit if limit is not None and math.isfinite(limit) and limit > 0 else None,
+        limit if limit is not None and limit > 0 else None,
     )

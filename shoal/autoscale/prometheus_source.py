@@ -28,19 +28,34 @@ from collections.abc import Sequence
 
 import httpx
 
-from shoal.autoscale.engine_page import (
-    FINISHED,
-    GENERATED,
-    KV_USAGE,
-    MAX_NUM_SEQS,
-    REJECTED,
-    RUNNING,
-    TTFT,
-    UNSERVED_REASON,
-    WAITING,
-)
+from shoal.autoscale.engine_page import SHOAL_METRICS
 from shoal.autoscale.signals import FleetSignals, ReplicaSignals
 from shoal.autoscale.source import ReplicaTarget
+from shoal.engine_kinds import MetricMap
+
+
+def queries(metrics: MetricMap, sel: str, by: str, w: str) -> dict[str, str]:
+    """One PromQL query per signal the engine kind exports (a signal it lacks has no query, so stays None)."""
+    q = {
+        "waiting": f"sum by ({by}) ({metrics.waiting}{{{sel}}})",
+        "running": f"sum by ({by}) ({metrics.running}{{{sel}}})",
+        "age": f"max by ({by}) (time() - timestamp({metrics.waiting}{{{sel}}}))",
+        "growth": f"sum(deriv({metrics.waiting}{{{sel}}}[{w}])) + sum(deriv({metrics.running}{{{sel}}}[{w}]))",
+    }
+    if metrics.kv_usage is not None:
+        q["kv_usage"] = f"max by ({by}) ({metrics.kv_usage}{{{sel}}})"
+    if metrics.max_num_seqs is not None:
+        q["max_num_seqs"] = f"max by ({by}) ({metrics.max_num_seqs}{{{sel}}})"
+    if metrics.ttft is not None:
+        q["ttft"] = f"histogram_quantile(0.95, sum by (le) (rate({metrics.ttft}_bucket{{{sel}}}[{w}])))"
+    if metrics.finished is not None:
+        q["finished"] = f"sum(rate({metrics.finished}_total{{{sel}}}[{w}]))"
+    if metrics.rejected is not None:
+        counter, label, value = metrics.rejected
+        q["unserved"] = f'sum(rate({counter}_total{{{sel},{label}="{value}"}}[{w}]))'
+    if metrics.generated is not None:
+        q["generated"] = f"sum(rate({metrics.generated}_total{{{sel}}}[{w}]))"
+    return q
 
 
 class PrometheusUnavailable(Exception):
@@ -59,25 +74,15 @@ class PrometheusSource:
         window: str = "1m",
         timeout_seconds: float = 2.0,
         stale_seconds: float = 60.0,
+        metrics: MetricMap = SHOAL_METRICS,
     ) -> None:
         self.client = client
         self.url = url.rstrip("/")
         self.replica_label = replica_label
         self.timeout_seconds = timeout_seconds
         self.stale_seconds = stale_seconds
-        sel, by, w = selector, replica_label, window
-        self.queries = {
-            "waiting": f"sum by ({by}) ({WAITING}{{{sel}}})",
-            "running": f"sum by ({by}) ({RUNNING}{{{sel}}})",
-            "kv_usage": f"max by ({by}) ({KV_USAGE}{{{sel}}})",
-            "max_num_seqs": f"max by ({by}) ({MAX_NUM_SEQS}{{{sel}}})",
-            "age": f"max by ({by}) (time() - timestamp({WAITING}{{{sel}}}))",
-            "ttft": f"histogram_quantile(0.95, sum by (le) (rate({TTFT}_bucket{{{sel}}}[{w}])))",
-            "finished": f"sum(rate({FINISHED}_total{{{sel}}}[{w}]))",
-            "unserved": f'sum(rate({REJECTED}_total{{{sel},reason="{UNSERVED_REASON}"}}[{w}]))',
-            "growth": f"sum(deriv({WAITING}{{{sel}}}[{w}])) + sum(deriv({RUNNING}{{{sel}}}[{w}]))",
-            "generated": f"sum(rate({GENERATED}_total{{{sel}}}[{w}]))",
-        }
+        self.metrics = metrics
+        self.queries = queries(metrics, selector, replica_label, window)
 
     async def observe(self, now: float, desired: int, replicas: Sequence[ReplicaTarget]) -> FleetSignals:
         try:
@@ -93,17 +98,25 @@ class PrometheusSource:
             ages = answers["age"].values()
             why = f"the newest is {min(ages):.0f}s old" if ages else "no series"
             return self._missing(
-                now, desired, replicas, f"Prometheus has no fresh {WAITING} sample for any ready replica ({why})"
+                now,
+                desired,
+                replicas,
+                f"Prometheus has no fresh {self.metrics.waiting} sample for any ready replica ({why})",
             )
-        total = answers["finished"].get("", 0.0) + answers["unserved"].get("", 0.0) + answers["growth"].get("", 0.0)
-        ttft = answers["ttft"].get("")
+        arrival = None
+        if "finished" in answers:
+            parts = ("finished", "unserved", "growth")
+            total = sum(answers[k].get("", 0.0) for k in parts if k in answers)
+            arrival = max(total, 0.0) if math.isfinite(total) else None
+        ttft = answers["ttft"].get("") if "ttft" in answers else None
+        generated = answers["generated"].get("", 0.0) if "generated" in answers else None
         return FleetSignals(
             time=now,
             desired=desired,
             replicas=per_replica,
             ttft_p95_seconds=ttft,
-            arrival_rate=max(total, 0.0) if math.isfinite(total) else None,
-            output_tokens_per_second=answers["generated"].get("", 0.0),
+            arrival_rate=arrival,
+            output_tokens_per_second=generated,
         )
 
     async def _query_all(self) -> dict[str, dict[str, float]]:
@@ -148,8 +161,8 @@ class PrometheusSource:
             target.since,
             waiting=waiting,
             running=running,
-            kv_usage=answers["kv_usage"].get(target.name),
-            max_num_seqs=answers["max_num_seqs"].get(target.name),
+            kv_usage=answers.get("kv_usage", {}).get(target.name),
+            max_num_seqs=answers.get("max_num_seqs", {}).get(target.name),
         )
 
     @staticmethod

@@ -12,7 +12,8 @@ scrape of the same engine:
 - **output tokens/s**: generated-token increments over the rate window.
 
 A counter that went down means the engine restarted: its increment is its new value, as Prometheus's ``rate``
-does. An engine that does not answer within ``timeout_seconds`` (down, hung, garbage) is reported with None
+does. ``metrics`` names the engine kind's series (Shoal's by default); a rate the kind has no counter for
+(llama.cpp exports no finished-request counter and no TTFT histogram) is None, never zero. An engine that does not answer within ``timeout_seconds`` (down, hung, garbage) is reported with None
 values, never as an idle one; when none answers, the whole observation is ``missing``.
 """
 
@@ -25,10 +26,11 @@ from dataclasses import dataclass
 
 import httpx
 
-from shoal.autoscale.engine_page import EnginePage, PageError, parse_engine_page
+from shoal.autoscale.engine_page import SHOAL_METRICS, EnginePage, PageError, parse_engine_page
 from shoal.autoscale.histogram import bucket_quantile
 from shoal.autoscale.signals import FleetSignals, ReplicaSignals
 from shoal.autoscale.source import ReplicaTarget
+from shoal.engine_kinds import MetricMap
 
 
 @dataclass(frozen=True)
@@ -37,13 +39,24 @@ class _Increment:
 
     start: float
     end: float
-    arrivals: float
-    generated: float
+    arrivals: float | None
+    generated: float | None
     ttft_buckets: dict[float, float]
 
 
 def _grew(now: float, before: float) -> float:
     return now - before if now >= before else now
+
+
+def _add(total: float | None, now: float | None, before: float | None, extra: float = 0.0) -> float | None:
+    """``total`` plus a counter's growth (and ``extra``); None once any engine lacks the counter."""
+    if total is None or now is None or before is None:
+        return None
+    return total + _grew(now, before) + extra
+
+
+def _rate(increments: list[float | None], span: float) -> float | None:
+    return None if any(i is None for i in increments) else sum(i for i in increments if i is not None) / span
 
 
 class ScrapeSource:
@@ -55,8 +68,10 @@ class ScrapeSource:
         timeout_seconds: float = 2.0,
         rate_window_seconds: float = 10.0,
         ttft_window_seconds: float = 30.0,
+        metrics: MetricMap = SHOAL_METRICS,
     ) -> None:
         self.client = client
+        self.metrics = metrics
         self.timeout_seconds = timeout_seconds
         self.rate_window_seconds = rate_window_seconds
         self.ttft_window_seconds = ttft_window_seconds
@@ -96,7 +111,7 @@ class ScrapeSource:
         if response.status_code != 200:
             return f"/metrics answered {response.status_code}"
         try:
-            return parse_engine_page(response.text)
+            return parse_engine_page(response.text, self.metrics)
         except PageError as error:
             return f"/metrics unreadable: {error}"
 
@@ -115,7 +130,8 @@ class ScrapeSource:
 
     def _remember(self, now: float, read: dict[str, EnginePage], known: set[str]) -> None:
         """Records the increments since each engine's previous scrape, keeps this scrape for the next."""
-        arrivals = generated = 0.0
+        arrivals: float | None = 0.0
+        generated: float | None = 0.0
         buckets: dict[float, float] = {}
         start = now
         for name, page in read.items():
@@ -124,12 +140,14 @@ class ScrapeSource:
                 continue
             then, before = previous
             start = min(start, then)
-            arrivals += _grew(page.ended, before.ended) + page.in_flight - before.in_flight
-            generated += _grew(page.generated, before.generated)
+            arrivals = _add(arrivals, page.ended, before.ended, page.in_flight - before.in_flight)
+            generated = _add(generated, page.generated, before.generated)
             for bound, count in page.ttft_buckets.items():
                 buckets[bound] = buckets.get(bound, 0.0) + _grew(count, before.ttft_buckets.get(bound, 0.0))
         if start < now:
-            self._increments.append(_Increment(start, now, max(arrivals, 0.0), generated, buckets))
+            self._increments.append(
+                _Increment(start, now, None if arrivals is None else max(arrivals, 0.0), generated, buckets)
+            )
         # an engine not read this time is differenced against its last good scrape later; gone ones are dropped
         kept = {name: last for name, last in self._previous.items() if name in known and name not in read}
         self._previous = kept | {name: (now, page) for name, page in read.items()}
@@ -143,8 +161,8 @@ class ScrapeSource:
         arrival = generated = None
         if rate_window:
             span = now - min(i.start for i in rate_window)
-            arrival = sum(i.arrivals for i in rate_window) / span
-            generated = sum(i.generated for i in rate_window) / span
+            arrival = _rate([i.arrivals for i in rate_window], span)
+            generated = _rate([i.generated for i in rate_window], span)
         buckets: dict[float, float] = {}
         for increment in self._increments:
             if increment.end > now - self.ttft_window_seconds:

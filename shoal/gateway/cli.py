@@ -7,6 +7,7 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
+    from shoal.engine_kinds import DEFAULT_KIND, ENGINE_KINDS
     from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, POLICY_NAMES
     from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
     from shoal.protocol.gateway_timeouts import (
@@ -52,6 +53,12 @@ def register(subparsers: Any) -> None:
         type=int,
         default=DEFAULT_BLOCK_SIZE,
         help="the engines' KV block size (tokens); a replica announcing another is shown as a mismatch",
+    )
+    p.add_argument(
+        "--engine-kind",
+        choices=ENGINE_KINDS,
+        default=DEFAULT_KIND,
+        help="the engines' kind: their health path, and whether they publish /kv/events (docs/engines.md)",
     )
     p.add_argument(
         "--tokenizer",
@@ -143,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from shoal.engine_kinds import adapter
     from shoal.gateway.app import create_app
     from shoal.gateway.auth import ApiKeys
     from shoal.gateway.discovery import Discovery, from_file, static
@@ -191,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
         ignore_unknown_fields=args.ignore_unknown_fields,
         max_attempts=args.max_attempts,
         health_interval_s=args.health_interval,
-        follow_kv_events=not args.no_kv_events,
+        follow_kv_events=not args.no_kv_events and adapter(args.engine_kind).kv_events,
+        ready_path=adapter(args.engine_kind).ready_path,
         hold_queue_size=args.hold_queue_size,
         hold_seconds=args.hold_seconds,
         connect_timeout_s=args.connect_timeout,

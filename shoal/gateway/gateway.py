@@ -59,7 +59,8 @@ class GatewayConfig:
     health_timeout_s: float = 2.0
     fail_threshold: int = 2
     unavailable_retry_after_s: int = 2
-    follow_kv_events: bool = True
+    follow_kv_events: bool = True  # Shoal's engines publish /kv/events; other kinds route on the history alone
+    ready_path: str = "/ready"  # the engine kind's readiness path (shoal.engine_kinds)
     hold_queue_size: int = 0  # requests held while a model has no ready replica; 0 answers 503 at once
     hold_seconds: float = 60.0
 
@@ -172,7 +173,14 @@ class Gateway:
 
     async def _check(self, replica: Replica) -> None:
         assert self.session is not None
-        await health.check(self.session, self.fleet, replica, self.config.health_timeout_s, self.config.fail_threshold)
+        await health.check(
+            self.session,
+            self.fleet,
+            replica,
+            self.config.health_timeout_s,
+            self.config.fail_threshold,
+            self.config.ready_path,
+        )
         self.metrics.backend_up.labels(replica.url).set(1 if replica.healthy else 0)
         self._note_block_size(replica)
         if replica.healthy:

@@ -1,7 +1,8 @@
 """Active health checks: which replicas are ready, and which models each serves.
 
-A replica enters rotation when its ``/ready`` answers 200 and its ``/v1/models`` lists what it serves (and,
-from a Shoal engine, its scheduler limits: the ``Capacity`` routing measures its load against); it leaves
+A replica enters rotation when its readiness path (the engine kind's: Shoal's ``/ready``, vLLM's, SGLang's and
+llama-server's ``/health``) answers 200 and its ``/v1/models`` lists what it serves (and, from a Shoal engine,
+its scheduler limits: the ``Capacity`` routing measures its load against); it leaves
 after ``fail_threshold`` failed checks in a row (the proxy also ejects it at once on a refused connection, and
 the next good check brings it back).
 """
@@ -35,12 +36,12 @@ def block_size_of(cards: list[dict[str, Any]]) -> int | None:
 
 
 async def probe(
-    session: aiohttp.ClientSession, replica: Replica, timeout: float
+    session: aiohttp.ClientSession, replica: Replica, timeout: float, ready_path: str = "/ready"
 ) -> tuple[frozenset[str], Capacity | None, int | None] | None:
     """The models a ready replica serves, its capacity and block size, or ``None`` if it is not ready."""
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     try:
-        async with session.get(replica.url + "/ready", timeout=client_timeout) as response:
+        async with session.get(replica.url + ready_path, timeout=client_timeout) as response:
             if response.status != 200:
                 return None
         async with session.get(replica.url + "/v1/models", timeout=client_timeout) as response:
@@ -54,10 +55,15 @@ async def probe(
 
 
 async def check(
-    session: aiohttp.ClientSession, fleet: Fleet, replica: Replica, timeout: float, fail_threshold: int
+    session: aiohttp.ClientSession,
+    fleet: Fleet,
+    replica: Replica,
+    timeout: float,
+    fail_threshold: int,
+    ready_path: str = "/ready",
 ) -> None:
     """One check of one replica, applied to its state."""
-    found = await probe(session, replica, timeout)
+    found = await probe(session, replica, timeout, ready_path)
     if fleet.replicas.get(replica.url) is not replica:
         return  # discovery removed it meanwhile
     if found is not None:

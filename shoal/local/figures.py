@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import httpx
 
+from shoal.engine_kinds import ADAPTERS, MetricMap
 from shoal.local.metrics import samples_named
 
-PREFIX_HITS = "shoal_engine_prefix_cache_hits_tokens_total"
-PREFIX_QUERIES = "shoal_engine_prefix_cache_queries_tokens_total"
+SHOAL_METRICS = ADAPTERS["shoal"].metrics
+
 ROUTING_DECISIONS = "shoal_gateway_routing_decisions_total"
 HELD_REQUESTS = "shoal_gateway_requests_held"
 
@@ -37,15 +38,20 @@ class Extras:
     held_requests: int  # held by the gateway while no engine is ready (scale-from-zero demand)
 
 
-async def read_extras(client: httpx.AsyncClient, engine_urls: Sequence[str], gateway_url: str) -> Extras:
-    """Reads the gateway's and every engine's counters once."""
+async def read_extras(
+    client: httpx.AsyncClient, engine_urls: Sequence[str], gateway_url: str, metrics: MetricMap = SHOAL_METRICS
+) -> Extras:
+    """Reads the gateway's and every engine's counters once (the engines' named by their kind's ``metrics``;
+    no hit rate from a kind that does not count the prompt tokens it looked up)."""
     pages = await asyncio.gather(*(_page(client, url) for url in [gateway_url, *engine_urls]))
     gateway = pages[0] or ""
     routing: dict[str, float] = {}
     for labels, value in samples_named(gateway, ROUTING_DECISIONS):
         routing[labels.get("reason", "?")] = routing.get(labels.get("reason", "?"), 0.0) + value
     engines = [page for page in pages[1:] if page is not None]
-    hits = sum(v for page in engines for _, v in samples_named(page, PREFIX_HITS))
-    queries = sum(v for page in engines for _, v in samples_named(page, PREFIX_QUERIES))
+    hits = queries = 0.0
+    if metrics.prefix_hit_tokens is not None and metrics.prefix_query_tokens is not None:
+        hits = sum(v for page in engines for _, v in samples_named(page, metrics.prefix_hit_tokens + "_total"))
+        queries = sum(v for page in engines for _, v in samples_named(page, metrics.prefix_query_tokens + "_total"))
     held = sum(v for _, v in samples_named(gateway, HELD_REQUESTS))
     return Extras(hits / queries if queries else None, routing, int(held))

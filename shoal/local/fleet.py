@@ -1,9 +1,10 @@
-"""The local engine fleet: ``shoal serve`` processes kept at a desired count, as a Deployment and a kubelet would.
+"""The local engine fleet: engine processes (``shoal serve``, or the kind's own server) kept at a desired count, as
+a Deployment and a kubelet would.
 
 ``EngineFleet`` is a reconcile loop driven by ``tick(now)``; everything it does is in one place:
 
 - **start** an engine on a free loopback port (``LocalProcess``, dying with its parent); it is ``starting``
-  until its ``/ready`` answers 200, then ``ready``. Only ready engines are written to the backends file the
+  until its readiness path (``/ready``; the kind's) answers 200, then ``ready``. Only ready engines are written to the backends file the
   gateway follows (``shoal gateway --backends-file``), so nothing is routed to an engine still loading.
 - **crash**: an engine that exits (or is not ready within ``startup_timeout_s``) goes to ``backoff`` with the
   last line of its log as the reason, and is started again after a doubling delay (``RESTART_BACKOFF``, :mod:`shoal.protocol.backoff`).
@@ -46,12 +47,14 @@ class Event:
 
 @dataclass(frozen=True)
 class EngineLaunch:
-    """How to start one engine: ``argv`` without ``--port``, extra environment, where logs go."""
+    """How to start one engine: ``argv`` without ``--port``, extra environment, where logs go, and the path
+    that answers 200 once it is ready (the engine kind's)."""
 
     argv: list[str]
     env: dict[str, str]
     log_dir: Path
     startup_timeout_s: float
+    ready_path: str = "/ready"
 
 
 @dataclass
@@ -138,7 +141,8 @@ class EngineFleet:
 
     async def _observe(self, now: float, client: httpx.AsyncClient) -> None:
         starting = [r for r in self.replicas if r.phase == "starting" and r.process is not None]
-        answers = await asyncio.gather(*(_is_ready(client, r.url or "") for r in starting))
+        path = self.launch.ready_path
+        answers = await asyncio.gather(*(_is_ready(client, (r.url or "") + path) for r in starting))
         for replica, ready in zip(starting, answers, strict=True):
             assert replica.process is not None
             if replica.exited():
@@ -225,6 +229,6 @@ class EngineFleet:
 
 async def _is_ready(client: httpx.AsyncClient, url: str) -> bool:
     try:
-        return (await client.get(url + "/ready", timeout=1.0)).status_code == 200
+        return (await client.get(url, timeout=1.0)).status_code == 200
     except httpx.HTTPError:
         return False

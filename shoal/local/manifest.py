@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from shoal.fetch import SourceError, parse_source
+from shoal.local.engines import EngineBinaryMissing, engine_binary
 from shoal.model_registry import ModelNotFoundError, resolve_model
 from shoal.operator.spec import GROUP, KIND, VERSION, InferenceDeploymentSpec
 
@@ -118,6 +119,11 @@ def load_manifest(path: str | Path) -> LocalManifest:
             spec = InferenceDeploymentSpec.model_validate(raw_spec)
         except ValidationError as exc:
             problems.extend(_field_errors(exc))
+    if spec is not None and spec.engine.kind != "shoal":
+        try:
+            engine_binary(spec.engine.kind)
+        except EngineBinaryMissing as exc:
+            problems.append(str(exc))
     if spec is not None and spec.model.source.startswith("pvc://"):
         problems.append(
             "spec.model.source: pvc:// names a PersistentVolumeClaim on a cluster; give a path on this machine"

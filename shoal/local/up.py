@@ -27,7 +27,9 @@ from rich.live import Live
 
 from shoal.autoscale.policy import ScalingPolicy
 from shoal.autoscale.source import MetricsSource, ReplicaTarget
+from shoal.engine_kinds import DEFAULT_BLOCK_SIZE, adapter
 from shoal.local.autoscaler import LocalAutoscaler
+from shoal.local.engines import engine_binary, foreign_argv
 from shoal.local.figures import read_extras
 from shoal.local.fleet import EngineFleet, EngineLaunch, EngineReplica, Event
 from shoal.local.manifest import LocalManifest
@@ -70,9 +72,18 @@ def check_port(host: str, port: int) -> None:
 
 
 def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
-    """The operator's own ``shoal serve`` arguments, then the local overrides (the last flag given wins)."""
+    """The operator's own ``shoal serve`` arguments, then the local overrides (the last flag given wins); for
+    another engine kind, its own command line from its binary here (:mod:`shoal.local.engines`)."""
     most = spec.replicas.max if spec.autoscaling.enabled else spec.replicas.fixed
     threads = threads_per_engine(usable_cores(), most, spec.engine.resources.cpu)
+    env = {e.name: e.value for e in spec.engine.env}
+    kind = adapter(spec.engine.kind)
+    startup = float(spec.engine.startup_seconds)
+    if kind.kind != "shoal":
+        argv = foreign_argv(spec, engine_binary(kind.kind), threads)
+        if kind.kind == "vllm":  # each engine its share of the cores, not all of them pinned from core 0
+            env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads), **env}
+        return EngineLaunch(argv, env, log_dir, startup, kind.ready_path)
     args = serve_args(spec)
     if "--attention-backend" in args:  # a GPU spec's Triton: here the CPU's default (the C kernel, else torch's)
         at = args.index("--attention-backend")
@@ -88,7 +99,7 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
         "--log-level",
         "warning",
     )
-    return EngineLaunch(argv, {e.name: e.value for e in spec.engine.env}, log_dir, float(spec.engine.startup_seconds))
+    return EngineLaunch(argv, env, log_dir, startup, kind.ready_path)
 
 
 def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Path, dashboard: Path) -> list[str]:
@@ -105,7 +116,9 @@ def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Pa
         "--tokenizer",
         f"{spec.served_name}={spec.model.source}",
         "--block-size",
-        str(spec.engine.block_size),
+        str(spec.engine.block_size or DEFAULT_BLOCK_SIZE),
+        "--engine-kind",
+        spec.engine.kind,
         "--policy",
         gateway.routing_policy,
         "--bound-factor",
@@ -192,7 +205,7 @@ class Up:
                 self.failed = f"the gateway exited and did not start again: {error}"
                 self.stopping.set()
         engines = [r.url for r in self.fleet.replicas if r.phase in ("ready", "draining") and r.url]
-        extras = await read_extras(client, engines, self.url)
+        extras = await read_extras(client, engines, self.url, adapter(self.manifest.spec.engine.kind).metrics)
         assert self.source is not None
         observed = await self.source.observe(now, self.fleet.desired, [_target(r) for r in self.fleet.replicas])
         signals = replace(observed, held_requests=extras.held_requests)

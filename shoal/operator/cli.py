@@ -56,6 +56,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="File holding the webhook's bearer token (a mounted Secret key); required with --alerts-port.",
     )
+    op.add_argument(
+        "--engine-image",
+        action="append",
+        default=[],
+        metavar="KIND=IMAGE",
+        help="The engine image for an engine kind (shoal, vllm, sglang, llamacpp) where spec.engine.image names "
+        "none (repeatable; the chart's engineImages).",
+    )
     op.add_argument("--liveness", default=None, help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
     op.add_argument("-v", "--verbose", action="store_true")
     op.set_defaults(func=run_operator)
@@ -85,7 +93,13 @@ def run_operator(args: argparse.Namespace) -> int:
     if args.alerts_port and args.alerts_token_file is None:
         print("--alerts-port needs --alerts-token-file (the receiver never runs without a token)", file=sys.stderr)
         return 2
+    try:
+        images = engine_images(args.engine_image)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
     config = OperatorConfig(
+        engine_images=images,
         resync_seconds=args.resync_seconds,
         discovery_seconds=args.discovery_seconds,
         autoscaler=operator_autoscaler(args.prometheus_url, args.metrics_timeout),
@@ -102,6 +116,19 @@ def run_operator(args: argparse.Namespace) -> int:
         liveness_endpoint=args.liveness,
     )
     return 0
+
+
+def engine_images(pairs: list[str]) -> dict[str, str]:
+    """``--engine-image KIND=IMAGE`` flags as a mapping; a malformed pair or unknown kind is an error naming it."""
+    from shoal.engine_kinds import ENGINE_KINDS
+
+    images = {}
+    for pair in pairs:
+        kind, _, image = pair.partition("=")
+        if kind not in ENGINE_KINDS or not image:
+            raise ValueError(f"--engine-image {pair!r}: expected KIND=IMAGE with KIND one of {', '.join(ENGINE_KINDS)}")
+        images[kind] = image
+    return images
 
 
 def quiet_timer_successes(record: logging.LogRecord) -> bool:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.engine_kinds import DEFAULT_KIND
 from shoal.model_registry import ALIASES
 from shoal.operator.model_ready import fetch_failure
 
@@ -72,13 +73,16 @@ def diagnose_pod(pod: Mapping[str, Any]) -> Problem | None:
     return None
 
 
-def diagnose(source: str, pods: Iterable[Mapping[str, Any]]) -> Problem | None:
-    """The first problem found: the model first (no pod can fix it), then pods in name order."""
+def diagnose(source: str, pods: Iterable[Mapping[str, Any]], kind: str = DEFAULT_KIND) -> Problem | None:
+    """The first problem found: the model first (no pod can fix it), then pods in name order; a pod's problem
+    names the engine kind when it is not Shoal's (its image or server is what failed)."""
     problem = check_model(source)
     if problem is not None:
         return problem
     for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("name", "")):
         problem = diagnose_pod(pod)
         if problem is not None:
-            return problem
+            return (
+                problem if kind == DEFAULT_KIND else Problem(problem.reason, f"engine.kind {kind}: {problem.message}")
+            )
     return None

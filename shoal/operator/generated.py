@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from shoal.engine_kinds import ENGINE_KINDS
 from shoal.operator.alerts import alert_rules
 from shoal.operator.crd import CRD_FILENAME, render_crd
 from shoal.operator.spec import AutoscalingSpec
@@ -16,9 +17,19 @@ HEADER = "# Generated from shoal/operator by `shoal crd --write`; do not edit by
 
 
 def render_chart_alerts() -> str:
-    """Alert rules over every Shoal engine Prometheus scrapes, with the spec's default targets."""
+    """Alert rules over every engine Prometheus scrapes, with the spec's default targets: each engine kind's
+    rules over its own series (a fleet exports only its kind's, so only those rules can fire for it)."""
     defaults = AutoscalingSpec()
-    rules = alert_rules('pod=~".+-engine-.+"', defaults.queue_depth_per_replica, defaults.ttft_p95_seconds)
+    rules = [
+        rule
+        for kind in ENGINE_KINDS
+        for rule in alert_rules(
+            'pod=~".+-engine-.+"',
+            defaults.queue_depth_per_replica,
+            defaults.ttft_p95_seconds,
+            kind=kind,
+        )
+    ]
     return HEADER + yaml.safe_dump(rules, sort_keys=False, width=120)
 
 

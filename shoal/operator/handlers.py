@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import httpx
@@ -52,6 +52,7 @@ class OperatorConfig:
     discovery_seconds: float = 60.0
     autoscaler: FleetAutoscaler | None = None
     alerts: AlertsConfig | None = None
+    engine_images: Mapping[str, str] = field(default_factory=dict)  # the image per engine kind (--engine-image)
 
 
 @dataclass
@@ -99,7 +100,10 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
         if info is None:
             raise kopf.PermanentError("no Kubernetes credentials: neither a ServiceAccount nor a kubeconfig")
         reconciler = Reconciler(
-            KubeClient(info), autoscaler=config.autoscaler, discovery_seconds=config.discovery_seconds
+            KubeClient(info),
+            autoscaler=config.autoscaler,
+            discovery_seconds=config.discovery_seconds,
+            engine_images=config.engine_images,
         )
         memo.shoal = OperatorState(config, reconciler)
 

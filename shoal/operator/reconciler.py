@@ -67,6 +67,7 @@ class Reconciler:
     autoscaler: FleetAutoscaler | None = None
     clock: Callable[[], datetime] = utcnow
     discovery_seconds: float = 60.0
+    engine_images: Mapping[str, str] = field(default_factory=dict)  # --engine-image: the image per engine kind
     _monitoring: tuple[float, bool] = field(default=(float("-inf"), False))
     _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)  # one pass per object at a time
 
@@ -129,10 +130,12 @@ class Reconciler:
             problem = await self._scale(owner, children, decision)
         elif problem is None:
             monitoring = await self.prometheus_operator(fresh=trigger == "change")
-            wanted = build_children(owner, spec, decision.replicas, prometheus_operator=monitoring)
+            wanted = build_children(
+                owner, spec, decision.replicas, prometheus_operator=monitoring, engine_images=self.engine_images
+            )
             if trigger == "change" or _drifted(children, wanted, decision):
                 problem = await self._ensure_api_keys(owner, spec) or await self._apply(wanted)
-        problem = problem or diagnose(spec.model.source, children.engine_pods)
+        problem = problem or diagnose(spec.model.source, children.engine_pods, spec.engine.kind)
         new = compute_status(
             spec=spec,
             generation=meta.get("generation", 0),

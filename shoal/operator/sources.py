@@ -32,6 +32,7 @@ from shoal.autoscale.prometheus_source import PrometheusSource
 from shoal.autoscale.scrape_source import ScrapeSource
 from shoal.autoscale.signals import FleetSignals, ReplicaPhase
 from shoal.autoscale.source import MetricsSource, ReplicaTarget
+from shoal.engine_kinds import adapter
 from shoal.operator.autoscaler import FleetAutoscaler, FleetKey, FleetRef
 from shoal.operator.naming import ENGINE_PORT
 
@@ -65,7 +66,7 @@ class ClusterObserver:
 
     def __init__(self, client: httpx.AsyncClient, prometheus_url: str | None, timeout_s: float = 2.0) -> None:
         self.client, self.prometheus_url, self.timeout_s = client, prometheus_url, timeout_s
-        self._sources: dict[FleetKey, tuple[tuple[str, str | None], MetricsSource]] = {}
+        self._sources: dict[FleetKey, tuple[tuple[str, str | None, str], MetricsSource]] = {}
 
     def _prometheus(self, fleet: FleetRef) -> str | None:
         return fleet.spec.autoscaling.metrics.prometheus_url or self.prometheus_url
@@ -75,16 +76,18 @@ class ClusterObserver:
         url = self._prometheus(fleet) if kind == "prometheus" else None
         if kind == "prometheus" and url is None:
             return "metrics.source is prometheus but neither prometheusUrl nor the operator's --prometheus-url is set"
+        engine = fleet.spec.engine.kind
         cached = self._sources.get(fleet.key)
-        if cached is not None and cached[0] == (kind, url):
+        if cached is not None and cached[0] == (kind, url, engine):
             return cached[1]
         source: MetricsSource
+        metrics = adapter(engine).metrics  # the engine kind's series for each signal (docs/engines.md)
         if url is not None:
             selector = f'namespace="{fleet.namespace}",pod=~"{fleet.name}-engine-.*"'
-            source = PrometheusSource(self.client, url, selector, timeout_seconds=self.timeout_s)
+            source = PrometheusSource(self.client, url, selector, timeout_seconds=self.timeout_s, metrics=metrics)
         else:
-            source = ScrapeSource(self.client, timeout_seconds=self.timeout_s)
-        self._sources[fleet.key] = ((kind, url), source)
+            source = ScrapeSource(self.client, timeout_seconds=self.timeout_s, metrics=metrics)
+        self._sources[fleet.key] = ((kind, url, engine), source)
         return source
 
     async def observe(self, fleet: FleetRef, desired: int, now: float) -> FleetSignals:

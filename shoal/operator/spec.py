@@ -13,8 +13,11 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonDict, JsonValue
 
 from shoal import __version__
+from shoal.engine_kinds import ADAPTERS, DEFAULT_KIND, EngineKind
+from shoal.engine_kinds import message as refusal_message
 from shoal.operator import model_source
 from shoal.protocol.gateway_timeouts import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -34,6 +37,15 @@ CATEGORIES = ("shoal",)
 # Images are tagged with the package version: `make images` builds these names, the chart (appVersion) runs them.
 IMAGE_REGISTRY = "ghcr.io/shoal-dev"
 DEFAULT_ENGINE_IMAGE = f"{IMAGE_REGISTRY}/shoal-engine:{__version__}"
+# Each kind's image when neither spec.engine.image nor the operator's --engine-image (the chart's engineImages)
+# names one: upstream's own server images, (GPU build, CPU build). Shoal's runs on both; SGLang publishes no
+# CPU server image, so a CPU SGLang fleet names its own.
+DEFAULT_ENGINE_IMAGES: dict[str, tuple[str, str]] = {
+    "shoal": (DEFAULT_ENGINE_IMAGE, DEFAULT_ENGINE_IMAGE),
+    "vllm": ("vllm/vllm-openai:v0.11.0", "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.11.0"),
+    "sglang": ("lmsysorg/sglang:v0.5.3", "lmsysorg/sglang:v0.5.3"),
+    "llamacpp": ("ghcr.io/ggml-org/llama.cpp:server-cuda", "ghcr.io/ggml-org/llama.cpp:server"),
+}
 DEFAULT_GATEWAY_IMAGE = f"{IMAGE_REGISTRY}/shoal:{__version__}"
 RoutingPolicy = Literal["prefix-aware", "least-load", "round-robin"]
 ROUTING_POLICIES: tuple[str, ...] = get_args(RoutingPolicy)
@@ -143,26 +155,15 @@ class ModelSpec(_Wire):
         return self
 
 
-ONE_GPU_MESSAGE = (
-    "engine.resources.gpus must be 0 or 1: Shoal's engine runs a model on one GPU and does not yet shard it "
-    "across several (tensor parallelism), so more would be requested and left idle"
-)
-
-
 class EngineResources(_Wire):
-    model_config = _cel(("self.gpus <= 1", ONE_GPU_MESSAGE))
-
     gpus: int = Field(
-        1, ge=0, description="nvidia.com/gpu per engine pod: 0 runs on the CPU, 1 on one GPU (no sharding yet)."
+        1,
+        ge=0,
+        description="nvidia.com/gpu per engine pod: 0 runs on the CPU, 1 on one GPU; more is tensor parallelism, "
+        "for engine kinds vllm and sglang only.",
     )
     cpu: Quantity | None = Field(None, description="CPU request and limit, e.g. '4'.")
     memory: Quantity | None = Field(None, description="Memory request and limit, e.g. '16Gi'.")
-
-    @model_validator(mode="after")
-    def _one_gpu(self) -> EngineResources:
-        if self.gpus > 1:
-            raise ValueError(ONE_GPU_MESSAGE)
-        return self
 
 
 class Toleration(_Wire):
@@ -179,18 +180,27 @@ class EnvVar(_Wire):
 
 
 class EngineSpec(_Wire):
-    image: str = Field(DEFAULT_ENGINE_IMAGE, min_length=1)
+    kind: EngineKind = Field(
+        DEFAULT_KIND,
+        description="The engine the pods run: shoal (Shoal's own), vllm, sglang or llamacpp (llama-server); "
+        "docs/engines.md maps each field to its flags.",
+    )
+    image: str | None = Field(
+        None, min_length=1, description="The engine image; the operator's default for the kind if unset."
+    )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     resources: EngineResources = Field(default_factory=EngineResources)
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
-    block_size: Literal[8, 16, 32] = 16
+    block_size: Literal[8, 16, 32] | None = Field(
+        None, description="Tokens per KV block; the engine's own default if unset (16 for shoal)."
+    )
     max_model_len: int | None = Field(None, ge=16, description="Context length cap; the model's own if unset.")
     max_num_seqs: int = Field(64, ge=1, le=4096, description="Sequences batched at once per engine.")
     kv_cache_memory: Quantity | None = Field(None, description="Memory for the paged KV cache, e.g. '8Gi'.")
     startup_seconds: int = Field(
         600, ge=30, le=7200, description="How long model loading may take before the pod is restarted."
     )
-    extra_args: list[str] = Field(default_factory=list, description="Appended to the `shoal serve` command.")
+    extra_args: list[str] = Field(default_factory=list, description="Appended to the engine's command.")
     env: list[EnvVar] = Field(default_factory=list)
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
@@ -324,8 +334,23 @@ class NetworkPolicySpec(_Wire):
     )
 
 
+def _kind_rule(kind: str, cel: str, text: str) -> JsonDict:
+    """A refusal of ``kind``'s as a rule on the whole spec: it holds for every other kind."""
+    of_kind = f"(has(self.engine.kind) ? self.engine.kind : '{DEFAULT_KIND}') == '{kind}'"
+    return {"rule": f"!has(self.engine) || !({of_kind}) || ({cel})", "message": text}
+
+
+ENGINE_KIND_RULES: list[JsonValue] = [
+    _kind_rule(kind, refusal.cel, refusal_message(kind, refusal))
+    for kind, adapter in ADAPTERS.items()
+    for refusal in adapter.refusals
+]
+
+
 class InferenceDeploymentSpec(_Wire):
     """``spec`` of an InferenceDeployment."""
+
+    model_config = _Wire.model_config | ConfigDict(json_schema_extra={"x-kubernetes-validations": ENGINE_KIND_RULES})
 
     model: ModelSpec
     engine: EngineSpec = Field(default_factory=EngineSpec)
@@ -333,6 +358,14 @@ class InferenceDeploymentSpec(_Wire):
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
     gateway: GatewaySpec = Field(default_factory=GatewaySpec)
     network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
+
+    @model_validator(mode="after")
+    def _kind_refusals(self) -> InferenceDeploymentSpec:
+        """The engine kind's refusals, worded as the CEL rules word them."""
+        broken = ADAPTERS[self.engine.kind].refused(self.model_dump(by_alias=True, exclude_none=True))
+        if broken:
+            raise ValueError(broken[0])
+        return self
 
     @property
     def served_name(self) -> str:

@@ -29,6 +29,7 @@ class FakeEngine:
         self.models = models
         self.mode: Mode = "ok"
         self.ready = True
+        self.ready_route = True  # False: no /ready at all, only /health (vLLM, llama-server)
         self.tokens = 4
         self.token_delay = 0.0
         self.requests: list[dict[str, Any]] = []
@@ -48,7 +49,9 @@ class FakeEngine:
             ]
         )
 
-    async def _ready(self, _: Request) -> Response:
+    async def _ready(self, request: Request) -> Response:
+        if request.url.path == "/ready" and not self.ready_route:
+            return PlainTextResponse("Not Found", status_code=404)
         return PlainTextResponse("ok" if self.ready else "not ready", status_code=200 if self.ready else 503)
 
     async def _models(self, _: Request) -> Response:

@@ -9,6 +9,7 @@ import pytest
 from gateway_harness import ByteTokenizer
 from support.polling import eventually
 
+from shoal.engine_kinds import adapter
 from shoal.gateway import prompts
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,3 +44,17 @@ def test_not_ready_while_a_configured_tokenizer_loads(fake_engines, gateways, mo
     release.set()
     eventually(lambda: httpx.get(handle.url + "/ready").status_code == 200, 10, "ready once the tokenizer loaded")
     assert handle.gateway.prompts.tokenizer("big") is not None
+
+
+def test_a_backend_of_another_engine_kind_is_checked_on_its_own_health_path(fake_engines, gateways) -> None:
+    """A stand-in for vLLM or llama-server: ``/health`` answers, ``/ready`` does not exist. Checked on the kind's
+    path (``--engine-kind vllm``) it serves; checked on Shoal's ``/ready`` it would never be healthy."""
+    ((engine, server),) = fake_engines(1)
+    engine.ready_route = False
+    shoal_checked = gateways([server.url])
+    kind_checked = gateways([server.url], ready_path=adapter("vllm").ready_path, follow_kv_events=False)
+    kind_checked.wait_healthy(1)
+    assert httpx.get(kind_checked.url + "/ready").json()["ready"] is True
+    assert httpx.get(shoal_checked.url + "/ready").status_code == 503
+    engine.ready = False  # the engine turns unhealthy: ejected after its failed checks
+    eventually(lambda: not any(r.healthy for r in kind_checked.gateway.fleet.replicas.values()), 10, "ejected")

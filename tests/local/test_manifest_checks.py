@@ -182,3 +182,39 @@ def test_a_cluster_model_source_is_refused_or_noted_in_the_crds_words(tmp_path: 
     )
     notes = "\n".join(ignored_locally(fetched))
     assert "spec.model.credentialsSecret" in notes and "spec.model.cache" in notes
+
+
+def _kind_manifest(tmp_path: Path, kind: str, model: Path | None = None) -> Path:
+    return write_manifest(tmp_path, manifest(str(model or tmp_path), engine={"kind": kind}))
+
+
+@pytest.mark.parametrize(
+    ("kind", "variable", "binary"), [("vllm", "SHOAL_VLLM", "vllm"), ("llamacpp", "SHOAL_LLAMA_SERVER", "llama-server")]
+)
+def test_an_engine_kind_whose_binary_is_missing_is_refused_naming_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, variable: str, binary: str
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(
+        ManifestError, match=f"spec.engine.kind {kind}: no {binary} on PATH; put it there or set {variable}"
+    ):
+        load_manifest(_kind_manifest(tmp_path, kind))
+    monkeypatch.setenv(variable, str(tmp_path / "nowhere"))
+    with pytest.raises(ManifestError, match=f"{variable}=.*nowhere is not an executable file"):
+        load_manifest(_kind_manifest(tmp_path, kind))
+
+
+def test_an_engine_binary_on_path_is_taken_and_sglang_is_refused_locally(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
+) -> None:
+    fake = tmp_path / "vllm"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("SHOAL_VLLM", raising=False)
+    assert load_manifest(_kind_manifest(tmp_path, "vllm", tiny_model)).spec.engine.kind == "vllm"
+    with pytest.raises(
+        ManifestError, match=r"spec\.engine\.kind sglang: shoal up runs engine kinds shoal, vllm, llamacpp"
+    ):
+        load_manifest(_kind_manifest(tmp_path, "sglang"))

@@ -26,7 +26,8 @@ def test_chart_alerts_pass_promtool(tmp_path: Path) -> None:
     rules = yaml.safe_load(render_chart_alerts())
     result = promtool_check(tmp_path, [{"name": "shoal.fleet", "rules": rules}])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 3 rules found" in result.stdout
+    # shoal, vllm and sglang: backlog, TTFT and KV cache; llamacpp exports neither TTFT nor KV use: backlog only
+    assert "SUCCESS: 10 rules found" in result.stdout
 
 
 def test_per_deployment_rule_passes_promtool(tmp_path: Path) -> None:
@@ -95,3 +96,45 @@ def _annotations(where: str, waiting: int) -> dict[str, str]:
         "summary": "Shoal engines have a request backlog",
         "description": f"{where}: on average {waiting} requests wait per engine, over twice the target of 4.",
     }
+
+
+def test_a_vllm_and_a_llama_server_backlog_fire_their_kinds_rules(tmp_path: Path) -> None:
+    """The fleet-wide rules read each kind's own queue gauge (``docs/engines.md``), labelled with the kind; a
+    Shoal engine's rule does not fire on another kind's series."""
+    fleet_wide = yaml.safe_load(render_chart_alerts())
+    for rule in fleet_wide:
+        rule["for"] = "0s"
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "fleet", "rules": fleet_wide}]}))
+    series = [
+        {
+            "series": 'vllm:num_requests_waiting{namespace="a",pod="v-engine-5d8f7c9b6-x2x9z",model_name="m",engine="0"}',
+            "values": "20x5",
+        },
+        {"series": 'llamacpp:requests_deferred{namespace="b",pod="l-engine-7c9b6d8f5-q8w2k"}', "values": "9x5"},
+    ]
+    vllm = {"severity": "warning", "namespace": "a", "infd": "v", "engine_kind": "vllm"}
+    llama = {"severity": "warning", "namespace": "b", "infd": "l", "engine_kind": "llamacpp"}
+    expected = [
+        {"exp_labels": vllm, "exp_annotations": _annotations("a/v", 20)},
+        {"exp_labels": llama, "exp_annotations": _annotations("b/l", 9)},
+    ]
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "2m", "alertname": "ShoalEngineQueueBacklog", "exp_alerts": expected}
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    promtool = shutil.which("promtool")
+    assert promtool
+    result = subprocess.run(
+        [promtool, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

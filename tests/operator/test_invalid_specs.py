@@ -40,8 +40,8 @@ pytestmark = pytest.mark.kube
         ({"model": None}, "spec.model: Required value"),
         (
             {"engine": {"resources": {"gpus": 2}}},
-            'spec.engine.resources: Invalid value: "object": engine.resources.gpus must be 0 or 1: Shoal\'s engine '
-            "runs a model on one GPU",
+            "engine.kind shoal cannot honour spec.engine.resources.gpus: more than 1 GPU: Shoal's engine runs a "
+            "model on one GPU",
         ),
     ],
     ids=[
@@ -78,7 +78,7 @@ def test_valid_example_is_accepted_and_defaulted(installed_chart: ControlPlane) 
         str(REPO / "examples" / "llama-gpu.yaml"),
     )
     assert result.returncode == 0, result.stderr
-    assert "blockSize: 16" in result.stdout and "scaleDownStabilizationSeconds: 300" in result.stdout
+    assert "kind: shoal" in result.stdout and "scaleDownStabilizationSeconds: 300" in result.stdout
 
 
 @pytest.mark.parametrize(

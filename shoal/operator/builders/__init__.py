@@ -21,14 +21,19 @@ DIGEST_ANNOTATION = "shoal.dev/children-digest"
 
 
 def build_children(
-    owner: Owner, spec: InferenceDeploymentSpec, replicas: int, *, prometheus_operator: bool
+    owner: Owner,
+    spec: InferenceDeploymentSpec,
+    replicas: int,
+    *,
+    prometheus_operator: bool,
+    engine_images: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every child object, in apply order (identity and config before the pods that use them).
 
-    The engine Deployment carries a digest of all of them (its replica count aside: that is the scale decision,
+    ``engine_images`` are the operator's engine image per kind (``--engine-image``). The engine Deployment carries a digest of all of them (its replica count aside: that is the scale decision,
     compared on its own), so a later pass knows from the watch alone whether anything needs applying.
     """
-    engine = engine_deployment(owner, spec, 0)
+    engine = engine_deployment(owner, spec, 0, engine_images)
     children = [
         service_account(owner),
         role(owner),

@@ -1,18 +1,22 @@
-"""The engine half of an InferenceDeployment: a Deployment of ``shoal serve`` pods and a headless Service.
+"""The engine half of an InferenceDeployment: a Deployment of engine pods (``shoal serve``, or the kind's own
+server: ``shoal.engine_kinds``) and a headless Service.
 
 The Service is headless because nothing should load-balance engines blindly: the gateway discovers each pod
-through the Service's EndpointSlices and routes by prefix and load. Probes follow the engine server's contract:
-``/ready`` only once the model is loaded (the startup probe waits for it, up to ``engine.startupSeconds``), then
-``/health`` for liveness, so a slow model load is never mistaken for a hung process.
+through the Service's EndpointSlices and routes by prefix and load. Probes follow the engine server's contract
+(the kind's paths): Shoal's ``/ready`` only once the model is loaded (the startup probe waits for it, up to
+``engine.startupSeconds``), then ``/health`` for liveness, so a slow model load is never mistaken for a hung
+process.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from shoal.operator.builders.model import engine_model, serve_model_args
+from shoal.engine_kinds import EngineSettings, adapter
+from shoal.operator.builders.model import CACHE_DIR, engine_model, fetched, local_path
 from shoal.operator.builders.placement import spread_across_nodes
 from shoal.operator.builders.security import (
     SCRATCH_ENV,
@@ -22,7 +26,7 @@ from shoal.operator.builders.security import (
     pod_security_context,
 )
 from shoal.operator.naming import ENGINE_PORT, Owner
-from shoal.operator.spec import InferenceDeploymentSpec
+from shoal.operator.spec import DEFAULT_ENGINE_IMAGES, InferenceDeploymentSpec
 
 GPU_RESOURCE = "nvidia.com/gpu"
 COMPONENT = "engine"
@@ -31,35 +35,39 @@ PRESTOP_SLEEP_SECONDS = 5  # let EndpointSlices drop the pod before it stops acc
 STARTUP_PERIOD_SECONDS = 10
 
 
-def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
-    """The ``shoal serve`` command line for one engine."""
+def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
+    """The spec's engine fields as the kind's adapter takes them (the model as the pod sees it)."""
     engine = spec.engine
-    args = [
-        "serve",
-        *serve_model_args(spec),
-        "--served-model-name",
-        spec.served_name,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(ENGINE_PORT),
-        "--dtype",
-        engine.dtype,
-        "--block-size",
-        str(engine.block_size),
-        "--max-num-seqs",
-        str(engine.max_num_seqs),
-        "--device",
-        "cuda" if engine.resources.gpus else "cpu",
-    ]
-    if engine.resources.gpus:
-        args += ["--attention-backend", "triton"]
-    # a CPU engine keeps its default attention: shoal's C kernel where it builds, else torch's (one warning)
-    if engine.max_model_len is not None:
-        args += ["--max-model-len", str(engine.max_model_len)]
-    if engine.kv_cache_memory is not None:
-        args += ["--kv-cache-bytes", str(quantity_bytes(engine.kv_cache_memory))]
-    return args + list(engine.extra_args)
+    return EngineSettings(
+        model=spec.model.source if fetched(spec) else local_path(spec),
+        served_name=spec.served_name,
+        port=ENGINE_PORT,
+        dtype=engine.dtype,
+        block_size=engine.block_size,
+        max_model_len=engine.max_model_len,
+        max_num_seqs=engine.max_num_seqs,
+        kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
+        gpus=engine.resources.gpus,
+        download_dir=CACHE_DIR if fetched(spec) else None,
+    )
+
+
+def engine_argv(spec: InferenceDeploymentSpec) -> list[str]:
+    """The engine's whole command line (its binary first), ``extraArgs`` appended."""
+    return adapter(spec.engine.kind).command(engine_settings(spec)) + list(spec.engine.extra_args)
+
+
+def serve_args(spec: InferenceDeploymentSpec) -> list[str]:
+    """The ``shoal serve`` command line for one Shoal engine (``shoal`` itself left out)."""
+    return engine_argv(spec)[1:]
+
+
+def engine_image(spec: InferenceDeploymentSpec, images: Mapping[str, str]) -> str:
+    """``spec.engine.image``, else the operator's image for the kind (``--engine-image``), else the kind's default
+    for the pod's device."""
+    kind = spec.engine.kind
+    gpu, cpu = DEFAULT_ENGINE_IMAGES[kind]
+    return spec.engine.image or images.get(kind) or (gpu if spec.engine.resources.gpus else cpu)
 
 
 _SUFFIXES: dict[str, int | Fraction] = {
@@ -116,22 +124,26 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def engine_container(spec: InferenceDeploymentSpec, model_mounts: list[dict[str, Any]]) -> dict[str, Any]:
+def engine_container(
+    spec: InferenceDeploymentSpec, model_mounts: list[dict[str, Any]], images: Mapping[str, str]
+) -> dict[str, Any]:
     engine = spec.engine
+    kind = adapter(engine.kind)
+    argv = engine_argv(spec)
     container: dict[str, Any] = {
         "name": COMPONENT,
-        "image": engine.image,
+        "image": engine_image(spec, images),
         "imagePullPolicy": engine.image_pull_policy,
-        "command": ["shoal"],
-        "args": serve_args(spec),
+        "command": [kind.image_binary or argv[0]],
+        "args": argv[1:],
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
         "env": SCRATCH_ENV + [e.model_dump(by_alias=True) for e in engine.env],
         "resources": _resources(spec),
         "startupProbe": _probe(
-            "/ready", STARTUP_PERIOD_SECONDS, math.ceil(engine.startup_seconds / STARTUP_PERIOD_SECONDS)
+            kind.ready_path, STARTUP_PERIOD_SECONDS, math.ceil(engine.startup_seconds / STARTUP_PERIOD_SECONDS)
         ),
-        "livenessProbe": _probe("/health", 10, 3),
-        "readinessProbe": _probe("/ready", 5, 2),
+        "livenessProbe": _probe(kind.live_path, 10, 3),
+        "readinessProbe": _probe(kind.ready_path, 5, 2),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}},
         "securityContext": container_security_context(),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT, *model_mounts],
@@ -139,10 +151,14 @@ def engine_container(spec: InferenceDeploymentSpec, model_mounts: list[dict[str,
     return container
 
 
-def engine_deployment(owner: Owner, spec: InferenceDeploymentSpec, replicas: int) -> dict[str, Any]:
-    """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here)."""
+def engine_deployment(
+    owner: Owner, spec: InferenceDeploymentSpec, replicas: int, images: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here); ``images``:
+    the operator's engine image per kind."""
     labels = owner.labels(COMPONENT)
-    init_containers, model_volumes, model_mounts = engine_model(spec)
+    images = images or {}
+    init_containers, model_volumes, model_mounts = engine_model(spec, engine_image(spec, images))
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, SCRATCH_VOLUME, *model_volumes]
     return {
         "apiVersion": "apps/v1",
@@ -166,7 +182,7 @@ def engine_deployment(owner: Owner, spec: InferenceDeploymentSpec, replicas: int
                     "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
                     **({"initContainers": init_containers} if init_containers else {}),
-                    "containers": [engine_container(spec, model_mounts)],
+                    "containers": [engine_container(spec, model_mounts, images)],
                     "volumes": volumes,
                     "nodeSelector": dict(spec.engine.node_selector),
                     "tolerations": _tolerations(spec),

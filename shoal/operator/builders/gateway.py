@@ -13,6 +13,7 @@ import hashlib
 import json
 from typing import Any
 
+from shoal.engine_kinds import DEFAULT_BLOCK_SIZE
 from shoal.operator.builders.api_keys import api_key_secret_ref
 from shoal.operator.builders.model import gateway_model
 from shoal.operator.builders.placement import spread_across_nodes
@@ -38,6 +39,7 @@ _FLAGS = {
     "--tokenizer": "SHOAL_GATEWAY_TOKENIZER",
     "--fetch-record": "SHOAL_GATEWAY_FETCH_RECORD",
     "--block-size": "SHOAL_GATEWAY_BLOCK_SIZE",
+    "--engine-kind": "SHOAL_GATEWAY_ENGINE_KIND",
     "--api-keys": "SHOAL_GATEWAY_API_KEYS",
     "--redis-url": "SHOAL_GATEWAY_REDIS_URL",
     "--hold-queue-size": "SHOAL_GATEWAY_HOLD_QUEUE_SIZE",
@@ -57,7 +59,8 @@ def gateway_settings(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, s
         "SHOAL_GATEWAY_KUBE_PORT_NAME": "http",
         "SHOAL_GATEWAY_POLICY": gateway.routing_policy,
         "SHOAL_GATEWAY_BOUND_FACTOR": f"{gateway.bound_factor:g}",
-        "SHOAL_GATEWAY_BLOCK_SIZE": str(spec.engine.block_size),
+        "SHOAL_GATEWAY_BLOCK_SIZE": str(spec.engine.block_size or DEFAULT_BLOCK_SIZE),
+        "SHOAL_GATEWAY_ENGINE_KIND": spec.engine.kind,
         "SHOAL_GATEWAY_HOLD_QUEUE_SIZE": str(gateway.hold_queue.size),
         "SHOAL_GATEWAY_HOLD_SECONDS": str(gateway.hold_queue.wait_seconds),
         "SHOAL_GATEWAY_CONNECT_TIMEOUT": f"{gateway.timeouts.connect_seconds:g}",

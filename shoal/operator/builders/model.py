@@ -49,13 +49,6 @@ def local_path(spec: InferenceDeploymentSpec) -> str:
     return f"{PVC_DIR}/{path}" if path else PVC_DIR
 
 
-def serve_model_args(spec: InferenceDeploymentSpec) -> list[str]:
-    """The engine's ``--model`` (and, for a fetched source, the cache the init container filled)."""
-    if fetched(spec):
-        return ["--model", spec.model.source, "--download-dir", CACHE_DIR]
-    return ["--model", local_path(spec)]
-
-
 def _claim_volume(claim: str) -> dict[str, Any]:
     return {"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
 
@@ -104,8 +97,9 @@ def _fetch_container(
     return container
 
 
-def engine_model(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects, Objects]:
-    """The engine pod's (init containers, volumes, engine container mounts) for the model."""
+def engine_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Objects, Objects]:
+    """The engine pod's (init containers, volumes, engine container mounts) for the model; the fetcher runs in
+    ``image``, the engine's (only Shoal's engine takes fetched sources)."""
     claim = _claim(spec)
     if claim is not None:
         return [], [claim[0]], [claim[1]]
@@ -113,7 +107,7 @@ def engine_model(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects, Objec
         return [], [], []  # a bundled alias, or a path inside the image
     mount = {"name": CACHE_VOLUME, "mountPath": CACHE_DIR}
     args = ["--download-dir", CACHE_DIR, "--termination-message-path", TERMINATION_LOG]
-    init = _fetch_container(spec, FETCH_CONTAINER, spec.engine.image, args, mount)
+    init = _fetch_container(spec, FETCH_CONTAINER, image, args, mount)
     init["imagePullPolicy"] = spec.engine.image_pull_policy
     return [init], [_cache_volume(spec)], [mount]
 

@@ -37,7 +37,11 @@ def prometheus_rule(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, An
                 {
                     "name": f"shoal.{owner.namespace}.{owner.name}",
                     "rules": alert_rules(
-                        selector, targets.queue_depth_per_replica, targets.ttft_p95_seconds, infd=owner.name
+                        selector,
+                        targets.queue_depth_per_replica,
+                        targets.ttft_p95_seconds,
+                        infd=owner.name,
+                        kind=spec.engine.kind,
                     ),
                 }
             ]

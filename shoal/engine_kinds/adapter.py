@@ -1,0 +1,150 @@
+"""What Shoal needs to know about one engine kind, as data: how to start it, how to tell it is ready, which
+fields of ``spec.engine`` it cannot honour, and where its ``/metrics`` page keeps the signals the autoscaler and
+the gateway read.
+
+An adapter is pure (no I/O, no torch): the operator builds a pod from it, ``shoal up`` a process, the gateway a
+health check and the autoscaler a page parser or PromQL, all from the same table (``docs/engines.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The engine fields of an InferenceDeployment (or a local manifest), resolved: ``None`` is "the engine's own
+    default". ``model`` is what the engine loads (a path, or what its own loader resolves), ``download_dir`` where
+    a fetched model was put."""
+
+    model: str
+    served_name: str
+    port: int
+    host: str = "0.0.0.0"
+    dtype: str = "auto"
+    block_size: int | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    kv_cache_bytes: int | None = None
+    gpus: int = 0
+    download_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class MetricMap:
+    """An engine's series for each signal: Prometheus family names (a counter's without ``_total``, a histogram's
+    without ``_bucket``); ``None`` where the engine exports nothing that means it (the signal is then missing,
+    never zero). ``kv_usage`` is a 0-1 ratio in every engine that has it."""
+
+    waiting: str
+    running: str
+    kv_usage: str | None
+    ttft: str | None
+    finished: str | None
+    generated: str | None
+    prefix_hit_tokens: str | None
+    prefix_query_tokens: str | None
+    max_num_seqs: str | None = None
+    rejected: tuple[str, str, str] | None = None  # (counter, label, value): requests turned away, unmet demand
+
+    def families(self) -> tuple[str, ...]:
+        """Every series named, for the docs' table and the parser's filter."""
+        named = (
+            self.waiting,
+            self.running,
+            self.kv_usage,
+            self.ttft,
+            self.finished,
+            self.generated,
+            self.prefix_hit_tokens,
+            self.prefix_query_tokens,
+            self.max_num_seqs,
+            self.rejected[0] if self.rejected else None,
+        )
+        return tuple(n for n in named if n is not None)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A field this kind cannot honour, refused at admission. ``cel`` and ``check`` say the same thing: on the
+    spec (``self`` in CEL; the spec's wire dict in Python), true when the field is acceptable."""
+
+    field: str
+    cel: str
+    check: Callable[[dict[str, dict[str, object]]], bool]
+    why: str
+
+
+@dataclass(frozen=True)
+class EngineAdapter:
+    """One engine kind. ``command`` is the argv (the binary first) for ``settings``; ``ready_path`` answers 200
+    only once the model is loaded, ``live_path`` while the process is sound."""
+
+    kind: str
+    binary: str
+    ready_path: str
+    live_path: str
+    metrics: MetricMap
+    command: Callable[[EngineSettings], list[str]]
+    refusals: tuple[Refusal, ...] = field(default_factory=tuple)
+    kv_events: bool = False  # serves Shoal's /kv/events (the gateway follows each replica's cache)
+    image_binary: str | None = None  # the binary's path in the kind's images when it is not on their PATH
+
+    def refused(self, spec: dict[str, dict[str, object]]) -> list[str]:
+        """The messages of the refusals ``spec`` (the spec's wire dict, camelCase) breaks."""
+        return [message(self.kind, r) for r in self.refusals if not r.check(spec)]
+
+
+def message(kind: str, refusal: Refusal) -> str:
+    """How a refusal is worded, by the apiserver and by ``shoal up`` alike."""
+    return f"engine.kind {kind} cannot honour spec.{refusal.field}: {refusal.why}"
+
+
+def engine_field(spec: dict[str, dict[str, object]], name: str) -> object:
+    """``spec.engine.<name>`` from the wire dict (``None`` when unset)."""
+    return (spec.get("engine") or {}).get(name)
+
+
+def gpus(spec: dict[str, dict[str, object]]) -> int:
+    resources = engine_field(spec, "resources")
+    value = resources.get("gpus", 1) if isinstance(resources, dict) else 1
+    return int(value) if isinstance(value, int) else 1
+
+
+def unset(name: str, why: str) -> Refusal:
+    """``spec.engine.<name>`` must be left unset for this kind."""
+    return Refusal(f"engine.{name}", f"!has(self.engine.{name})", lambda s: engine_field(s, name) is None, why)
+
+
+def at_most_one_gpu(why: str) -> Refusal:
+    return Refusal(
+        "engine.resources.gpus",
+        "!has(self.engine.resources) || !has(self.engine.resources.gpus) || self.engine.resources.gpus <= 1",
+        lambda s: gpus(s) <= 1,
+        why,
+    )
+
+
+def dtype_auto(why: str) -> Refusal:
+    return Refusal(
+        "engine.dtype",
+        "!has(self.engine.dtype) || self.engine.dtype == 'auto'",
+        lambda s: engine_field(s, "dtype") in (None, "auto"),
+        why,
+    )
+
+
+def model_not_fetched(kind: str) -> Refusal:
+    """Foreign engines read a path: the fetch init containers and the bundled aliases are Shoal's own."""
+    return Refusal(
+        "model.source",
+        "self.model.source.startsWith('/') || self.model.source.startsWith('pvc://')",
+        lambda s: str((s.get("model") or {}).get("source", "")).startswith(("/", "pvc://")),
+        f"{kind} serves a model from a path in its image or a claim (an absolute path or pvc://CLAIM/PATH); "
+        "hf://, s3:// and the bundled aliases are fetched and resolved by Shoal's engine only",
+    )
+
+
+def optional(flag: str, value: object | None) -> list[str]:
+    return [] if value is None else [flag, str(value)]

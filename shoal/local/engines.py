@@ -1,0 +1,68 @@
+"""Which engine binary ``shoal up`` runs for ``spec.engine.kind``, and its command line on this machine.
+
+Shoal's own engine runs from this checkout. ``vllm`` and ``llamacpp`` run the binary named by
+``SHOAL_VLLM`` / ``SHOAL_LLAMA_SERVER`` when set, else ``vllm`` / ``llama-server`` found on ``PATH``
+(``hack/vllm-cpu/install.sh`` and ``hack/llama-server/build.sh`` build them). SGLang's server needs CUDA, so
+local mode refuses it. Local engines run on this machine's CPU, whatever ``engine.resources.gpus`` says.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from shoal.engine_kinds import EngineSettings, adapter
+from shoal.operator.builders.engine import quantity_bytes
+from shoal.operator.spec import InferenceDeploymentSpec
+
+BINARY_ENV = {"vllm": "SHOAL_VLLM", "llamacpp": "SHOAL_LLAMA_SERVER"}
+LOCAL_KINDS = ("shoal", *BINARY_ENV)
+
+
+class EngineBinaryMissing(ValueError):
+    """The kind's server is not on this machine; the message says where it was looked for."""
+
+
+def engine_binary(kind: str) -> str:
+    """The path of ``kind``'s server binary (kinds other than shoal), or an error naming the kind and where
+    it was looked for."""
+    if kind not in BINARY_ENV:
+        raise EngineBinaryMissing(
+            f"spec.engine.kind {kind}: shoal up runs engine kinds {', '.join(LOCAL_KINDS)} (SGLang's server needs CUDA)"
+        )
+    variable, name = BINARY_ENV[kind], adapter(kind).binary
+    given = os.environ.get(variable)
+    if given:
+        if not (os.path.isfile(given) and os.access(given, os.X_OK)):
+            raise EngineBinaryMissing(f"spec.engine.kind {kind}: {variable}={given} is not an executable file")
+        return given
+    found = shutil.which(name)
+    if found is None:
+        raise EngineBinaryMissing(
+            f"spec.engine.kind {kind}: no {name} on PATH; put it there or set {variable} to its path"
+        )
+    return found
+
+
+def foreign_argv(spec: InferenceDeploymentSpec, binary: str, threads: int) -> list[str]:
+    """The kind's own command line for this machine: loopback, CPU, its binary first (``--port`` comes last,
+    from the fleet)."""
+    engine = spec.engine
+    settings = EngineSettings(
+        model=spec.model.source,
+        served_name=spec.served_name,
+        port=0,
+        host="127.0.0.1",
+        dtype=engine.dtype,
+        block_size=engine.block_size,
+        max_model_len=engine.max_model_len,
+        max_num_seqs=engine.max_num_seqs,
+        kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
+        gpus=0,
+    )
+    argv = adapter(engine.kind).command(settings)
+    at = argv.index("--port")
+    del argv[at : at + 2]  # the fleet gives each engine its own port
+    if engine.kind == "llamacpp":
+        argv += ["--threads", str(threads), "--threads-batch", str(threads)]
+    return [binary, *argv[1:], *engine.extra_args]
