@@ -42,7 +42,7 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: install system-deps kube-testbin moto lint
+test: install system-deps kube-testbin moto peers lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install system-deps moto lint

@@ -1,8 +1,8 @@
 # Debian packages the tests start for real: Prometheus, Alertmanager, Redis, Chromium (headless) for the dashboard,
 # buildah + mmdebstrap, which build the images offline (hack/images/build.sh), and a C compiler, which builds the
 # engine's CPU kernel (shoal/kernels/cpu) at first use.
-SYSTEM_BINARIES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap cc
-APT_PACKAGES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap gcc libc6-dev
+SYSTEM_BINARIES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap cc cmake ninja c++
+APT_PACKAGES := prometheus prometheus-alertmanager redis-server chromium buildah mmdebstrap gcc libc6-dev cmake ninja-build g++
 
 .PHONY: system-deps
 system-deps:
