@@ -138,7 +138,8 @@ def check_window_and_cap(sliding_window: int | None, softcap: float | None) -> N
             raise ValueError(f"sliding_window must be an int, got {sliding_window!r}")
         if not 1 <= sliding_window <= INT32_MAX:
             raise ValueError(f"sliding_window must be in [1, {INT32_MAX}], got {sliding_window}")
-    if softcap is not None and not (isinstance(softcap, (int, float)) and 0 < softcap < float("inf")):
+    number = isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
+    if softcap is not None and not (number and 0 < softcap < float("inf")):
         raise ValueError(f"softcap must be a finite positive number, got {softcap!r}")
 
 

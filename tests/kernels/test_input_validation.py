@@ -88,6 +88,7 @@ def test_attention_rejects_unsupported_cache_geometry(triton_ops):
         (None, 0.0, "softcap must be a finite positive number, got 0.0"),
         (None, float("inf"), "softcap must be a finite positive number, got inf"),
         (None, float("nan"), "softcap must be a finite positive number, got nan"),
+        (None, True, "softcap must be a finite positive number, got True"),
     ],
 )
 def test_attention_rejects_a_bad_window_or_soft_cap(triton_ops, window, softcap, message):
