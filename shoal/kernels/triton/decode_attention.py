@@ -97,7 +97,7 @@ def _decode_kernel(
         window_start = 0  # unused: the kernel masks no window
         first_tile = 0
         first_pos = last_pos  # unused too
-    tiles_per_split = tl.cdiv(num_tiles - first_tile, NUM_SPLITS)
+    tiles_per_split = tl.cdiv(num_tiles - first_tile, NUM_SPLITS)  # tiles counted from the window's first
     tile_lo = split * tiles_per_split
     tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles - first_tile)
     first_key = first_tile * BLOCK_N
