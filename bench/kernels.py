@@ -5,7 +5,9 @@ Before timing anything it checks each kernel's output against the torch referenc
 Every figure comes with a baseline measured in the same run: decode bandwidth against a device-to-device copy
 of the same number of bytes (the practical ceiling) and the device's nominal peak where known, and against the
 torch reference on the same batch; prefill throughput against PyTorch SDPA (flash attention over dense,
-unpaged tensors) and the torch reference. Without a GPU it says so and exits 0; ``--smoke`` instead runs the
+unpaged tensors) and the torch reference. A third table runs both kernels with a sliding window and a soft cap
+against the same kernels without them on the same batch: a decode over a context four times its window should
+cost about what a context of one window does, since the kernels skip the tiles before the window. Without a GPU it says so and exits 0; ``--smoke`` instead runs the
 same code on tiny shapes under the Triton interpreter, to check the script itself (its figures mean nothing).
 
     python bench/kernels.py [--dtype bfloat16] [--smoke]
@@ -44,12 +46,25 @@ class Shapes:
     num_kv_heads: int = 8
     head_dim: int = 128
     block_size: int = 16
+    # (kernel, num_seqs, context, sliding window, soft cap or None)
+    windowed: list[tuple[str, int, int, int, float | None]] | None = None
 
 
 # max |triton - reference| allowed per dtype for outputs of magnitude ~1
 TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
-FULL = Shapes(decode=[(1, 8192), (8, 4096), (64, 2048), (256, 1024)], prefill=[(1, 4096), (4, 2048), (16, 512)])
-SMOKE = Shapes(decode=[(2, 80)], prefill=[(2, 40)], num_heads=4, num_kv_heads=2, head_dim=64)
+FULL = Shapes(
+    decode=[(1, 8192), (8, 4096), (64, 2048), (256, 1024)],
+    prefill=[(1, 4096), (4, 2048), (16, 512)],
+    windowed=[("decode", 1, 16384, 4096, None), ("decode", 64, 8192, 2048, 50.0), ("prefill", 1, 4096, 1024, 50.0)],
+)
+SMOKE = Shapes(
+    decode=[(2, 80)],
+    prefill=[(2, 40)],
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=64,
+    windowed=[("decode", 2, 80, 24, None), ("prefill", 2, 40, 16, 2.0)],
+)
 
 
 def timed(fn: Callable[[], object], device: str, repeats: int) -> float:
@@ -94,9 +109,9 @@ def paged_batch(shapes: Shapes, query_lens: list[int], seq_lens: list[int], dtyp
     return query, k_cache, v_cache, meta
 
 
-def max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale) -> float:
-    ours = triton_ops.attention(query, k_cache, v_cache, meta, scale)
-    expected = torch_ops.attention(query, k_cache, v_cache, meta, scale)
+def max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale, window=None, softcap=None) -> float:
+    ours = triton_ops.attention(query, k_cache, v_cache, meta, scale, window, softcap)
+    expected = torch_ops.attention(query, k_cache, v_cache, meta, scale, window, softcap)
     return float((ours.float() - expected.float()).abs().max())
 
 
@@ -159,6 +174,30 @@ def bench_prefill(shapes: Shapes, dtype, device: str, repeats: int) -> list[str]
     return rows
 
 
+def bench_windowed(shapes: Shapes, dtype, device: str, repeats: int) -> list[str]:
+    from shoal.kernels import TorchOps, get_ops
+
+    triton_ops, torch_ops = get_ops("triton", device), TorchOps()
+    rows = [
+        "| kernel, seqs x context, window, cap | max err | Triton µs | without window and cap µs | speed-up |",
+        "|---" * 5 + "|",
+    ]
+    for kind, num_seqs, context, window, softcap in shapes.windowed or []:
+        query_lens = [1 if kind == "decode" else context] * num_seqs
+        query, k_cache, v_cache, meta = paged_batch(shapes, query_lens, [context] * num_seqs, dtype, device)
+        scale = shapes.head_dim**-0.5
+        err = max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale, window, softcap)
+        ours = timed(
+            partial(triton_ops.attention, query, k_cache, v_cache, meta, scale, window, softcap), device, repeats
+        )
+        plain = timed(partial(triton_ops.attention, query, k_cache, v_cache, meta, scale), device, repeats)
+        rows.append(
+            f"| {kind}, {num_seqs} x {context}, {window}, {softcap or '-'} | {err:.1e} | {ours * 1e6:.1f} | "
+            f"{plain * 1e6:.1f} | {plain / ours:.1f}x |"
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16", "float32"])
@@ -192,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     print("\nPrefill attention (paged, causal, whole prompts):")
     prefill = bench_prefill(shapes, dtype, device, repeats)
     print("\n".join(prefill))
+    print("\nSliding window and soft cap (the same kernels, compile-time switches):")
+    windowed = bench_windowed(shapes, dtype, device, repeats)
+    print("\n".join(windowed))
     tolerance = TOLERANCE[str(dtype).removeprefix("torch.")]
-    wrong = [row for row in decode[2:] + prefill[2:] if float(row.split("|")[2]) > tolerance]
+    wrong = [row for row in decode[2:] + prefill[2:] + windowed[2:] if float(row.split("|")[2]) > tolerance]
     if wrong:
         print(f"\nFAILED: Triton differs from the torch reference by more than {tolerance} in:\n" + "\n".join(wrong))
         return 1

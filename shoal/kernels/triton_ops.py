@@ -1,9 +1,10 @@
 """The Triton implementation of ``KernelOps``: validates on the host, then launches one kernel per op.
 
 Attention picks its kernel per batch: a decode-only batch (every sequence has one new token) goes to the
-paged decode kernel, split into KV segments when there are too few sequences to fill the GPU; anything else
-(prefills, chunks, mixes with decodes) goes to the prefill kernel, which handles decode rows too. Under the
-interpreter there is no GPU to fill, so decode runs unsplit there.
+paged decode kernel, split into KV segments when there are too few sequences to fill the GPU (by the length
+it attends: a sliding window's, if shorter than the context); anything else (prefills, chunks, mixes with
+decodes) goes to the prefill kernel, which handles decode rows too. Under the interpreter there is no GPU to
+fill, so decode runs unsplit there. Both kernels mask a sliding window and soft-cap scores when asked.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ class TritonOps:
     """Triton kernels: compiled on CUDA tensors, interpreted on CPU under ``TRITON_INTERPRET=1``."""
 
     name = "triton"
-    masks_sliding_window = False  # the kernels do not yet; a windowed model refuses them (``Attention``)
-    caps_attention_logits = False  # nor soft-cap scores; a soft-capped model refuses them too
+    masks_sliding_window = True
+    caps_attention_logits = True
 
     def write_kv(
         self,
@@ -62,22 +63,26 @@ class TritonOps:
         sliding_window: int | None = None,
         softcap: float | None = None,
     ) -> torch.Tensor:
-        if sliding_window is not None:
-            raise ValueError(
-                f"sliding_window={sliding_window}: the Triton kernels do not mask a sliding window yet (the CPU "
-                "path does)"
-            )
-        if softcap is not None:
-            raise ValueError(
-                f"softcap={softcap}: the Triton kernels do not soft-cap attention scores yet (the CPU path does)"
-            )
         validation.check_attention(query, k_cache, v_cache, meta)
+        validation.check_window_and_cap(sliding_window, softcap)
         check_device(query)
         if meta.is_decode_only:
-            splits = choose_num_splits(meta.num_seqs, k_cache.shape[2], meta.max_seq_len, _num_sms(query.device))
-            return paged_decode_attention(query, k_cache, v_cache, meta.seq_lens, meta.block_tables, scale, splits)
+            attended = min(meta.max_seq_len, sliding_window or meta.max_seq_len)
+            splits = choose_num_splits(meta.num_seqs, k_cache.shape[2], attended, _num_sms(query.device))
+            return paged_decode_attention(
+                query, k_cache, v_cache, meta.seq_lens, meta.block_tables, scale, splits, sliding_window, softcap
+            )
         return paged_prefill_attention(
-            query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, meta.max_query_len, scale
+            query,
+            k_cache,
+            v_cache,
+            meta.query_start_loc,
+            meta.seq_lens,
+            meta.block_tables,
+            meta.max_query_len,
+            scale,
+            sliding_window,
+            softcap,
         )
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -15,6 +15,7 @@ from shoal.kernels.metadata import AttentionMetadata
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
 MAX_HEAD_DIM = 256
+INT32_MAX = 2**31 - 1
 
 
 def _float(name: str, tensor: torch.Tensor) -> None:
@@ -127,6 +128,19 @@ def check_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         query_start_loc=meta.query_start_loc,
         block_tables=meta.block_tables,
     )
+
+
+def check_window_and_cap(sliding_window: int | None, softcap: float | None) -> None:
+    """A window is a whole number of positions that fits the kernels' int32 arithmetic; a cap a finite positive
+    number (it divides the scores)."""
+    if sliding_window is not None:
+        if isinstance(sliding_window, bool) or not isinstance(sliding_window, int):
+            raise ValueError(f"sliding_window must be an int, got {sliding_window!r}")
+        if not 1 <= sliding_window <= INT32_MAX:
+            raise ValueError(f"sliding_window must be in [1, {INT32_MAX}], got {sliding_window}")
+    number = isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
+    if softcap is not None and not (number and 0 < softcap < float("inf")):
+        raise ValueError(f"softcap must be a finite positive number, got {softcap!r}")
 
 
 def check_rms_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> None:

@@ -54,3 +54,18 @@ def test_cuda_mixture_of_experts_greedy_tokens_equal_the_cpus(checkpoint: str, r
     on_gpu = [o.token_ids for o in gpu.generate(PROMPTS, params)]
     cpu = LLM(str(model_dir), device="cpu", dtype="float32", num_kv_blocks=64)
     assert on_gpu == [o.token_ids for o in cpu.generate(PROMPTS, params)]
+
+
+@pytest.mark.parametrize("checkpoint", ["tiny_mistral_window_dir", "tiny_gemma2_dir"])
+def test_cuda_windowed_and_soft_capped_greedy_tokens_equal_the_cpus(
+    checkpoint: str, request: pytest.FixtureRequest
+) -> None:
+    """A 6-token window (every layer; alternate layers for Gemma 2, with scores soft-capped at 2) on the Triton
+    attention kernels' compiled window and cap paths."""
+    model_dir: Path = request.getfixturevalue(checkpoint)
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    gpu = LLM(str(model_dir), device="cuda", dtype="float32", num_kv_blocks=64)
+    assert gpu.engine.runner.model.layers[0].self_attn.ops.name == "triton"
+    on_gpu = [o.token_ids for o in gpu.generate(PROMPTS, params)]
+    cpu = LLM(str(model_dir), device="cpu", dtype="float32", num_kv_blocks=64)
+    assert on_gpu == [o.token_ids for o in cpu.generate(PROMPTS, params)]

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import gguf
@@ -188,15 +185,48 @@ def test_qwen_windows_on_the_layers_from_max_window_layers_and_gemma_patterns_ar
     assert gemma3.qk_norm and gemma3.tie_word_embeddings and gemma3.attn_logit_softcapping is None
 
 
-def test_a_soft_capped_model_refuses_the_triton_kernels_when_built(tiny_gemma2_dir: Path) -> None:
-    """The Triton kernels do not soft-cap scores: building the model on them fails naming the field (checked on
-    a copy without sliding windows, which the Triton kernels refuse first)."""
-    from shoal.engine.model import build_model
-    from shoal.kernels.triton_ops import TritonOps
+class _NoWindowOps(TorchOps):
+    """A stand-in for a kernel backend that masks no sliding window (every real one does today)."""
 
-    config = json.loads((tiny_gemma2_dir / "config.json").read_text()) | {"sliding_window": None}
-    with torch.device("meta"), pytest.raises(UnsupportedModelError, match=r"attn_logit_softcapping=2\.0: the model"):
-        build_model(ModelConfig.from_hf(config), TritonOps())
+    name = "no-window"
+    masks_sliding_window = False
+
+
+class _NoCapOps(TorchOps):
+    """A stand-in for a kernel backend that soft-caps no scores (every real one does today)."""
+
+    name = "no-cap"
+    caps_attention_logits = False
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "ops", "message"),
+    [
+        (
+            "tiny_mistral_window_dir",
+            _NoWindowOps,
+            r"sliding_window=6: the model attends within a sliding window, which the no-window attention backend "
+            r"does not mask; serve it with another --attention-backend",
+        ),
+        (
+            "tiny_gemma2_dir",
+            _NoCapOps,
+            r"attn_logit_softcapping=2\.0: the model soft-caps its attention scores, which the no-cap attention "
+            r"backend does not; serve it with another --attention-backend",
+        ),
+    ],
+)
+def test_a_model_refuses_a_backend_lacking_its_window_or_soft_cap_when_built(
+    checkpoint: str, ops: type[TorchOps], message: str, request: pytest.FixtureRequest
+) -> None:
+    """Built on kernels that would ignore the window or the cap, the model fails naming the field, rather than
+    attend wrongly."""
+    from shoal.engine.model import build_model
+
+    model_dir: Path = request.getfixturevalue(checkpoint)
+    config = json.loads((model_dir / "config.json").read_text())
+    with torch.device("meta"), pytest.raises(UnsupportedModelError, match=message):
+        build_model(ModelConfig.from_hf(config), ops())
 
 
 def test_transformers_4_rope_spelling_is_understood() -> None:
@@ -328,16 +358,3 @@ def test_corrupt_gguf_is_named(tmp_path: Path) -> None:
     path.write_bytes(b"GGUF" + b"\xff" * 64)
     with pytest.raises(ValueError, match=r"broken.gguf"):
         load(path)
-
-
-def test_a_sliding_window_on_the_triton_kernels_is_refused_at_start_up(tiny_mistral_window_dir: Path) -> None:
-    """The Triton kernels do not mask a window yet: the engine refuses to start on them (here under Triton's CPU
-    interpreter, in a process of its own, since the interpreter is chosen at import) rather than attend wrongly."""
-    code = (
-        "from shoal.engine import LLM\n"
-        f"LLM({str(tiny_mistral_window_dir)!r}, dtype='float32', attention_backend='triton', num_kv_blocks=8)\n"
-    )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode != 0
-    assert "UnsupportedModelError: sliding_window=6: the model attends within a sliding window" in done.stderr

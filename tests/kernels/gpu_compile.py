@@ -38,7 +38,7 @@ from shoal.kernels.triton.rms_norm import _rms_norm_kernel
 from shoal.kernels.triton.rotary import _rotary_kernel
 
 TRITON_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-FLOAT_ARGS = {"qk_scale", "eps"}
+FLOAT_ARGS = {"qk_scale", "softcap", "eps"}
 
 
 def compile_kernel(
@@ -93,6 +93,8 @@ def variants(dtype: str):
             NUM_SPLITS=4,
             UPCAST=False,
             FP32_DOTS=fp32,
+            WINDOW=False,
+            SOFTCAP=False,
         ),
         {**index, **partials},
         DECODE_WARPS,
@@ -110,6 +112,46 @@ def variants(dtype: str):
             NUM_SPLITS=1,
             UPCAST=False,
             FP32_DOTS=fp32,
+            WINDOW=False,
+            SOFTCAP=False,
+        ),
+        {**index, **partials},
+        DECODE_WARPS,
+    )
+    yield (
+        "decode (GQA 4, split 4, window)",
+        _decode_kernel,
+        dict(
+            GROUP=4,
+            BLOCK_G=16,
+            HEAD_DIM=128,
+            BLOCK_D=128,
+            BLOCK_SIZE=16,
+            BLOCK_N=DECODE_BLOCK_N,
+            NUM_SPLITS=4,
+            UPCAST=False,
+            FP32_DOTS=fp32,
+            WINDOW=True,
+            SOFTCAP=False,
+        ),
+        {**index, **partials},
+        DECODE_WARPS,
+    )
+    yield (
+        "decode (GQA 4, split 4, window, soft cap)",
+        _decode_kernel,
+        dict(
+            GROUP=4,
+            BLOCK_G=16,
+            HEAD_DIM=128,
+            BLOCK_D=128,
+            BLOCK_SIZE=16,
+            BLOCK_N=DECODE_BLOCK_N,
+            NUM_SPLITS=4,
+            UPCAST=False,
+            FP32_DOTS=fp32,
+            WINDOW=True,
+            SOFTCAP=True,
         ),
         {**index, **partials},
         DECODE_WARPS,
@@ -128,6 +170,27 @@ def variants(dtype: str):
             BLOCK_N=PREFILL_BLOCK_N,
             UPCAST=False,
             FP32_DOTS=fp32,
+            WINDOW=False,
+            SOFTCAP=False,
+        ),
+        index,
+        num_warps(128),
+    )
+    yield (
+        "prefill (GQA 4, window, soft cap)",
+        _prefill_kernel,
+        dict(
+            GROUP=4,
+            BLOCK_G=4,
+            BLOCK_Q=16,
+            HEAD_DIM=128,
+            BLOCK_D=128,
+            BLOCK_SIZE=16,
+            BLOCK_N=PREFILL_BLOCK_N,
+            UPCAST=False,
+            FP32_DOTS=fp32,
+            WINDOW=True,
+            SOFTCAP=True,
         ),
         index,
         num_warps(128),

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.interpret, pytest.mark.timeout(120)]
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "kernels.py"
 
 
-def test_kernel_benchmark_prints_both_tables_in_smoke_mode(capsys: pytest.CaptureFixture[str]) -> None:
+def test_kernel_benchmark_prints_its_tables_in_smoke_mode(capsys: pytest.CaptureFixture[str]) -> None:
     spec = importlib.util.spec_from_file_location("bench_kernels", SCRIPT)
     bench = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = bench  # dataclasses look their module up there
@@ -23,4 +23,5 @@ def test_kernel_benchmark_prints_both_tables_in_smoke_mode(capsys: pytest.Captur
 
     out = capsys.readouterr().out
     assert "| 2 x 80 |" in out and "| 2 x 40 |" in out
+    assert "| decode, 2 x 80, 24, - |" in out and "| prefill, 2 x 40, 16, 2.0 |" in out
     assert "GB/s" in out and "TFLOP/s" in out and "max err" in out and "FAILED" not in out

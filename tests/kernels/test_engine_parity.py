@@ -3,12 +3,15 @@
 Prompts of different lengths share the batch, with a block size small enough that sequences span several
 blocks and a token budget small enough to chunk the longest prompt, so prefill, chunked prefill, mixed and
 decode-only steps all go through the Triton kernels; a later prompt sharing the first one's beginning then
-prefills after a prefix-cache hit. A Mixtral runs its experts through the grouped-matmul kernel too.
+prefills after a prefix-cache hit. A Mixtral runs its experts through the grouped-matmul kernel too. A Mistral
+with a 6-token window (shorter than every prompt but one, so its blocks behind the window are released as it
+goes) and a Gemma 2 (the window on alternate layers, scores soft-capped at 2) run the kernels' window and
+soft-cap paths.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 
@@ -20,13 +23,12 @@ ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
 
 
 def _build_checkpoint():
-    """The engine tests' tiny-checkpoint builder (their fixtures live in a conftest this folder cannot see)."""
-    module = sys.modules.get("tiny_checkpoints")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("tiny_checkpoints", ENGINE_TESTS / "tiny_checkpoints.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module.build_checkpoint
+    """The engine tests' tiny-checkpoint builder (their fixtures live in a conftest this folder cannot see). Their
+    folder goes on ``sys.path``, as pytest puts it there for their own conftest: the builder imports a neighbour
+    (``sentencepiece_reference``)."""
+    if str(ENGINE_TESTS) not in sys.path:
+        sys.path.insert(0, str(ENGINE_TESTS))
+    return importlib.import_module("tiny_checkpoints").build_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,31 @@ def tiny_gqa_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The engine tests' Mixtral: 4 experts, 2 per token, GQA."""
     return _build_checkpoint()(tmp_path_factory.mktemp("tiny-mixtral"), "mixtral", seed=9, num_key_value_heads=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_mistral_window_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The engine tests' windowed Mistral: every query sees only its last 6 positions."""
+    return _build_checkpoint()(
+        tmp_path_factory.mktemp("tiny-mistral-window"), "mistral", seed=8, num_key_value_heads=2, sliding_window=6
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The engine tests' Gemma 2: a 6-token window on every other layer of 4, scores soft-capped at 2."""
+    return _build_checkpoint()(
+        tmp_path_factory.mktemp("tiny-gemma2"),
+        "gemma2",
+        seed=9,
+        num_hidden_layers=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=24,
+        sliding_window=6,
+        attn_logit_softcapping=2.0,
+        final_logit_softcapping=5.0,
+    )
 
 
 def _greedy(model_dir: Path, backend: str) -> tuple[list[list[int]], int]:
@@ -66,7 +93,9 @@ def _greedy(model_dir: Path, backend: str) -> tuple[list[list[int]], int]:
     return [out.token_ids for out in outputs], outputs[-1].num_cached_tokens
 
 
-@pytest.mark.parametrize("checkpoint", ["tiny_gqa_llama_dir", "tiny_mixtral_dir"])
+@pytest.mark.parametrize(
+    "checkpoint", ["tiny_gqa_llama_dir", "tiny_mixtral_dir", "tiny_mistral_window_dir", "tiny_gemma2_dir"]
+)
 def test_engine_greedy_tokens_match_between_triton_and_torch_backends(
     checkpoint: str, request: pytest.FixtureRequest
 ) -> None:

@@ -77,6 +77,25 @@ def test_attention_rejects_unsupported_cache_geometry(triton_ops):
             triton_ops.attention(*_attention_inputs(**kwargs), 0.1)
 
 
+@pytest.mark.parametrize(
+    ("window", "softcap", "message"),
+    [
+        (0, None, r"sliding_window must be in \[1, 2147483647\], got 0"),
+        (2**31, None, r"sliding_window must be in \[1, 2147483647\], got 2147483648"),
+        (4.5, None, "sliding_window must be an int, got 4.5"),
+        (True, None, "sliding_window must be an int, got True"),
+        (None, -1.0, "softcap must be a finite positive number, got -1.0"),
+        (None, 0.0, "softcap must be a finite positive number, got 0.0"),
+        (None, float("inf"), "softcap must be a finite positive number, got inf"),
+        (None, float("nan"), "softcap must be a finite positive number, got nan"),
+        (None, True, "softcap must be a finite positive number, got True"),
+    ],
+)
+def test_attention_rejects_a_bad_window_or_soft_cap(triton_ops, window, softcap, message):
+    with pytest.raises(ValueError, match=message):
+        triton_ops.attention(*_attention_inputs(), 0.1, window, softcap)
+
+
 def test_write_kv_rejects_bad_input(triton_ops):
     k_cache = torch.zeros(4, 8, 2, 64)
     key = torch.zeros(3, 2, 64)

@@ -40,12 +40,12 @@ class Attention(nn.Module):
         if self.sliding_window is not None and not ops.masks_sliding_window:  # refused before any weight loads
             raise UnsupportedModelError(
                 f"sliding_window={self.sliding_window}: the model attends within a sliding window, which the "
-                f"{ops.name} kernels (--device cuda) do not mask yet; serve it with --device cpu"
+                f"{ops.name} attention backend does not mask; serve it with another --attention-backend"
             )
         if self.softcap is not None and not ops.caps_attention_logits:
             raise UnsupportedModelError(
                 f"attn_logit_softcapping={self.softcap}: the model soft-caps its attention scores, which the "
-                f"{ops.name} kernels (--device cuda) do not yet; serve it with --device cpu"
+                f"{ops.name} attention backend does not; serve it with another --attention-backend"
             )
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None

@@ -10,6 +10,11 @@ With few sequences there are too few programs to fill the GPU, so a sequence's t
 ``num_splits`` segments processed in parallel; each writes its unnormalised output with its running max and
 sum, and ``_merge_kernel`` rescales them into the final row. With one split the first kernel writes the output
 itself. Softmax runs online in fp32 in the exp2 domain (the scale carries ``log2(e)``).
+
+With a sliding window ``W`` (``WINDOW``) a sequence's query sees only its last ``W`` positions, so the tiles
+counted and cut into segments are those from the one holding the window's first position: no segment reads,
+or even loops over, a tile wholly before the window, and a long context with a short window splits (and costs)
+like a short context. A soft cap (``SOFTCAP``) is applied to each score in ``attend_kv_tile``.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import triton
 import triton.language as tl
 
 from shoal.kernels.triton.launch import fp32_dots, pow2, upcast_dots
-from shoal.kernels.triton.paged_kv import LOG2E, attend_kv_tile
+from shoal.kernels.triton.paged_kv import attend_kv_tile, score_scales
 
 BLOCK_N = 32  # with 4 warps and head_dim 128: 168 registers, no spills on sm_90 (64 spills)
 NUM_WARPS = 4
@@ -39,6 +44,8 @@ def _decode_kernel(
     part_max_ptr,
     part_sum_ptr,
     qk_scale,
+    softcap,
+    window,
     num_blocks,
     table_width,
     stride_qt,
@@ -58,6 +65,8 @@ def _decode_kernel(
     NUM_SPLITS: tl.constexpr,
     UPCAST: tl.constexpr,
     FP32_DOTS: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -79,14 +88,23 @@ def _decode_kernel(
         q = q.to(tl.float32)
 
     num_tiles = tl.cdiv(seq_len, BLOCK_N)
-    tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
+    last_pos = tl.full([BLOCK_G], 0, tl.int32) + seq_len - 1
+    if WINDOW:
+        window_start = tl.maximum(seq_len - window, 0)
+        first_tile = window_start // BLOCK_N
+        first_pos = tl.full([BLOCK_G], 0, tl.int32) + window_start
+    else:
+        window_start = 0  # unused: the kernel masks no window
+        first_tile = 0
+        first_pos = last_pos  # unused too
+    tiles_per_split = tl.cdiv(num_tiles - first_tile, NUM_SPLITS)  # tiles counted from the window's first
     tile_lo = split * tiles_per_split
-    tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)
+    tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles - first_tile)
+    first_key = first_tile * BLOCK_N
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    last_pos = tl.full([BLOCK_G], 0, tl.int32) + seq_len - 1
     table_ptr = block_tables_ptr + seq * stride_bt
     for tile in range(tile_lo, tile_hi):
         acc, m_i, l_i = attend_kv_tile(
@@ -97,10 +115,13 @@ def _decode_kernel(
             k_cache_ptr,
             v_cache_ptr,
             table_ptr,
-            tile * BLOCK_N + offs_n,
+            first_key + tile * BLOCK_N + offs_n,
+            window_start,
             seq_len,
             last_pos,
+            first_pos,
             qk_scale,
+            softcap,
             num_blocks,
             table_width,
             kv_head,
@@ -112,6 +133,8 @@ def _decode_kernel(
             BLOCK_SIZE,
             UPCAST,
             FP32_DOTS,
+            WINDOW,
+            SOFTCAP,
         )
 
     out_mask = g_mask[:, None] & d_mask[None, :]
@@ -178,10 +201,13 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     scale: float,
     num_splits: int = 1,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attention of ``query`` ``[num_seqs, num_heads, head_dim]`` (one token each) over the paged cache.
 
-    Inputs are assumed validated (``shoal.kernels.validation``); ``num_splits`` segments per sequence.
+    Inputs are assumed validated (``shoal.kernels.validation``); ``num_splits`` segments per sequence (of the
+    tiles inside its ``sliding_window`` when one is given); scores soft-capped by ``softcap`` when given.
     """
     num_seqs, num_heads, head_dim = query.shape
     num_blocks, block_size, num_kv_heads = k_cache.shape[:3]
@@ -206,7 +232,8 @@ def paged_decode_attention(
         part_acc,
         part_max,
         part_sum,
-        scale * LOG2E,
+        *score_scales(scale, softcap),
+        sliding_window or 0,
         num_blocks,
         block_tables.shape[1],
         query.stride(0),
@@ -226,6 +253,8 @@ def paged_decode_attention(
         NUM_SPLITS=num_splits,
         UPCAST=upcast_dots(query.dtype),
         FP32_DOTS=fp32_dots(query.dtype),
+        WINDOW=sliding_window is not None,
+        SOFTCAP=softcap is not None,
         num_warps=NUM_WARPS,
     )
     if num_splits > 1:

@@ -10,7 +10,15 @@ of prefills, chunks and decodes.
 A tile packs ``BLOCK_Q`` query tokens times the ``group`` query heads of one KV head into its rows (row
 ``r`` is token ``r // BLOCK_G``, head ``r % BLOCK_G``), so each key tile is loaded once per group. The KV loop
 stops at the tile's last query position: causality skips the upper triangle. Rows that hold no real query
-(padding heads or tokens past the chunk) still see position 0, which keeps their running max finite.
+(padding heads or tokens past the chunk) take the position of the chunk's last token, so they see what it
+sees and their running max ends finite.
+
+With a sliding window ``W`` (``WINDOW``) row ``r`` sees positions ``q_pos[r] - W + 1 .. q_pos[r]``, and the
+KV loop starts at the tile's first row's window start, not at 0: every tile before it is outside every row's
+window and is never read. Every tile the loop does visit holds a position some row of the tile sees (the rows
+are consecutive positions), and since a query tile spans no more positions than a KV tile
+(``BLOCK_Q <= BLOCK_N``), every row's window starts inside the first one, so no row's running max stays
+``-inf``. A soft cap (``SOFTCAP``) is applied to each score in ``attend_kv_tile``.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import triton
 import triton.language as tl
 
 from shoal.kernels.triton.launch import fp32_dots, pow2, upcast_dots
-from shoal.kernels.triton.paged_kv import LOG2E, attend_kv_tile
+from shoal.kernels.triton.paged_kv import attend_kv_tile, score_scales
 
 BLOCK_M = 64
 BLOCK_N = 64
@@ -41,6 +49,8 @@ def _prefill_kernel(
     query_start_loc_ptr,
     out_ptr,
     qk_scale,
+    softcap,
+    window,
     num_blocks,
     table_width,
     num_tokens,
@@ -61,6 +71,8 @@ def _prefill_kernel(
     BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr,
     FP32_DOTS: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     seq = tl.program_id(0)
     q_block = tl.program_id(1)
@@ -86,12 +98,19 @@ def _prefill_kernel(
         q = q.to(tl.float32)
     q_pos = context + tl.minimum(token, q_len - 1)
     key_end = context + tl.minimum((q_block + 1) * BLOCK_Q, q_len)
+    if WINDOW:
+        tl.static_assert(BLOCK_Q <= BLOCK_N, "each row's window must start in the first KV tile")
+        first_pos = q_pos - window + 1
+        key_start = tl.maximum(context + q_block * BLOCK_Q - window + 1, 0)
+    else:
+        first_pos = q_pos  # unused: the kernel masks no window
+        key_start = 0
 
     m_i = tl.full([BLOCK_Q * BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_Q * BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_Q * BLOCK_G, BLOCK_D], tl.float32)
     table_ptr = block_tables_ptr + seq * stride_bt
-    for start in range(0, key_end, BLOCK_N):
+    for start in range(key_start, key_end, BLOCK_N):
         acc, m_i, l_i = attend_kv_tile(
             q,
             acc,
@@ -101,9 +120,12 @@ def _prefill_kernel(
             v_cache_ptr,
             table_ptr,
             start + offs_n,
+            key_start,
             key_end,
             q_pos,
+            first_pos,
             qk_scale,
+            softcap,
             num_blocks,
             table_width,
             kv_head,
@@ -115,6 +137,8 @@ def _prefill_kernel(
             BLOCK_SIZE,
             UPCAST,
             FP32_DOTS,
+            WINDOW,
+            SOFTCAP,
         )
 
     out = acc / l_i[:, None]
@@ -135,8 +159,12 @@ def paged_prefill_attention(
     block_tables: torch.Tensor,
     max_query_len: int,
     scale: float,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """Causal attention of the packed ``query`` ``[num_tokens, num_heads, head_dim]`` over the paged cache.
+    """Causal attention of the packed ``query`` ``[num_tokens, num_heads, head_dim]`` over the paged cache, each
+    query seeing only its last ``sliding_window`` positions when one is given, scores soft-capped by ``softcap``
+    when that is.
 
     Inputs are assumed validated (``shoal.kernels.validation``).
     """
@@ -157,7 +185,8 @@ def paged_prefill_attention(
         seq_lens,
         query_start_loc,
         out,
-        scale * LOG2E,
+        *score_scales(scale, softcap),
+        sliding_window or 0,
         num_blocks,
         block_tables.shape[1],
         num_tokens,
@@ -178,6 +207,8 @@ def paged_prefill_attention(
         BLOCK_N=BLOCK_N,
         UPCAST=upcast_dots(query.dtype),
         FP32_DOTS=fp32_dots(query.dtype),
+        WINDOW=sliding_window is not None,
+        SOFTCAP=softcap is not None,
         num_warps=num_warps(pow2(head_dim, 16)),
     )
     return out
