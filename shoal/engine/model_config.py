@@ -30,7 +30,7 @@ HIDDEN_ACTS = {
     "gelu_pytorch_tanh": GEMMA_ARCHITECTURES,
 }
 LAYER_TYPES = ("full_attention", "sliding_attention")
-GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3")
+GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3")
 ROPE_TYPES = ("default", "linear", "llama3")
 # A GGUF architecture with experts -> our name for it (Mixtral is written as ``llama`` with an expert count).
 _GGUF_MOE_ARCHITECTURES = {"llama": "mixtral", "qwen3moe": "qwen3_moe"}
@@ -206,10 +206,18 @@ class ModelConfig:
 
         hidden = get("embedding_length")
         heads = get("attention.head_count")
+        head_dim = get("attention.key_length", hidden // heads)
         scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
         gemma = _gguf_gemma(arch, metadata, get) if arch in ("gemma2", "gemma3") else {}
+        phi3 = _gguf_phi3(metadata, head_dim, get("context_length")) if arch == "phi3" else {}
         if scaling != "none" and not (arch == "gemma3" and scaling == "linear"):
             raise UnsupportedModelError(f"{arch}.rope.scaling.type={scaling!r} is not supported")
+        rotary = metadata.get(f"{arch}.rope.dimension_count", head_dim)
+        if arch != "phi3" and rotary != head_dim:
+            raise UnsupportedModelError(
+                f"{arch}.rope.dimension_count={rotary} is not supported: RoPE on part of each head "
+                f"(head size {head_dim}) is read from phi3 files only"
+            )
         eos = [metadata[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in metadata]
         moe = moe_from_gguf(arch, metadata, get("block_count"))
         return ModelConfig(
@@ -223,7 +231,7 @@ class ModelConfig:
             num_layers=get("block_count"),
             num_heads=heads,
             num_kv_heads=get("attention.head_count_kv", heads),
-            head_dim=get("attention.key_length", hidden // heads),
+            head_dim=head_dim,
             vocab_size=metadata.get(f"{arch}.vocab_size") or len(metadata["tokenizer.ggml.tokens"]),
             rms_norm_eps=get("attention.layer_norm_rms_epsilon"),
             rope_theta=float(get("rope.freq_base", 10000.0)),
@@ -236,6 +244,7 @@ class ModelConfig:
             eos_token_ids=tuple(dict.fromkeys(eos)),
             moe=moe,
             **gemma,
+            **phi3,
         )
 
 
@@ -262,6 +271,31 @@ def _gguf_gemma(arch: str, metadata: dict[str, Any], get: Any) -> dict[str, Any]
         if metadata.get(f"{arch}.rope.scaling.type", "none") == "linear":
             settings["rope_scaling"] = {"rope_type": "linear", "factor": float(get("rope.scaling.factor"))}
     return settings
+
+
+def _gguf_phi3(metadata: dict[str, Any], head_dim: int, context_length: int) -> dict[str, Any]:
+    """What llama.cpp's converter writes for Phi-3 / Phi-4-mini (``Phi3MiniModel``): RoPE on the first
+    ``rope.dimension_count`` features of each head (``partial_rotary_factor`` times head_dim), the window on every
+    layer (0 for none: Phi-4's files; one no shorter than the context is none, as for a Hugging Face config).
+    LongRoPE files are refused: their ``rope_factors_long``/``rope_factors_short`` tensors by the loader, their
+    ``rope.scaling.attn_factor`` here."""
+    rotary = metadata.get("phi3.rope.dimension_count", head_dim)
+    factor = rotary / head_dim
+    if rotary % 2 or not 0 < rotary <= head_dim or int(head_dim * factor) != rotary:
+        raise UnsupportedModelError(
+            f"phi3.rope.dimension_count={rotary} rotary features of head size {head_dim}: it must be an even "
+            "number between 2 and the head size"
+        )
+    attn_factor = metadata.get("phi3.rope.scaling.attn_factor")
+    if attn_factor is not None and attn_factor != 1.0:
+        raise UnsupportedModelError(
+            f"phi3.rope.scaling.attn_factor={attn_factor} (LongRoPE) is not supported (rope types: "
+            f"{', '.join(ROPE_TYPES)})"
+        )
+    window = metadata.get("phi3.attention.sliding_window") or None
+    if window is not None and window >= context_length:
+        window = None
+    return {"partial_rotary_factor": factor, "sliding_window": window}
 
 
 def _sliding_window(arch: str, config: dict[str, Any]) -> int | None:

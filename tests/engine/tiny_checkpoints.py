@@ -198,6 +198,7 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
 _GGUF_LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight",  # Phi-3's fused Q, K, V rows, written as they are
     "self_attn.q_proj.weight": "attn_q.weight",
     "self_attn.k_proj.weight": "attn_k.weight",
     "self_attn.v_proj.weight": "attn_v.weight",
@@ -206,6 +207,7 @@ _GGUF_LAYER_NAMES = {
     "self_attn.k_norm.weight": "attn_k_norm.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's gate rows then up rows, llama.cpp's fused SwiGLU input
     "mlp.down_proj.weight": "ffn_down.weight",
     "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",  # Mixtral's router
     "mlp.gate.weight": "ffn_gate_inp.weight",  # Qwen3-MoE's
@@ -319,6 +321,24 @@ def write_gemma_gguf(hf_dir: Path, path: Path) -> Path:
     return path
 
 
+def add_phi3_parameters(writer: Any, config: dict[str, Any]) -> None:
+    """What ``Phi3MiniModel.set_gguf_parameters`` / ``generate_extra_tensors`` add to the common hyperparameters."""
+    import numpy as np
+
+    rope = config["rope_parameters"]
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    rope_dims = int(rope.get("partial_rotary_factor", 1.0) * hidden) // heads
+    original_context = rope.get("original_max_position_embeddings", config["original_max_position_embeddings"])
+    writer.add_rope_dimension_count(rope_dims)
+    writer.add_rope_scaling_orig_ctx_len(original_context)
+    writer.add_sliding_window(config.get("sliding_window") or 0)
+    if rope.get("long_factor"):
+        scale = config["max_position_embeddings"] / original_context
+        writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original_context)))
+        writer.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
+        writer.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
+
+
 def write_llama_gguf(
     hf_dir: Path,
     path: Path,
@@ -336,7 +356,10 @@ def write_llama_gguf(
     mixture of experts (Mixtral as ``llama``, Qwen3-MoE as ``qwen3moe``) gets llama.cpp's expert counts and each
     layer's experts stacked (``blk.N.ffn_gate_exps`` ``[experts, intermediate, hidden]``...). ``sentencepiece``
     (from ``train_sentencepiece``, as many pieces as the checkpoint's vocab_size) is written as the vocabulary in
-    place of the checkpoint's byte-level one."""
+    place of the checkpoint's byte-level one. A Phi-3 checkpoint (``architecture="phi3"``) is written as
+    ``Phi3MiniModel`` writes it: fused ``attn_qkv`` and ``ffn_up`` as stored, the rotary features per head
+    (``rope.dimension_count``), the window (0 for none) and original context, and LongRoPE's
+    ``rope_factors_long`` / ``rope_factors_short`` with its attention factor where the config has them."""
     import gguf
     import numpy as np
     from gguf.quants import quantize as quantize_blocks
@@ -363,6 +386,8 @@ def write_llama_gguf(
         writer.add_expert_used_count(config["num_experts_per_tok"])
         if config["model_type"] == "qwen3_moe":
             writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+    if architecture == "phi3":
+        add_phi3_parameters(writer, config)
     if rope_freqs and config["rope_parameters"].get("rope_type") == "llama3":
         head_dim = config.get("head_dim") or config["hidden_size"] // heads
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(config["rope_parameters"], head_dim))

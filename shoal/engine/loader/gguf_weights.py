@@ -2,11 +2,12 @@
 
 llama.cpp's converter permutes the rows of Llama's Q and K projections (it interleaves the two rotary halves
 of each head for its own RoPE kernel); we undo that so the weights fit Hugging Face's rotate-half RoPE, which is
-the layout the kernels use. Qwen2, Qwen3 and Gemma files are written unpermuted. Gemma's norms are named after
-their place around the sublayers, and llama.cpp's converter stores their weights with Gemma's 1 added
-(``Gemma2Model.modify_tensors``); we take the 1 off again, since the model adds it (exactly, for every stored
-multiplier from 0.5 up: ``x - 1`` is then exact in fp32, and so is ``1 + (x - 1)``). A mixture of experts'
-stacked tensors (``ffn_gate_exps`` ``[experts, intermediate, hidden]``...) are streamed one expert at a time
+the layout the kernels use. Qwen2, Qwen3, Phi-3 and Gemma files are written unpermuted; Phi-3's fused
+``attn_qkv`` and ``ffn_up`` (gate rows, then up rows) are its checkpoint's ``qkv_proj`` and ``gate_up_proj``.
+Gemma's norms are named after their place around the sublayers, and llama.cpp's converter stores their weights
+with Gemma's 1 added (``Gemma2Model.modify_tensors``); we take the 1 off again, since the model adds it
+(exactly, for every stored multiplier from 0.5 up: ``x - 1`` is then exact in fp32, and so is ``1 + (x - 1)``).
+A mixture of experts' stacked tensors (``ffn_gate_exps`` ``[experts, intermediate, hidden]``...) are streamed one expert at a time
 under the Hugging Face checkpoint's per-expert names, which the state dict stacks again in its own layout.
 
 The quantized codes are read here too (``gguf_int4_codes``, ``gguf_head_codes``), so the engine's quantized
@@ -27,7 +28,7 @@ from gguf.quants import dequantize
 
 from shoal.engine.loader.errors import WeightsError
 from shoal.engine.loader.quantize import Int4Codes, Int8Codes, int4_from_gguf_blocks, int8_from_gguf_blocks
-from shoal.engine.model_config import GEMMA_ARCHITECTURES, ModelConfig
+from shoal.engine.model_config import GEMMA_ARCHITECTURES, ROPE_TYPES, ModelConfig, UnsupportedModelError
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -54,18 +55,28 @@ _GEMMA_LAYER_NAMES = _LAYER_NAMES | {
     "ffn_norm": "pre_feedforward_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
 }
+# Phi-3's fused projections, stored as Hugging Face stores them: Q, K, V rows; gate rows then up rows
+_PHI3_LAYER_NAMES = _LAYER_NAMES | {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
 # A stacked expert tensor -> each expert's projection, as Hugging Face names it.
 _EXPERT_STACKS = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
 ROPE_FREQS = "rope_freqs.weight"
+# LongRoPE's per-frequency factors (Phi-3 128k, Phi-4-mini), refused as rope_type longrope is for a directory
+LONGROPE_FACTORS = ("rope_factors_long.weight", "rope_factors_short.weight")
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
-_PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+_PROJECTIONS = ("attn_qkv", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
 def hf_name(gguf_name: str, architecture: str = "llama") -> str:
     """The Hugging Face name of a GGUF tensor; an unknown one is an error naming it."""
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
-    names = _GEMMA_LAYER_NAMES if architecture in GEMMA_ARCHITECTURES else _LAYER_NAMES
+    names = (
+        _GEMMA_LAYER_NAMES
+        if architecture in GEMMA_ARCHITECTURES
+        else _PHI3_LAYER_NAMES
+        if architecture == "phi3"
+        else _LAYER_NAMES
+    )
     match = _LAYER_TENSOR.fullmatch(gguf_name)
     if match and match[2] in names:
         return f"model.layers.{match[1]}.{names[match[2]]}.{match[3]}"
@@ -130,7 +141,14 @@ def gguf_head_codes(reader: gguf.GGUFReader) -> dict[str, Int8Codes]:
 
 def rope_freq_factors(reader: gguf.GGUFReader) -> tuple[float, ...] | None:
     """``rope_freqs.weight``: the per-frequency divisors llama.cpp's converter writes for Llama 3.1+ RoPE scaling
-    (instead of the scaling's parameters), or None where the file has none."""
+    (instead of the scaling's parameters), or None where the file has none. A file with LongRoPE's factors
+    (``rope_factors_long`` / ``rope_factors_short``: Phi-3 128k, Phi-4-mini) is refused, naming them."""
+    longrope = [t.name for t in reader.tensors if t.name in LONGROPE_FACTORS]
+    if longrope:
+        raise UnsupportedModelError(
+            f"GGUF tensor(s) {', '.join(longrope)}: LongRoPE scaling (Phi-3 128k and Phi-4-mini context extension) "
+            f"is not supported (rope types: {', '.join(ROPE_TYPES)})"
+        )
     for tensor in reader.tensors:
         if tensor.name == ROPE_FREQS:
             return tuple(float(x) for x in np.asarray(dequantize(tensor.data, tensor.tensor_type)).reshape(-1))
