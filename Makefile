@@ -9,7 +9,7 @@ PIP := $(VENV)/bin/pip
 SHOAL_CACHE ?= $(HOME)/.cache/shoal
 export SHOAL_CACHE
 
-.PHONY: install demo test test-fast lint clean
+.PHONY: install demo test test-vllm test-fast lint clean
 .DEFAULT_GOAL := demo
 
 # The venv is rebuilt when pyproject.toml changes; pip's own cache keeps torch between rebuilds. SentencePiece, the
@@ -43,10 +43,15 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 test: install system-deps kube-testbin moto peers lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
+
+# vLLM behind the gateway and autoscaler (tests/local/test_foreign_engines.py): each vLLM takes minutes to start on
+# 2 cores, too long for CI's budget, so these run here rather than in make test.
+test-vllm: install system-deps vllm-peer
+	$(PY) -m pytest -m vllm $(PYTEST_ARGS)
 
 test-fast: install system-deps moto lint
-	$(PY) -m pytest -m "not slow and not kube and not interpret" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not kube and not interpret and not vllm" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -9,6 +9,7 @@ process being alive, so a server that dies while loading fails at once with its 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -95,7 +96,10 @@ class LocalProcess:
         self.process.send_signal(signal.SIGTERM)
 
     def stop(self) -> None:
-        """Kills the process and everything it started."""
-        if self.process.poll() is None:
+        """Kills the process and everything it started: its whole process group, even once the process itself
+        has exited (vLLM's engine core and workers outlive its API server)."""
+        if self.process.returncode is not None:  # reaped: its pid, and so the group's id, may be reused
+            return
+        with contextlib.suppress(ProcessLookupError):  # nothing of the group is left
             os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
+        self.process.wait(timeout=30)

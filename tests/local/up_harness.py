@@ -3,6 +3,7 @@ and the manifests the tests give it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,8 +32,9 @@ def write_manifest(directory: Path, document: dict[str, Any], name: str = "fleet
     return path
 
 
-def children_of(pid: int) -> set[int]:
-    """Processes whose parent is ``pid`` right now."""
+def _processes_with(field: int, wanted: set[int]) -> set[int]:
+    """Processes whose ``/proc/PID/stat`` field ``field`` (counted after the command: 1 the parent, 2 the process
+    group) is in ``wanted``, right now."""
     found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -40,9 +42,20 @@ def children_of(pid: int) -> set[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if int(stat.rpartition(")")[2].split()[1]) == pid:
+            if int(stat.rpartition(")")[2].split()[field]) in wanted:
                 found.add(int(entry.name))
     return found
+
+
+def children_of(pid: int) -> set[int]:
+    """Processes whose parent is ``pid`` right now."""
+    return _processes_with(1, {pid})
+
+
+def in_process_groups(leaders: set[int]) -> set[int]:
+    """Processes in the process groups these processes lead (the engines start sessions of their own), even
+    after the leaders have exited."""
+    return _processes_with(2, leaders)
 
 
 def alive(pid: int) -> bool:
@@ -118,3 +131,6 @@ class UpProcess:
                     os.kill(pid, signal.SIGKILL)
             except (OSError, ProcessLookupError):
                 pass
+        for pid in in_process_groups(self.seen):  # what the engines started (vLLM's engine core and workers)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
