@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiny_checkpoints import build_checkpoint
+from tiny_checkpoints import build_checkpoint, build_shared_checkpoint
 
 from shoal.model_registry import ModelSource, resolve_model
 
@@ -21,9 +21,7 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_gqa_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Llama with grouped-query attention (4 query heads share 2 KV heads) and tied embeddings."""
-    return build_checkpoint(
-        tmp_path_factory.mktemp("tiny-gqa-llama"), "llama", seed=2, num_key_value_heads=2, tie_word_embeddings=True
-    )
+    return build_shared_checkpoint(tmp_path_factory.mktemp("tiny-gqa-llama"), "gqa-llama")
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +33,7 @@ def tiny_qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_mistral_window_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Mistral v0.1-style: every query sees only its last 6 positions (the tests' sequences are longer)."""
-    return build_checkpoint(
-        tmp_path_factory.mktemp("tiny-mistral-window"), "mistral", seed=8, num_key_value_heads=2, sliding_window=6
-    )
+    return build_shared_checkpoint(tmp_path_factory.mktemp("tiny-mistral-window"), "mistral-window")
 
 
 @pytest.fixture(scope="session")
@@ -91,18 +87,7 @@ def tiny_gemma2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Gemma 2: a 6-token window on every other layer of 4 (the tests' sequences are longer), attention scores
     soft-capped at 2 and logits at 5 (low enough to bend them), query_pre_attn_scalar unlike head_dim, GeGLU,
     four norms a layer, scaled embeddings, GQA, tied embeddings."""
-    return build_checkpoint(
-        tmp_path_factory.mktemp("tiny-gemma2"),
-        "gemma2",
-        seed=9,
-        num_hidden_layers=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        query_pre_attn_scalar=24,
-        sliding_window=6,
-        attn_logit_softcapping=2.0,
-        final_logit_softcapping=5.0,
-    )
+    return build_shared_checkpoint(tmp_path_factory.mktemp("tiny-gemma2"), "gemma2")
 
 
 @pytest.fixture(scope="session")
@@ -155,7 +140,7 @@ def tiny_mistral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Mixtral: every layer's MLP a mixture of 4 experts, 2 per token (renormalised), GQA."""
-    return build_checkpoint(tmp_path_factory.mktemp("tiny-mixtral"), "mixtral", seed=9, num_key_value_heads=2)
+    return build_shared_checkpoint(tmp_path_factory.mktemp("tiny-mixtral"), "mixtral")
 
 
 @pytest.fixture(scope="session")

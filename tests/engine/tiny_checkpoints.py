@@ -224,6 +224,34 @@ _GGUF_EXPERT_STACKS = {
 }
 
 
+# Checkpoints the engine tests and the Triton engine-parity tests (another folder, another conftest) both use:
+# name -> (model_type, settings), so the two build the same model.
+SHARED_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gqa-llama": ("llama", dict(seed=2, num_key_value_heads=2, tie_word_embeddings=True)),
+    "mistral-window": ("mistral", dict(seed=8, num_key_value_heads=2, sliding_window=6)),
+    "mixtral": ("mixtral", dict(seed=9, num_key_value_heads=2)),
+    "gemma2": (
+        "gemma2",
+        dict(
+            seed=9,
+            num_hidden_layers=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            query_pre_attn_scalar=24,
+            sliding_window=6,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=5.0,
+        ),
+    ),
+}
+
+
+def build_shared_checkpoint(directory: Path, name: str) -> Path:
+    """One of ``SHARED_CHECKPOINTS`` in ``directory``."""
+    model_type, settings = SHARED_CHECKPOINTS[name]
+    return build_checkpoint(directory, model_type, **settings)
+
+
 def llama_cpp_permute(weight: Any, num_heads: int) -> Any:
     """llama.cpp's converter (``LlamaModel.permute``): each head's two rotary halves interleaved row by row."""
     rows = weight.shape[0]

@@ -80,121 +80,45 @@ def variants(dtype: str):
     fp32 = dtype == "fp32"
     index = {"block_tables_ptr": "i32", "seq_lens_ptr": "i32", "query_start_loc_ptr": "i32"}
     partials = {"part_acc_ptr": "fp32", "part_max_ptr": "fp32", "part_sum_ptr": "fp32"}
-    yield (
-        "decode (GQA 4, split 4)",
-        _decode_kernel,
-        dict(
-            GROUP=4,
-            BLOCK_G=16,
-            HEAD_DIM=128,
-            BLOCK_D=128,
-            BLOCK_SIZE=16,
-            BLOCK_N=DECODE_BLOCK_N,
-            NUM_SPLITS=4,
-            UPCAST=False,
-            FP32_DOTS=fp32,
-            WINDOW=False,
-            SOFTCAP=False,
-        ),
-        {**index, **partials},
-        DECODE_WARPS,
+    decode = dict(
+        GROUP=4,
+        BLOCK_G=16,
+        HEAD_DIM=128,
+        BLOCK_D=128,
+        BLOCK_SIZE=16,
+        BLOCK_N=DECODE_BLOCK_N,
+        NUM_SPLITS=4,
+        UPCAST=False,
+        FP32_DOTS=fp32,
+        WINDOW=False,
+        SOFTCAP=False,
     )
-    yield (
-        "decode (GQA 3, head_dim 64, unsplit)",
-        _decode_kernel,
-        dict(
-            GROUP=3,
-            BLOCK_G=16,
-            HEAD_DIM=64,
-            BLOCK_D=64,
-            BLOCK_SIZE=16,
-            BLOCK_N=DECODE_BLOCK_N,
-            NUM_SPLITS=1,
-            UPCAST=False,
-            FP32_DOTS=fp32,
-            WINDOW=False,
-            SOFTCAP=False,
-        ),
-        {**index, **partials},
-        DECODE_WARPS,
-    )
-    yield (
-        "decode (GQA 4, split 4, window)",
-        _decode_kernel,
-        dict(
-            GROUP=4,
-            BLOCK_G=16,
-            HEAD_DIM=128,
-            BLOCK_D=128,
-            BLOCK_SIZE=16,
-            BLOCK_N=DECODE_BLOCK_N,
-            NUM_SPLITS=4,
-            UPCAST=False,
-            FP32_DOTS=fp32,
-            WINDOW=True,
-            SOFTCAP=False,
-        ),
-        {**index, **partials},
-        DECODE_WARPS,
-    )
-    yield (
-        "decode (GQA 4, split 4, window, soft cap)",
-        _decode_kernel,
-        dict(
-            GROUP=4,
-            BLOCK_G=16,
-            HEAD_DIM=128,
-            BLOCK_D=128,
-            BLOCK_SIZE=16,
-            BLOCK_N=DECODE_BLOCK_N,
-            NUM_SPLITS=4,
-            UPCAST=False,
-            FP32_DOTS=fp32,
-            WINDOW=True,
-            SOFTCAP=True,
-        ),
-        {**index, **partials},
-        DECODE_WARPS,
-    )
+    for label, overrides in (
+        ("decode (GQA 4, split 4)", {}),
+        ("decode (GQA 3, head_dim 64, unsplit)", dict(GROUP=3, HEAD_DIM=64, BLOCK_D=64, NUM_SPLITS=1)),
+        ("decode (GQA 4, split 4, window)", dict(WINDOW=True)),
+        ("decode (GQA 4, split 4, window, soft cap)", dict(WINDOW=True, SOFTCAP=True)),
+    ):
+        yield label, _decode_kernel, decode | overrides, {**index, **partials}, DECODE_WARPS
     yield "merge (4 splits)", _merge_kernel, dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=4, BLOCK_SPLITS=4), partials, 4
-    yield (
-        "prefill (GQA 4)",
-        _prefill_kernel,
-        dict(
-            GROUP=4,
-            BLOCK_G=4,
-            BLOCK_Q=16,
-            HEAD_DIM=128,
-            BLOCK_D=128,
-            BLOCK_SIZE=16,
-            BLOCK_N=PREFILL_BLOCK_N,
-            UPCAST=False,
-            FP32_DOTS=fp32,
-            WINDOW=False,
-            SOFTCAP=False,
-        ),
-        index,
-        num_warps(128),
+    prefill = dict(
+        GROUP=4,
+        BLOCK_G=4,
+        BLOCK_Q=16,
+        HEAD_DIM=128,
+        BLOCK_D=128,
+        BLOCK_SIZE=16,
+        BLOCK_N=PREFILL_BLOCK_N,
+        UPCAST=False,
+        FP32_DOTS=fp32,
+        WINDOW=False,
+        SOFTCAP=False,
     )
-    yield (
-        "prefill (GQA 4, window, soft cap)",
-        _prefill_kernel,
-        dict(
-            GROUP=4,
-            BLOCK_G=4,
-            BLOCK_Q=16,
-            HEAD_DIM=128,
-            BLOCK_D=128,
-            BLOCK_SIZE=16,
-            BLOCK_N=PREFILL_BLOCK_N,
-            UPCAST=False,
-            FP32_DOTS=fp32,
-            WINDOW=True,
-            SOFTCAP=True,
-        ),
-        index,
-        num_warps(128),
-    )
+    for label, overrides in (
+        ("prefill (GQA 4)", {}),
+        ("prefill (GQA 4, window, soft cap)", dict(WINDOW=True, SOFTCAP=True)),
+    ):
+        yield label, _prefill_kernel, prefill | overrides, index, num_warps(128)
     yield (
         "write_kv",
         _write_kv_kernel,

@@ -22,52 +22,37 @@ pytestmark = [pytest.mark.interpret, pytest.mark.timeout(300)]
 ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
 
 
-def _build_checkpoint():
-    """The engine tests' tiny-checkpoint builder (their fixtures live in a conftest this folder cannot see). Their
-    folder goes on ``sys.path``, as pytest puts it there for their own conftest: the builder imports a neighbour
-    (``sentencepiece_reference``)."""
+def _build(directory: Path, name: str) -> Path:
+    """One of the engine tests' shared tiny checkpoints (their fixtures live in a conftest this folder cannot see).
+    Their folder goes on ``sys.path``, as pytest puts it there for their own conftest: the builder imports a
+    neighbour (``sentencepiece_reference``)."""
     if str(ENGINE_TESTS) not in sys.path:
         sys.path.insert(0, str(ENGINE_TESTS))
-    return importlib.import_module("tiny_checkpoints").build_checkpoint
+    return importlib.import_module("tiny_checkpoints").build_shared_checkpoint(directory, name)
 
 
 @pytest.fixture(scope="module")
 def tiny_gqa_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """4 query heads over 2 KV heads, head_dim 16, 2 layers: the engine tests' GQA Llama."""
-    return _build_checkpoint()(
-        tmp_path_factory.mktemp("tiny-gqa-llama"), "llama", seed=2, num_key_value_heads=2, tie_word_embeddings=True
-    )
+    return _build(tmp_path_factory.mktemp("tiny-gqa-llama"), "gqa-llama")
 
 
 @pytest.fixture(scope="module")
 def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The engine tests' Mixtral: 4 experts, 2 per token, GQA."""
-    return _build_checkpoint()(tmp_path_factory.mktemp("tiny-mixtral"), "mixtral", seed=9, num_key_value_heads=2)
+    return _build(tmp_path_factory.mktemp("tiny-mixtral"), "mixtral")
 
 
 @pytest.fixture(scope="module")
 def tiny_mistral_window_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The engine tests' windowed Mistral: every query sees only its last 6 positions."""
-    return _build_checkpoint()(
-        tmp_path_factory.mktemp("tiny-mistral-window"), "mistral", seed=8, num_key_value_heads=2, sliding_window=6
-    )
+    return _build(tmp_path_factory.mktemp("tiny-mistral-window"), "mistral-window")
 
 
 @pytest.fixture(scope="module")
 def tiny_gemma2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The engine tests' Gemma 2: a 6-token window on every other layer of 4, scores soft-capped at 2."""
-    return _build_checkpoint()(
-        tmp_path_factory.mktemp("tiny-gemma2"),
-        "gemma2",
-        seed=9,
-        num_hidden_layers=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        query_pre_attn_scalar=24,
-        sliding_window=6,
-        attn_logit_softcapping=2.0,
-        final_logit_softcapping=5.0,
-    )
+    return _build(tmp_path_factory.mktemp("tiny-gemma2"), "gemma2")
 
 
 def _greedy(model_dir: Path, backend: str) -> tuple[list[list[int]], int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -69,6 +70,11 @@ def test_every_alert_names_its_inference_deployment(tmp_path: Path) -> None:
         {"exp_labels": backlog, "exp_annotations": _annotations("team-a/chat", 20)},  # chat's own rule
         {"exp_labels": code, "exp_annotations": _annotations("team-b/code", 12)},
     ]
+    _assert_backlog_alerts(tmp_path, series, expected)
+
+
+def _assert_backlog_alerts(tmp_path: Path, series: list[dict[str, str]], expected: list[dict[str, Any]]) -> None:
+    """promtool, over ``tmp_path/rules.yaml``: at 2m, ``ShoalEngineQueueBacklog`` fires exactly ``expected``."""
     tests = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
@@ -118,23 +124,4 @@ def test_a_vllm_and_a_llama_server_backlog_fire_their_kinds_rules(tmp_path: Path
         {"exp_labels": vllm, "exp_annotations": _annotations("a/v", 20)},
         {"exp_labels": llama, "exp_annotations": _annotations("b/l", 9)},
     ]
-    tests = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    {"eval_time": "2m", "alertname": "ShoalEngineQueueBacklog", "exp_alerts": expected}
-                ],
-            }
-        ],
-    }
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
-    promtool = shutil.which("promtool")
-    assert promtool
-    result = subprocess.run(
-        [promtool, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _assert_backlog_alerts(tmp_path, series, expected)
