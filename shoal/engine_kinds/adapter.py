@@ -89,6 +89,7 @@ class EngineAdapter:
     command: Callable[[EngineSettings], list[str]]
     refusals: tuple[Refusal, ...] = field(default_factory=tuple)
     kv_events: bool = False  # serves Shoal's /kv/events (the gateway follows each replica's cache)
+    gateway_validates: bool = False  # the gateway's request models are this engine's (else the engine judges)
     image_binary: str | None = None  # the binary's path in the kind's images when it is not on their PATH
 
     def refused(self, spec: dict[str, dict[str, object]]) -> list[str]:

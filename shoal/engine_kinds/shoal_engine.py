@@ -44,4 +44,5 @@ SHOAL = EngineAdapter(
     command=command,
     refusals=(at_most_one_gpu(ONE_GPU_MESSAGE),),
     kv_events=True,
+    gateway_validates=True,
 )

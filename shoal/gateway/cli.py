@@ -201,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
         health_interval_s=args.health_interval,
         follow_kv_events=not args.no_kv_events and adapter(args.engine_kind).kv_events,
         ready_path=adapter(args.engine_kind).ready_path,
+        validate_fields=adapter(args.engine_kind).gateway_validates,
         hold_queue_size=args.hold_queue_size,
         hold_seconds=args.hold_seconds,
         connect_timeout_s=args.connect_timeout,

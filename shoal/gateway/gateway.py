@@ -61,6 +61,7 @@ class GatewayConfig:
     unavailable_retry_after_s: int = 2
     follow_kv_events: bool = True  # Shoal's engines publish /kv/events; other kinds route on the history alone
     ready_path: str = "/ready"  # the engine kind's readiness path (shoal.engine_kinds)
+    validate_fields: bool = True  # every field as Shoal's engine would; else only routing's (another kind judges)
     hold_queue_size: int = 0  # requests held while a model has no ready replica; 0 answers 503 at once
     hold_seconds: float = 60.0
 

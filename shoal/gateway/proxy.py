@@ -222,14 +222,26 @@ def _authenticate(gateway: Gateway, headers: dict[bytes, bytes], state: RequestS
     return tenant
 
 
+# What the gateway itself reads from a chat or completions body in front of another kind of engine: the model,
+# the prompt as the engine will tokenize it, and what the quota charges and the relay needs.
+ROUTING_FIELDS = frozenset(
+    {"model", "messages", "prompt", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "user"}
+    | {"add_generation_prompt"}
+)
+
+
 def _validate(
     gateway: Gateway, raw: bytes, chat: bool, state: RequestState
 ) -> tuple[bytes, dict[str, Any], CompletionRequest | ChatCompletionRequest]:
     """The body to forward, as JSON and as the shared request model, for a model some replica may serve (404 if
     none can)."""
     model: type[CompletionRequest | ChatCompletionRequest] = ChatCompletionRequest if chat else CompletionRequest
-    raw, data = _known_fields(gateway, raw, model)
-    body = validated(model, data)
+    if gateway.config.validate_fields:
+        raw, data = _known_fields(gateway, raw, model)
+        body = validated(model, data)
+    else:  # another kind of engine judges the rest of the body, which goes to it as sent
+        data = parse_json_object(raw)
+        body = validated(model, {key: value for key, value in data.items() if key in ROUTING_FIELDS})
     state.model, state.user = body.model, body.user
     _check_model(gateway, state)
     state.timer.mark("validate")

@@ -100,6 +100,20 @@ def test_llama_server_serves_chat_and_streams_through_the_gateway(llama_fleet: U
     assert len(chunks) > 2 and "Paris" in text
 
 
+def test_fields_only_llama_server_knows_pass_the_gateway_and_are_honoured(llama_fleet: UpProcess) -> None:
+    """llama-server's own ``grammar`` (GBNF) is not in OpenAI's schema, so Shoal's engine would refuse it; in front of
+    llama-server the gateway reads only what it routes on and forwards the body as sent, and the grammar holds."""
+    reply = _client(llama_fleet.url).chat.completions.create(
+        model=MODEL,
+        max_tokens=12,
+        messages=[{"role": "user", "content": "Is the sea wet?"}],
+        extra_body={"grammar": 'root ::= ("yes" | "no") "!"', "cache_prompt": False},
+    )
+    assert reply.choices[0].message.content in ("yes!", "no!")
+    with pytest.raises(openai.BadRequestError, match="messages"):  # what the gateway routes on is still checked
+        _client(llama_fleet.url).chat.completions.create(model=MODEL, messages="not a list")  # type: ignore[arg-type]
+
+
 def _burst(up: UpProcess, chats: int, scaled_within: float) -> None:
     """``chats`` long chats at once: the fleet scales up on its queue (the kind's own waiting gauge) and every
     chat is answered. Each runs its whole ``max_tokens`` (``ignore_eos``, which both engines take): the queue must
