@@ -136,14 +136,16 @@ def dtype_auto(why: str) -> Refusal:
     )
 
 
-def model_not_fetched(kind: str) -> Refusal:
-    """Foreign engines read a path: the fetch init containers and the bundled aliases are Shoal's own."""
+def no_bundled_alias(kind: str) -> Refusal:
+    """Other engines read a path: a fetched source (hf://, s3://) becomes one before they start, the bundled
+    aliases are Shoal's engine's own."""
     return Refusal(
         "model.source",
-        "self.model.source.startsWith('/') || self.model.source.startsWith('pvc://')",
-        lambda s: str((s.get("model") or {}).get("source", "")).startswith(("/", "pvc://")),
-        f"{kind} serves a model from a path in its image or a claim (an absolute path or pvc://CLAIM/PATH); "
-        "hf://, s3:// and the bundled aliases are fetched and resolved by Shoal's engine only",
+        "self.model.source.startsWith('/') || self.model.source.startsWith('pvc://') || "
+        "self.model.source.startsWith('hf://') || self.model.source.startsWith('s3://')",
+        lambda s: str((s.get("model") or {}).get("source", "")).startswith(("/", "pvc://", "hf://", "s3://")),
+        f"{kind} serves an absolute path, pvc://CLAIM/PATH, or a fetched hf:// or s3:// source; "
+        "the bundled aliases are resolved by Shoal's engine only",
     )
 
 

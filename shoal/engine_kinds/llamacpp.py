@@ -13,7 +13,7 @@ from shoal.engine_kinds.adapter import (
     MetricMap,
     at_most_one_gpu,
     dtype_auto,
-    model_not_fetched,
+    no_bundled_alias,
     optional,
     unset,
 )
@@ -47,7 +47,7 @@ LLAMACPP = EngineAdapter(
     command=command,
     image_binary="/app/llama-server",  # ghcr.io/ggml-org/llama.cpp:server* keep it in /app, off PATH
     refusals=(
-        model_not_fetched("llamacpp"),
+        no_bundled_alias("llamacpp"),
         dtype_auto("llama-server computes in the GGUF's own types"),
         unset("blockSize", "llama-server's KV cache has no blocks"),
         unset(

@@ -6,7 +6,7 @@ so ``kvCacheMemory`` is refused. ``/health`` answers 503 until the server is up;
 
 from __future__ import annotations
 
-from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, model_not_fetched, optional, unset
+from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, no_bundled_alias, optional, unset
 
 
 def command(s: EngineSettings) -> list[str]:
@@ -38,7 +38,7 @@ SGLANG = EngineAdapter(
     ),
     command=command,
     refusals=(
-        model_not_fetched("sglang"),
+        no_bundled_alias("sglang"),
         unset(
             "kvCacheMemory",
             "SGLang sizes its KV pool as a fraction of GPU memory (--mem-fraction-static) or in tokens "

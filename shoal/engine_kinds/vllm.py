@@ -7,7 +7,7 @@ the model is loaded. Metrics are on by default.
 
 from __future__ import annotations
 
-from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, model_not_fetched, optional
+from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, no_bundled_alias, optional
 
 
 def command(s: EngineSettings) -> list[str]:
@@ -36,5 +36,5 @@ VLLM = EngineAdapter(
         prefix_query_tokens="vllm:prefix_cache_queries",
     ),
     command=command,
-    refusals=(model_not_fetched("vllm"),),
+    refusals=(no_bundled_alias("vllm"),),
 )

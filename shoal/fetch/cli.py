@@ -2,13 +2,16 @@
 
 The local model path is the last line of stdout, progress goes to stderr, a failure is one line on stderr and
 exit status 1. ``--termination-message-path`` (Kubernetes' ``terminationMessagePath``) gets one JSON line either
-way: ``{"source", "path", "bytes", "cached"}`` or ``{"source", "error"}``.
+way: ``{"source", "path", "bytes", "cached"}`` or ``{"source", "error"}``. ``--link`` also points a symlink at
+the path: a snapshot's directory carries its revision, which another engine's command line, written before the
+fetch, cannot know.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="only the config and tokenizer files (what a gateway needs); a GGUF file is fetched whole",
     )
     p.add_argument(
+        "--link",
+        type=Path,
+        default=None,
+        help="also make this path a symlink to the fetched model (replaced atomically), for engines that take a "
+        "fixed path",
+    )
+    p.add_argument(
         "--termination-message-path",
         type=Path,
         default=None,
@@ -53,6 +63,14 @@ def _write_message(path: Path | None, message: dict[str, Any]) -> None:
         print(f"shoal fetch-model: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
 
 
+def _link(link: Path, target: Path) -> None:
+    """``link`` -> ``target``, swapped in by a rename so a reader never finds it missing or half made."""
+    staging = link.with_name(f".{link.name}.{os.getpid()}")
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(target.resolve())
+    os.replace(staging, link)
+
+
 def _fetch_model(args: argparse.Namespace) -> int:
     from shoal.fetch import FetchError, fetch
 
@@ -63,6 +81,14 @@ def _fetch_model(args: argparse.Namespace) -> int:
         _write_message(args.termination_message_path, {"source": args.source, "error": str(exc)})
         return 1
     message = {"source": result.source, "path": result.path, "bytes": result.bytes, "cached": result.cached}
+    if args.link is not None:
+        try:
+            _link(args.link, Path(result.path))
+        except OSError as exc:
+            error = f"cannot link {args.link} to {result.path}: {exc.strerror or exc}"
+            print(f"shoal fetch-model: {error}", file=sys.stderr)
+            _write_message(args.termination_message_path, {"source": args.source, "error": error})
+            return 1
     _write_message(args.termination_message_path, message)
     print(result.path)
     return 0

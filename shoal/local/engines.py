@@ -12,6 +12,7 @@ import os
 import shutil
 
 from shoal.engine_kinds import EngineSettings, adapter
+from shoal.fetch import cached_path, default_download_dir
 from shoal.operator.builders.engine import quantity_bytes
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -44,12 +45,19 @@ def engine_binary(kind: str) -> str:
     return found
 
 
+def _model_path(source: str) -> str:
+    """A path the engine can open: an hf:// or s3:// source where ``shoal up`` fetched it before any engine
+    started, else the source as written (the manifest check admits only absolute paths for these kinds)."""
+    fetched = cached_path(source, default_download_dir())
+    return str(fetched) if fetched is not None else source
+
+
 def foreign_argv(spec: InferenceDeploymentSpec, binary: str, threads: int) -> list[str]:
     """The kind's own command line for this machine: loopback, CPU, its binary first (``--port`` comes last,
     from the fleet)."""
     engine = spec.engine
     settings = EngineSettings(
-        model=spec.model.source,
+        model=_model_path(spec.model.source),
         served_name=spec.served_name,
         port=0,
         host="127.0.0.1",

@@ -123,6 +123,24 @@ def test_a_gguf_file_of_a_repo_is_fetched_alone(
     assert (model.path, model.format, model.served_name) == (path, "gguf", "tiny-f32")
 
 
+def test_link_points_a_fixed_path_at_the_fetched_model(hub: HubServer, tiny_gguf: Path, tmp_path: Path) -> None:
+    """What another kind of engine's init container asks for: its command line names ``--link``'s path."""
+    hub.hub.add_repo("tiny/llama-gguf", {"config.json": b"{}", "tiny-f32.gguf": tiny_gguf.read_bytes()})
+    link = tmp_path / "link" / "model"
+    link.parent.mkdir()
+    link.symlink_to(tmp_path)  # left by an earlier fetch: replaced
+    for _ in range(2):  # the second finds the snapshot cached and links it again
+        done = run_cli(
+            "hf://tiny/llama-gguf/tiny-f32.gguf", "--download-dir", str(tmp_path / "c"), "--link", str(link),
+            env=hub_env(hub),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert link.is_symlink() and link.resolve() == Path(done.stdout.strip()).resolve()
+        assert link.read_bytes() == tiny_gguf.read_bytes()
+    assert sorted(p.name for p in link.parent.iterdir()) == ["model"]  # no staging link left behind
+    assert dict(hub.hub.downloads) == {"tiny-f32.gguf": 1}
+
+
 def test_a_private_repo_is_fetched_with_hf_token(hub: HubServer, tiny_dir: Path, tmp_path: Path) -> None:
     hub.hub.add_repo("org/private", _repo_files(tiny_dir), token=TOKEN)
     done = run_cli("hf://org/private", "--download-dir", str(tmp_path), env=hub_env(hub, TOKEN))

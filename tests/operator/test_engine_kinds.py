@@ -95,7 +95,6 @@ REFUSED = [
         "/models/m",
         "engine.kind sglang cannot honour spec.engine.kvCacheMemory",
     ),
-    ({"kind": "vllm"}, "hf://Qwen/Qwen3-8B", "engine.kind vllm cannot honour spec.model.source"),
     ({"kind": "vllm"}, "smollm2-135m", "engine.kind vllm cannot honour spec.model.source"),
 ]
 IDS = [
@@ -105,7 +104,6 @@ IDS = [
     "llamacpp-block",
     "llamacpp-kv",
     "sglang-kv",
-    "vllm-hf",
     "vllm-alias",
 ]
 

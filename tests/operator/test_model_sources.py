@@ -20,10 +20,10 @@ OWNER = Owner("chat", "team-a", "0b7d3f52-0000-4000-8000-000000000001")
 SECRET_ENV = {"envFrom": [{"secretRef": {"name": "hub-token", "optional": False}}]}
 
 
-def pods(model: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+def pods(model: dict[str, Any], kind: str = "shoal") -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
     """(engine pod spec, gateway pod spec, gateway ConfigMap data) for a ``spec.model``."""
     spec = InferenceDeploymentSpec.model_validate(
-        {"model": model, "engine": {"env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]}}
+        {"model": model, "engine": {"kind": kind, "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]}}
     )
     built = {(c["kind"], c["metadata"]["name"]): c for c in build_children(OWNER, spec, 2, prometheus_operator=False)}
     engine = built[("Deployment", "chat-engine")]["spec"]["template"]["spec"]
@@ -77,6 +77,21 @@ def test_an_hf_source_is_fetched_by_an_init_container_into_the_node_cache() -> N
     assert "envFrom" not in container and "hub-token" not in json.dumps(container)
     assert "hub-token" not in json.dumps(gateway["containers"]) and "hub-token" not in " ".join(init["args"])
     assert "HTTPS_PROXY" in env_names(init), "engine.env (a proxy, HF_ENDPOINT) reaches the fetcher"
+
+
+def test_another_kinds_engine_serves_the_link_its_fetcher_made_from_the_gateways_image() -> None:
+    """vLLM's image has no ``shoal``: the fetch runs in the gateway's (Shoal's CLI without torch), and the
+    engine is given the fixed path ``--link`` points at the revision's snapshot."""
+    engine, gateway, _ = pods({"source": "hf://Qwen/Qwen3-0.6B", "credentialsSecret": "hub-token"}, kind="vllm")
+    (init,) = engine["initContainers"]
+    (container,) = engine["containers"]
+    assert init["image"] == gateway["containers"][0]["image"] != container["image"]
+    assert init["args"][-2:] == ["--link", "/model-link/model"] and init["envFrom"] == SECRET_ENV["envFrom"]
+    assert volumes(engine)["model-link"] == {"name": "model-link", "emptyDir": {}}
+    assert mounts(init)["model-link"]["mountPath"] == mounts(container)["model-link"]["mountPath"] == "/model-link"
+    assert mounts(container)["model-link"]["readOnly"] and mounts(container)["model-cache"]["readOnly"]
+    assert container["args"][:2] == ["serve", "/model-link/model"] and "--download-dir" not in container["args"]
+    assert "hub-token" not in json.dumps(container)
 
 
 def test_the_gateway_fetches_the_tokenizer_only_and_never_mounts_the_weights() -> None:

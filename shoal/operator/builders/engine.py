@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from shoal.engine_kinds import EngineSettings, adapter
-from shoal.operator.builders.model import CACHE_DIR, engine_model, fetched, local_path
+from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, fetched
 from shoal.operator.builders.placement import spread_across_nodes
 from shoal.operator.builders.security import (
     SCRATCH_ENV,
@@ -39,7 +39,7 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
     """The spec's engine fields as the kind's adapter takes them (the model as the pod sees it)."""
     engine = spec.engine
     return EngineSettings(
-        model=spec.model.source if fetched(spec) else local_path(spec),
+        model=engine_model_path(spec),
         served_name=spec.served_name,
         port=ENGINE_PORT,
         dtype=engine.dtype,
@@ -48,7 +48,7 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         max_num_seqs=engine.max_num_seqs,
         kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
         gpus=engine.resources.gpus,
-        download_dir=CACHE_DIR if fetched(spec) else None,
+        download_dir=CACHE_DIR if fetched(spec) and spec.engine.kind == "shoal" else None,
     )
 
 

@@ -8,6 +8,10 @@ there (init container semantics): the engine never starts on a partial model. Th
 ``spec.model.credentialsSecret`` becomes the environment of the fetch containers only (``envFrom``), never of
 the engine or gateway container, and never an argument.
 
+Another kind of engine (``spec.engine.kind``) has no fetcher: its init container runs ``shoal fetch-model`` from
+the gateway's image (Shoal's CLI without torch) with ``--link``, which points ``/model-link/model`` at the fetched
+snapshot (whose directory names a revision the command line cannot know), and the engine serves that path.
+
 The gateway needs only the tokenizer: its own init container fetches that (``--tokenizer-only``) into an emptyDir
 and leaves a record of where it put it, which the gateway reads (``--fetch-record``); it never mounts the
 weights' cache. A pvc:// source (or the older ``spec.model.volume``) is a claim mounted read-only into both.
@@ -27,6 +31,9 @@ CACHE_DIR = "/model-cache"
 CACHE_VOLUME = "model-cache"
 PVC_DIR = "/model-pvc"
 MODEL_VOLUME = "model"
+LINK_DIR = "/model-link"
+LINK_VOLUME = "model-link"
+MODEL_LINK = f"{LINK_DIR}/model"
 TOKENIZER_DIR = "/tokenizer"
 TOKENIZER_VOLUME = "tokenizer"
 FETCH_RECORD = f"{TOKENIZER_DIR}/fetch-record.json"
@@ -75,7 +82,7 @@ def _cache_volume(spec: InferenceDeploymentSpec) -> dict[str, Any]:
 
 
 def _fetch_container(
-    spec: InferenceDeploymentSpec, name: str, image: str, args: list[str], mount: dict[str, Any]
+    spec: InferenceDeploymentSpec, name: str, image: str, args: list[str], mounts: Objects
 ) -> dict[str, Any]:
     """A ``shoal fetch-model`` init container: the only container that sees the credentials Secret."""
     model = spec.model
@@ -90,7 +97,7 @@ def _fetch_container(
         "env": env,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": container_security_context(),
-        "volumeMounts": [SCRATCH_MOUNT, mount],
+        "volumeMounts": [SCRATCH_MOUNT, *mounts],
     }
     if model.credentials_secret is not None:
         container["envFrom"] = [{"secretRef": {"name": model.credentials_secret, "optional": False}}]
@@ -99,7 +106,7 @@ def _fetch_container(
 
 def engine_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Objects, Objects]:
     """The engine pod's (init containers, volumes, engine container mounts) for the model; the fetcher runs in
-    ``image``, the engine's (only Shoal's engine takes fetched sources)."""
+    ``image``, the engine's, when that is Shoal's, else in the gateway's."""
     claim = _claim(spec)
     if claim is not None:
         return [], [claim[0]], [claim[1]]
@@ -107,9 +114,22 @@ def engine_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Ob
         return [], [], []  # a bundled alias, or a path inside the image
     mount = {"name": CACHE_VOLUME, "mountPath": CACHE_DIR}
     args = ["--download-dir", CACHE_DIR, "--termination-message-path", TERMINATION_LOG]
-    init = _fetch_container(spec, FETCH_CONTAINER, image, args, mount)
-    init["imagePullPolicy"] = spec.engine.image_pull_policy
-    return [init], [_cache_volume(spec)], [mount]
+    if spec.engine.kind == "shoal":
+        init = _fetch_container(spec, FETCH_CONTAINER, image, args, [mount])
+        init["imagePullPolicy"] = spec.engine.image_pull_policy
+        return [init], [_cache_volume(spec)], [mount]
+    link = {"name": LINK_VOLUME, "mountPath": LINK_DIR}
+    init = _fetch_container(spec, FETCH_CONTAINER, spec.gateway.image, [*args, "--link", MODEL_LINK], [mount, link])
+    volumes = [_cache_volume(spec), {"name": LINK_VOLUME, "emptyDir": {}}]
+    return [init], volumes, [{**mount, "readOnly": True}, {**link, "readOnly": True}]
+
+
+def engine_model_path(spec: InferenceDeploymentSpec) -> str:
+    """What the engine's command line names as its model: Shoal's engine takes the fetched source itself (with
+    ``--download-dir``), other kinds the link their fetcher made."""
+    if not fetched(spec):
+        return local_path(spec)
+    return spec.model.source if spec.engine.kind == "shoal" else MODEL_LINK
 
 
 def gateway_model(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects, Objects, dict[str, str]]:
@@ -124,6 +144,6 @@ def gateway_model(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects, Obje
     volume = {"name": TOKENIZER_VOLUME, "emptyDir": {}}
     mount = {"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR}
     args = ["--download-dir", TOKENIZER_DIR, "--tokenizer-only", "--termination-message-path", FETCH_RECORD]
-    init = _fetch_container(spec, TOKENIZER_CONTAINER, spec.gateway.image, args, mount)
+    init = _fetch_container(spec, TOKENIZER_CONTAINER, spec.gateway.image, args, [mount])
     read_only = {**mount, "readOnly": True}
     return [init], [volume], [read_only], {"SHOAL_GATEWAY_FETCH_RECORD": f"{spec.served_name}={FETCH_RECORD}"}
