@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from shoal.engine_kinds import ENGINE_KINDS
     from shoal.simulate.policies import POLICY_NAMES
 
     p = subparsers.add_parser("simulate", help="Compare autoscaling policies on a trace in a simulated fleet.")
@@ -57,6 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-seqs", type=int, default=None, help="engine batch size (default: the profile's)")
     p.add_argument(
         "--max-num-batched-tokens", type=int, default=None, help="engine token budget per step (default: the profile's)"
+    )
+    p.add_argument(
+        "--engine-kind",
+        default="shoal",
+        choices=ENGINE_KINDS,
+        help="whose metrics the autoscaler reads: a kind without a series (llamacpp: TTFT, finished requests, KV "
+        "usage) leaves that signal missing, as on a cluster",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=_simulate)
@@ -117,6 +125,7 @@ def _simulate(args: argparse.Namespace) -> int:
             args.seed,
             args.max_step,
             _progress_bars(trace.duration, args.progress),
+            args.engine_kind,
         )
     except (TraceError, ProfileError, ValueError) as exc:
         print(f"shoal simulate: error: {exc}", file=sys.stderr)

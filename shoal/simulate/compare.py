@@ -52,6 +52,7 @@ def compare(
     seed: int = 0,
     max_step: int | None = None,
     progress: Callable[[str], Callable[[float], None] | None] | None = None,
+    engine_kind: str = "shoal",
 ) -> Comparison:
     """Runs each named policy on ``trace`` (see the module docstring); ``progress(policy)`` may return a callback
     that receives the simulated time as the run advances."""
@@ -74,7 +75,7 @@ def compare(
     for name in policies:
         policy = make_scaling_policy(name, config, sizing)
         initial = min(peak, replicas_max) if name == "fixed" else warm
-        sim_config = SimConfig(seed=seed, initial_replicas=initial)
+        sim_config = SimConfig(seed=seed, initial_replicas=initial, engine_kind=engine_kind)
         callback = progress(name) if progress is not None else None
         run = simulate(trace, profile, policy, make_policy(routing), sim_config, callback)
         runs[name] = run

@@ -4,7 +4,9 @@ Per replica, what a scrape of its ``/metrics`` gives: phase, since when, request
 the batch limit (a replica still loading reports nothing, so its values are None). For the fleet, what PromQL over a window
 gives: TTFT P95 of the first tokens seen in the window (None when there were none, as ``histogram_quantile``
 of an empty histogram is NaN), the arrival rate and the output tokens per second. The quantile is exact here,
-where Prometheus interpolates within histogram buckets.
+where Prometheus interpolates within histogram buckets. An engine kind that exports no series for a signal
+(``MetricMap``: llama.cpp has no TTFT histogram, finished-request counter or KV usage) leaves it None, as its
+scrape would.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from shoal.autoscale.signals import FleetSignals, ReplicaSignals
+from shoal.engine_kinds import MetricMap, adapter
 from shoal.simulate.replica import SimReplica
 
 
@@ -58,7 +61,10 @@ class SignalWindow:
         return p95, len(self._arrivals) / self.rate_s, self._token_total / self.rate_s
 
 
-def replica_signals(replica: SimReplica) -> ReplicaSignals:
+SHOAL_METRICS = adapter("shoal").metrics
+
+
+def replica_signals(replica: SimReplica, metrics: MetricMap = SHOAL_METRICS) -> ReplicaSignals:
     if replica.phase == "starting":
         return ReplicaSignals(replica.name, "starting", replica.since)
     return ReplicaSignals(
@@ -67,21 +73,26 @@ def replica_signals(replica: SimReplica) -> ReplicaSignals:
         replica.since,
         waiting=float(len(replica.waiting)),
         running=float(replica.running),
-        kv_usage=replica.kv_usage,
-        max_num_seqs=float(replica.profile.max_num_seqs),
+        kv_usage=replica.kv_usage if metrics.kv_usage else None,
+        max_num_seqs=float(replica.profile.max_num_seqs) if metrics.max_num_seqs else None,
     )
 
 
 def observe(
-    now: float, desired: int, replicas: Iterable[SimReplica], window: SignalWindow, held_requests: int
+    now: float,
+    desired: int,
+    replicas: Iterable[SimReplica],
+    window: SignalWindow,
+    held_requests: int,
+    metrics: MetricMap = SHOAL_METRICS,
 ) -> FleetSignals:
     p95, arrival_rate, tokens_per_second = window.read(now)
     return FleetSignals(
         time=now,
         desired=desired,
-        replicas=tuple(replica_signals(r) for r in replicas),
-        ttft_p95_seconds=p95,
-        arrival_rate=arrival_rate,
-        output_tokens_per_second=tokens_per_second,
+        replicas=tuple(replica_signals(r, metrics) for r in replicas),
+        ttft_p95_seconds=p95 if metrics.ttft else None,
+        arrival_rate=arrival_rate if metrics.finished else None,  # arrivals are counted as requests that ended
+        output_tokens_per_second=tokens_per_second if metrics.generated else None,
         held_requests=held_requests,
     )

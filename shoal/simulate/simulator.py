@@ -32,6 +32,7 @@ import numpy as np
 
 from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.policy import ScalingPolicy
+from shoal.engine_kinds import adapter
 from shoal.gateway.fleet_index import FleetIndex
 from shoal.gateway.routing import IdOrdered, RouteRequest, RoutingPolicy
 from shoal.simulate.observe import SignalWindow, observe
@@ -57,6 +58,7 @@ class SimConfig:
     drain_grace_s: float = 120.0
     tail_s: float = 1800.0
     sample_s: float = 5.0
+    engine_kind: str = "shoal"  # whose metrics the autoscaler reads (shoal.engine_kinds): what it cannot see
 
     def __post_init__(self) -> None:
         if self.initial_replicas < 0:
@@ -132,6 +134,7 @@ class FleetSimulator:
         self.desired = 0
         self.held: deque[int] = deque()
         self.window = SignalWindow(config.rate_window_s, config.ttft_window_s)
+        self.metrics = adapter(config.engine_kind).metrics
         self.decisions: list[ScalingDecision] = []
         self.timeline: list[tuple[float, int, int, int, int]] = []
         self.route_reasons: Counter[str] = Counter()
@@ -353,7 +356,7 @@ class FleetSimulator:
         now = self.now
         while self.held and now - self.arrival[self.held[0]] > self.config.hold_timeout_s:
             self._drop(self.held.popleft(), "hold_timeout")
-        signals = observe(now, self.desired, self.replicas, self.window, len(self.held))
+        signals = observe(now, self.desired, self.replicas, self.window, len(self.held), self.metrics)
         decision = self.policy.decide(signals)
         self.decisions.append(decision)
         self._scale_to(decision.replicas)
