@@ -7,14 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from operator_harness import CHART, RELEASE, RELEASE_NAMESPACE
+from operator_harness import CHART, KPS_RELEASE, RELEASE, RELEASE_NAMESPACE
 from support.kube_testbed import ControlPlane, kube_testbin_dir
 
 pytestmark = pytest.mark.kube
 ALL_FEATURES = ["--set", "prometheusRule.enabled=true,grafanaDashboard.enabled=true"]
-# kube-prometheus-stack's Prometheus selects ServiceMonitors, PodMonitors and PrometheusRules (and its
-# Alertmanager AlertmanagerConfigs) by `release: <its release name>` unless told otherwise
-KPS_RELEASE = "kube-prometheus-stack"
 KPS_SELECTOR = {"release": KPS_RELEASE}
 PROMETHEUS_OPERATOR_APIS = [
     "--api-versions",
