@@ -12,6 +12,7 @@ every query against a real Prometheus scraping real engines, a real gateway and 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,48 +36,37 @@ class Panel:
     queries: tuple[tuple[str, str], ...]  # (PromQL, legend)
 
 
-def _every_kind(family: str, template: str = "{series}") -> str:
-    """``template`` over each engine kind's ``family`` (a :class:`MetricMap` field), joined with ``or``: a fleet
-    exports only its kind's series, so the one query fits every fleet. Kinds without the family are left out."""
+def _every_kind(family: str, query: Callable[[str], str]) -> str:
+    """``query`` over each engine kind's series of ``family`` (a :class:`MetricMap` field), joined with ``or``: a
+    fleet exports only its kind's series, so the one query fits every fleet. Kinds without the family are left
+    out."""
     names = [getattr(adapter(kind).metrics, family) for kind in ENGINE_KINDS]
-    return " or ".join(template.format(series=name) for name in dict.fromkeys(n for n in names if n))
+    return " or ".join(query(name) for name in dict.fromkeys(n for n in names if n))
 
 
-def _quantile(histogram: str, selector: str, by: str = "namespace") -> str:
-    return f"histogram_quantile(0.95, sum by ({by}, le) (rate({histogram}_bucket{{{selector}}}[{RATE}])))"
+def _engines(series: str) -> str:
+    return f"{series}{{{ENGINES}}}"
+
+
+def _quantile(histogram: str, selector: str = "", by: str = "namespace") -> str:
+    series = f"{histogram}_bucket{{{selector}}}" if selector else f"{histogram}_bucket"
+    return f"histogram_quantile(0.95, sum by ({by}, le) (rate({series}[{RATE}])))"
 
 
 def engine_panels() -> list[Panel]:
     per_pod = "{{namespace}}/{{pod}}"
-    ttft_rates = _every_kind("ttft", f"rate({{series}}_bucket{{{{{ENGINES}}}}}[{RATE}])")
+    ttft = _every_kind("ttft", lambda m: f"rate({_engines(m + '_bucket')}[{RATE}])")
+    generated = _every_kind("generated", lambda m: f"rate({_engines(m + '_total')}[{RATE}])")
     return [
-        Panel(
-            "Requests waiting (queue depth)",
-            "short",
-            ((_every_kind("waiting", f"{{series}}{{{{{ENGINES}}}}}"), per_pod),),
-        ),
-        Panel("Requests running", "short", ((_every_kind("running", f"{{series}}{{{{{ENGINES}}}}}"), per_pod),)),
+        Panel("Requests waiting (queue depth)", "short", ((_every_kind("waiting", _engines), per_pod),)),
+        Panel("Requests running", "short", ((_every_kind("running", _engines), per_pod),)),
         Panel(
             "Time to first token, P95",
             "s",
-            ((f"histogram_quantile(0.95, sum by (namespace, le) ({ttft_rates}))", "{{namespace}}"),),
+            ((f"histogram_quantile(0.95, sum by (namespace, le) ({ttft}))", "{{namespace}}"),),
         ),
-        Panel("KV-cache use", "percentunit", ((_every_kind("kv_usage", f"{{series}}{{{{{ENGINES}}}}}"), per_pod),)),
-        Panel(
-            "Tokens generated per second",
-            "short",
-            (
-                (
-                    f"sum by (namespace) ({_every_kind('generated', f'rate({{series}}_total{{{{{ENGINES}}}}}[{RATE}])')})",
-                    "{{namespace}}",
-                ),
-            ),
-        ),
-        Panel(
-            "Engines scraped and up",
-            "short",
-            ((f"sum by (namespace) (up{{{ENGINES}}})", "{{namespace}}"),),
-        ),
+        Panel("KV-cache use", "percentunit", ((_every_kind("kv_usage", _engines), per_pod),)),
+        Panel("Tokens generated per second", "short", ((f"sum by (namespace) ({generated})", "{{namespace}}"),)),
     ]
 
 
@@ -188,7 +178,7 @@ def autoscaler_panels() -> list[Panel]:
         Panel(
             "Alertmanager webhook latency, P95",
             "s",
-            ((_quantile("shoal_operator_alert_webhook_duration_seconds", "", by="code"), "{{code}}"),),
+            ((_quantile("shoal_operator_alert_webhook_duration_seconds", by="code"), "{{code}}"),),
         ),
     ]
 
