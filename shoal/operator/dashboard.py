@@ -156,7 +156,8 @@ def autoscaler_panels() -> list[Panel]:
             "Engines: decided and up",
             "short",
             (
-                (f"sum by (namespace, infd) (shoal_operator_desired_replicas{{{FLEETS}}})", "decided {{infd}}"),
+                # max: a replica that lost the peering keeps its last value until it acts again
+                (f"max by (namespace, infd) (shoal_operator_desired_replicas{{{FLEETS}}})", "decided {{infd}}"),
                 (f"sum by (namespace) (up{{{ENGINES}}} == 1)", "up {{namespace}}"),
             ),
         ),
