@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -15,6 +16,24 @@ import pytest
 from shoal.operator.cli import monitoring_labels
 from shoal.operator.metrics import OperatorMetrics
 from shoal.operator.reconciler import Children, Reconciler
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+def test_docs_list_exactly_the_operators_metrics_with_their_types_and_labels() -> None:
+    documented = re.findall(r"^\| `(shoal_operator_\w+)` \| (\w+) \| ([\w, ]+) \|", DOCS.read_text(), flags=re.M)
+    metrics = OperatorMetrics()  # one sample of each, so that every family shows its labels
+    metrics.decided("ns", "x", 1, "HoldSteady")
+    metrics.reconciles.labels("change", "ok").inc()
+    metrics.reconcile_duration.labels("change").observe(0.1)
+    metrics.alert_webhook.labels("200").observe(0.1)
+    exposed = {
+        (f"{family.name}_total" if family.type == "counter" else family.name, family.type): {
+            label for sample in family.samples for label in sample.labels if label != "le"
+        }
+        for family in metrics.registry.collect()
+    }
+    assert {(name, kind): set(labels.split(", ")) for name, kind, labels in documented} == exposed
 
 
 def sample(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
