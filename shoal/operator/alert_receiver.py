@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from aiohttp import web
+from prometheus_client import Histogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shoal.operator.alerts import INFD_LABEL
@@ -85,8 +86,12 @@ def read_token(path: Path) -> Callable[[], str]:
 
 
 class AlertReceiver:
-    def __init__(self, token: Callable[[], str], autoscaler: FleetAutoscaler, evaluate: Evaluate) -> None:
-        self.token, self.autoscaler, self.evaluate = token, autoscaler, evaluate
+    def __init__(
+        self, token: Callable[[], str], autoscaler: FleetAutoscaler, evaluate: Evaluate, latency: Histogram
+    ) -> None:
+        """``latency``: each request's receipt-to-answer time by status code (the operator's
+        ``shoal_operator_alert_webhook_duration_seconds``)."""
+        self.token, self.autoscaler, self.evaluate, self.latency = token, autoscaler, evaluate, latency
         self._handled: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
 
     def app(self) -> web.Application:
@@ -97,6 +102,11 @@ class AlertReceiver:
     async def handle(self, request: web.Request) -> web.Response:
         """Answers after the scale writes; ``Server-Timing: write`` is receipt-to-write of the last fleet (ms)."""
         received = time.perf_counter()
+        response = await self._answer(request, received)
+        self.latency.labels(str(response.status)).observe(time.perf_counter() - received)
+        return response
+
+    async def _answer(self, request: web.Request, received: float) -> web.Response:
         try:
             self._authorize(request.headers.get("Authorization", ""))
             notification = _parse(await request.read())

@@ -9,8 +9,13 @@ import argparse
 import logging
 import os
 import random
+import re
 import sys
 from pathlib import Path
+
+# A Kubernetes label: an optional DNS-subdomain prefix and a name of at most 63 characters; a value likewise
+LABEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,6 +69,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="The engine image for an engine kind (shoal, vllm, sglang, llamacpp) where spec.engine.image names "
         "none (repeatable; the chart's engineImages).",
     )
+    op.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="Serve the operator's own Prometheus metrics (GET /metrics) on this port; 0 turns it off (default).",
+    )
+    op.add_argument(
+        "--monitoring-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="A label for every PodMonitor and PrometheusRule the operator creates, e.g. release=kube-prometheus-stack "
+        "for a Prometheus that selects them by label (repeatable; the chart's monitoring.labels).",
+    )
     op.add_argument("--liveness", default=None, help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
     op.add_argument("-v", "--verbose", action="store_true")
     op.set_defaults(func=run_operator)
@@ -95,11 +114,14 @@ def run_operator(args: argparse.Namespace) -> int:
         return 2
     try:
         images = engine_images(args.engine_image)
+        labels = monitoring_labels(args.monitoring_label)
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
     config = OperatorConfig(
         engine_images=images,
+        monitoring_labels=labels,
+        metrics_port=args.metrics_port,
         resync_seconds=args.resync_seconds,
         discovery_seconds=args.discovery_seconds,
         autoscaler=operator_autoscaler(args.prometheus_url, args.metrics_timeout),
@@ -129,6 +151,17 @@ def engine_images(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"--engine-image {pair!r}: expected KIND=IMAGE with KIND one of {', '.join(ENGINE_KINDS)}")
         images[kind] = image
     return images
+
+
+def monitoring_labels(pairs: list[str]) -> dict[str, str]:
+    """``--monitoring-label KEY=VALUE`` flags as a mapping; a pair that is no valid label is an error naming it."""
+    labels = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not re.fullmatch(LABEL_KEY, key) or not re.fullmatch(LABEL_VALUE, value):
+            raise ValueError(f"--monitoring-label {pair!r}: expected KEY=VALUE, a valid Kubernetes label")
+        labels[key] = value
+    return labels
 
 
 def quiet_timer_successes(record: logging.LogRecord) -> bool:

@@ -1,5 +1,5 @@
-"""Files in the repository generated from Python: the CRD (in ``crds/`` and the chart's ``crds/``, same bytes)
-and the chart's fleet-wide alert rules. ``shoal crd --write`` rewrites them; ``shoal crd --check`` and a test
+"""Files in the repository generated from Python: the CRD (in ``crds/`` and the chart's ``crds/``, same bytes),
+the chart's fleet-wide alert rules and its Grafana dashboard. ``shoal crd --write`` rewrites them; ``shoal crd --check`` and a test
 fail when a committed copy is stale."""
 
 from __future__ import annotations
@@ -9,16 +9,18 @@ from pathlib import Path
 import yaml
 
 from shoal.engine_kinds import ENGINE_KINDS
-from shoal.operator.alerts import alert_rules
+from shoal.operator.alerts import alert_rules, gateway_alert_rules, operator_alert_rules
 from shoal.operator.crd import CRD_FILENAME, render_crd
+from shoal.operator.dashboard import render_dashboard
 from shoal.operator.spec import AutoscalingSpec
 
 HEADER = "# Generated from shoal/operator by `shoal crd --write`; do not edit by hand.\n"
 
 
 def render_chart_alerts() -> str:
-    """Alert rules over every engine Prometheus scrapes, with the spec's default targets: each engine kind's
-    rules over its own series (a fleet exports only its kind's, so only those rules can fire for it)."""
+    """Alert rules over every engine and gateway Prometheus scrapes, with the spec's default targets: each
+    engine kind's rules over its own series (a fleet exports only its kind's, so only those rules can fire for
+    it), the gateways' and the operator's."""
     defaults = AutoscalingSpec()
     rules = [
         rule
@@ -30,6 +32,7 @@ def render_chart_alerts() -> str:
             kind=kind,
         )
     ]
+    rules += gateway_alert_rules('pod=~".+-gateway-.+"') + operator_alert_rules()
     return HEADER + yaml.safe_dump(rules, sort_keys=False, width=120)
 
 
@@ -39,6 +42,7 @@ def generated_files(root: Path) -> dict[Path, str]:
         root / "crds" / CRD_FILENAME: crd,
         root / "charts" / "shoal" / "crds" / CRD_FILENAME: crd,
         root / "charts" / "shoal" / "files" / "alerts.yaml": render_chart_alerts(),
+        root / "charts" / "shoal" / "files" / "dashboard.json": render_dashboard(),
     }
 
 

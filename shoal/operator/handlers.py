@@ -7,7 +7,8 @@ Two kopf indices follow the children through watches (the operator's Deployments
 status refresh reads memory, not the apiserver. Spec changes (create, update, the scale subresource) apply every
 child; operator restarts (resume) and a timer every ``resync`` seconds refresh the status from the indices and
 re-apply only what drifted (with autoscaling on, that timer is also the autoscaler's evaluation period). The
-Alertmanager receiver, when configured, runs in the same event loop and calls :func:`evaluate_alert`'s pass.
+Alertmanager receiver and the metrics page (:mod:`.metrics`), when configured, run in the same event loop; the
+receiver calls :func:`evaluate_alert`'s pass.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from shoal.operator import alert_receiver
 from shoal.operator.autoscaler import FleetAutoscaler
 from shoal.operator.builders import DIGEST_ANNOTATION
 from shoal.operator.kube import KubeClient
+from shoal.operator.metrics import serve_metrics
 from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
 from shoal.operator.reconciler import Children, Reconciler, Trigger
 from shoal.operator.spec import GROUP, KIND, PLURAL, VERSION
@@ -53,6 +55,9 @@ class OperatorConfig:
     autoscaler: FleetAutoscaler | None = None
     alerts: AlertsConfig | None = None
     engine_images: Mapping[str, str] = field(default_factory=dict)  # the image per engine kind (--engine-image)
+    monitoring_labels: Mapping[str, str] = field(default_factory=dict)  # on PodMonitors, rules (--monitoring-label)
+    metrics_port: int = 0  # serve /metrics on this port; 0: not served (--metrics-port)
+    metrics_host: str = "0.0.0.0"
 
 
 @dataclass
@@ -65,6 +70,7 @@ class OperatorState:
     indices: Mapping[str, Any] | None = None  # kopf's live index views, once a pass has seen them
     last_pass: float = float("-inf")  # monotonic time of the last pass: a paused (peering) replica has none
     alerts: web.AppRunner | None = None
+    metrics_page: web.AppRunner | None = None
     stopping: bool = False  # the client is closed: passes return at once
 
 
@@ -104,8 +110,17 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
             autoscaler=config.autoscaler,
             discovery_seconds=config.discovery_seconds,
             engine_images=config.engine_images,
+            monitoring_labels=config.monitoring_labels,
         )
         memo.shoal = OperatorState(config, reconciler)
+
+    @kopf.on.startup(id="metrics", registry=registry)
+    async def start_metrics(memo: kopf.Memo, **_: Any) -> None:
+        if not config.metrics_port:
+            return
+        state: OperatorState = memo.shoal
+        state.metrics_page = await serve_metrics(state.reconciler.metrics, config.metrics_host, config.metrics_port)
+        logging.getLogger(__name__).info("metrics on %s:%d/metrics", config.metrics_host, config.metrics_port)
 
     @kopf.on.startup(id="alerts", registry=registry)
     async def start_alerts(memo: kopf.Memo, **_: Any) -> None:
@@ -113,7 +128,10 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
             return
         state: OperatorState = memo.shoal
         receiver = alert_receiver.AlertReceiver(
-            config.alerts.token, config.autoscaler, functools.partial(evaluate_alert, state)
+            config.alerts.token,
+            config.autoscaler,
+            functools.partial(evaluate_alert, state),
+            state.reconciler.metrics.alert_webhook,
         )
         state.alerts = await alert_receiver.serve(receiver, config.alerts.host, config.alerts.port)
         logging.getLogger(__name__).info(
@@ -125,8 +143,9 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
         state: OperatorState | None = memo.get("shoal")
         if state is None:
             return
-        if state.alerts is not None:
-            await state.alerts.cleanup()
+        for runner in (state.alerts, state.metrics_page):
+            if runner is not None:
+                await runner.cleanup()
         state.stopping = True
         await state.reconciler.client.close()
 

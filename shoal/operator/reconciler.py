@@ -35,6 +35,7 @@ from shoal.operator.builders.api_keys import generated_api_key_secret, new_api_k
 from shoal.operator.builders.monitoring import MONITORING_GROUP
 from shoal.operator.diagnosis import Problem, check_model, diagnose
 from shoal.operator.kube import KubeClient, KubeError
+from shoal.operator.metrics import ERROR, OK, OperatorMetrics
 from shoal.operator.naming import FIELD_MANAGER, Owner
 from shoal.operator.replicas import ScaleDecision, decide_replicas
 from shoal.operator.sources import replica_targets
@@ -68,6 +69,8 @@ class Reconciler:
     clock: Callable[[], datetime] = utcnow
     discovery_seconds: float = 60.0
     engine_images: Mapping[str, str] = field(default_factory=dict)  # --engine-image: the image per engine kind
+    monitoring_labels: Mapping[str, str] = field(default_factory=dict)  # --monitoring-label
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     _monitoring: tuple[float, bool] = field(default=(float("-inf"), False))
     _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)  # one pass per object at a time
 
@@ -95,11 +98,18 @@ class Reconciler:
         meta = body["metadata"]
         owner = Owner(meta["name"], meta["namespace"], meta["uid"])
         async with self._locks.setdefault((owner.namespace, owner.name), asyncio.Lock()):
-            await self._reconcile(body, patch, children, owner, trigger, old_spec, announce)
+            started, result = time.perf_counter(), ERROR
+            try:
+                problem = await self._reconcile(body, patch, children, owner, trigger, old_spec, announce)
+                result = OK if problem is None else problem.reason
+            finally:
+                self.metrics.reconciles.labels(trigger, result).inc()
+                self.metrics.reconcile_duration.labels(trigger).observe(time.perf_counter() - started)
 
     def forget(self, namespace: str, name: str) -> None:
-        """The object is gone: drop its lock."""
+        """The object is gone: drop its lock and its metrics."""
         self._locks.pop((namespace, name), None)
+        self.metrics.forget(namespace, name)
 
     async def _reconcile(
         self,
@@ -110,20 +120,23 @@ class Reconciler:
         trigger: Trigger,
         old_spec: Mapping[str, Any] | None,
         announce: Announce,
-    ) -> None:
+    ) -> Problem | None:
+        """One pass; returns the problem it found (None: none, or a refresh that left the pass to a change)."""
         meta = body["metadata"]
         previous: Mapping[str, Any] = body.get("status") or {}
         now = self.clock()
         try:
             spec = InferenceDeploymentSpec.model_validate(dict(body.get("spec") or {}))
         except ValidationError as error:
-            self._report(body, patch, previous, Problem("InvalidSpec", _first_error(error)), now, announce)
-            return
+            invalid = Problem("InvalidSpec", _first_error(error))
+            self._report(body, patch, previous, invalid, now, announce)
+            return invalid
         if trigger == "refresh" and previous.get("observedGeneration") != meta.get("generation"):
-            return  # a change handler has this generation in hand; a refresh must not race it
+            return None  # a change handler has this generation in hand; a refresh must not race it
         current = previous.get("desiredReplicas")
         proposal = await self._propose(owner, spec, current, children)
         decision = decide_replicas(spec, current, proposal)
+        self.metrics.decided(owner.namespace, owner.name, decision.replicas, proposal.rule if proposal else None)
         warnings = _ignored_scale(spec, old_spec, decision) + _overridden(children, previous, decision)
         problem = check_model(spec.model.source)
         if problem is None and trigger == "alert":
@@ -131,7 +144,12 @@ class Reconciler:
         elif problem is None:
             monitoring = await self.prometheus_operator(fresh=trigger == "change")
             wanted = build_children(
-                owner, spec, decision.replicas, prometheus_operator=monitoring, engine_images=self.engine_images
+                owner,
+                spec,
+                decision.replicas,
+                prometheus_operator=monitoring,
+                engine_images=self.engine_images,
+                monitoring_labels=self.monitoring_labels,
             )
             if trigger == "change" or _drifted(children, wanted, decision):
                 problem = await self._ensure_api_keys(owner, spec) or await self._apply(wanted)
@@ -153,6 +171,7 @@ class Reconciler:
             announce(body, type="Warning", reason=reason, message=message)
         _announce(body, previous, new, announce)
         patch.status.update(status_patch(previous, new))
+        return problem
 
     async def _propose(
         self, owner: Owner, spec: InferenceDeploymentSpec, current: int | None, children: Children

@@ -67,10 +67,13 @@ class Resending:
     only once a whole round had finished let the queue drain to zero every round, so on an idle machine a queue
     breach never lasted the policy's 6 s panic window.) Every latency and failure is kept."""
 
-    def __init__(self, fleet: ScrapedFleet, engine: int, clients: int, max_tokens: int = 32) -> None:
+    def __init__(
+        self, fleet: ScrapedFleet, engine: int, clients: int, max_tokens: int = 32, via: openai.OpenAI | None = None
+    ) -> None:
+        """``via``: send through this client (a gateway's) instead of straight to engine ``engine``."""
         self.latencies: list[float] = []
         self.failures: list[str] = []
-        self._client = fleet.client(engine)
+        self._client = via or fleet.client(engine)
         self._max_tokens = max_tokens
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]

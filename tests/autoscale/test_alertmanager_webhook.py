@@ -23,6 +23,7 @@ from support.services import Service, http_json, route_alerts_to_shoal
 from shoal.autoscale import FleetSignals
 from shoal.operator.alert_receiver import AlertReceiver, read_token, serve
 from shoal.operator.autoscaler import FleetAutoscaler, FleetRef
+from shoal.operator.metrics import OperatorMetrics
 
 TOKEN = "s3cret-token"
 
@@ -47,7 +48,10 @@ class Receiver:
         self.existing = existing
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._receiver = AlertReceiver(read_token(token_file), self.autoscaler, self._evaluate)
+        self.metrics = OperatorMetrics()
+        self._receiver = AlertReceiver(
+            read_token(token_file), self.autoscaler, self._evaluate, self.metrics.alert_webhook
+        )
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         started = threading.Event()
@@ -67,6 +71,15 @@ class Receiver:
         self._runner = self._loop.run_until_complete(serve(self._receiver, "127.0.0.1", self.port))
         started.set()
         self._loop.run_forever()
+
+    def answered(self, code: int) -> float:
+        """Requests the operator's webhook latency histogram counted with this status code."""
+        return (
+            self.metrics.registry.get_sample_value(
+                "shoal_operator_alert_webhook_duration_seconds_count", {"code": str(code)}
+            )
+            or 0.0
+        )
 
     def firing(self, namespace: str, name: str) -> bool:
         return bool(self.autoscaler._firing.get((namespace, name)))
@@ -190,6 +203,7 @@ def test_a_failed_evaluation_is_a_500_and_the_retry_evaluates(receiver: Receiver
     assert failed.status_code == 500 and "apiserver unreachable" in failed.json()["error"]["message"]
     assert post(receiver, firing).json()["evaluated"] == ["team-a/chat"]
     assert post(receiver, firing).json()["duplicates"] == 1
+    assert (receiver.answered(500), receiver.answered(200)) == (1, 2), "each answer timed, by its status code"
 
 
 def test_a_real_alertmanager_delivers_with_the_token_and_its_retries_scale_once(

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `operator_harness` under any pytest import mode
 
-from operator_harness import OperatorProcess
+from operator_harness import KPS_RELEASE, OperatorProcess
 from support.kube_testbed import ControlPlane
 
 
@@ -24,7 +24,13 @@ def operator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     process = OperatorProcess(
-        installed_chart, operator_kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log", "--priority", "100"
+        installed_chart,
+        operator_kubeconfig,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        "--priority",
+        "100",
+        "--monitoring-label",
+        f"release={KPS_RELEASE}",  # what kube-prometheus-stack's default selectors want (test_prometheus_operator)
     )
     try:
         process.wait_ready()

@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "shoal"
 RELEASE, RELEASE_NAMESPACE, SERVICE_ACCOUNT = "shoal", "shoal-system", "shoal"
 RESYNC_SECONDS = 1.0
+# kube-prometheus-stack's Prometheus selects ServiceMonitors, PodMonitors and PrometheusRules (and its
+# Alertmanager AlertmanagerConfigs) by `release: <its release name>` unless told otherwise
+KPS_RELEASE = "kube-prometheus-stack"
 
 
 def install_chart(plane: ControlPlane) -> ControlPlane:
@@ -52,7 +55,7 @@ class OperatorProcess:
         self.process = self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
-        self.port = free_port()
+        self.port, self.metrics_port = free_port(), free_port()
         self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         argv = [
             sys.executable,
@@ -69,6 +72,8 @@ class OperatorProcess:
             "2",
             "--liveness",
             f"http://127.0.0.1:{self.port}/healthz",
+            "--metrics-port",
+            str(self.metrics_port),
             *self.extra,
         ]
         with self.log_path.open("ab") as log:
@@ -81,6 +86,11 @@ class OperatorProcess:
                 start_new_session=True,
                 cwd=REPO,
             )
+
+    def metrics(self) -> str:
+        """The operator's own ``/metrics`` page."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            return response.read().decode()
 
     def log(self) -> str:
         """This process's log (since its last start)."""

@@ -36,6 +36,7 @@ def test_every_child_is_owned_and_labelled() -> None:
         ("Deployment", "chat-gateway"),
         ("Service", "chat"),
         ("PodMonitor", "chat-engine"),
+        ("PodMonitor", "chat-gateway"),
         ("PrometheusRule", "chat"),
         ("NetworkPolicy", "chat-engine"),
     }
@@ -249,6 +250,30 @@ def test_prometheus_rule_alerts_on_this_fleet_with_its_targets() -> None:
     assert "shoal_engine_time_to_first_token_seconds_bucket" in rules["ShoalEngineTTFTHigh"]
     assert rules["ShoalEngineTTFTHigh"].endswith("> 0.5")
     assert "shoal_engine_kv_cache_usage_ratio" in rules["ShoalEngineKVCacheFull"]
+    assert (
+        'shoal_gateway_backend_up{namespace="team-a",pod=~"chat-gateway-.*"}' in rules["ShoalGatewayNoHealthyBackend"]
+    )
+    assert 'pod=~"chat-gateway-.*",status=~"5.."' in rules["ShoalGatewayHigh5xxRate"]
+
+
+def test_monitoring_labels_go_on_every_prometheus_operator_object_and_keep_the_operators() -> None:
+    """``--monitoring-label`` (the chart's monitoring.labels): what kube-prometheus-stack selects by. A label
+    the operator sets itself is never replaced (its children are found by them)."""
+    labels = {"release": "kube-prometheus-stack", "app.kubernetes.io/instance": "other"}
+    built = build_children(OWNER, spec(), 1, prometheus_operator=True, monitoring_labels=labels)
+    monitoring = [c for c in built if c["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert sorted(c["kind"] for c in monitoring) == ["PodMonitor", "PodMonitor", "PrometheusRule"]
+    for child in monitoring:
+        assert child["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        assert child["metadata"]["labels"]["app.kubernetes.io/instance"] == "chat"
+    others = [c for c in built if c not in monitoring]
+    assert all("release" not in c["metadata"]["labels"] for c in others)
+    gateway = next(c for c in monitoring if c["metadata"]["name"] == "chat-gateway")
+    deployment = next(c for c in built if (c["kind"], c["metadata"]["name"]) == ("Deployment", "chat-gateway"))
+    assert gateway["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert gateway["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+    ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert any(p["name"] == "http" for p in ports), "the PodMonitor's port is the gateway container's"
 
 
 @pytest.mark.parametrize("replicas", [0, 1, 7])

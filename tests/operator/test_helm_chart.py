@@ -7,11 +7,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from operator_harness import CHART, RELEASE, RELEASE_NAMESPACE
+from operator_harness import CHART, KPS_RELEASE, RELEASE, RELEASE_NAMESPACE
 from support.kube_testbed import ControlPlane, kube_testbin_dir
 
 pytestmark = pytest.mark.kube
 ALL_FEATURES = ["--set", "prometheusRule.enabled=true,grafanaDashboard.enabled=true"]
+KPS_SELECTOR = {"release": KPS_RELEASE}
+PROMETHEUS_OPERATOR_APIS = [
+    "--api-versions",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "--api-versions",
+    "monitoring.coreos.com/v1alpha1/AlertmanagerConfig",
+]
 
 
 def helm(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
@@ -25,6 +32,11 @@ def helm(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def template(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``helm template`` of the release with every optional object on, and ``extra`` arguments."""
+    return helm("template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *ALL_FEATURES, *extra, tmp=tmp)
+
+
 @pytest.mark.parametrize("values", [[], ALL_FEATURES, ["--set", "watchNamespaces={team-a,team-b}"]])
 def test_lint_is_clean(values: list[str], tmp_path: Path) -> None:
     result = helm("lint", "--strict", str(CHART), *values, tmp=tmp_path)
@@ -33,7 +45,7 @@ def test_lint_is_clean(values: list[str], tmp_path: Path) -> None:
 
 
 def test_template_renders_every_object(tmp_path: Path) -> None:
-    result = helm("template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *ALL_FEATURES, tmp=tmp_path)
+    result = template(tmp_path, "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     kinds = sorted(d["kind"] for d in docs)
@@ -44,7 +56,9 @@ def test_template_renders_every_object(tmp_path: Path) -> None:
         "ConfigMap",
         "Deployment",
         "PrometheusRule",
+        "Service",
         "ServiceAccount",
+        "ServiceMonitor",
     ]
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     for rule in role["rules"]:
@@ -53,7 +67,60 @@ def test_template_renders_every_object(tmp_path: Path) -> None:
     dashboard = next(d for d in docs if d["kind"] == "ConfigMap")
     assert yaml.safe_load(dashboard["data"]["shoal.json"])["uid"] == "shoal-fleets"
     alerts = next(d for d in docs if d["kind"] == "PrometheusRule")["spec"]["groups"][0]["rules"]
-    assert {a["alert"] for a in alerts} == {"ShoalEngineQueueBacklog", "ShoalEngineTTFTHigh", "ShoalEngineKVCacheFull"}
+    assert {a["alert"] for a in alerts} == {
+        "ShoalEngineQueueBacklog",
+        "ShoalEngineTTFTHigh",
+        "ShoalEngineKVCacheFull",
+        "ShoalGatewayHigh5xxRate",
+        "ShoalGatewayNoHealthyBackend",
+        "ShoalOperatorReconcileErrors",
+    }
+
+
+def _selected(selector: dict[str, str], obj: dict) -> bool:
+    """A matchLabels selector's verdict on an object, as the Prometheus Operator lists them."""
+    labels = obj["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.mark.parametrize("labelled", [True, False])
+def test_monitoring_labels_put_every_monitoring_object_under_kube_prometheus_stacks_selectors(
+    tmp_path: Path, labelled: bool
+) -> None:
+    """With ``monitoring.labels.release=kube-prometheus-stack`` the chart's ServiceMonitor, PrometheusRule and
+    AlertmanagerConfig match kube-prometheus-stack's default selectors, and the operator is told to label its
+    PodMonitors and PrometheusRules the same; without it, none does (why the knob exists)."""
+    values = ["--set", f"monitoring.labels.release={KPS_RELEASE}"] if labelled else []
+    webhook = ["--set", "autoscaler.alertmanagerWebhook.enabled=true"]
+    result = template(tmp_path, *webhook, *values, *PROMETHEUS_OPERATOR_APIS)
+    assert result.returncode == 0, result.stderr
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(result.stdout) if d}
+    monitoring = [d for d in docs.values() if d["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert sorted(d["kind"] for d in monitoring) == ["AlertmanagerConfig", "PrometheusRule", "ServiceMonitor"]
+    assert all(_selected(KPS_SELECTOR, d) == labelled for d in monitoring)
+    operator = docs[("Deployment", f"{RELEASE}-operator")]["spec"]["template"]["spec"]["containers"][0]
+    assert (f"--monitoring-label=release={KPS_RELEASE}" in operator["args"]) == labelled
+    assert "--metrics-port=8081" in operator["args"]
+    assert {"name": "metrics", "containerPort": 8081} in operator["ports"]
+    # the ServiceMonitor reaches the operator pods: its selector picks the metrics Service, whose port it names
+    # and whose selector picks the operator pods
+    monitor = docs[("ServiceMonitor", f"{RELEASE}-operator")]["spec"]
+    service = docs[("Service", f"{RELEASE}-metrics")]
+    assert _selected(monitor["selector"]["matchLabels"], service)
+    assert monitor["namespaceSelector"] == {"matchNames": [RELEASE_NAMESPACE]}
+    assert [e["port"] for e in monitor["endpoints"]] == ["metrics"] == [p["name"] for p in service["spec"]["ports"]]
+    assert monitor["endpoints"][0]["honorLabels"] is True, "the fleets' namespace label survives the scrape"
+    pod = docs[("Deployment", f"{RELEASE}-operator")]["spec"]["template"]
+    assert _selected(service["spec"]["selector"], pod)
+
+
+def test_no_service_monitor_without_the_prometheus_operator_nor_when_turned_off(tmp_path: Path) -> None:
+    for extra in ([], [*PROMETHEUS_OPERATOR_APIS, "--set", "monitoring.operatorMetrics.enabled=false"]):
+        result = helm("template", RELEASE, str(CHART), *extra, tmp=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "kind: ServiceMonitor" not in result.stdout
+    off = helm("template", RELEASE, str(CHART), "--set", "monitoring.operatorMetrics.enabled=false", tmp=tmp_path)
+    assert "--metrics-port" not in off.stdout and f"{RELEASE}-metrics" not in off.stdout
 
 
 def test_values_schema_rejects_bad_values(tmp_path: Path) -> None:
@@ -61,6 +128,10 @@ def test_values_schema_rejects_bad_values(tmp_path: Path) -> None:
     assert result.returncode != 0 and "replicaCount" in result.stderr
     result = helm("template", RELEASE, str(CHART), "--set", "resyncSecond=3", tmp=tmp_path)
     assert result.returncode != 0 and "resyncSecond" in result.stderr
+    result = helm("template", RELEASE, str(CHART), "--set", "monitoring.operatorMetrics.port=8080", tmp=tmp_path)
+    assert result.returncode != 0 and "operatorMetrics/port" in result.stderr, "the liveness probe's port"
+    result = helm("template", RELEASE, str(CHART), "--set", "monitoring.labels.release=1", tmp=tmp_path)
+    assert result.returncode != 0 and "monitoring/labels/release" in result.stderr, "a label value is a string"
 
 
 def test_install_creates_crds_rbac_and_peering(installed_chart: ControlPlane) -> None:

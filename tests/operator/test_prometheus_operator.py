@@ -1,5 +1,8 @@
-"""With the Prometheus Operator's CRDs in the cluster, each InferenceDeployment gets a PodMonitor and a
-PrometheusRule; without them, only the scrape annotations (checked by the lifecycle tests)."""
+"""With the Prometheus Operator's CRDs in the cluster, each InferenceDeployment gets a PodMonitor for its
+engines and one for its gateways, and a PrometheusRule, labelled so that kube-prometheus-stack's default
+selectors (``release: kube-prometheus-stack``) pick them up (the operator runs with ``--monitoring-label``, as
+the chart's ``monitoring.labels`` sets it); without them, only the scrape annotations (checked by the
+lifecycle tests). The operator counts its passes on its own ``/metrics``."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import yaml
-from operator_harness import OperatorProcess, apply, eventually, example, get, wait_ready
+from operator_harness import KPS_RELEASE, OperatorProcess, apply, eventually, example, get, wait_ready
 from support.kube_testbed import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
@@ -78,11 +81,39 @@ def test_pod_monitor_and_rules_once_the_crds_exist(
         rule = eventually(
             lambda name=name: get(installed_chart, namespace, "prometheusrule", name), 30, f"PrometheusRule of {name}"
         )
-        engine = get(installed_chart, namespace, "deployment", f"{name}-engine")
-        assert monitor["spec"]["selector"]["matchLabels"] == engine["spec"]["selector"]["matchLabels"]
-        assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
-        alerts = {r["alert"] for r in rule["spec"]["groups"][0]["rules"]}
-        assert alerts == {"ShoalEngineQueueBacklog", "ShoalEngineTTFTHigh", "ShoalEngineKVCacheFull"}
+        gateway_monitor = eventually(
+            lambda name=name: get(installed_chart, namespace, "podmonitor", f"{name}-gateway"),
+            30,
+            f"gateway PodMonitor of {name}",
+        )
         uid = get(installed_chart, namespace, "infd", name)["metadata"]["uid"]
-        for child in (monitor, rule):
+        for component, pods in (("engine", monitor), ("gateway", gateway_monitor)):
+            deployment = get(installed_chart, namespace, "deployment", f"{name}-{component}")
+            assert pods["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+            assert pods["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+        alerts = {r["alert"] for r in rule["spec"]["groups"][0]["rules"]}
+        assert alerts == {
+            "ShoalEngineQueueBacklog",
+            "ShoalEngineTTFTHigh",
+            "ShoalEngineKVCacheFull",
+            "ShoalGatewayHigh5xxRate",
+            "ShoalGatewayNoHealthyBackend",
+        }
+        for child in (monitor, gateway_monitor, rule):
             assert child["metadata"]["ownerReferences"][0]["uid"] == uid
+    # what the Prometheus Operator lists with kube-prometheus-stack's default selectors, selected by the apiserver
+    selected = installed_chart.kubectl(
+        "get", "podmonitors,prometheusrules", "-n", namespace, "-l", f"release={KPS_RELEASE}", "-o", "name"
+    ).stdout.split()
+    assert sorted(selected) == sorted(
+        f"{kind}.monitoring.coreos.com/{name}"
+        for fleet in ("watched", "early")
+        for kind, name in (
+            ("podmonitor", f"{fleet}-engine"),
+            ("podmonitor", f"{fleet}-gateway"),
+            ("prometheusrule", fleet),
+        )
+    )
+    page = operator.metrics()
+    assert 'shoal_operator_reconciles_total{result="ok",trigger="change"}' in page
+    assert f'shoal_operator_desired_replicas{{infd="early",namespace="{namespace}"}} 1.0' in page

@@ -23,3 +23,14 @@ app.kubernetes.io/component: operator
 {{- define "shoal.serviceAccountName" -}}
 {{- default (include "shoal.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
+
+{{/* The chart's labels plus monitoring.labels and an object's own, for what a Prometheus selects by label. */}}
+{{- define "shoal.monitoringLabels" -}}
+{{- include "shoal.labels" .root }}
+{{- with .root.Values.monitoring.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- with .own }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

@@ -10,7 +10,7 @@ from typing import Any
 from shoal.operator.builders.access import role, role_binding, service_account
 from shoal.operator.builders.engine import engine_deployment, engine_service, serve_args
 from shoal.operator.builders.gateway import gateway_config_map, gateway_deployment, gateway_service
-from shoal.operator.builders.monitoring import pod_monitor, prometheus_rule
+from shoal.operator.builders.monitoring import monitoring_objects
 from shoal.operator.builders.network import engine_network_policy
 from shoal.operator.naming import Owner
 from shoal.operator.spec import InferenceDeploymentSpec
@@ -27,10 +27,12 @@ def build_children(
     *,
     prometheus_operator: bool,
     engine_images: Mapping[str, str] | None = None,
+    monitoring_labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every child object, in apply order (identity and config before the pods that use them).
 
-    ``engine_images`` are the operator's engine image per kind (``--engine-image``). The engine Deployment carries a digest of all of them (its replica count aside: that is the scale decision,
+    ``engine_images`` are the operator's engine image per kind (``--engine-image``); ``monitoring_labels`` go on
+    the Prometheus Operator objects (``--monitoring-label``). The engine Deployment carries a digest of all of them (its replica count aside: that is the scale decision,
     compared on its own), so a later pass knows from the watch alone whether anything needs applying.
     """
     engine = engine_deployment(owner, spec, 0, engine_images)
@@ -46,7 +48,7 @@ def build_children(
         gateway_service(owner),
     ]
     if prometheus_operator:
-        children += [pod_monitor(owner), prometheus_rule(owner, spec)]
+        children += monitoring_objects(owner, spec, monitoring_labels or {})
     digest = hashlib.sha256(json.dumps(children, sort_keys=True).encode()).hexdigest()[:16]
     engine["spec"]["replicas"] = replicas
     engine["metadata"]["annotations"] = {DIGEST_ANNOTATION: digest}
