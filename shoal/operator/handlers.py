@@ -53,6 +53,7 @@ class OperatorConfig:
     autoscaler: FleetAutoscaler | None = None
     alerts: AlertsConfig | None = None
     engine_images: Mapping[str, str] = field(default_factory=dict)  # the image per engine kind (--engine-image)
+    gateway_image: str | None = None  # the gateway image where a spec names none (--gateway-image)
 
 
 @dataclass
@@ -104,6 +105,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
             autoscaler=config.autoscaler,
             discovery_seconds=config.discovery_seconds,
             engine_images=config.engine_images,
+            gateway_image=config.gateway_image,
         )
         memo.shoal = OperatorState(config, reconciler)
 

@@ -68,6 +68,7 @@ class Reconciler:
     clock: Callable[[], datetime] = utcnow
     discovery_seconds: float = 60.0
     engine_images: Mapping[str, str] = field(default_factory=dict)  # --engine-image: the image per engine kind
+    gateway_image: str | None = None  # --gateway-image: for a spec that names none
     _monitoring: tuple[float, bool] = field(default=(float("-inf"), False))
     _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)  # one pass per object at a time
 
@@ -131,7 +132,12 @@ class Reconciler:
         elif problem is None:
             monitoring = await self.prometheus_operator(fresh=trigger == "change")
             wanted = build_children(
-                owner, spec, decision.replicas, prometheus_operator=monitoring, engine_images=self.engine_images
+                owner,
+                spec,
+                decision.replicas,
+                prometheus_operator=monitoring,
+                engine_images=self.engine_images,
+                gateway_image=self.gateway_image,
             )
             if trigger == "change" or _drifted(children, wanted, decision):
                 problem = await self._ensure_api_keys(owner, spec) or await self._apply(wanted)

@@ -112,18 +112,23 @@ def engine_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Ob
     return [init], [_cache_volume(spec)], [mount]
 
 
-def gateway_model(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects, Objects, dict[str, str]]:
-    """The gateway pod's (init containers, volumes, gateway container mounts, ConfigMap settings) for the
-    tokenizer: a fetched source's tokenizer only, never the weights."""
-    tokenizer = f"{spec.served_name}={local_path(spec)}"
+def gateway_tokenizer_settings(spec: InferenceDeploymentSpec) -> dict[str, str]:
+    """The gateway ConfigMap's settings that say where the served model's tokenizer is."""
+    if fetched(spec) and _claim(spec) is None:
+        return {"SHOAL_GATEWAY_FETCH_RECORD": f"{spec.served_name}={FETCH_RECORD}"}
+    return {"SHOAL_GATEWAY_TOKENIZER": f"{spec.served_name}={local_path(spec)}"}
+
+
+def gateway_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Objects, Objects]:
+    """The gateway pod's (init containers, volumes, gateway container mounts) for the tokenizer: a fetched
+    source's tokenizer only, never the weights, fetched by ``image`` (the gateway's)."""
     claim = _claim(spec)
     if claim is not None:
-        return [], [claim[0]], [claim[1]], {"SHOAL_GATEWAY_TOKENIZER": tokenizer}
+        return [], [claim[0]], [claim[1]]
     if not fetched(spec):
-        return [], [], [], {"SHOAL_GATEWAY_TOKENIZER": tokenizer}
+        return [], [], []
     volume = {"name": TOKENIZER_VOLUME, "emptyDir": {}}
     mount = {"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR}
     args = ["--download-dir", TOKENIZER_DIR, "--tokenizer-only", "--termination-message-path", FETCH_RECORD]
-    init = _fetch_container(spec, TOKENIZER_CONTAINER, spec.gateway.image, args, mount)
-    read_only = {**mount, "readOnly": True}
-    return [init], [volume], [read_only], {"SHOAL_GATEWAY_FETCH_RECORD": f"{spec.served_name}={FETCH_RECORD}"}
+    init = _fetch_container(spec, TOKENIZER_CONTAINER, image, args, mount)
+    return [init], [volume], [{**mount, "readOnly": True}]
