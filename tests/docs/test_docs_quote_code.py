@@ -69,7 +69,7 @@ QUOTES: list[tuple[str, str, Callable[[], float]]] = [
     ("kernels.md", r"cuts every run into (\d+)-row tiles", lambda: module_constants(GROUPED)["BLOCK_M"]),
     ("kernels.md", r"times a (\d+)-column slice", lambda: module_constants(GROUPED)["BLOCK_N"]),
     ("kernels.md", r"`K` in steps of (\d+)", lambda: module_constants(GROUPED)["BLOCK_K"]),
-    ("benchmarks.md", r"every figure the median of (\d+) timed calls", kernel_bench_repeats),
+    ("benchmarks.md", r"every figure the median\s+of (\d+) timed calls", kernel_bench_repeats),
     ("autoscaling.md", r"`queueDepthPerReplica: (\d+)`", lambda: config_default("queue_depth_per_replica")),
     ("autoscaling.md", r"`ttftP95Seconds: (\d+)`", lambda: config_default("ttft_p95_seconds")),
     ("autoscaling.md", r"tolerance ([\d.]+) \(HPA's\)", lambda: config_default("tolerance")),
@@ -164,3 +164,21 @@ def test_the_operator_spec_tables_defaults_are_the_models() -> None:
                 assert code == value, f"{path}: docs {cell.strip()}, code {code!r}"
             checked += 1
     assert checked >= 15, f"only {checked} defaults read from docs/operator.md's spec table: has its shape changed?"
+
+
+def test_every_current_figure_says_where_it_came_from() -> None:
+    """docs/benchmarks.md: each table row has a command, a commit this repository holds, a date and a machine."""
+    import subprocess
+
+    rows = [r for r in (DOCS / "benchmarks.md").read_text().splitlines() if r.startswith("| ") and "---" not in r]
+    figures = [r for r in rows if not r.startswith(("| figure |", "| trace |"))]
+    assert len(figures) >= 30
+    for row in figures:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        column = [c for c in cells if re.fullmatch(r"[0-9a-f]{7}†?(, [0-9a-f]{7}†?)*", c)]
+        assert len(column) == 1, f"no commit column in: {row}"
+        commits = re.findall(r"[0-9a-f]{7}", column[0])
+        assert re.search(r"20\d\d-\d\d-\d\d", row), f"no date in: {row}"
+        for commit in commits:
+            known = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "-q", f"{commit}^{{commit}}"])
+            assert known.returncode == 0, f"{commit} is not a commit of this repository: {row}"
