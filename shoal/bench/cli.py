@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from typing import Any
+
+from shoal.bench.client import COMPLETIONS, ENDPOINTS
 
 
 def _slos(items: list[str] | None) -> dict[str, float]:
@@ -27,6 +30,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = kinds.add_parser("serve", help="Load a running server with streamed completions and report latency.")
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True)
+    p.add_argument(
+        "--endpoint",
+        choices=ENDPOINTS,
+        default=COMPLETIONS,
+        help="the API path loaded, as vLLM's bench names it: prompts as they are, or each as one user message",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY"),
+        help="sent as `Authorization: Bearer KEY` (a Shoal gateway on a cluster has auth on; default: "
+        "$OPENAI_API_KEY, as the openai client reads it); never written to --json",
+    )
     p.add_argument("--dataset", choices=("random", "shared-prefix"), default="random")
     p.add_argument("--num-requests", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=None, help="most requests in flight (default: no cap)")
@@ -82,6 +97,8 @@ def _serve(args: argparse.Namespace) -> int:
         seed=args.seed,
         timeout_s=args.timeout,
         progress=args.progress,
+        endpoint=args.endpoint,
+        api_key=args.api_key,
     )
     started = time.time()
     results, duration = asyncio.run(run_benchmark(config, requests[args.warmup :], requests[: args.warmup]))
@@ -89,7 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
     print(format_summary(summary))
     if args.json_out:
         record: dict[str, Any] = {
-            "config": {**vars(args), "func": None, "request_rate": str(args.request_rate)},
+            "config": {**vars(args), "func": None, "request_rate": str(args.request_rate), "api_key": None},
             "summary": summary,
         }
         record["results"] = [asdict(r) for r in results]

@@ -1,10 +1,11 @@
-"""One streamed completion request, timed from the client's side (what a user experiences)."""
+"""One streamed completion or chat request, timed from the client's side (what a user experiences)."""
 
 from __future__ import annotations
 
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -31,22 +32,43 @@ class RequestResult:
         return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
 
-async def send_request(client: httpx.AsyncClient, url: str, model: str, req: BenchRequest) -> RequestResult:
-    """Streams one ``/v1/completions`` request; ``ignore_eos`` makes its length exactly ``max_tokens``."""
-    body = {
+COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+ENDPOINTS = (COMPLETIONS, CHAT)
+
+
+def request_body(endpoint: str, model: str, req: BenchRequest) -> dict[str, Any]:
+    """The streamed request for ``endpoint``: the prompt as is, or as one user message (the server's chat template
+    adds its tokens); ``ignore_eos`` makes its length exactly ``max_tokens``."""
+    body: dict[str, Any] = {
         "model": model,
-        "prompt": req.prompt,
         "max_tokens": req.max_tokens,
         "temperature": 0.0,
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if endpoint == CHAT:
+        return {**body, "messages": [{"role": "user", "content": req.prompt}]}
+    return {**body, "prompt": req.prompt}
+
+
+def _text(endpoint: str, choice: dict[str, Any]) -> str:
+    """The text a streamed chunk's choice carries: ``delta.content`` in chat, ``text`` in completions."""
+    if endpoint == CHAT:
+        return str((choice.get("delta") or {}).get("content") or "")
+    return str(choice.get("text") or "")
+
+
+async def send_request(
+    client: httpx.AsyncClient, url: str, model: str, req: BenchRequest, endpoint: str = COMPLETIONS
+) -> RequestResult:
+    """Streams one request to ``endpoint`` (``COMPLETIONS`` or ``CHAT``) and times its chunks."""
+    body = request_body(endpoint, model, req)
     result = RequestResult(success=False)
     start = time.perf_counter()
     last = start
     try:
-        async with client.stream("POST", f"{url.rstrip('/')}/v1/completions", json=body) as response:
+        async with client.stream("POST", url.rstrip("/") + endpoint, json=body) as response:
             if response.status_code != 200:
                 result.error = f"HTTP {response.status_code}: {(await response.aread()).decode(errors='replace')[:200]}"
                 return result
@@ -60,7 +82,7 @@ async def send_request(client: httpx.AsyncClient, url: str, model: str, req: Ben
                 if chunk.get("usage"):
                     result.prompt_tokens = chunk["usage"]["prompt_tokens"]
                     result.output_tokens = chunk["usage"]["completion_tokens"]
-                if chunk.get("choices") and chunk["choices"][0].get("text"):
+                if chunk.get("choices") and _text(endpoint, chunk["choices"][0]):
                     now = time.perf_counter()
                     if result.ttft == 0.0:
                         result.ttft = now - start

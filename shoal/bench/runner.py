@@ -15,7 +15,7 @@ import httpx
 from tqdm import tqdm
 
 from shoal.bench.arrivals import arrival_gaps
-from shoal.bench.client import RequestResult, send_request
+from shoal.bench.client import COMPLETIONS, RequestResult, send_request
 from shoal.bench.datasets import BenchRequest
 
 
@@ -29,6 +29,8 @@ class BenchConfig:
     seed: int = 0
     timeout_s: float = 600.0
     progress: bool = True
+    endpoint: str = COMPLETIONS
+    api_key: str | None = None  # sent as ``Authorization: Bearer``, as the openai client does
 
 
 async def run_benchmark(
@@ -40,17 +42,20 @@ async def run_benchmark(
     connections = min(config.concurrency or len(requests), 1024) or 1
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     in_flight = asyncio.Semaphore(config.concurrency) if config.concurrency else None
-    async with httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), limits=limits, trust_env=False) as client:
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(config.timeout_s), limits=limits, headers=headers, trust_env=False
+    ) as client:
         for req in warmup or []:
-            await send_request(client, config.url, config.model, req)
+            await send_request(client, config.url, config.model, req, config.endpoint)
         with tqdm(total=len(requests), disable=not config.progress, desc="requests") as bar:
 
             async def one(req: BenchRequest) -> RequestResult:
                 if in_flight is None:
-                    result = await send_request(client, config.url, config.model, req)
+                    result = await send_request(client, config.url, config.model, req, config.endpoint)
                 else:
                     async with in_flight:
-                        result = await send_request(client, config.url, config.model, req)
+                        result = await send_request(client, config.url, config.model, req, config.endpoint)
                 bar.update(1)
                 return result
 

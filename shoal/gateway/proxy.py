@@ -474,8 +474,8 @@ def _response_headers(
         (b"x-request-id", state.request_id.encode("latin-1")),
         (b"server-timing", state.timer.header().encode("latin-1")),
     ]
-    if streaming:
-        headers.append((b"cache-control", b"no-cache"))
+    if streaming:  # no cache, and no buffering in an nginx in front (ingress-nginx included): docs/expose.md
+        headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
     return headers, streaming
 
 

@@ -83,6 +83,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="A label for every PodMonitor and PrometheusRule the operator creates, e.g. release=kube-prometheus-stack "
         "for a Prometheus that selects them by label (repeatable; the chart's monitoring.labels).",
     )
+    op.add_argument(
+        "--gateway-image",
+        default=None,
+        metavar="IMAGE",
+        help="The gateway image where spec.gateway.image names none (the chart passes its own image, or its "
+        "gatewayImage); default: the release's image, ghcr.io/shoal-dev/shoal at this version.",
+    )
     op.add_argument("--liveness", default=None, help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
     op.add_argument("-v", "--verbose", action="store_true")
     op.set_defaults(func=run_operator)
@@ -122,6 +129,7 @@ def run_operator(args: argparse.Namespace) -> int:
         engine_images=images,
         monitoring_labels=labels,
         metrics_port=args.metrics_port,
+        gateway_image=args.gateway_image,
         resync_seconds=args.resync_seconds,
         discovery_seconds=args.discovery_seconds,
         autoscaler=operator_autoscaler(args.prometheus_url, args.metrics_timeout),

@@ -58,6 +58,7 @@ class OperatorConfig:
     monitoring_labels: Mapping[str, str] = field(default_factory=dict)  # on PodMonitors, rules (--monitoring-label)
     metrics_port: int = 0  # serve /metrics on this port; 0: not served (--metrics-port)
     metrics_host: str = "0.0.0.0"
+    gateway_image: str | None = None  # the gateway image where a spec names none (--gateway-image)
 
 
 @dataclass
@@ -111,6 +112,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
             discovery_seconds=config.discovery_seconds,
             engine_images=config.engine_images,
             monitoring_labels=config.monitoring_labels,
+            gateway_image=config.gateway_image,
         )
         memo.shoal = OperatorState(config, reconciler)
 

@@ -71,6 +71,7 @@ class Reconciler:
     engine_images: Mapping[str, str] = field(default_factory=dict)  # --engine-image: the image per engine kind
     monitoring_labels: Mapping[str, str] = field(default_factory=dict)  # --monitoring-label
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    gateway_image: str | None = None  # --gateway-image: for a spec that names none
     _monitoring: tuple[float, bool] = field(default=(float("-inf"), False))
     _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)  # one pass per object at a time
 
@@ -150,6 +151,7 @@ class Reconciler:
                 prometheus_operator=monitoring,
                 engine_images=self.engine_images,
                 monitoring_labels=self.monitoring_labels,
+                gateway_image=self.gateway_image,
             )
             if trigger == "change" or _drifted(children, wanted, decision):
                 problem = await self._ensure_api_keys(owner, spec) or await self._apply(wanted)

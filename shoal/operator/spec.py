@@ -308,7 +308,12 @@ class GatewayTimeoutsSpec(_Wire):
 
 
 class GatewaySpec(_Wire):
-    image: str = Field(DEFAULT_GATEWAY_IMAGE, min_length=1)
+    image: str | None = Field(
+        None,
+        min_length=1,
+        description="The gateway image; unset: the operator's default (the chart's gatewayImage, else the "
+        f"operator's own image), else {DEFAULT_GATEWAY_IMAGE}.",
+    )
     replicas: int = Field(1, ge=0, le=100)
     hold_queue: HoldQueueSpec = Field(default_factory=HoldQueueSpec)
     timeouts: GatewayTimeoutsSpec = Field(default_factory=GatewayTimeoutsSpec)

@@ -24,6 +24,7 @@ def test_chunks_reach_the_client_as_the_backend_sends_them(fake_engines, gateway
     arrivals = []
     with httpx.stream("POST", handle.url + "/v1/completions", json=STREAM, timeout=10) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-accel-buffering"] == "no"  # an nginx in front passes each chunk on at once
         for line in response.iter_lines():
             if line.startswith("data: {"):
                 arrivals.append(time.monotonic())

@@ -10,7 +10,7 @@ import pytest
 from shoal.operator.builders import applied_digest, build_children
 from shoal.operator.builders.engine import GPU_RESOURCE, serve_args
 from shoal.operator.naming import Owner
-from shoal.operator.spec import InferenceDeploymentSpec
+from shoal.operator.spec import DEFAULT_GATEWAY_IMAGE, InferenceDeploymentSpec
 
 OWNER = Owner("chat", "team-a", "0b7d3f52-0000-4000-8000-000000000001")
 
@@ -220,6 +220,22 @@ def test_a_gateway_setting_change_rolls_the_gateway_pods() -> None:
 
     assert config_hash(spec()) == config_hash(spec())
     assert config_hash(spec()) != config_hash(spec(gateway={"routingPolicy": "round-robin"}))
+
+
+def test_the_gateway_image_is_the_specs_then_the_operators_then_the_releases() -> None:
+    """The tokenizer's fetch init container runs the same image as the gateway it serves."""
+    fetched = {"model": {"source": "hf://HuggingFaceTB/SmolLM2-135M-Instruct"}}
+
+    def images(s: InferenceDeploymentSpec, operator_default: str | None) -> set[str]:
+        built = build_children(OWNER, s, 1, prometheus_operator=False, gateway_image=operator_default)
+        pod = next(c for c in built if c["metadata"]["name"] == "chat-gateway" and c["kind"] == "Deployment")
+        pod_spec = pod["spec"]["template"]["spec"]
+        return {c["image"] for c in pod_spec["containers"] + pod_spec.get("initContainers", [])}
+
+    assert images(spec(**fetched), None) == {DEFAULT_GATEWAY_IMAGE}
+    assert images(spec(**fetched), "mirror.local/shoal:0.1.0") == {"mirror.local/shoal:0.1.0"}
+    mine = spec(**fetched, gateway={"image": "mine:2"})
+    assert images(mine, "mirror.local/shoal:0.1.0") == {"mine:2"}
 
 
 def test_gateway_role_reads_endpoint_slices_only() -> None:

@@ -10,6 +10,8 @@ import yaml
 from operator_harness import CHART, KPS_RELEASE, RELEASE, RELEASE_NAMESPACE
 from support.kube_testbed import ControlPlane, kube_testbin_dir
 
+from shoal.cli import build_parser
+
 pytestmark = pytest.mark.kube
 ALL_FEATURES = ["--set", "prometheusRule.enabled=true,grafanaDashboard.enabled=true"]
 KPS_SELECTOR = {"release": KPS_RELEASE}
@@ -178,3 +180,25 @@ def test_the_alertmanager_receiver_is_a_service_with_its_token_and_an_alertmanag
         assert webhook["url"] == f"http://{RELEASE}-alerts.{RELEASE_NAMESPACE}.svc:9094/alerts"
         assert webhook["httpConfig"]["authorization"]["credentials"] == {"name": "shoal-alerts-token", "key": "token"}
         assert configs[0]["spec"]["route"]["matchers"] == [{"name": "infd", "matchType": "=~", "value": ".+"}]
+
+
+@pytest.mark.parametrize(
+    ("values", "gateway"),
+    [
+        ([], "ghcr.io/shoal-dev/shoal:0.1.0"),
+        (["--set", "image.repository=mirror.local/shoal,image.tag=v7"], "mirror.local/shoal:v7"),
+        (["--set", "gatewayImage=mirror.local/gw:1,engineImages.vllm=mirror.local/vllm:2"], "mirror.local/gw:1"),
+    ],
+)
+def test_the_charts_default_images_reach_the_operator(values: list[str], gateway: str, tmp_path: Path) -> None:
+    """The gateway image defaults to the chart's own (the slim image runs operator and gateway alike), so a
+    registry mirror set once serves both; engineImages name an engine kind's image."""
+    result = helm("template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *values, tmp=tmp_path)
+    assert result.returncode == 0, result.stderr
+    deployment = next(d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--gateway-image=")] == [f"--gateway-image={gateway}"]
+    engines = [a for a in args if a.startswith("--engine-image=")]
+    assert engines == (["--engine-image=vllm=mirror.local/vllm:2"] if "engineImages" in " ".join(values) else [])
+    parsed = build_parser().parse_args(args)  # the operator's own parser takes them
+    assert parsed.gateway_image == gateway

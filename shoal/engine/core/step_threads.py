@@ -3,7 +3,7 @@
 A server can leave one CPU to its HTTP event loop (``shoal.engine.hardware.choose_threads``), which at many
 streams has real work per token (detokenizing, SSE framing, a dispatch per step). Whether that pays depends on
 the machine, not on the step: on an idle 2-CPU machine every CPU won at every size, from one stream to 64
-(docs/benchmarks.md). But every CPU only pays when nobody else wants one: torch's OpenMP workers meet at a barrier after every op, and a worker the kernel has descheduled for a
+(docs/history/2026-11-27-benchmarks-notebook.md). But every CPU only pays when nobody else wants one: torch's OpenMP workers meet at a barrier after every op, and a worker the kernel has descheduled for a
 neighbour's process stalls each of a step's hundreds of ops (measured on this 2-CPU machine at load 5:
 150-1,050 ms a step on two threads against 29-55 ms on one).
 

@@ -28,14 +28,16 @@ def build_children(
     prometheus_operator: bool,
     engine_images: Mapping[str, str] | None = None,
     monitoring_labels: Mapping[str, str] | None = None,
+    gateway_image: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every child object, in apply order (identity and config before the pods that use them).
 
-    ``engine_images`` are the operator's engine image per kind (``--engine-image``); ``monitoring_labels`` go on
-    the Prometheus Operator objects (``--monitoring-label``). The engine Deployment carries a digest of all of them (its replica count aside: that is the scale decision,
+    ``engine_images`` are the operator's engine image per kind (``--engine-image``), ``gateway_image`` its
+    gateway image (``--gateway-image``); ``monitoring_labels`` go on the Prometheus Operator objects
+    (``--monitoring-label``). The engine Deployment carries a digest of all of them (its replica count aside: that is the scale decision,
     compared on its own), so a later pass knows from the watch alone whether anything needs applying.
     """
-    engine = engine_deployment(owner, spec, 0, engine_images)
+    engine = engine_deployment(owner, spec, 0, engine_images, gateway_image)
     children = [
         service_account(owner),
         role(owner),
@@ -44,7 +46,7 @@ def build_children(
         engine_service(owner),
         engine,
         gateway_config_map(owner, spec),
-        gateway_deployment(owner, spec),
+        gateway_deployment(owner, spec, gateway_image),
         gateway_service(owner),
     ]
     if prometheus_operator:

@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from shoal.engine_kinds import EngineSettings, adapter
+from shoal.operator.builders.gateway import gateway_image
 from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, fetched
 from shoal.operator.builders.placement import spread_across_nodes
 from shoal.operator.builders.security import (
@@ -152,13 +153,19 @@ def engine_container(
 
 
 def engine_deployment(
-    owner: Owner, spec: InferenceDeploymentSpec, replicas: int, images: Mapping[str, str] | None = None
+    owner: Owner,
+    spec: InferenceDeploymentSpec,
+    replicas: int,
+    images: Mapping[str, str] | None = None,
+    default_gateway_image: str | None = None,
 ) -> dict[str, Any]:
     """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here); ``images``:
-    the operator's engine image per kind."""
+    the operator's engine image per kind; another kind's model is fetched by the gateway's image."""
     labels = owner.labels(COMPONENT)
     images = images or {}
-    init_containers, model_volumes, model_mounts = engine_model(spec, engine_image(spec, images))
+    shoal = spec.engine.kind == "shoal"
+    fetcher = engine_image(spec, images) if shoal else gateway_image(spec, default_gateway_image)
+    init_containers, model_volumes, model_mounts = engine_model(spec, fetcher)
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, SCRATCH_VOLUME, *model_volumes]
     return {
         "apiVersion": "apps/v1",

@@ -15,7 +15,7 @@ from typing import Any
 
 from shoal.engine_kinds import DEFAULT_BLOCK_SIZE
 from shoal.operator.builders.api_keys import api_key_secret_ref
-from shoal.operator.builders.model import gateway_model
+from shoal.operator.builders.model import gateway_model, gateway_tokenizer_settings
 from shoal.operator.builders.placement import spread_across_nodes
 from shoal.operator.builders.security import (
     SCRATCH_ENV,
@@ -25,7 +25,7 @@ from shoal.operator.builders.security import (
     pod_security_context,
 )
 from shoal.operator.naming import GATEWAY_PORT, Owner
-from shoal.operator.spec import InferenceDeploymentSpec
+from shoal.operator.spec import DEFAULT_GATEWAY_IMAGE, InferenceDeploymentSpec
 
 COMPONENT = "gateway"
 API_KEYS_DIR = "/etc/shoal/api-keys"
@@ -67,7 +67,7 @@ def gateway_settings(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, s
         "SHOAL_GATEWAY_FIRST_TOKEN_TIMEOUT": f"{gateway.timeouts.first_token_seconds:g}",
         "SHOAL_GATEWAY_INTER_TOKEN_TIMEOUT": f"{gateway.timeouts.inter_token_seconds:g}",
         "SHOAL_GATEWAY_REQUEST_TIMEOUT": f"{gateway.timeouts.request_seconds:g}",
-        **gateway_model(spec)[3],
+        **gateway_tokenizer_settings(spec),
     }
     settings["SHOAL_GATEWAY_API_KEYS"] = f"{API_KEYS_DIR}/{api_key_secret_ref(owner, spec).key}"
     if gateway.redis_url is not None:
@@ -93,8 +93,15 @@ def gateway_config_map(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
     }
 
 
-def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, Any]:
+def gateway_image(spec: InferenceDeploymentSpec, default: str | None) -> str:
+    """``spec.gateway.image``, else the operator's (``--gateway-image``), else the release's own image."""
+    return spec.gateway.image or default or DEFAULT_GATEWAY_IMAGE
+
+
+def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec, default_image: str | None = None) -> dict[str, Any]:
+    """The gateway Deployment; ``default_image``: the operator's gateway image, for a spec that names none."""
     gateway = spec.gateway
+    image = gateway_image(spec, default_image)
     settings = gateway_settings(owner, spec)
     config_hash = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     probe = {"periodSeconds": 5, "timeoutSeconds": 3}
@@ -103,7 +110,7 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
         {"name": "api-keys", "secret": {"secretName": api_key_secret_ref(owner, spec).name}},
     ]
     mounts: list[dict[str, Any]] = [SCRATCH_MOUNT, {"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True}]
-    init_containers, model_volumes, model_mounts, _ = gateway_model(spec)  # the model's own tokenizer, not weights
+    init_containers, model_volumes, model_mounts = gateway_model(spec, image)  # the model's own tokenizer, not weights
     volumes += model_volumes
     mounts += model_mounts
     return {
@@ -131,7 +138,7 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str,
                     "containers": [
                         {
                             "name": COMPONENT,
-                            "image": gateway.image,
+                            "image": image,
                             "command": ["shoal"],
                             "args": gateway_args(settings),
                             "env": list(SCRATCH_ENV),

@@ -106,7 +106,7 @@ def _fetch_container(
 
 def engine_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Objects, Objects]:
     """The engine pod's (init containers, volumes, engine container mounts) for the model; the fetcher runs in
-    ``image``, the engine's, when that is Shoal's, else in the gateway's."""
+    ``image``: the engine's when that is Shoal's, else the gateway's (Shoal's CLI)."""
     claim = _claim(spec)
     if claim is not None:
         return [], [claim[0]], [claim[1]]
@@ -119,7 +119,7 @@ def engine_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Ob
         init["imagePullPolicy"] = spec.engine.image_pull_policy
         return [init], [_cache_volume(spec)], [mount]
     link = {"name": LINK_VOLUME, "mountPath": LINK_DIR}
-    init = _fetch_container(spec, FETCH_CONTAINER, spec.gateway.image, [*args, "--link", MODEL_LINK], [mount, link])
+    init = _fetch_container(spec, FETCH_CONTAINER, image, [*args, "--link", MODEL_LINK], [mount, link])
     volumes = [_cache_volume(spec), {"name": LINK_VOLUME, "emptyDir": {}}]
     return [init], volumes, [{**mount, "readOnly": True}, {**link, "readOnly": True}]
 
@@ -132,18 +132,23 @@ def engine_model_path(spec: InferenceDeploymentSpec) -> str:
     return spec.model.source if spec.engine.kind == "shoal" else MODEL_LINK
 
 
-def gateway_model(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects, Objects, dict[str, str]]:
-    """The gateway pod's (init containers, volumes, gateway container mounts, ConfigMap settings) for the
-    tokenizer: a fetched source's tokenizer only, never the weights."""
-    tokenizer = f"{spec.served_name}={local_path(spec)}"
+def gateway_tokenizer_settings(spec: InferenceDeploymentSpec) -> dict[str, str]:
+    """The gateway ConfigMap's settings that say where the served model's tokenizer is."""
+    if fetched(spec) and _claim(spec) is None:
+        return {"SHOAL_GATEWAY_FETCH_RECORD": f"{spec.served_name}={FETCH_RECORD}"}
+    return {"SHOAL_GATEWAY_TOKENIZER": f"{spec.served_name}={local_path(spec)}"}
+
+
+def gateway_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Objects, Objects]:
+    """The gateway pod's (init containers, volumes, gateway container mounts) for the tokenizer: a fetched
+    source's tokenizer only, never the weights, fetched by ``image`` (the gateway's)."""
     claim = _claim(spec)
     if claim is not None:
-        return [], [claim[0]], [claim[1]], {"SHOAL_GATEWAY_TOKENIZER": tokenizer}
+        return [], [claim[0]], [claim[1]]
     if not fetched(spec):
-        return [], [], [], {"SHOAL_GATEWAY_TOKENIZER": tokenizer}
+        return [], [], []
     volume = {"name": TOKENIZER_VOLUME, "emptyDir": {}}
     mount = {"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR}
     args = ["--download-dir", TOKENIZER_DIR, "--tokenizer-only", "--termination-message-path", FETCH_RECORD]
-    init = _fetch_container(spec, TOKENIZER_CONTAINER, spec.gateway.image, args, [mount])
-    read_only = {**mount, "readOnly": True}
-    return [init], [volume], [read_only], {"SHOAL_GATEWAY_FETCH_RECORD": f"{spec.served_name}={FETCH_RECORD}"}
+    init = _fetch_container(spec, TOKENIZER_CONTAINER, image, args, [mount])
+    return [init], [volume], [{**mount, "readOnly": True}]
