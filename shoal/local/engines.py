@@ -12,7 +12,7 @@ import os
 import shutil
 
 from shoal.engine_kinds import EngineSettings, adapter
-from shoal.operator.builders.engine import quantity_bytes
+from shoal.operator.quantity import quantity_bytes
 from shoal.operator.spec import InferenceDeploymentSpec
 
 BINARY_ENV = {"vllm": "SHOAL_VLLM", "llamacpp": "SHOAL_LLAMA_SERVER"}

@@ -50,7 +50,7 @@ def test_printer_columns(installed_chart: ControlPlane, operator: OperatorProces
     apply(installed_chart, namespace, example("cols"))
     wait_ready(installed_chart, namespace, "cols")
     header, row = installed_chart.kubectl("get", "infd", "-n", namespace).stdout.splitlines()
-    assert header.split() == ["NAME", "MODEL", "READY", "DESIRED", "QUEUE", "TTFT-P95", "AGE"]
+    assert header.split() == ["NAME", "MODEL", "READY", "DESIRED", "QUEUE", "TTFT-P95-SECONDS", "AGE"]
     assert row.split()[:4] == ["cols", "smollm2-135m", "1", "1"]
     names = installed_chart.kubectl("get", "shoal", "-n", namespace, "-o", "name").stdout.split()
     assert names == ["inferencedeployment.shoal.dev/cols"], "the `shoal` category lists it"
