@@ -171,3 +171,11 @@ def test_the_operator_writes_every_pod_field_and_the_pods_run_with_them(
         running = eventually(pod, 60, f"a {component} pod")
         assert running["spec"]["priority"] == 1000 and running["spec"]["runtimeClassName"] == "shoal-test"
         assert running["metadata"]["labels"]["team"] == "search"
+
+
+@pytest.mark.kube
+def test_kubectl_explain_describes_the_pod_fields(installed_chart: ControlPlane) -> None:
+    explained = installed_chart.kubectl("explain", "infd.spec.engine.resources.gpuResourceName").stdout
+    assert "amd.com/gpu" in explained and "nvidia.com/mig-1g.10gb" in explained
+    explained = installed_chart.kubectl("explain", "infd.spec.gateway.affinity.podAntiAffinity").stdout
+    assert "Away from which pods" in explained and "requiredDuringSchedulingIgnoredDuringExecution" in explained
