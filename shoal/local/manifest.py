@@ -85,6 +85,8 @@ def ignored_locally(spec: InferenceDeploymentSpec) -> list[str]:
         notes.append("spec.engine.resources.memory / requests / limits: only a CPU limit applies to local processes")
     for section, fields in (("engine", engine), ("gateway", gateway)):
         notes += [f"spec.{section}.{note}" for note in cluster_only_pod_fields(fields)]
+    if any(e.value is not None for e in gateway.env) or gateway.resources != type(gateway)().resources:
+        notes.append("spec.gateway.env / resources: the local gateway runs with this shell's environment, unlimited")
     if spec.model.volume is not None:
         notes.append("spec.model.volume: spec.model.source is read as a path on this machine")
     if spec.model.credentials_secret is not None:

@@ -136,11 +136,15 @@ def test_the_pod_fields_are_ignored_locally_for_engine_and_gateway(tmp_path: Pat
         "envFrom": [{"secretRef": {"name": "tokens"}}],
         "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "tokens", "key": "hub"}}}],
     }
-    document = manifest("smollm2-135m", engine={**pod, "resources": {"gpus": 0, "limits": {"cpu": "2"}}}, gateway=pod)
+    gateway = {**pod, "env": [{"name": "PLAIN", "value": "1"}]}
+    document = manifest(
+        "smollm2-135m", engine={**pod, "resources": {"gpus": 0, "limits": {"cpu": "2"}}}, gateway=gateway
+    )
     loaded = load_manifest(write_manifest(tmp_path, document))
     for section in ("engine", "gateway"):
         for field in ("affinity", "imagePullSecrets", "podLabels", "envFrom"):
             assert any(n.startswith(f"spec.{section}.") and field in n for n in loaded.ignored), (section, field)
+    assert any(n.startswith("spec.gateway.env") for n in loaded.ignored)
     assert loaded.spec.engine.resources.cpu_limit == "2"  # caps the threads as resources.cpu does
 
 
