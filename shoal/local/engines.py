@@ -13,7 +13,7 @@ import shutil
 
 from shoal.engine_kinds import EngineSettings, adapter
 from shoal.fetch import cached_path, default_download_dir
-from shoal.operator.builders.engine import quantity_bytes
+from shoal.operator.quantity import quantity_bytes
 from shoal.operator.spec import InferenceDeploymentSpec
 
 BINARY_ENV = {"vllm": "SHOAL_VLLM", "llamacpp": "SHOAL_LLAMA_SERVER"}

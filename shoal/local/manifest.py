@@ -15,10 +15,12 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from pydantic.alias_generators import to_snake
 
 from shoal.fetch import SourceError, parse_source
 from shoal.local.engines import EngineBinaryMissing, engine_binary
 from shoal.model_registry import ModelNotFoundError, resolve_model
+from shoal.operator.pod_fields import PodFields
 from shoal.operator.spec import GROUP, KIND, VERSION, InferenceDeploymentSpec
 
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -52,6 +54,24 @@ def _field_errors(error: ValidationError) -> list[str]:
     return lines
 
 
+def cluster_only_pod_fields(fields: PodFields) -> list[str]:
+    """The pod fields set in ``fields`` that only a cluster acts on (names relative to the section)."""
+    placement = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName")
+    notes = []
+    if any(getattr(fields, to_snake(name)) for name in placement):
+        notes.append(
+            "nodeSelector / tolerations / affinity / priorityClassName / runtimeClassName: everything "
+            "runs on this machine"
+        )
+    if fields.image_pull_secrets:
+        notes.append("imagePullSecrets: nothing is pulled")
+    if fields.pod_labels or fields.pod_annotations:
+        notes.append("podLabels / podAnnotations: there are no pods")
+    if fields.env_from or any(e.value_from is not None for e in fields.env):
+        notes.append("envFrom / env[].valueFrom: Kubernetes objects; set the variables in this shell")
+    return notes
+
+
 def ignored_locally(spec: InferenceDeploymentSpec) -> list[str]:
     """The fields set in ``spec`` that only a cluster acts on, each with what happens instead."""
     engine, gateway = spec.engine, spec.gateway
@@ -61,10 +81,12 @@ def ignored_locally(spec: InferenceDeploymentSpec) -> list[str]:
         notes.append("spec.engine.image / imagePullPolicy: engines run from this checkout, not an image")
     if engine.resources.gpus:
         notes.append(f"spec.engine.resources.gpus ({engine.resources.gpus}): engines run on this machine's CPU")
-    if engine.resources.memory:
-        notes.append("spec.engine.resources.memory: no memory limit is set on local processes")
-    if engine.node_selector or engine.tolerations:
-        notes.append("spec.engine.nodeSelector / tolerations: everything runs on this machine")
+    if engine.resources.memory or engine.resources.requests or engine.resources.limits:
+        notes.append("spec.engine.resources.memory / requests / limits: only a CPU limit applies to local processes")
+    for section, fields in (("engine", engine), ("gateway", gateway)):
+        notes += [f"spec.{section}.{note}" for note in cluster_only_pod_fields(fields)]
+    if any(e.value is not None for e in gateway.env) or gateway.resources != type(gateway)().resources:
+        notes.append("spec.gateway.env / resources: the local gateway runs with this shell's environment, unlimited")
     if spec.model.volume is not None:
         notes.append("spec.model.volume: spec.model.source is read as a path on this machine")
     if spec.model.credentials_secret is not None:

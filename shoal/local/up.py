@@ -75,8 +75,8 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
     """The operator's own ``shoal serve`` arguments, then the local overrides (the last flag given wins); for
     another engine kind, its own command line from its binary here (:mod:`shoal.local.engines`)."""
     most = spec.replicas.max if spec.autoscaling.enabled else spec.replicas.fixed
-    threads = threads_per_engine(usable_cores(), most, spec.engine.resources.cpu)
-    env = {e.name: e.value for e in spec.engine.env}
+    threads = threads_per_engine(usable_cores(), most, spec.engine.resources.cpu_limit)
+    env = {e.name: e.value for e in spec.engine.env if e.value is not None}  # valueFrom: cluster only
     kind = adapter(spec.engine.kind)
     startup = float(spec.engine.startup_seconds)
     if kind.kind != "shoal":

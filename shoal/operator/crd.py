@@ -30,11 +30,31 @@ CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
 _DROPPED_KEYS = {"title", "additionalProperties", "$defs"}
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
-    {"name": "Model", "type": "string", "jsonPath": ".spec.model.source"},
-    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
-    {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
-    {"name": "Queue", "type": "number", "jsonPath": ".status.queueDepth"},
-    {"name": "TTFT-P95", "type": "number", "jsonPath": ".status.ttftP95Seconds"},
+    {
+        "name": "Model",
+        "type": "string",
+        "jsonPath": ".status.servedName",
+        "description": "The model name clients use (spec.model.servedName, else the source).",
+    },
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Engines ready."},
+    {
+        "name": "Desired",
+        "type": "integer",
+        "jsonPath": ".status.desiredReplicas",
+        "description": "Engines wanted now (the spec's count or the autoscaler's).",
+    },
+    {
+        "name": "Queue",
+        "type": "number",
+        "jsonPath": ".status.queueDepth",
+        "description": "Requests waiting in the engines' queues, as the autoscaler last read them.",
+    },
+    {
+        "name": "TTFT-P95-Seconds",
+        "type": "number",
+        "jsonPath": ".status.ttftP95Seconds",
+        "description": "P95 time to first token across the engines, in seconds.",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -55,6 +75,8 @@ def structural(node: Any, defs: dict[str, Any]) -> Any:
         target = structural(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
         extra = {k: structural(v, defs) for k, v in node.items() if k != "$ref"}
         return {**target, **extra}
+    if node.get("x-kubernetes-int-or-string"):
+        return {k: v for k, v in node.items() if k not in ("anyOf", "title")}
     if "anyOf" in node:
         branches = [b for b in node["anyOf"] if b.get("type") != "null"]
         if len(branches) != 1:
@@ -63,17 +85,43 @@ def structural(node: Any, defs: dict[str, Any]) -> Any:
         if merged.get("default", 0) is None:
             del merged["default"]
         return structural(merged, defs)
+    if "patternProperties" in node:  # pydantic's form of a map whose keys have a pattern
+        ((pattern, values),) = node["patternProperties"].items()
+        names = {**node.get("propertyNames", {}), "pattern": pattern}
+        rest = {k: v for k, v in node.items() if k not in ("patternProperties", "propertyNames")}
+        node = {**rest, "additionalProperties": values, "propertyNames": names}
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROPPED_KEYS and not (key == "additionalProperties" and isinstance(value, dict)):
             continue
         if key == "properties":
             out[key] = {name: structural(sub, defs) for name, sub in value.items()}
+        elif key == "propertyNames":
+            rules = out.setdefault("x-kubernetes-validations", [])
+            rules.insert(0, _key_rule(value))
+        elif key == "x-kubernetes-validations":
+            out[key] = [*out.get(key, []), *value]
+        elif key == "description":
+            out[key] = plain_text(value)
         elif key == "exclusiveMinimum":
             out["minimum"], out["exclusiveMinimum"] = value, True
         else:
             out[key] = structural(value, defs)
     return out
+
+
+def plain_text(description: str) -> str:
+    """A docstring as ``kubectl explain`` should show it: one paragraph, no reStructuredText backticks."""
+    return " ".join(description.replace("``", "").split())
+
+
+def _key_rule(names: dict[str, Any]) -> dict[str, str]:
+    """A map's key schema (pydantic's ``propertyNames``, which a structural schema lacks) as a CEL rule."""
+    pattern = names["pattern"].replace("\\", "\\\\")
+    return {
+        "rule": f"self.all(k, size(k) <= {names['maxLength']} && k.matches('{pattern}'))",
+        "message": f"every key must be {names['description']}",
+    }
 
 
 def model_schema(model: type[BaseModel], *, with_defaults: bool = True) -> dict[str, Any]:

@@ -8,7 +8,7 @@ outside), so the operator authenticates one way for both. Server-side apply with
 
 Why a client of our own rather than ``kubernetes_asyncio`` (already the gateway's dependency) or lightkube: the
 operator needs exactly six calls, all generic over the kind: server-side apply with the ``shoal-operator``
-field manager and ``force`` for ten kinds, two of them the Prometheus Operator's custom resources; a merge patch
+field manager and ``force`` for eleven kinds, two of them the Prometheus Operator's custom resources; a merge patch
 of the status subresource (the alert pass, outside kopf's handlers); create-unless-exists for the generated
 API-key Secret (never a read of it); a merge patch of one Deployment's replicas; an Event; API discovery.
 Here each is one HTTP request, authenticated with kopf's own :class:`kopf.ConnectionInfo`, so the watches and
@@ -49,6 +49,7 @@ PLURALS: dict[str, str] = {
     "PodMonitor": "podmonitors",
     "PrometheusRule": "prometheusrules",
     "NetworkPolicy": "networkpolicies",
+    "PodDisruptionBudget": "poddisruptionbudgets",
     "Secret": "secrets",
 }
 

@@ -155,7 +155,9 @@ class Reconciler:
             )
             if trigger == "change" or _drifted(children, wanted, decision):
                 problem = await self._ensure_api_keys(owner, spec) or await self._apply(wanted)
-        problem = problem or diagnose(spec.model.source, children.engine_pods, spec.engine.kind)
+        problem = problem or diagnose(
+            spec.model.source, children.engine_pods, spec.engine.kind, spec.engine.resources.gpu_resource_name
+        )
         new = compute_status(
             spec=spec,
             generation=meta.get("generation", 0),

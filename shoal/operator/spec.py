@@ -9,16 +9,18 @@ snake_case in Python.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Literal, get_args
 
-from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonDict, JsonValue
 
 from shoal import __version__
 from shoal.engine_kinds import ADAPTERS, DEFAULT_KIND, EngineKind
 from shoal.engine_kinds import message as refusal_message
 from shoal.operator import model_source
+from shoal.operator.core_api import EXTENDED_RESOURCE, REQUESTS_WITHIN_LIMITS, ResourceRequirements
+from shoal.operator.pod_fields import PodFields, blocking_rule
+from shoal.operator.wire import Quantity, Wire, cel
 from shoal.protocol.gateway_timeouts import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_FIRST_TOKEN_TIMEOUT_S,
@@ -51,37 +53,20 @@ RoutingPolicy = Literal["prefix-aware", "least-load", "round-robin"]
 ROUTING_POLICIES: tuple[str, ...] = get_args(RoutingPolicy)
 MAX_SCALING_HISTORY = 10
 
-Quantity = Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?([EPTGMK]i?|[mkMGTPE])?$")]
 
-
-def _cel(*rules: tuple[str, str]) -> ConfigDict:
-    """Model config carrying CEL rules (rule, message) into the generated schema."""
-    return _Wire.model_config | ConfigDict(
-        json_schema_extra={"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
-    )
-
-
-class _Wire(BaseModel):
-    """Base: camelCase on the wire, unknown fields rejected (the apiserver prunes them anyway)."""
-
-    model_config = ConfigDict(
-        alias_generator=AliasGenerator(alias=to_camel), populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
-class ModelVolume(_Wire):
+class ModelVolume(Wire):
     """A PersistentVolumeClaim holding model files, mounted read-only into every engine and gateway pod (so it must
     be ReadOnlyMany or ReadWriteMany when they run on several nodes). ``pvc://CLAIM/PATH`` says the same in the
     source."""
 
-    claim_name: str = Field(min_length=1)
-    mount_path: str = Field("/models", pattern=r"^/")
+    claim_name: str = Field(min_length=1, description="The PersistentVolumeClaim, in this namespace.")
+    mount_path: str = Field("/models", pattern=r"^/", description="Where the claim is mounted in the pods.")
 
 
-class ModelCache(_Wire):
+class ModelCache(Wire):
     """Where an hf:// or s3:// model is fetched to, mounted at /model-cache in the engine pods."""
 
-    model_config = _cel(
+    model_config = cel(
         ("has(self.hostPath) != has(self.claimName)", "spec.model.cache takes one of hostPath or claimName")
     )
 
@@ -107,10 +92,10 @@ class ModelCache(_Wire):
         return self
 
 
-class ModelSpec(_Wire):
+class ModelSpec(Wire):
     """What to serve, where it comes from, and where a fetched copy is kept."""
 
-    model_config = _Wire.model_config | ConfigDict(
+    model_config = Wire.model_config | ConfigDict(
         json_schema_extra={"x-kubernetes-validations": [rule.validation() for rule in model_source.RULES]}
     )
 
@@ -155,31 +140,90 @@ class ModelSpec(_Wire):
         return self
 
 
-class EngineResources(_Wire):
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+GATEWAY_RESOURCES = ResourceRequirements(requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "1Gi"})
+
+
+def _shorthand_rule(name: str) -> tuple[str, str, str]:
+    given = f"(has(self.requests) && '{name}' in self.requests) || (has(self.limits) && '{name}' in self.limits)"
+    return (
+        f"!has(self.{name}) || !({given})",
+        f"engine.resources.{name} sets both the request and the limit: give {name} there or in requests/limits, "
+        "not both",
+        f".{name}",
+    )
+
+
+_ENGINE_RESOURCE_RULES = (
+    _shorthand_rule("cpu"),
+    _shorthand_rule("memory"),
+    (
+        "!has(self.gpuResourceName) || ((!has(self.requests) || !(self.gpuResourceName in self.requests)) && "
+        "(!has(self.limits) || !(self.gpuResourceName in self.limits)))",
+        "engine.resources.gpus sets the GPU resource: leave it out of requests and limits",
+    ),
+    (
+        "!has(self.gpuResourceName) || !(self.gpuResourceName.startsWith('kubernetes.io/') || "
+        "self.gpuResourceName.split('/')[0].endsWith('.kubernetes.io'))",
+        "engine.resources.gpuResourceName must be an extended resource outside kubernetes.io, e.g. nvidia.com/gpu",
+        ".gpuResourceName",
+    ),
+)
+
+
+class EngineResources(ResourceRequirements):
+    """What each engine pod asks for: its GPUs (of which resource), CPU and memory. ``cpu`` and ``memory`` set
+    the request and the limit alike; ``requests`` and ``limits`` (the core API's maps) set them apart."""
+
+    model_config = cel(REQUESTS_WITHIN_LIMITS, *_ENGINE_RESOURCE_RULES)
+
     gpus: int = Field(
         1,
         ge=0,
-        description="nvidia.com/gpu per engine pod: 0 runs on the CPU, 1 on one GPU; more is tensor parallelism, "
-        "for engine kinds vllm and sglang only.",
+        description="GPUs (of gpuResourceName) per engine pod: 0 runs on the CPU, 1 on one GPU; more is tensor "
+        "parallelism, for engine kinds vllm and sglang only.",
+    )
+    gpu_resource_name: str = Field(
+        DEFAULT_GPU_RESOURCE,
+        max_length=317,
+        pattern=EXTENDED_RESOURCE,
+        description="The extended resource a GPU is, as the device plugin names it: nvidia.com/gpu, amd.com/gpu, "
+        "a MIG profile such as nvidia.com/mig-1g.10gb. Pods tolerate the taint of that name.",
     )
     cpu: Quantity | None = Field(None, description="CPU request and limit, e.g. '4'.")
     memory: Quantity | None = Field(None, description="Memory request and limit, e.g. '16Gi'.")
 
+    @model_validator(mode="after")
+    def _one_place_each(self) -> EngineResources:
+        requests, limits = self.requests or {}, self.limits or {}
+        for name in ("cpu", "memory"):
+            if getattr(self, name) is not None and (name in requests or name in limits):
+                raise ValueError(_shorthand_rule(name)[1])
+        if self.gpu_resource_name in requests or self.gpu_resource_name in limits:
+            raise ValueError(_ENGINE_RESOURCE_RULES[2][1])
+        domain = self.gpu_resource_name.split("/")[0]
+        if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+            raise ValueError(_ENGINE_RESOURCE_RULES[3][1])
+        return self
 
-class Toleration(_Wire):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    def container(self) -> dict[str, dict[str, str]]:
+        """The engine container's ``resources``: the shorthands, the maps, and the GPUs (request = limit, as
+        the core API requires of an extended resource)."""
+        shorthand = {k: v for k, v in (("cpu", self.cpu), ("memory", self.memory)) if v is not None}
+        gpus = {self.gpu_resource_name: str(self.gpus)} if self.gpus else {}
+        requests = {**shorthand, **(self.requests or {}), **gpus}
+        limits = {**shorthand, **(self.limits or {}), **gpus}
+        return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+    @property
+    def cpu_limit(self) -> Quantity | None:
+        """The engine container's CPU limit, if it has one."""
+        return self.cpu or (self.limits or {}).get("cpu")
 
 
-class EnvVar(_Wire):
-    name: str = Field(min_length=1)
-    value: str = ""
+class EngineSpec(PodFields):
+    """The engine pods: which server, its image, model-serving settings, resources and pod placement."""
 
-
-class EngineSpec(_Wire):
     kind: EngineKind = Field(
         DEFAULT_KIND,
         description="The engine the pods run: shoal (Shoal's own), vllm, sglang or llamacpp (llama-server); "
@@ -188,9 +232,15 @@ class EngineSpec(_Wire):
     image: str | None = Field(
         None, min_length=1, description="The engine image; the operator's default for the kind if unset."
     )
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    resources: EngineResources = Field(default_factory=EngineResources)
-    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="When the kubelet pulls the engine image (and the fetch container's)."
+    )
+    resources: EngineResources = Field(
+        default_factory=EngineResources, description="GPUs, CPU and memory per engine pod."
+    )
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="The weights' and activations' type; auto picks what the device runs fastest."
+    )
     block_size: Literal[8, 16, 32] | None = Field(
         None, description="Tokens per KV block; the engine's own default if unset (16 for shoal)."
     )
@@ -201,13 +251,12 @@ class EngineSpec(_Wire):
         600, ge=30, le=7200, description="How long model loading may take before the pod is restarted."
     )
     extra_args: list[str] = Field(default_factory=list, description="Appended to the engine's command.")
-    env: list[EnvVar] = Field(default_factory=list)
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
 
 
-class ReplicasSpec(_Wire):
-    model_config = _cel(
+class ReplicasSpec(Wire):
+    """How many engines: the bounds the autoscaler keeps to, and the count while it is off."""
+
+    model_config = cel(
         ("self.min <= self.max", "replicas.min must be less than or equal to replicas.max"),
         (
             "!has(self.count) || (self.count >= self.min && self.count <= self.max)",
@@ -237,7 +286,9 @@ class ReplicasSpec(_Wire):
         return self.min if self.count is None else self.count
 
 
-class MetricsSpec(_Wire):
+class MetricsSpec(Wire):
+    """Where the autoscaler reads the engines' load from."""
+
     source: Literal["scrape", "prometheus"] = Field(
         "scrape", description="scrape reads every engine's /metrics; prometheus queries a Prometheus."
     )
@@ -246,39 +297,45 @@ class MetricsSpec(_Wire):
     )
 
 
-class AutoscalingSpec(_Wire):
-    enabled: bool = False
+class AutoscalingSpec(Wire):
+    """The autoscaler: its targets and how fast it may move (docs/autoscaling.md)."""
+
+    enabled: bool = Field(False, description="Let the autoscaler own the engine count (within replicas.min and max).")
     mode: Literal["Act", "Recommend"] = Field(
         "Act", description="Act scales the engines; Recommend records each decision in the status and scales nothing."
     )
     queue_depth_per_replica: float = Field(4.0, gt=0, description="Target waiting requests per engine.")
     ttft_p95_seconds: float = Field(2.0, gt=0, description="Target P95 time to first token.")
-    scale_up_stabilization_seconds: int = Field(0, ge=0, le=3600)
-    scale_down_stabilization_seconds: int = Field(300, ge=0, le=3600)
+    scale_up_stabilization_seconds: int = Field(
+        0, ge=0, le=3600, description="A scale-up takes the lowest count wanted over this window (0: at once)."
+    )
+    scale_down_stabilization_seconds: int = Field(
+        300, ge=0, le=3600, description="A scale-down takes the highest count wanted over this window."
+    )
     max_step: int = Field(
         2,
         ge=1,
         description="Most replicas removed in one decision, or added on a count guessed from the queue or "
         "latency; a breach sized from measured rates adds what it needs at once (panic).",
     )
-    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Where the engines' load is read.")
 
 
-class SecretKeyRef(_Wire):
+class SecretKeyRef(Wire):
     """A key of a Secret in the InferenceDeployment's namespace."""
 
-    name: str = Field(min_length=1)
-    key: str = Field("api-keys", min_length=1)
+    name: str = Field(min_length=1, description="The Secret's name.")
+    key: str = Field("api-keys", min_length=1, description="The key holding the tenants file.")
 
 
-class HoldQueueSpec(_Wire):
+class HoldQueueSpec(Wire):
     """Requests the gateway holds while no engine is ready (scale from zero), beyond which it answers 503."""
 
     size: int = Field(64, ge=0, le=10000, description="Requests held per gateway; 0 answers 503 at once.")
     wait_seconds: int = Field(60, ge=1, le=3600, description="Longest a request is held before a 503.")
 
 
-class GatewayTimeoutsSpec(_Wire):
+class GatewayTimeoutsSpec(Wire):
     """The gateway's time limits on a request (``shoal gateway --connect-timeout`` and the others)."""
 
     connect_seconds: float = Field(
@@ -307,17 +364,46 @@ class GatewayTimeoutsSpec(_Wire):
     )
 
 
-class GatewaySpec(_Wire):
+_GATEWAY_BLOCKING = (
+    "gateway.podDisruptionBudget.minAvailable must be less than gateway.replicas: a budget that keeps every "
+    "gateway up blocks every eviction, so node drains never finish"
+)
+
+
+class GatewaySpec(PodFields):
+    """The gateway pods: image, replicas, routing, auth, quotas and time limits, resources and pod placement."""
+
+    model_config = cel(
+        (
+            f"!has(self.podDisruptionBudget) || ({blocking_rule('self.podDisruptionBudget', 'self.replicas')})",
+            _GATEWAY_BLOCKING,
+            ".podDisruptionBudget.minAvailable",
+        )
+    )
+
     image: str | None = Field(
         None,
         min_length=1,
         description="The gateway image; unset: the operator's default (the chart's gatewayImage, else the "
         f"operator's own image), else {DEFAULT_GATEWAY_IMAGE}.",
     )
-    replicas: int = Field(1, ge=0, le=100)
-    hold_queue: HoldQueueSpec = Field(default_factory=HoldQueueSpec)
-    timeouts: GatewayTimeoutsSpec = Field(default_factory=GatewayTimeoutsSpec)
-    routing_policy: RoutingPolicy = "prefix-aware"
+    replicas: int = Field(1, ge=0, le=100, description="Gateway pods; each routes to every engine.")
+    resources: ResourceRequirements = Field(
+        default_factory=lambda: GATEWAY_RESOURCES,
+        description="Requests and limits of the gateway container (the core API's resources): 100m CPU and 256Mi "
+        "requested, 1Gi memory limit, unless set.",
+    )
+    hold_queue: HoldQueueSpec = Field(
+        default_factory=HoldQueueSpec, description="Requests held while no engine is ready (scale from zero)."
+    )
+    timeouts: GatewayTimeoutsSpec = Field(
+        default_factory=GatewayTimeoutsSpec, description="The gateway's time limits on a request."
+    )
+    routing_policy: RoutingPolicy = Field(
+        "prefix-aware",
+        description="How a request picks its engine: prefix-aware (the engine caching most of its prompt, under "
+        "the load bound), least-load, or round-robin.",
+    )
     bound_factor: float = Field(1.25, ge=1.0, le=10.0, description="Bounded-load cap relative to the mean.")
     api_key_secret: SecretKeyRef | None = Field(
         None,
@@ -329,7 +415,7 @@ class GatewaySpec(_Wire):
     )
 
 
-class NetworkPolicySpec(_Wire):
+class NetworkPolicySpec(Wire):
     """Who may reach the engines: the gateway, and Prometheus for ``/metrics``. The engine serves its API and
     ``/metrics`` on one port, so the scrapers it admits can reach both."""
 
@@ -345,6 +431,10 @@ def _kind_rule(kind: str, cel: str, text: str) -> JsonDict:
     return {"rule": f"!has(self.engine) || !({of_kind}) || ({cel})", "message": text}
 
 
+ENGINE_BLOCKING = (
+    "engine.podDisruptionBudget.minAvailable must be less than replicas.max: a budget that keeps every engine up "
+    "blocks every eviction, so node drains never finish"
+)
 ENGINE_KIND_RULES: list[JsonValue] = [
     _kind_rule(kind, refusal.cel, refusal_message(kind, refusal))
     for kind, adapter in ADAPTERS.items()
@@ -352,17 +442,31 @@ ENGINE_KIND_RULES: list[JsonValue] = [
 ]
 
 
-class InferenceDeploymentSpec(_Wire):
+class InferenceDeploymentSpec(Wire):
     """``spec`` of an InferenceDeployment."""
 
-    model_config = _Wire.model_config | ConfigDict(json_schema_extra={"x-kubernetes-validations": ENGINE_KIND_RULES})
+    model_config = Wire.model_config | ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                *ENGINE_KIND_RULES,
+                {
+                    "rule": "!has(self.engine) || !has(self.engine.podDisruptionBudget) || "
+                    f"({blocking_rule('self.engine.podDisruptionBudget', 'self.replicas.max')})",
+                    "message": ENGINE_BLOCKING,
+                    "fieldPath": ".engine.podDisruptionBudget.minAvailable",
+                },
+            ]
+        }
+    )
 
-    model: ModelSpec
-    engine: EngineSpec = Field(default_factory=EngineSpec)
-    replicas: ReplicasSpec = Field(default_factory=ReplicasSpec)
-    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
-    gateway: GatewaySpec = Field(default_factory=GatewaySpec)
-    network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
+    model: ModelSpec = Field(description="What to serve and where it comes from.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="The engine pods.")
+    replicas: ReplicasSpec = Field(default_factory=ReplicasSpec, description="How many engine pods.")
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="The autoscaler.")
+    gateway: GatewaySpec = Field(default_factory=GatewaySpec, description="The gateway pods in front of the engines.")
+    network_policy: NetworkPolicySpec = Field(
+        default_factory=NetworkPolicySpec, description="Who may reach the engines."
+    )
 
     @model_validator(mode="after")
     def _kind_refusals(self) -> InferenceDeploymentSpec:
@@ -372,12 +476,21 @@ class InferenceDeploymentSpec(_Wire):
             raise ValueError(broken[0])
         return self
 
+    @model_validator(mode="after")
+    def _evictable(self) -> InferenceDeploymentSpec:
+        """A disruption budget that keeps every pod up would block every node drain."""
+        if self.engine.pod_disruption_budget.blocks_evictions(self.replicas.max):
+            raise ValueError(ENGINE_BLOCKING)
+        if self.gateway.pod_disruption_budget.blocks_evictions(self.gateway.replicas):
+            raise ValueError(_GATEWAY_BLOCKING)
+        return self
+
     @property
     def served_name(self) -> str:
         return self.model.served_name or self.model.source
 
 
-class Condition(_Wire):
+class Condition(Wire):
     type: str
     status: Literal["True", "False", "Unknown"]
     reason: str
@@ -389,7 +502,7 @@ class Condition(_Wire):
 SignalValues = dict[str, float]
 
 
-class ScalingRecord(_Wire):
+class ScalingRecord(Wire):
     """One change of the engine count (or, in Recommend mode, of the recommendation: ``applied`` false)."""
 
     time: str
@@ -401,7 +514,7 @@ class ScalingRecord(_Wire):
     applied: bool = True
 
 
-class ScalingDecisionStatus(_Wire):
+class ScalingDecisionStatus(Wire):
     """The autoscaler's latest evaluation, whether or not it changed anything."""
 
     time: str
@@ -412,9 +525,10 @@ class ScalingDecisionStatus(_Wire):
     applied: bool = True
 
 
-class InferenceDeploymentStatus(_Wire):
+class InferenceDeploymentStatus(Wire):
     """``status``: written only by the operator (and, through its hook, the autoscaler)."""
 
+    served_name: str | None = Field(None, description="The model name clients use (the MODEL column).")
     replicas: int = 0
     ready_replicas: int = 0
     desired_replicas: int = 0

@@ -88,6 +88,7 @@ def compute_status(
     old_conditions = list(previous.get("conditions", []))
     history, last_scale_time = _history(previous, decision, proposal, spec, problem, stamp)
     fields: dict[str, Any] = {
+        "served_name": spec.served_name,
         "replicas": replicas,
         "ready_replicas": ready,
         "desired_replicas": decision.replicas,

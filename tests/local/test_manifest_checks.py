@@ -127,6 +127,27 @@ def test_cluster_only_fields_are_ignored_locally_not_refused(tmp_path: Path) -> 
     assert "resources.cpu" not in ignored  # used: it caps the threads of each engine
 
 
+def test_the_pod_fields_are_ignored_locally_for_engine_and_gateway(tmp_path: Path) -> None:
+    pod = {
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]}},
+        "priorityClassName": "high",
+        "imagePullSecrets": [{"name": "registry"}],
+        "podLabels": {"team": "search"},
+        "envFrom": [{"secretRef": {"name": "tokens"}}],
+        "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "tokens", "key": "hub"}}}],
+    }
+    gateway = {**pod, "env": [{"name": "PLAIN", "value": "1"}]}
+    document = manifest(
+        "smollm2-135m", engine={**pod, "resources": {"gpus": 0, "limits": {"cpu": "2"}}}, gateway=gateway
+    )
+    loaded = load_manifest(write_manifest(tmp_path, document))
+    for section in ("engine", "gateway"):
+        for field in ("affinity", "imagePullSecrets", "podLabels", "envFrom"):
+            assert any(n.startswith(f"spec.{section}.") and field in n for n in loaded.ignored), (section, field)
+    assert any(n.startswith("spec.gateway.env") for n in loaded.ignored)
+    assert loaded.spec.engine.resources.cpu_limit == "2"  # caps the threads as resources.cpu does
+
+
 @given(
     cores=st.integers(1, 256),
     most=st.integers(1, 64),

@@ -156,6 +156,8 @@ def children_of(plane: ControlPlane, namespace: str, name: str) -> dict[str, dic
         ("deployment", f"{name}-gateway"),
         ("service", name),
         ("networkpolicy", f"{name}-engine"),
+        ("poddisruptionbudget", f"{name}-engine"),
+        ("poddisruptionbudget", f"{name}-gateway"),
         ("secret", f"{name}-api-keys"),
     ]
     return {f"{kind}/{child}": get(plane, namespace, kind, child) for kind, child in wanted}

@@ -13,7 +13,9 @@ from support.kube_testbed import ControlPlane
 from shoal.operator.naming import FIELD_MANAGER, MANAGED_BY_LABEL
 from shoal.operator.spec import GROUP
 
-KINDS = "deployments,services,configmaps,serviceaccounts,roles,rolebindings,networkpolicies,secrets"
+KINDS = (
+    "deployments,services,configmaps,serviceaccounts,roles,rolebindings,networkpolicies,poddisruptionbudgets,secrets"
+)
 # what one InferenceDeployment owns (without the Prometheus Operator): as in operator_harness.children_of
 EXPECTED = Counter(
     {
@@ -24,6 +26,7 @@ EXPECTED = Counter(
         "Role": 1,
         "RoleBinding": 1,
         "NetworkPolicy": 1,
+        "PodDisruptionBudget": 2,
         "Secret": 1,
     }
 )

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from shoal.operator.builders import applied_digest, build_children
-from shoal.operator.builders.engine import GPU_RESOURCE, serve_args
+from shoal.operator.builders.engine import serve_args
 from shoal.operator.naming import Owner
 from shoal.operator.spec import DEFAULT_GATEWAY_IMAGE, InferenceDeploymentSpec
+from shoal.operator.spec import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
 
 OWNER = Owner("chat", "team-a", "0b7d3f52-0000-4000-8000-000000000001")
 
@@ -39,6 +40,8 @@ def test_every_child_is_owned_and_labelled() -> None:
         ("PodMonitor", "chat-gateway"),
         ("PrometheusRule", "chat"),
         ("NetworkPolicy", "chat-engine"),
+        ("PodDisruptionBudget", "chat-engine"),
+        ("PodDisruptionBudget", "chat-gateway"),
     }
     for child in built:
         meta = child["metadata"]

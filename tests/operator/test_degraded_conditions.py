@@ -7,7 +7,7 @@ import pytest
 from operator_harness import OperatorProcess, apply, condition, eventually, example, get, wait_ready
 from support.kube_testbed import ControlPlane
 
-from shoal.operator.builders.engine import GPU_RESOURCE as GPU
+from shoal.operator.spec import DEFAULT_GPU_RESOURCE as GPU
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 

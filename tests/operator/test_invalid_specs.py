@@ -150,3 +150,130 @@ def test_every_source_kind_is_accepted(installed_chart: ControlPlane) -> None:
             "apply", "--dry-run=server", "-n", "default", "-f", "-", input=yaml.safe_dump(body), check=False
         )
         assert result.returncode == 0, (model, result.stderr)
+
+
+NODE_TERM = {"matchExpressions": [{"key": "gpu", "operator": "In"}]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        (
+            {
+                "engine": {
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_TERM]}
+                        }
+                    }
+                }
+            },
+            "spec.engine.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+            ".matchExpressions[0]",
+            "operator In and NotIn need values",
+        ),
+        (
+            {"gateway": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}}},
+            "spec.gateway.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey",
+            "Field required",
+        ),
+        (
+            {"engine": {"resources": {"gpus": 0, "requests": {"memory": "8Gi"}, "limits": {"memory": "4Gi"}}}},
+            "spec.engine.resources.requests",
+            "every request must be less than or equal to its limit",
+        ),
+        (
+            {"gateway": {"resources": {"limits": {"memory": "lots"}}}},
+            "spec.gateway.resources.limits.memory",
+            "String should match pattern",
+        ),
+        (
+            {"engine": {"resources": {"gpus": 0, "requests": {"gpu": "1"}}}},
+            "spec.engine.resources.requests",
+            "String should match pattern",
+        ),
+        (
+            {"engine": {"resources": {"gpuResourceName": "gpu"}}},
+            "spec.engine.resources.gpuResourceName",
+            "String should match pattern",
+        ),
+        (
+            {"engine": {"resources": {"gpuResourceName": "kubernetes.io/gpu"}}},
+            "spec.engine.resources.gpuResourceName",
+            "engine.resources.gpuResourceName must be an extended resource outside kubernetes.io",
+        ),
+        (
+            {"engine": {"resources": {"gpus": 0, "cpu": "2", "limits": {"cpu": "4"}}}},
+            "spec.engine.resources.cpu",
+            "engine.resources.cpu sets both the request and the limit",
+        ),
+        (
+            {
+                "engine": {
+                    "env": [{"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+                }
+            },
+            "spec.engine.env[0]",
+            "an env entry takes value or valueFrom, not both",
+        ),
+        (
+            {"gateway": {"envFrom": [{"prefix": "X_"}]}},
+            "spec.gateway.envFrom[0]",
+            "an envFrom entry takes exactly one of configMapRef or secretRef",
+        ),
+        (
+            {"engine": {"podLabels": {"app.kubernetes.io/instance": "other"}}},
+            "spec.engine.podLabels",
+            "podLabels cannot set the operator's own labels",
+        ),
+        (
+            {"engine": {"priorityClassName": "High_Priority"}},
+            "spec.engine.priorityClassName",
+            "String should match pattern",
+        ),
+        (
+            {"engine": {"podDisruptionBudget": {"maxUnavailable": 0}}},
+            "spec.engine.podDisruptionBudget.maxUnavailable",
+            "podDisruptionBudget.maxUnavailable 0 blocks every eviction",
+        ),
+        (
+            {"gateway": {"tolerations": [{"key": "a", "operator": "Exists", "value": "b"}]}},
+            "spec.gateway.tolerations[0]",
+            "a toleration with operator Exists takes no value",
+        ),
+    ],
+    ids=[
+        "affinity-in-without-values",
+        "affinity-without-topology-key",
+        "request-over-limit",
+        "bad-quantity",
+        "bad-resource-name",
+        "bad-gpu-resource-name",
+        "gpu-resource-in-kubernetes-io",
+        "cpu-twice",
+        "env-value-and-value-from",
+        "env-from-without-source",
+        "reserved-pod-label",
+        "bad-priority-class-name",
+        "max-unavailable-zero",
+        "toleration-exists-with-value",
+    ],
+)
+def test_a_bad_pod_field_is_refused_naming_it(
+    installed_chart: ControlPlane, spec: dict[str, Any], field: str, words: str
+) -> None:
+    """The apiserver names the field; ``shoal up`` (the same models) refuses the same spec."""
+    from pydantic import ValidationError
+
+    from shoal.operator.spec import InferenceDeploymentSpec
+
+    with pytest.raises(ValidationError, match=words):
+        InferenceDeploymentSpec.model_validate({"model": {"source": "smollm2-135m"}, **spec})
+    body = example("bad-pod-field", **spec)
+    if "engine" in spec:
+        body["spec"]["engine"] = {**example("x")["spec"]["engine"], **spec["engine"]}
+    result = apply(installed_chart, "default", body)
+    assert result.returncode != 0
+    assert f"{field}: " in result.stderr, result.stderr
+    if not words[0].isupper():  # a CEL rule's message, in the same words as the model's
+        assert words in result.stderr, result.stderr

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity
 
-from shoal.operator.builders.engine import quantity_bytes, serve_args
+from shoal.operator.builders.engine import serve_args
+from shoal.operator.quantity import quantity_bytes
 from shoal.operator.spec import InferenceDeploymentSpec
 
 

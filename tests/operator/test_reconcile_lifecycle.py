@@ -47,11 +47,11 @@ def test_example_gets_owned_children_and_becomes_ready(
 
 
 def test_printer_columns(installed_chart: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
-    apply(installed_chart, namespace, example("cols"))
+    apply(installed_chart, namespace, example("cols", model={"source": "smollm2-135m", "servedName": "chat"}))
     wait_ready(installed_chart, namespace, "cols")
     header, row = installed_chart.kubectl("get", "infd", "-n", namespace).stdout.splitlines()
-    assert header.split() == ["NAME", "MODEL", "READY", "DESIRED", "QUEUE", "TTFT-P95", "AGE"]
-    assert row.split()[:4] == ["cols", "smollm2-135m", "1", "1"]
+    assert header.split() == ["NAME", "MODEL", "READY", "DESIRED", "QUEUE", "TTFT-P95-SECONDS", "AGE"]
+    assert row.split()[:4] == ["cols", "chat", "1", "1"]  # the name clients use, not the source
     names = installed_chart.kubectl("get", "shoal", "-n", namespace, "-o", "name").stdout.split()
     assert names == ["inferencedeployment.shoal.dev/cols"], "the `shoal` category lists it"
 

@@ -264,3 +264,46 @@ def test_a_missing_credentials_secret_is_named() -> None:
     problem = diagnose_pod(p)
     assert problem is not None and problem.reason == "ContainerConfigError"
     assert problem.message == f"pod e-1: container fetch-model cannot start: {message}"
+
+
+def test_a_crash_loop_says_how_the_engine_last_ended() -> None:
+    """The engine container's log tail (FallbackToLogsOnError) reaches the Degraded message: the last lines."""
+    log = "\n".join(f"INFO line {i}" for i in range(20)) + "\nValueError: --max-model-len 9999999 exceeds the KV cache"
+    p = pod(
+        "chat-engine-3",
+        containerStatuses=[
+            {
+                "name": "engine",
+                "restartCount": 4,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": log}},
+            }
+        ],
+    )
+    problem = diagnose_pod(p)
+    assert problem is not None and problem.reason == "CrashLoopBackOff"
+    assert problem.message == (
+        "pod chat-engine-3: container engine keeps crashing; last exit code 1 (Error): INFO line 16 | INFO line 17 | "
+        "INFO line 18 | INFO line 19 | ValueError: --max-model-len 9999999 exceeds the KV cache"
+    )
+    oom = pod(
+        "chat-engine-4",
+        containerStatuses=[
+            {
+                "name": "engine",
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+            }
+        ],
+    )
+    assert diagnose_pod(oom).message.endswith("keeps crashing; last exit code 137 (OOMKilled)")  # type: ignore[union-attr]
+
+
+def test_insufficient_gpu_follows_the_gpu_resource_name() -> None:
+    scheduler = "0/2 nodes are available: 2 Insufficient amd.com/gpu."
+    p = pod(
+        "chat-engine-5",
+        conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": scheduler}],
+    )
+    assert diagnose_pod(p, "amd.com/gpu").reason == "InsufficientGPU"  # type: ignore[union-attr]
+    assert diagnose_pod(p).reason == "Unschedulable"  # type: ignore[union-attr]

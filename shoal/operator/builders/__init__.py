@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.operator.builders.access import role, role_binding, service_account
+from shoal.operator.builders.disruption import pod_disruption_budget
 from shoal.operator.builders.engine import engine_deployment, engine_service, serve_args
 from shoal.operator.builders.gateway import gateway_config_map, gateway_deployment, gateway_service
 from shoal.operator.builders.monitoring import monitoring_objects
@@ -48,6 +49,8 @@ def build_children(
         gateway_config_map(owner, spec),
         gateway_deployment(owner, spec, gateway_image),
         gateway_service(owner),
+        pod_disruption_budget(owner, owner.engine_name, "engine", spec.engine.pod_disruption_budget),
+        pod_disruption_budget(owner, owner.gateway_name, "gateway", spec.gateway.pod_disruption_budget),
     ]
     if prometheus_operator:
         children += monitoring_objects(owner, spec, monitoring_labels or {})

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 from shoal.engine_kinds import EngineSettings, adapter
 from shoal.operator.builders.gateway import gateway_image
 from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, fetched
-from shoal.operator.builders.placement import spread_across_nodes
+from shoal.operator.builders.placement import container_env, core, pod_metadata, pod_placement
 from shoal.operator.builders.security import (
     SCRATCH_ENV,
     SCRATCH_MOUNT,
@@ -27,9 +26,9 @@ from shoal.operator.builders.security import (
     pod_security_context,
 )
 from shoal.operator.naming import ENGINE_PORT, Owner
+from shoal.operator.quantity import quantity_bytes
 from shoal.operator.spec import DEFAULT_ENGINE_IMAGES, InferenceDeploymentSpec
 
-GPU_RESOURCE = "nvidia.com/gpu"
 COMPONENT = "engine"
 TERMINATION_GRACE_SECONDS = 60  # the engine drains in-flight requests on SIGTERM
 PRESTOP_SLEEP_SECONDS = 5  # let EndpointSlices drop the pod before it stops accepting
@@ -71,49 +70,12 @@ def engine_image(spec: InferenceDeploymentSpec, images: Mapping[str, str]) -> st
     return spec.engine.image or images.get(kind) or (gpu if spec.engine.resources.gpus else cpu)
 
 
-_SUFFIXES: dict[str, int | Fraction] = {
-    "": 1,
-    "m": Fraction(1, 1000),
-    "k": 10**3,
-    "K": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
-def quantity_bytes(quantity: str) -> int:
-    """A Kubernetes memory quantity ("8Gi", "512M", "1000", even "500m") as whole bytes, rounded up as the
-    kubelet rounds memory; exact (a ``Fraction``), so "1.1Gi" is not off by a float's last bit."""
-    number = quantity.rstrip("kKMGTPEim")
-    return math.ceil(Fraction(number) * _SUFFIXES[quantity[len(number) :]])
-
-
-def _resources(spec: InferenceDeploymentSpec) -> dict[str, Any]:
-    res = spec.engine.resources
-    amounts: dict[str, str] = {}
-    if res.cpu:
-        amounts["cpu"] = res.cpu
-    if res.memory:
-        amounts["memory"] = res.memory
-    if res.gpus:
-        amounts[GPU_RESOURCE] = str(res.gpus)
-    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
-
-
 def _tolerations(spec: InferenceDeploymentSpec) -> list[dict[str, Any]]:
-    tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.engine.tolerations]
-    if spec.engine.resources.gpus and not any(t.get("key") == GPU_RESOURCE for t in tolerations):
-        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
-    return tolerations
+    """The operator's own: a GPU pod tolerates the taint named after its GPU resource, unless the spec does."""
+    gpu = spec.engine.resources.gpu_resource_name
+    if spec.engine.resources.gpus and not any(t.key == gpu for t in spec.engine.tolerations):
+        return [{"key": gpu, "operator": "Exists", "effect": "NoSchedule"}]
+    return []
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -138,8 +100,10 @@ def engine_container(
         "command": [kind.image_binary or argv[0]],
         "args": argv[1:],
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
-        "env": SCRATCH_ENV + [e.model_dump(by_alias=True) for e in engine.env],
-        "resources": _resources(spec),
+        "env": container_env(engine, SCRATCH_ENV),
+        **({"envFrom": [core(e) for e in engine.env_from]} if engine.env_from else {}),
+        "resources": engine.resources.container(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",  # a crash's last log lines reach the status
         "startupProbe": _probe(
             kind.ready_path, STARTUP_PERIOD_SECONDS, math.ceil(engine.startup_seconds / STARTUP_PERIOD_SECONDS)
         ),
@@ -161,7 +125,6 @@ def engine_deployment(
 ) -> dict[str, Any]:
     """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here); ``images``:
     the operator's engine image per kind; another kind's model is fetched by the gateway's image."""
-    labels = owner.labels(COMPONENT)
     images = images or {}
     shoal = spec.engine.kind == "shoal"
     fetcher = engine_image(spec, images) if shoal else gateway_image(spec, default_gateway_image)
@@ -176,14 +139,15 @@ def engine_deployment(
             "selector": {"matchLabels": owner.selector(COMPONENT)},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {
+                "metadata": pod_metadata(
+                    spec.engine,
+                    owner.labels(COMPONENT),
+                    {
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(ENGINE_PORT),
                         "prometheus.io/path": "/metrics",
                     },
-                },
+                ),
                 "spec": {
                     "automountServiceAccountToken": False,
                     "securityContext": pod_security_context(),
@@ -191,9 +155,7 @@ def engine_deployment(
                     **({"initContainers": init_containers} if init_containers else {}),
                     "containers": [engine_container(spec, model_mounts, images)],
                     "volumes": volumes,
-                    "nodeSelector": dict(spec.engine.node_selector),
-                    "tolerations": _tolerations(spec),
-                    "topologySpreadConstraints": spread_across_nodes(owner.selector(COMPONENT)),
+                    **pod_placement(spec.engine, owner.selector(COMPONENT), _tolerations(spec)),
                 },
             },
         },

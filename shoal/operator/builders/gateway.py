@@ -16,7 +16,7 @@ from typing import Any
 from shoal.engine_kinds import DEFAULT_BLOCK_SIZE
 from shoal.operator.builders.api_keys import api_key_secret_ref
 from shoal.operator.builders.model import gateway_model, gateway_tokenizer_settings
-from shoal.operator.builders.placement import spread_across_nodes
+from shoal.operator.builders.placement import container_env, core, pod_metadata, pod_placement
 from shoal.operator.builders.security import (
     SCRATCH_ENV,
     SCRATCH_MOUNT,
@@ -121,15 +121,16 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec, default_imag
             "replicas": gateway.replicas,
             "selector": {"matchLabels": owner.selector(COMPONENT)},
             "template": {
-                "metadata": {
-                    "labels": owner.labels(COMPONENT),
-                    "annotations": {
+                "metadata": pod_metadata(
+                    gateway,
+                    owner.labels(COMPONENT),
+                    {
                         "shoal.dev/config-hash": config_hash,
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(GATEWAY_PORT),
                         "prometheus.io/path": "/metrics",
                     },
-                },
+                ),
                 "spec": {
                     "serviceAccountName": owner.gateway_name,
                     "securityContext": pod_security_context(),
@@ -141,8 +142,13 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec, default_imag
                             "image": image,
                             "command": ["shoal"],
                             "args": gateway_args(settings),
-                            "env": list(SCRATCH_ENV),
-                            "envFrom": [{"configMapRef": {"name": owner.gateway_name}}],
+                            "env": container_env(gateway, SCRATCH_ENV),
+                            "envFrom": [
+                                {"configMapRef": {"name": owner.gateway_name}},
+                                *(core(e) for e in gateway.env_from),
+                            ],
+                            "resources": core(gateway.resources),
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
                             "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
                             "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, **probe},
                             "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, **probe},
@@ -151,7 +157,7 @@ def gateway_deployment(owner: Owner, spec: InferenceDeploymentSpec, default_imag
                         }
                     ],
                     "volumes": volumes,
-                    "topologySpreadConstraints": spread_across_nodes(owner.selector(COMPONENT)),
+                    **pod_placement(gateway, owner.selector(COMPONENT)),
                 },
             },
         },

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from shoal.operator import model_source
+from shoal.operator.builders.placement import container_env
 from shoal.operator.builders.security import SCRATCH_ENV, SCRATCH_MOUNT, container_security_context
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -86,7 +87,7 @@ def _fetch_container(
 ) -> dict[str, Any]:
     """A ``shoal fetch-model`` init container: the only container that sees the credentials Secret."""
     model = spec.model
-    env = SCRATCH_ENV + [e.model_dump(by_alias=True) for e in spec.engine.env]
+    env = container_env(spec.engine, SCRATCH_ENV)
     if model.s3_endpoint is not None:
         env.append({"name": "AWS_ENDPOINT_URL", "value": model.s3_endpoint})
     container: dict[str, Any] = {
