@@ -14,7 +14,15 @@ import json
 from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 ToolChoiceMode = Literal["none", "auto", "required"]
 FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"  # OpenAI's rule for function names
@@ -88,12 +96,21 @@ class ToolCall(_Strict):
         return {"id": self.id, "type": self.type, "function": {"name": self.function.name, "arguments": arguments}}
 
 
-class DeltaFunctionCall(BaseModel):
+class _Unset(BaseModel):
+    """Leaves out what a delta does not carry: SDKs merge each field of a delta into the call so far (the official
+    one sets ``type`` from every delta that has the key), so a ``null`` would erase what an earlier delta said."""
+
+    @model_serializer(mode="wrap")
+    def _without_nulls(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class DeltaFunctionCall(_Unset):
     name: str | None = None
     arguments: str | None = None
 
 
-class DeltaToolCall(BaseModel):
+class DeltaToolCall(_Unset):
     """A streamed piece of a call: its first carries ``id``, ``type`` and the name, the next ones argument text."""
 
     index: int

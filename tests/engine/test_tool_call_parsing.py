@@ -125,8 +125,8 @@ def test_a_possible_marker_is_held_back_until_it_is_one_or_not() -> None:
         "The answer is 4.",
         '{"answer": 4}',  # JSON that is not a call: no name
         '{"name": 4, "parameters": {}}',  # a name that is not a string
-        '{"name": "f", "parameters": {"x": }',  # not valid JSON
-        '{"name": "f", "parameters": {"x": 1}',  # cut short
+        '{"name": "f", "parameters": {"x": }}',  # not valid JSON
+        '{"nam',  # cut short before a name
     ],
 )
 def test_output_without_a_valid_call_is_all_content(text: str) -> None:
@@ -138,13 +138,17 @@ def test_output_without_a_valid_call_is_all_content(text: str) -> None:
     assert stream.message_content() == text and stream.tool_calls() is None
 
 
-def test_a_call_cut_short_after_others_keeps_the_complete_ones() -> None:
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_call_cut_short_once_named_is_answered_as_written(streamed: bool) -> None:
+    """As OpenAI answers a call cut by max_tokens: the call with the arguments written so far."""
     text = write_hermes([("a", {"x": 1})], None) + '\n<tool_call>\n{"name": "b", "arguments": {"y": '
     stream = ToolCallStream(ToolCallPlan(PARSERS["hermes"], None, parallel=True))
-    stream.update(text, final=False)
+    if streamed:
+        stream.update(text[: len(text) // 2], final=False)
     content, _ = stream.update(text, final=True)
     assert content == "" and stream.finish_reason("length") == "length"
-    assert [c.function.name for c in stream.tool_calls() or []] == ["a", "b"]  # b was streamed; it stays
+    calls = [(c.function.name, c.function.arguments) for c in stream.tool_calls() or []]
+    assert calls == [("a", '{"x": 1}'), ("b", '{"y": ')]
 
 
 def test_without_parallel_tool_calls_only_the_first_call_is_kept() -> None:

@@ -3,8 +3,9 @@
 The content is the text before the calls (``hermes`` and ``mistral`` let a model write some first); the calls are
 the JSON objects after the format's marker, read with ``json_scan`` so that a call still being written shows its
 name once the name is complete and its arguments' raw text so far. While the output grows, text that may still
-turn out to be a marker (``<tool_ca``) is held back from the content. At the end (``final``), only calls whose
-object is valid JSON with a string ``name`` count, and an output with none is all content, as vLLM answers.
+turn out to be a marker (``<tool_ca``) is held back from the content. At the end (``final``), the calls are those
+whose object is valid JSON with a string ``name``, and a last one cut short (``max_tokens``) once its name was
+written, as OpenAI answers a call cut by the length limit; an output with none is all content, as vLLM answers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class ParsedCall:
     name: str | None  # None until the name's string is complete
     arguments: str  # the raw JSON text of the arguments so far
     complete: bool  # the call's object is closed, valid JSON, and names a function
+    closed: bool = True  # False: the output ends inside the call's object
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ def extract(text: str, fmt: ToolCallFormat, final: bool) -> Extraction:
         start, content = first, ""
     calls = _calls(text, start, fmt)
     if final:
-        calls = [c for c in calls if c.complete]
+        calls = [c for c in calls if c.complete or (not c.closed and c.name is not None)]
         return Extraction(content, calls) if calls else Extraction(text, [])
     return Extraction(content, [c for c in calls if c.name is not None])
 
@@ -96,7 +98,8 @@ def _call(text: str, start: int, end: int | None, fmt: ToolCallFormat) -> Parsed
     else:
         value_start, value_stop = members[key]
         arguments = text[value_start : value_stop if value_stop is not None else len(text)]
-    return ParsedCall(name, arguments, end is not None and name is not None and _valid_json(text[start:end]))
+    complete = end is not None and name is not None and _valid_json(text[start:end])
+    return ParsedCall(name, arguments, complete, closed=end is not None)
 
 
 def _string(text: str) -> str | None:
