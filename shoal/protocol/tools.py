@@ -160,8 +160,8 @@ class ToolFields(_Strict):
         name = self.tool_choice.function.name
         return next((t.function for t in self.tools or [] if t.function.name == name), None)
 
-    def tools_for_template(self) -> list[dict[str, Any]] | None:
-        """``tools`` as chat templates receive them (transformers' ``apply_chat_template(tools=...)``)."""
-        if not self.tools:
-            return None
-        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+def template_variables(tools: list[ChatTool] | None) -> dict[str, Any]:
+    """``tools`` as chat templates receive them (transformers' ``apply_chat_template(tools=...)``), or nothing:
+    templates test ``if tools``."""
+    return {"tools": [t.model_dump(exclude_none=True) for t in tools]} if tools else {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+from shoal.protocol.tools import template_variables
 
 
 class PromptTokenizer(Protocol):
@@ -38,7 +39,6 @@ def completion_token_ids(tokenizer: PromptTokenizer, request: CompletionRequest)
 def chat_token_ids(tokenizer: PromptTokenizer, request: ChatCompletionRequest) -> list[int]:
     """The conversation rendered with the chat template; raises ``ChatTemplateError`` if it cannot be."""
     messages = [m.for_template() for m in request.messages]
-    tools = request.tools_for_template()
-    variables = {"tools": tools} if tools else {}  # a template tests ``tools is defined`` or ``if tools``
+    variables = template_variables(request.tools)
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=request.add_generation_prompt, **variables)
     return tokenizer.encode(text, add_special_tokens=False)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -50,6 +51,10 @@ TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
 ]
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+LOOKAHEAD = {
+    "type": "function",
+    "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"pattern": "(?=x)"}}}},
+}
 SEEDS = range(4)
 
 
@@ -68,14 +73,20 @@ def _check_calls(calls: list[Any] | None, names: set[str], cut_short: bool = Fal
     assert len({c.id for c in calls}) == len(calls)
 
 
-def test_required_calls_parse_and_validate_over_many_seeds(api: openai.OpenAI) -> None:
-    """Without parallel calls the grammar admits exactly one, and the choice ends with it."""
+@pytest.mark.parametrize(
+    ("tool_choice", "names"),
+    [("required", set(SCHEMAS)), ({"type": "function", "function": {"name": "get_time"}}, {"get_time"})],
+    ids=["required", "named"],
+)
+def test_one_call_parses_and_validates_over_many_seeds(api: openai.OpenAI, tool_choice: Any, names: set[str]) -> None:
+    """A named function, or ``required`` without parallel calls: the grammar admits exactly one call, and the
+    choice ends with it."""
     for seed in SEEDS:
         out = api.chat.completions.create(
             model=M,
             messages=MESSAGES,
             tools=TOOLS,
-            tool_choice="required",
+            tool_choice=tool_choice,
             parallel_tool_calls=False,
             seed=seed,
             temperature=1.0,
@@ -84,7 +95,7 @@ def test_required_calls_parse_and_validate_over_many_seeds(api: openai.OpenAI) -
         choice = out.choices[0]
         assert choice.finish_reason == "tool_calls", choice.message
         assert choice.message.content is None
-        _check_calls(choice.message.tool_calls, set(SCHEMAS))
+        _check_calls(choice.message.tool_calls, names)
         assert len(choice.message.tool_calls or []) == 1
 
 
@@ -97,22 +108,6 @@ def test_parallel_required_calls_each_validate(api: openai.OpenAI) -> None:
         finish_reason = out.choices[0].finish_reason
         assert finish_reason in ("tool_calls", "length")
         _check_calls(out.choices[0].message.tool_calls, set(SCHEMAS), cut_short=finish_reason == "length")
-
-
-def test_a_named_function_is_the_one_called(api: openai.OpenAI) -> None:
-    for seed in SEEDS:
-        out = api.chat.completions.create(
-            model=M,
-            messages=MESSAGES,
-            tools=TOOLS,
-            tool_choice={"type": "function", "function": {"name": "get_time"}},
-            seed=seed,
-            temperature=1.0,
-            max_tokens=60,
-        )  # type: ignore[call-overload]
-        calls = out.choices[0].message.tool_calls
-        _check_calls(calls, {"get_time"})
-        assert len(calls) == 1 and out.choices[0].finish_reason == "tool_calls"  # type: ignore[arg-type]
 
 
 def test_streamed_calls_are_openais_deltas_and_add_up_to_the_answer(api: openai.OpenAI) -> None:
@@ -203,6 +198,16 @@ def test_tools_render_as_transformers_renders_them(tools_model_dir: Path) -> Non
     assert len(chat_token_ids(ours, plain)) < len(ids)
 
 
+def test_tokenize_counts_the_tools_as_chat_does(api: openai.OpenAI, tools_server: ServeProcess) -> None:
+    def count(body: dict[str, Any]) -> int:
+        response = httpx.post(f"{tools_server.url}/tokenize", json={"model": M, "messages": MESSAGES, **body})
+        assert response.status_code == 200, response.text
+        return int(response.json()["count"])
+
+    out = api.chat.completions.create(model=M, messages=MESSAGES, tools=TOOLS, tool_choice="none", max_tokens=1)  # type: ignore[call-overload]
+    assert count({"tools": TOOLS}) == out.usage.prompt_tokens > count({})  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("body", "param", "words"),
     [
@@ -217,6 +222,12 @@ def test_tools_render_as_transformers_renders_them(tools_model_dir: Path) -> Non
             "not among tools",
         ),
         ({"tool_choice": "required"}, "tool_choice", "only allowed when tools"),
+        (  # valid JSON Schema, but a look-ahead the grammar library's regular expressions do not have
+            {"tools": [LOOKAHEAD], "tool_choice": {"type": "function", "function": {"name": "f"}}},
+            "tools[0].function.parameters",
+            "could not compile",
+        ),
+        ({"tools": [TOOLS[0], LOOKAHEAD], "tool_choice": "required"}, "tools", "could not compile"),
         ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "invalid value"),
         ({"tools": [TOOLS[0], TOOLS[0]]}, "tools", "unique"),
         ({"tools": [{"type": "code_interpreter"}]}, "tools[0].type", "function"),
