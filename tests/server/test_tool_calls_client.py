@@ -2,8 +2,9 @@
 template is Qwen2.5's own (tools in the system turn, ``<tool_call>`` JSON, ``<tool_response>`` results).
 
 A random model follows no instruction, so a ``required`` or named call that parses and validates, every seed, is
-the constrained decoding's doing. ``auto`` leaves the choice to the model: here it is only shown to be served and
-read in the family's format (the parsing itself is ``tests/engine/test_tool_call_parsing.py``'s).
+the constrained decoding's doing. ``auto`` leaves the choice to the model, which a random one never makes: its
+output is pinned to a call with a guided choice to show the server reads it (the parsers themselves are
+``tests/engine/test_tool_call_parsing.py``'s).
 """
 
 from __future__ import annotations
@@ -136,12 +137,33 @@ def test_streamed_calls_are_openais_deltas_and_add_up_to_the_answer(api: openai.
         ]
 
 
-def test_none_and_auto_are_served(api: openai.OpenAI) -> None:
+def test_none_is_content_only(api: openai.OpenAI) -> None:
     none = api.chat.completions.create(model=M, messages=MESSAGES, tools=TOOLS, tool_choice="none", max_tokens=8)  # type: ignore[call-overload]
     assert none.choices[0].message.tool_calls is None and none.choices[0].finish_reason in ("stop", "length")
-    for stream in (False, True):  # tools without tool_choice: auto, read for <tool_call> in the model's text
-        out = api.chat.completions.create(model=M, messages=MESSAGES, tools=TOOLS, max_tokens=8, stream=stream)  # type: ignore[call-overload]
-        assert out is not None
+
+
+def test_auto_reads_the_models_own_format(api: openai.OpenAI) -> None:
+    """``auto`` (tools without tool_choice): the output is pinned to a hermes call with a guided choice (a random
+    model would not write one), and comes back as content before the call and the call, streamed and not."""
+    written = 'Let me check.<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>'
+    kwargs: dict[str, Any] = dict(
+        model=M, messages=MESSAGES, tools=TOOLS, max_tokens=200, extra_body={"guided_choice": [written]}
+    )
+    whole = api.chat.completions.create(**kwargs)
+    message = whole.choices[0].message
+    assert message.content == "Let me check." and whole.choices[0].finish_reason == "tool_calls"
+    assert [(c.function.name, c.function.arguments) for c in message.tool_calls or []] == [
+        ("get_time", '{"zone": "CET"}')
+    ]
+    chunks = [c for c in api.chat.completions.create(stream=True, **kwargs) if c.choices]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Let me check."
+    deltas = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    assert deltas[0].function.name == "get_time" and deltas[0].id  # type: ignore[union-attr]
+    assert "".join(d.function.arguments or "" for d in deltas) == '{"zone": "CET"}'  # type: ignore[union-attr]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    plain = api.chat.completions.create(**kwargs | {"extra_body": {"guided_choice": ["No tools needed."]}})
+    assert plain.choices[0].message.content == "No tools needed." and plain.choices[0].message.tool_calls is None
+    assert plain.choices[0].finish_reason == "stop"
 
 
 def test_a_tool_call_round_trip(api: openai.OpenAI, tools_model_dir: Path) -> None:
@@ -264,3 +286,42 @@ def test_auto_needs_the_servers_consent_and_a_parser(client: openai.OpenAI) -> N
         max_tokens=200,  # type: ignore[arg-type]
     )
     _check_calls(out.choices[0].message.tool_calls, set(SCHEMAS))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_smollm2_required_and_named_calls(smollm2_server: ServeProcess) -> None:
+    """The bundled SmolLM2, whose template shows no tools: required and named calls still parse and validate,
+    streamed and not, and a round trip answers in text."""
+    smol = openai.OpenAI(base_url=f"{smollm2_server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+    model = "smollm2-135m"
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for tool_choice in ("required", named):
+        kwargs: dict[str, Any] = dict(
+            model=model,
+            messages=MESSAGES,
+            tools=TOOLS,
+            tool_choice=tool_choice,
+            parallel_tool_calls=False,
+            temperature=0.7,
+            seed=0,
+            max_tokens=120,
+        )
+        whole = smol.chat.completions.create(**kwargs)
+        assert whole.choices[0].finish_reason == "tool_calls"
+        _check_calls(whole.choices[0].message.tool_calls, set(SCHEMAS))
+        with smol.chat.completions.stream(**kwargs) as stream:
+            streamed = stream.get_final_completion().choices[0].message.tool_calls or []
+        assert [(c.function.name, c.function.arguments) for c in streamed] == [
+            (c.function.name, c.function.arguments) for c in whole.choices[0].message.tool_calls or []
+        ]
+    call = (whole.choices[0].message.tool_calls or [])[0]
+    conversation = [
+        *MESSAGES,
+        whole.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 degrees."},
+    ]
+    answer = smol.chat.completions.create(
+        model=model, messages=conversation, tools=TOOLS, tool_choice="none", max_tokens=30
+    )  # type: ignore[arg-type]
+    assert answer.choices[0].message.content and answer.choices[0].message.tool_calls is None
