@@ -173,14 +173,11 @@ def test_a_tool_call_round_trip(api: openai.OpenAI, tools_model_dir: Path) -> No
     )  # type: ignore[call-overload]
     message = called.choices[0].message
     calls = message.tool_calls or []
-    conversation: list[dict[str, Any]] = [
-        *MESSAGES,
-        message.model_dump(exclude_none=True),
-        *({"role": "tool", "tool_call_id": c.id, "content": json.dumps({"ok": c.function.name})} for c in calls),
-    ]
-    answered = api.chat.completions.create(
-        model=M, messages=conversation, tools=TOOLS, tool_choice="none", max_tokens=8
+    results = [{"role": "tool", "tool_call_id": c.id, "content": json.dumps({"ok": c.function.name})} for c in calls]
+    answered = api.chat.completions.create(  # the answer's message object sent back as it is, as the SDK shows
+        model=M, messages=[*MESSAGES, message, *results], tools=TOOLS, tool_choice="none", max_tokens=8
     )  # type: ignore[call-overload]
+    conversation = [*MESSAGES, message.model_dump(exclude_unset=True), *results]  # what the SDK sent
     assert answered.choices[0].message.content is not None and answered.choices[0].message.tool_calls is None
     tokenizer = Tokenizer.from_source(resolve_model(str(tools_model_dir)))
     request = ChatCompletionRequest.model_validate({"model": M, "messages": conversation, "tools": TOOLS})
