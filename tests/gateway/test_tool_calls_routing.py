@@ -16,6 +16,7 @@ import pytest
 from gateway_harness import EngineProcess, GatewayHandle
 from support.polling import eventually
 
+from shoal.gateway.prompts import PromptReader
 from shoal.protocol.openai_api import ChatCompletionRequest
 
 pytestmark = pytest.mark.timeout(300)
@@ -118,3 +119,12 @@ def test_the_gateway_refuses_what_the_engine_would(gateway: GatewayHandle) -> No
         with pytest.raises(openai.BadRequestError) as refused:
             api.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, **kwargs)  # type: ignore[call-overload]
         assert refused.value.body["param"] == param  # type: ignore[index]
+
+
+def test_without_a_tokenizer_the_estimate_counts_the_tools() -> None:
+    """A model whose tokenizer cannot be loaded is charged an estimate from the text, the tools included."""
+    reader = PromptReader({"lost": "/nonexistent/model"})
+    bodies = [{"model": "lost", "messages": MESSAGES}, {"model": "lost", "messages": MESSAGES, "tools": TOOLS}]
+    plain, with_tools = (reader.read(ChatCompletionRequest.model_validate(b)) for b in bodies)
+    assert plain.token_ids is None and with_tools.token_ids is None
+    assert with_tools.cost_tokens > plain.cost_tokens
