@@ -101,14 +101,16 @@ def test_one_call_parses_and_validates_over_many_seeds(api: openai.OpenAI, tool_
 
 
 def test_parallel_required_calls_each_validate(api: openai.OpenAI) -> None:
-    """With parallel calls a random model may go on calling until max_tokens: every complete call counts."""
+    """With parallel calls a random model may go on calling until max_tokens: every complete call counts. Each of
+    ``n`` choices is read on its own."""
     for seed in SEEDS:
         out = api.chat.completions.create(
-            model=M, messages=MESSAGES, tools=TOOLS, tool_choice="required", seed=seed, temperature=1.0, max_tokens=120
+            model=M, messages=MESSAGES, tools=TOOLS, tool_choice="required", n=2, seed=seed, max_tokens=120
         )  # type: ignore[call-overload]
-        finish_reason = out.choices[0].finish_reason
-        assert finish_reason in ("tool_calls", "length")
-        _check_calls(out.choices[0].message.tool_calls, set(SCHEMAS), cut_short=finish_reason == "length")
+        assert len(out.choices) == 2
+        for choice in out.choices:
+            assert choice.finish_reason in ("tool_calls", "length")
+            _check_calls(choice.message.tool_calls, set(SCHEMAS), cut_short=choice.finish_reason == "length")
 
 
 def test_streamed_calls_are_openais_deltas_and_add_up_to_the_answer(api: openai.OpenAI) -> None:
