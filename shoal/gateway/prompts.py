@@ -99,6 +99,7 @@ class PromptReader:
                 except Exception:  # the engine answers a bad chat with a 400; routing needn't
                     log.debug("chat template failed for %r; routing without prefixes", request.model, exc_info=True)
             size = sum(len(m.text().encode()) for m in request.messages)
+            size += sum(len(t.model_dump_json(exclude_none=True)) for t in request.tools or [])  # rendered too
             return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens, max_tokens)
         max_tokens = request.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
         prompts = request.prompts()

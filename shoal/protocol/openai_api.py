@@ -25,6 +25,8 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shoal.protocol.tools import DeltaToolCall, ToolCall, ToolFields
+
 MAX_N = 128
 MAX_LOGPROBS = 20
 MAX_STOP_SEQUENCES = 16
@@ -342,12 +344,20 @@ class TextContentPart(_Request):
 
 
 class ChatMessage(_Request):
-    """One message; ``content`` is text or a list of text parts (images are not supported)."""
+    """One message; ``content`` is text or a list of text parts (images are not supported). An assistant message
+    may carry the ``tool_calls`` it made, and a ``tool`` message answers one of them (``tool_call_id``)."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextContentPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+    @model_validator(mode="after")
+    def _calls_from_the_assistant(self) -> ChatMessage:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("tool_calls: only an assistant message carries tool calls")
+        return self
 
     def text(self) -> str:
         """The content as one string."""
@@ -357,12 +367,19 @@ class ChatMessage(_Request):
             return self.content
         return "".join(part.text for part in self.content)
 
-    def for_template(self) -> dict[str, str]:
+    def for_template(self) -> dict[str, Any]:
         """The message as chat templates receive it; the gateway renders exactly this to hash the prompt."""
-        return {"role": self.role, "content": self.text(), **({"name": self.name} if self.name else {})}
+        message: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.name:
+            message["name"] = self.name
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.tool_calls:
+            message["tool_calls"] = [call.for_template() for call in self.tool_calls]
+        return message
 
 
-class ChatCompletionRequest(_ChatSchemaFields, _SamplingFields):
+class ChatCompletionRequest(_ChatSchemaFields, ToolFields, _SamplingFields):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(min_length=1)
@@ -378,6 +395,14 @@ class ChatCompletionRequest(_ChatSchemaFields, _SamplingFields):
             raise ValueError("top_logprobs: requires logprobs to be true")
         return self
 
+    @model_validator(mode="after")
+    def _one_constraint_with_tools(self) -> ChatCompletionRequest:
+        """A required or named tool call is itself a constraint on the output (``shoal.protocol.structured_output``)."""
+        named = self.output_constraints()
+        if self.tool_mode() in ("required", "named") and named:
+            raise ValueError(f"tool_choice: only one field may constrain the output, got {named[0]} and tool_choice")
+        return self
+
     def output_limit(self) -> int | None:
         """``max_completion_tokens`` (the new name) wins over ``max_tokens``."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -385,7 +410,7 @@ class ChatCompletionRequest(_ChatSchemaFields, _SamplingFields):
 
 # ---- responses -------------------------------------------------------------------------------------------
 
-FinishReason = Literal["stop", "length", "abort"]
+FinishReason = Literal["stop", "length", "abort", "tool_calls"]
 
 
 def new_id(prefix: str) -> str:
@@ -456,6 +481,7 @@ class ChatLogprobs(BaseModel):
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -479,6 +505,7 @@ class ChatCompletionResponse(BaseModel):
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatStreamChoice(BaseModel):

@@ -4,6 +4,9 @@ OpenAI's ``response_format`` and vLLM's extras (``guided_json``, ``guided_regex`
 ``guided_grammar`` and the newer ``structured_outputs``) all reduce to a ``GrammarSpec``: a kind, its source as
 text (equal schemas share one compiled grammar; key order is kept, as it is the order of the output's keys),
 and whether keywords the grammar library cannot enforce are refused (``strict``) or ignored. ``json_object`` is the schema ``{"type": "object"}``.
+A chat's ``tool_choice`` of ``required`` or a named function is a grammar too (``tool_grammar``), as vLLM builds it:
+a named function's output is its arguments object; ``required`` is a JSON array of ``{"name", "parameters"}``
+objects, one per call (at most one without ``parallel_tool_calls``), each name one of ``tools`` with its parameters.
 Torch-free and library-free: the engine compiles the spec, the gateway never needs to.
 """
 
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from shoal.protocol.openai_api import StructuredOutputFields, StructuredOutputs
+from shoal.protocol.tools import ToolFields
 
 GrammarKind = Literal["json_schema", "regex", "choice", "grammar"]
 ANY_JSON_OBJECT = {"type": "object"}
@@ -70,3 +74,30 @@ def _structured_outputs(so: StructuredOutputs) -> GrammarSpec:
     if so.grammar is not None:
         return GrammarSpec("grammar", so.grammar, field="structured_outputs.grammar")
     return GrammarSpec.json_schema(ANY_JSON_OBJECT, False, "structured_outputs.json_object")
+
+
+def tool_grammar(req: ToolFields) -> GrammarSpec | None:
+    """The grammar of a required or named tool call, or ``None`` when the model chooses (or has no tools)."""
+    mode = req.tool_mode()
+    named = req.named_tool()
+    if named is not None:
+        index = next(i for i, t in enumerate(req.tools or []) if t.function is named)
+        return GrammarSpec.json_schema(
+            named.arguments_schema(), bool(named.strict), f"tools[{index}].function.parameters"
+        )
+    if mode != "required":
+        return None
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t.function.name}, "parameters": t.function.arguments_schema()},
+            "required": ["name", "parameters"],
+            "additionalProperties": False,
+        }
+        for t in req.tools or []
+    ]
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
+    if req.parallel_tool_calls is False:
+        schema["maxItems"] = 1
+    strict = any(t.function.strict for t in req.tools or [])
+    return GrammarSpec.json_schema(schema, strict, "tools")

@@ -3,8 +3,8 @@ validates with them too).
 
 ``/tokenize`` takes a completion prompt (``prompt``; special tokens added by default, as a completion's prompt
 is) or a conversation (``messages``; rendered with the chat template and, by default, encoded without adding
-special tokens, as a chat's prompt is), so its ids are the ones generation would see. Shapes and defaults are
-vLLM's (``TokenizeCompletionRequest``, ``TokenizeChatRequest``, ``TokenizeResponse``, ``DetokenizeRequest``);
+special tokens, as a chat's prompt is; its ``tools`` rendered with it, as a chat's are), so its ids are the ones
+generation would see. Shapes and defaults are vLLM's (``TokenizeCompletionRequest``, ``TokenizeChatRequest``, ``TokenizeResponse``, ``DetokenizeRequest``);
 ``model`` may be left out where one model is served.
 """
 
@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from shoal.protocol.openai_api import MAX_TOKEN_ID, ChatMessage, _Request
+from shoal.protocol.tools import ChatTool
 
 
 class TokenizeCompletionRequest(_Request):
@@ -27,6 +28,7 @@ class TokenizeCompletionRequest(_Request):
 class TokenizeChatRequest(_Request):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ChatTool] | None = None
     add_generation_prompt: bool = True
     add_special_tokens: bool = False
     return_token_strs: bool = False

@@ -3,7 +3,8 @@
 The gateway hashes the blocks of these ids (``shoal.protocol.block_hash``) to find the replica that holds them,
 so routing is only right while it tokenizes exactly as the engine does; both call these functions. A completion
 prompt is ``encode(prompt)`` (special tokens added per the tokenizer's config) and a token-id prompt is taken as
-it is; a chat is the chat template rendered over ``ChatMessage.for_template()`` of each message and then
+it is; a chat is the chat template rendered over ``ChatMessage.for_template()`` of each message (and the request's
+``tools``, as transformers' ``apply_chat_template(tools=...)`` passes them) and then
 ``encode(text, add_special_tokens=False)``, since the template already places the special tokens it wants.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+from shoal.protocol.tools import template_variables
 
 
 class PromptTokenizer(Protocol):
@@ -19,7 +21,9 @@ class PromptTokenizer(Protocol):
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **variables: Any
+    ) -> str: ...
 
 
 def completion_prompt_ids(tokenizer: PromptTokenizer, prompt: str | list[int]) -> list[int]:
@@ -35,5 +39,6 @@ def completion_token_ids(tokenizer: PromptTokenizer, request: CompletionRequest)
 def chat_token_ids(tokenizer: PromptTokenizer, request: ChatCompletionRequest) -> list[int]:
     """The conversation rendered with the chat template; raises ``ChatTemplateError`` if it cannot be."""
     messages = [m.for_template() for m in request.messages]
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=request.add_generation_prompt)
+    variables = template_variables(request.tools)
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=request.add_generation_prompt, **variables)
     return tokenizer.encode(text, add_special_tokens=False)

@@ -66,6 +66,68 @@ GEMMA_CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
 )
+# Qwen2.5-Instruct's template as Qwen/Qwen2.5-*-Instruct ship it: tools listed in the system turn, calls written as
+# <tool_call> JSON (hermes), tool results folded into a user turn as <tool_response>.
+QWEN_TOOLS_CHAT_TEMPLATE = (
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n"
+    "    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n"
+    "    {%- endif %}\n"
+    '    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n'
+    'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}\n'
+    "    {%- for tool in tools %}\n"
+    '        {{- "\\n" }}\n'
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    '    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments '
+    'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": '
+    '<args-json-object>}\\n</tool_call><|im_end|>\\n" }}\n'
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    '    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or '
+    '(message.role == "assistant" and not message.tool_calls) %}\n'
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    '    {%- elif message.role == "assistant" %}\n'
+    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}\n"
+    "            {{- '\\n' + message.content }}\n"
+    "        {%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n"
+    "            {%- if tool_call.function is defined %}\n"
+    "                {%- set tool_call = tool_call.function %}\n"
+    "            {%- endif %}\n"
+    '            {{- \'\\n<tool_call>\\n{"name": "\' }}\n'
+    "            {{- tool_call.name }}\n"
+    '            {{- \'", "arguments": \' }}\n'
+    "            {{- tool_call.arguments | tojson }}\n"
+    "            {{- '}\\n</tool_call>' }}\n"
+    "        {%- endfor %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    '    {%- elif message.role == "tool" %}\n'
+    '        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}\n'
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- message.content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    '        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}\n'
+    "            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n"
+)
 TRAINING_TEXT = [
     "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is Rome.",
     "Once upon a time there was a little fox who lived in a forest near a river.",
@@ -144,10 +206,12 @@ def add_sentencepiece_vocab(writer: Any, reference: SentencePieceReference) -> N
     writer.add_chat_template(SPM_CHAT_TEMPLATE)
 
 
-def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_overrides: Any) -> Path:
+def build_checkpoint(
+    directory: Path, model_type: str, seed: int = 0, chat_template: str | None = None, **config_overrides: Any
+) -> Path:
     """Saves a random ``model_type`` ("llama" | "qwen2" | "qwen3" | "phi3" | "mistral" | "gemma2" | "gemma3" |
     "mixtral" | "qwen3_moe") checkpoint with a tokenizer in ``directory``. The mixtures of experts get 4 experts
-    (Qwen3-MoE: 6), 2 per token, unless overridden."""
+    (Qwen3-MoE: 6), 2 per token, unless overridden; ``chat_template`` replaces the family's default one."""
     import transformers
 
     tokenizer = train_tokenizer(vocab_size=384)
@@ -191,7 +255,7 @@ def build_checkpoint(directory: Path, model_type: str, seed: int = 0, **config_o
                 param.normal_(0.0, 0.5)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
-    save_tokenizer(tokenizer, directory, GEMMA_CHAT_TEMPLATE if gemma else CHAT_TEMPLATE)
+    save_tokenizer(tokenizer, directory, chat_template or (GEMMA_CHAT_TEMPLATE if gemma else CHAT_TEMPLATE))
     return directory
 
 

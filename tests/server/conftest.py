@@ -7,7 +7,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from serve_harness import ServeProcess, build_tiny_model
+from serve_harness import TOOLS_MODEL_NAME, ServeProcess, build_tiny_model, build_tools_model
 
 from shoal.model_registry import resolve_model
 from shoal.tokenizer import Tokenizer
@@ -23,8 +23,10 @@ def tiny_tokenizer(tiny_model_dir: Path) -> Tokenizer:
     return Tokenizer.from_source(resolve_model(str(tiny_model_dir)))
 
 
-def _start(tmp_path_factory: pytest.TempPathFactory, model: Path | str, *args: str) -> Iterator[ServeProcess]:
-    server = ServeProcess(model, tmp_path_factory.mktemp("serve-log") / "serve.log", *args)
+def _start(
+    tmp_path_factory: pytest.TempPathFactory, model: Path | str, *args: str, **options: str
+) -> Iterator[ServeProcess]:
+    server = ServeProcess(model, tmp_path_factory.mktemp("serve-log") / "serve.log", *args, **options)
     try:
         server.wait_ready()
         yield server
@@ -51,6 +53,19 @@ def constrained_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
         "2",
         "--request-timeout",
         "0.3",
+    )
+
+
+@pytest.fixture(scope="session")
+def tools_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tools_model(tmp_path_factory.mktemp("server-tiny-qwen-tools"))
+
+
+@pytest.fixture(scope="session")
+def tools_server(tmp_path_factory: pytest.TempPathFactory, tools_model_dir: Path) -> Iterator[ServeProcess]:
+    """The tiny Qwen with Qwen's tool template, letting the model choose tools (its parser found in the template)."""
+    yield from _start(
+        tmp_path_factory, tools_model_dir, "--enable-auto-tool-choice", "--num-kv-blocks", "512", name=TOOLS_MODEL_NAME
     )
 
 

@@ -16,14 +16,23 @@ ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
 if str(ENGINE_TESTS) not in sys.path:
     sys.path.insert(0, str(ENGINE_TESTS))
 
-from tiny_checkpoints import build_checkpoint  # noqa: E402
+from tiny_checkpoints import QWEN_TOOLS_CHAT_TEMPLATE, build_checkpoint  # noqa: E402
 
 TINY_MODEL_NAME = "tiny-llama"
+TOOLS_MODEL_NAME = "tiny-qwen"
 
 
 def build_tiny_model(directory: Path, context: int = 256) -> Path:
     """A tiny random Llama (vocab 384, ``context`` positions) with a ChatML template."""
     return build_checkpoint(directory, "llama", seed=1, max_position_embeddings=context)
+
+
+def build_tools_model(directory: Path) -> Path:
+    """A tiny random Qwen2 with Qwen2.5's own tool-calling chat template (hermes ``<tool_call>`` calls); 2,048
+    positions, since the template's system turn lists every tool."""
+    return build_checkpoint(
+        directory, "qwen2", seed=3, chat_template=QWEN_TOOLS_CHAT_TEMPLATE, max_position_embeddings=2048
+    )
 
 
 class ServeProcess(LocalProcess):

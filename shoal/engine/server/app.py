@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -31,6 +31,7 @@ from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
 from shoal.engine.server.request_params import OpenAIRequest, engine_error
 from shoal.engine.server.serving import ClosingStreamingResponse, respond
+from shoal.engine.tool_parsers import ToolParserSettings
 from shoal.protocol.errors import (
     APIError,
     from_http_status,
@@ -53,6 +54,7 @@ class ServerSettings:
     served_model_names: tuple[str, ...]
     max_body_bytes: int = 1024 * 1024
     ignore_unknown_fields: bool = False
+    tools: ToolParserSettings = field(default_factory=ToolParserSettings)  # --tool-call-parser and its flag
 
 
 def _error_response(error: APIError) -> JSONResponse:
@@ -124,15 +126,20 @@ async def _json_body(request: Request, settings: ServerSettings) -> dict[str, An
 
 
 async def _generate(
-    request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest], endpoint: ModuleType
+    request: Request,
+    engine: AsyncEngine,
+    settings: ServerSettings,
+    model: type[OpenAIRequest],
+    endpoint: ModuleType,
+    **options: Any,
 ) -> Response:
-    """The path both generation endpoints share: read, validate, check the model, tokenize, compile the
-    structured-output grammar if any, admit, respond."""
+    """The path both generation endpoints share: read, validate, check the model, tokenize (``options`` go to the
+    endpoint's ``prepare``), compile the structured-output grammar if any, admit, respond."""
     req = validated(model, await _json_body(request, settings), settings.ignore_unknown_fields)
     if req.model not in settings.served_model_names:
         raise model_not_found(req.model)
     core = engine.loaded_core()
-    prepared = await endpoint.prepare(req, current_request_id(), core.tokenizer, core.max_model_len)
+    prepared = await endpoint.prepare(req, current_request_id(), core.tokenizer, core.max_model_len, **options)
     grammar = prepared.children[0].params.structured_output if prepared.children else None
     if grammar is not None:  # compiled here, off the step thread: the engine then finds it in its cache
         try:
@@ -150,7 +157,7 @@ def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSe
 
     @app.post("/v1/chat/completions")
     async def create_chat_completion(request: Request) -> Response:
-        return await _generate(request, engine, settings, ChatCompletionRequest, chat)
+        return await _generate(request, engine, settings, ChatCompletionRequest, chat, tools=settings.tools)
 
 
 def _model_list(engine: AsyncEngine, settings: ServerSettings) -> ModelList:

@@ -1,17 +1,25 @@
-"""``POST /v1/chat/completions``: a conversation rendered with the model's chat template, ``n`` choices."""
+"""``POST /v1/chat/completions``: a conversation rendered with the model's chat template, ``n`` choices.
+
+The request's ``tools`` are rendered into the prompt by the template; its output is read for tool calls as its
+``ToolCallPlan`` says (``shoal.engine.tool_parsers``): each choice's text goes through a ``ToolCallStream`` that
+turns it into content and OpenAI's tool-call deltas, or, unstreamed, ``message.tool_calls``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from pydantic import BaseModel
 
+from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.server.async_engine import Child
 from shoal.engine.server.logprobs import chat_logprobs
 from shoal.engine.server.output_stream import Delta
-from shoal.engine.server.request_params import output_limit, sampling_params
+from shoal.engine.server.request_params import engine_error, output_limit, sampling_params
 from shoal.engine.server.serving import ChoiceState, Outcome, Prepared
+from shoal.engine.tool_parsers import ToolCallStream, ToolParserSettings, plan_tool_calls
 from shoal.protocol.errors import invalid_request
 from shoal.protocol.openai_api import (
     ChatChoice,
@@ -23,10 +31,21 @@ from shoal.protocol.openai_api import (
     ChatStreamChoice,
     UsageInfo,
 )
+from shoal.protocol.tools import DeltaToolCall
 from shoal.tokenizer import ChatTemplateError, Tokenizer, chat_token_ids
 
 
-async def prepare(req: ChatCompletionRequest, request_id: str, tokenizer: Tokenizer, max_model_len: int) -> Prepared:
+async def prepare(
+    req: ChatCompletionRequest,
+    request_id: str,
+    tokenizer: Tokenizer,
+    max_model_len: int,
+    tools: ToolParserSettings | None = None,
+) -> Prepared:
+    try:
+        plan = plan_tool_calls(req, tools or ToolParserSettings(), tokenizer.chat_template)
+    except InvalidRequestError as exc:
+        raise engine_error(exc) from None
     started = time.perf_counter()
     try:
         ids = await asyncio.to_thread(chat_token_ids, tokenizer, req)
@@ -35,7 +54,9 @@ async def prepare(req: ChatCompletionRequest, request_id: str, tokenizer: Tokeni
     tokenize_s = time.perf_counter() - started
     max_tokens = output_limit(req, len(ids), max_model_len, "messages")
     children = [Child(i, ids, sampling_params(req, max_tokens, i)) for i in range(req.n)]
-    return Prepared.of(req, request_id, children, tokenize_s)
+    if plan is not None and plan.fmt is not None and plan.fmt.keeps_special_tokens:
+        children = [replace(c, params=replace(c.params, skip_special_tokens=False)) for c in children]
+    return Prepared.of(req, request_id, children, tokenize_s, tool_calls=plan)
 
 
 class Formatter:
@@ -43,6 +64,8 @@ class Formatter:
         self._tokenizer = tokenizer
         self._id = f"chatcmpl-{prepared.request_id}"
         self._model = prepared.model
+        plan = prepared.tool_calls
+        self._tools = [ToolCallStream(plan) for _ in prepared.children] if plan is not None else None
 
     def _chunk(self, choices: list[ChatStreamChoice]) -> ChatCompletionStreamResponse:
         return ChatCompletionStreamResponse(id=self._id, model=self._model, choices=choices)
@@ -55,13 +78,23 @@ class Formatter:
         ]
 
     def chunk(self, delta: Delta, choice: ChoiceState) -> BaseModel | None:
-        if not delta.text and not delta.finished and not delta.logprobs:
+        finish_reason = delta.finish_reason if delta.finished else None
+        calls: list[DeltaToolCall] = []
+        if self._tools is None:
+            content = delta.text
+        else:
+            tools = self._tools[delta.index]
+            content, calls = tools.update(choice.text, delta.finished)
+            finish_reason = tools.finish_reason(finish_reason)
+        if not content and not calls and not delta.finished and not delta.logprobs:
             return None
         out = ChatStreamChoice(
             index=delta.index,
-            delta=ChatDelta(content=delta.text) if delta.text or not delta.finished else ChatDelta(),
+            delta=ChatDelta(content=(content or None) if calls else content, tool_calls=calls or None)
+            if content or calls or not delta.finished
+            else ChatDelta(),
             logprobs=chat_logprobs(self._tokenizer, delta.logprobs) if delta.logprobs else None,
-            finish_reason=delta.finish_reason if delta.finished else None,
+            finish_reason=finish_reason,
             stop_reason=delta.stop_reason if delta.finished else None,
         )
         return self._chunk([out])
@@ -73,11 +106,25 @@ class Formatter:
         choices = [
             ChatChoice(
                 index=c.index,
-                message=ChatResponseMessage(content=c.text),
+                message=self._message(c),
                 logprobs=chat_logprobs(self._tokenizer, c.logprobs) if c.logprobs else None,
-                finish_reason=c.finish_reason,
+                finish_reason=self._finish_reason(c),
                 stop_reason=c.stop_reason,
             )
             for c in outcome.choices
         ]
         return ChatCompletionResponse(id=self._id, model=self._model, choices=choices, usage=outcome.usage())
+
+    def _message(self, choice: ChoiceState) -> ChatResponseMessage:
+        if self._tools is None:
+            return ChatResponseMessage(content=choice.text)
+        tools = self._tools[choice.index]
+        tools.update(choice.text, final=True)
+        return ChatResponseMessage(content=tools.message_content(), tool_calls=tools.tool_calls())
+
+    def _finish_reason(self, choice: ChoiceState) -> str | None:
+        return (
+            choice.finish_reason
+            if self._tools is None
+            else self._tools[choice.index].finish_reason(choice.finish_reason)
+        )

@@ -82,6 +82,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="accept (and log) request fields OpenAI's API does not define, as vLLM does; default: a 400 naming them",
     )
     server.add_argument(
+        "--tool-call-parser",
+        default=None,
+        choices=("hermes", "llama3_json", "mistral"),
+        help="the format the model writes tool calls in (vLLM's names); default: the one its chat template shows",
+    )
+    server.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help='let the model choose whether to call a tool (tool_choice "auto", the default when tools are given), '
+        "as vLLM's flag does; without it such requests are a 400 (required and named choices work either way)",
+    )
+    server.add_argument(
         "--stream-buffer", type=int, default=64, help="pending output chunks per request before they are merged"
     )
     server.add_argument(

@@ -12,7 +12,7 @@ from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.core.sampling_params import SamplingParams
 from shoal.protocol.errors import APIError, invalid_request
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
-from shoal.protocol.structured_output import grammar_spec
+from shoal.protocol.structured_output import GrammarSpec, grammar_spec, tool_grammar
 
 OpenAIRequest = CompletionRequest | ChatCompletionRequest
 
@@ -69,10 +69,17 @@ def sampling_params(req: OpenAIRequest, max_tokens: int, choice: int) -> Samplin
             logprobs=requested_logprobs(req),
             skip_special_tokens=req.skip_special_tokens,
             logit_bias=req.token_bias(),
-            structured_output=grammar_spec(req),
+            structured_output=output_grammar(req),
         )
     except InvalidRequestError as exc:
         raise engine_error(exc) from None
+
+
+def output_grammar(req: OpenAIRequest) -> GrammarSpec | None:
+    """The grammar the output follows: a required or named tool call's, else the structured-output fields'
+    (the request models refuse both at once)."""
+    tools = tool_grammar(req) if isinstance(req, ChatCompletionRequest) else None
+    return tools or grammar_spec(req)
 
 
 def engine_error(exc: InvalidRequestError) -> APIError:

@@ -31,6 +31,7 @@ from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.kv_event_hub import KVEventHub
 from shoal.engine.server.metrics import ServerMetrics
 from shoal.engine.server.request_context import RequestIdLogFilter
+from shoal.engine.tool_parsers import ToolParserSettings
 from shoal.fetch import FetchError, SourceError, default_download_dir, fetch, parse_source
 from shoal.model_registry import ModelNotFoundError, resolve_model
 
@@ -148,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         served_model_names=names,
         max_body_bytes=args.max_body_bytes,
         ignore_unknown_fields=args.ignore_unknown_fields,
+        tools=ToolParserSettings(args.tool_call_parser, args.enable_auto_tool_choice),
     )
     app = build_app(engine, settings)
     server_config = uvicorn.Config(

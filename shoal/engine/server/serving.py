@@ -25,6 +25,7 @@ from shoal.engine.core.outputs import RequestMetrics, SampleLogprobs
 from shoal.engine.server.async_engine import Child, Generation
 from shoal.engine.server.output_stream import Delta, StreamFailed
 from shoal.engine.server.request_params import OpenAIRequest
+from shoal.engine.tool_parsers import ToolCallPlan
 from shoal.protocol.errors import internal_error
 from shoal.protocol.openai_api import PromptTokensDetails, UsageInfo
 from shoal.protocol.sse import DONE, sse_event
@@ -44,6 +45,7 @@ class Prepared:
     include_usage: bool = False
     user: str | None = None  # the client's end-user id (OpenAI's ``user``), for the request's log line
     echoes: list[str] = field(default_factory=list)  # completions' echo: the prompt text each choice opens with
+    tool_calls: ToolCallPlan | None = None  # chat: how its output is read for tool calls
 
     @classmethod
     def of(
@@ -53,9 +55,12 @@ class Prepared:
         children: list[Child],
         tokenize_s: float,
         echoes: list[str] | None = None,
+        tool_calls: ToolCallPlan | None = None,
     ) -> Prepared:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return cls(request_id, req.model, children, req.n, tokenize_s, include_usage, req.user, echoes or [])
+        return cls(
+            request_id, req.model, children, req.n, tokenize_s, include_usage, req.user, echoes or [], tool_calls
+        )
 
 
 @dataclass

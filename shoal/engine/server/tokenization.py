@@ -17,6 +17,7 @@ from shoal.protocol.tokenize_api import (
     TokenizeRequest,
     TokenizeResponse,
 )
+from shoal.protocol.tools import template_variables
 from shoal.tokenizer import ChatTemplateError, Tokenizer
 
 
@@ -33,7 +34,9 @@ async def tokenize(req: TokenizeRequest, tokenizer: Tokenizer, max_model_len: in
 def _token_ids(req: TokenizeRequest, tokenizer: Tokenizer) -> list[int]:
     if isinstance(req, TokenizeChatRequest):
         messages = [m.for_template() for m in req.messages]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=req.add_generation_prompt)
+        text = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=req.add_generation_prompt, **template_variables(req.tools)
+        )
         return tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
     return tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
 
