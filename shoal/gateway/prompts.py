@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE, hash_blocks
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
-from shoal.tokenizer.prompt_tokens import PromptTokenizer, chat_token_ids, completion_prompt_ids
+from shoal.protocol.responses_api import ResponsesRequest
+from shoal.tokenizer.prompt_tokens import PromptTokenizer, completion_prompt_ids, template_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -87,19 +88,16 @@ class PromptReader:
         self.preload([model])
         return None
 
-    def read(self, request: CompletionRequest | ChatCompletionRequest) -> Prompt:
+    def read(self, request: CompletionRequest | ChatCompletionRequest | ResponsesRequest) -> Prompt:
         """The (first) prompt of a validated request; never raises on content the engine will reject."""
         tokenizer = self.tokenizer(request.model)
         if isinstance(request, ChatCompletionRequest):
-            max_tokens = request.output_limit() or DEFAULT_CHAT_MAX_TOKENS
-            if tokenizer is not None:
-                try:
-                    ids = chat_token_ids(tokenizer, request)
-                    return Prompt(ids, len(ids) + max_tokens, max_tokens)
-                except Exception:  # the engine answers a bad chat with a 400; routing needn't
-                    log.debug("chat template failed for %r; routing without prefixes", request.model, exc_info=True)
-            size = sum(len(m.text().encode()) for m in request.messages)
-            return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens, max_tokens)
+            messages = [m.for_template() for m in request.messages]
+            limit = request.output_limit()
+            return _conversation(tokenizer, request.model, messages, request.add_generation_prompt, limit)
+        if isinstance(request, ResponsesRequest):
+            messages = request.template_messages()
+            return _conversation(tokenizer, request.model, messages, True, request.max_output_tokens)
         max_tokens = request.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
         prompts = request.prompts()
         prompt = prompts[0]
@@ -111,3 +109,22 @@ class PromptReader:
             estimate = len(prompt.encode()) * len(prompts) // BYTES_PER_TOKEN_ESTIMATE
             return Prompt(None, estimate + max_tokens, max_tokens)
         return Prompt(ids, len(ids) * len(prompts) + max_tokens, max_tokens)
+
+
+def _conversation(
+    tokenizer: PromptTokenizer | None,
+    model: str,
+    messages: list[dict[str, str]],
+    add_generation_prompt: bool,
+    output_limit: int | None,
+) -> Prompt:
+    """A chat's or a Responses request's prompt: its messages rendered by the chat template, as the engine does."""
+    max_tokens = output_limit or DEFAULT_CHAT_MAX_TOKENS
+    if tokenizer is not None:
+        try:
+            ids = template_token_ids(tokenizer, messages, add_generation_prompt)
+            return Prompt(ids, len(ids) + max_tokens, max_tokens)
+        except Exception:  # the engine answers a bad conversation with a 400; routing needn't
+            log.debug("chat template failed for %r; routing without prefixes", model, exc_info=True)
+    size = sum(len(m["content"].encode()) for m in messages)
+    return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens, max_tokens)

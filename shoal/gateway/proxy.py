@@ -66,6 +66,7 @@ from shoal.protocol.json_body import (
     without_unknown_fields,
 )
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+from shoal.protocol.responses_api import ResponsesRequest
 from shoal.protocol.sse import sse_event
 from shoal.protocol.tokenize_api import DetokenizeRequest, TokenizeRequest, tokenize_request_model
 
@@ -75,6 +76,12 @@ access_log = logging.getLogger("shoal.gateway.access")
 _ID_PREFIX = uuid.uuid4().hex[:12]  # request ids: unique per gateway process, then a counter (no syscall each)
 _ids = itertools.count(1)
 _WANTED_HEADERS = frozenset((b"authorization", b"x-request-id", b"accept", b"content-length", b"x-request-timeout"))
+GenerationRequest = CompletionRequest | ChatCompletionRequest | ResponsesRequest
+REQUEST_MODELS: dict[str, type[GenerationRequest]] = {
+    "/v1/completions": CompletionRequest,
+    "/v1/chat/completions": ChatCompletionRequest,
+    "/v1/responses": ResponsesRequest,
+}
 
 
 @dataclass
@@ -112,13 +119,12 @@ def request_headers(scope: Scope) -> dict[bytes, bytes]:
 Handler = Callable[[dict[bytes, bytes], "RequestState", Callable[[], None]], Awaitable[None]]
 
 
-async def serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, chat: bool) -> None:
-    """``POST /v1/completions`` and ``POST /v1/chat/completions``, as an ASGI app."""
+async def serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
+    """``POST`` to a generation endpoint (a key of ``REQUEST_MODELS``), as an ASGI app."""
 
     def handle(headers: dict[bytes, bytes], state: RequestState, watch: Callable[[], None]) -> Awaitable[None]:
-        return _handle(gateway, headers, receive, send, chat, state, watch)
+        return _handle(gateway, headers, receive, send, state, watch)
 
-    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
     await _serve(gateway, scope, receive, send, endpoint, handle)
 
 
@@ -181,7 +187,6 @@ async def _handle(
     headers: dict[bytes, bytes],
     receive: Receive,
     send: Send,
-    chat: bool,
     state: RequestState,
     watch: Callable[[], None],
 ) -> None:
@@ -189,10 +194,10 @@ async def _handle(
     tenant = _authenticate(gateway, headers, state)
     raw = await read_body(receive, headers.get(b"content-length"), gateway.config.max_body_bytes)
     watch()
-    raw, data, body = _validate(gateway, raw, chat, state)
+    raw, data, body = _validate(gateway, raw, state)
     prompt, route = _tokenize(gateway, body, state)
     await _admit(gateway, tenant, body, prompt, state)
-    raw = _with_usage(raw, data, state)
+    raw = _with_usage(raw, data, body, state)
     state.timer.mark("quota")
     gateway.metrics.overhead.observe(state.timer.elapsed())
     upstream, first = await forward(gateway, state, raw, _upstream_headers(headers, state), route, body.stream)
@@ -222,12 +227,10 @@ def _authenticate(gateway: Gateway, headers: dict[bytes, bytes], state: RequestS
     return tenant
 
 
-def _validate(
-    gateway: Gateway, raw: bytes, chat: bool, state: RequestState
-) -> tuple[bytes, dict[str, Any], CompletionRequest | ChatCompletionRequest]:
+def _validate(gateway: Gateway, raw: bytes, state: RequestState) -> tuple[bytes, dict[str, Any], GenerationRequest]:
     """The body to forward, as JSON and as the shared request model, for a model some replica may serve (404 if
     none can)."""
-    model: type[CompletionRequest | ChatCompletionRequest] = ChatCompletionRequest if chat else CompletionRequest
+    model = REQUEST_MODELS[state.endpoint]
     raw, data = _known_fields(gateway, raw, model)
     body = validated(model, data)
     state.model, state.user = body.model, body.user
@@ -296,9 +299,7 @@ def _only_model(gateway: Gateway) -> str:
     return models[0]
 
 
-def _tokenize(
-    gateway: Gateway, body: CompletionRequest | ChatCompletionRequest, state: RequestState
-) -> tuple[Prompt, RouteRequest]:
+def _tokenize(gateway: Gateway, body: GenerationRequest, state: RequestState) -> tuple[Prompt, RouteRequest]:
     """The prompt's tokens as the engine will see them, and its block hashes at the replicas' block size."""
     prompt = gateway.prompts.read(body)
     block_size = hashing_block_size(
@@ -313,13 +314,14 @@ def _tokenize(
 async def _admit(
     gateway: Gateway,
     tenant: Tenant,
-    body: CompletionRequest | ChatCompletionRequest,
+    body: GenerationRequest,
     prompt: Prompt,
     state: RequestState,
 ) -> None:
     """Charges the tenant's quota for the request's estimate (429 over it, 503 if the store is down)."""
     config = gateway.config
-    sequences = body.n * (len(body.prompts()) if isinstance(body, CompletionRequest) else 1)
+    sequences = 1 if isinstance(body, ResponsesRequest) else body.n
+    sequences *= len(body.prompts()) if isinstance(body, CompletionRequest) else 1
     admission = await gateway.quota.admit(
         tenant.name, tenant.limits, admission_estimate(prompt.cost_tokens, prompt.output_tokens, sequences)
     )
@@ -340,9 +342,10 @@ async def _admit(
     state.release_quota = lambda used: gateway.quota.release(admission, used)
 
 
-def _with_usage(raw: bytes, data: dict[str, Any], state: RequestState) -> bytes:
-    """The body to forward: a stream is asked for its usage event, which settles the quota charge."""
-    with_usage = with_usage_requested(data)
+def _with_usage(raw: bytes, data: dict[str, Any], body: GenerationRequest, state: RequestState) -> bytes:
+    """The body to forward: a stream is asked for its usage event, which settles the quota charge (a Responses
+    stream's last event always carries it)."""
+    with_usage = None if isinstance(body, ResponsesRequest) else with_usage_requested(data)
     if with_usage is None:
         return raw
     state.strip_usage = True  # the client did not ask for it: it is not passed on

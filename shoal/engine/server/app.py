@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 
 from shoal import __version__
 from shoal.engine.core.errors import InvalidRequestError
-from shoal.engine.server import chat, completions, tokenization
+from shoal.engine.server import chat, completions, responses, tokenization
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
 from shoal.engine.server.request_params import OpenAIRequest, engine_error
@@ -41,6 +41,7 @@ from shoal.protocol.errors import (
 from shoal.protocol.json_body import ClientDisconnected, parse_json_object, read_body, validated
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from shoal.protocol.openapi import openapi_document
+from shoal.protocol.responses_api import ResponsesRequest
 from shoal.protocol.sse import sse_event
 from shoal.protocol.tokenize_api import DetokenizeRequest, VersionResponse, tokenize_request_model
 
@@ -126,7 +127,7 @@ async def _json_body(request: Request, settings: ServerSettings) -> dict[str, An
 async def _generate(
     request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest], endpoint: ModuleType
 ) -> Response:
-    """The path both generation endpoints share: read, validate, check the model, tokenize, compile the
+    """The path every generation endpoint shares: read, validate, check the model, tokenize, compile the
     structured-output grammar if any, admit, respond."""
     req = validated(model, await _json_body(request, settings), settings.ignore_unknown_fields)
     if req.model not in settings.served_model_names:
@@ -151,6 +152,10 @@ def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSe
     @app.post("/v1/chat/completions")
     async def create_chat_completion(request: Request) -> Response:
         return await _generate(request, engine, settings, ChatCompletionRequest, chat)
+
+    @app.post("/v1/responses")
+    async def create_response(request: Request) -> Response:
+        return await _generate(request, engine, settings, ResponsesRequest, responses)
 
 
 def _model_list(engine: AsyncEngine, settings: ServerSettings) -> ModelList:

@@ -11,7 +11,7 @@ from shoal.engine.server.async_engine import Child
 from shoal.engine.server.logprobs import chat_logprobs
 from shoal.engine.server.output_stream import Delta
 from shoal.engine.server.request_params import output_limit, sampling_params
-from shoal.engine.server.serving import ChoiceState, Outcome, Prepared
+from shoal.engine.server.serving import ChoiceState, Outcome, Prepared, chunks_closing
 from shoal.protocol.errors import invalid_request
 from shoal.protocol.openai_api import (
     ChatChoice,
@@ -23,6 +23,7 @@ from shoal.protocol.openai_api import (
     ChatStreamChoice,
     UsageInfo,
 )
+from shoal.protocol.sse import sse_event
 from shoal.tokenizer import ChatTemplateError, Tokenizer, chat_token_ids
 
 
@@ -47,16 +48,16 @@ class Formatter:
     def _chunk(self, choices: list[ChatStreamChoice]) -> ChatCompletionStreamResponse:
         return ChatCompletionStreamResponse(id=self._id, model=self._model, choices=choices)
 
-    def opening(self, outcome: Outcome) -> list[BaseModel]:
+    def opening(self, outcome: Outcome) -> str:
         """OpenAI opens each choice with a delta that only names the role."""
-        return [
-            self._chunk([ChatStreamChoice(index=c.index, delta=ChatDelta(role="assistant", content=""))])
+        return "".join(
+            sse_event(self._chunk([ChatStreamChoice(index=c.index, delta=ChatDelta(role="assistant", content=""))]))
             for c in outcome.choices
-        ]
+        )
 
-    def chunk(self, delta: Delta, choice: ChoiceState) -> BaseModel | None:
+    def chunk(self, delta: Delta, choice: ChoiceState) -> str:
         if not delta.text and not delta.finished and not delta.logprobs:
-            return None
+            return ""
         out = ChatStreamChoice(
             index=delta.index,
             delta=ChatDelta(content=delta.text) if delta.text or not delta.finished else ChatDelta(),
@@ -64,9 +65,12 @@ class Formatter:
             finish_reason=delta.finish_reason if delta.finished else None,
             stop_reason=delta.stop_reason if delta.finished else None,
         )
-        return self._chunk([out])
+        return sse_event(self._chunk([out]))
 
-    def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+    def closing(self, outcome: Outcome) -> str:
+        return chunks_closing(outcome, self._usage_chunk)
+
+    def _usage_chunk(self, usage: UsageInfo) -> BaseModel:
         return ChatCompletionStreamResponse(id=self._id, model=self._model, choices=[], usage=usage)
 
     def response(self, outcome: Outcome) -> BaseModel:
