@@ -165,6 +165,9 @@ class ResponsesRequest(_Request):
     prompt_cache_options: dict[str, Any] | None = None
     context_management: list[dict[str, Any]] | None = None
     moderation: dict[str, Any] | None = None
+    background_options: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
+    access_programs: dict[str, Any] | None = None
 
     @model_validator(mode="before")
     @classmethod
