@@ -48,7 +48,7 @@ from shoal.gateway.routing import Decision, RouteRequest
 from shoal.gateway.timeouts import REQUEST_TIMEOUT_HEADER, Deadline, TimeoutCode, client_limit
 from shoal.gateway.timing import StageTimer
 from shoal.gateway.upstream import UpstreamConnectError, UpstreamError, UpstreamResponse, UpstreamTimeout
-from shoal.gateway.usage import take_usage, total_tokens, with_usage_requested
+from shoal.gateway.usage import StreamUsage, total_tokens, with_usage_requested
 from shoal.protocol.backoff import Retry
 from shoal.protocol.errors import (
     APIError,
@@ -103,7 +103,7 @@ class RequestState:
     lease: Lease | None = None
     release_quota: Callable[[int | None], Awaitable[None]] | None = None
     used_tokens: int | None = None  # as the engine reports it: settles the quota charge
-    strip_usage: bool = False  # the usage event was asked for by the gateway, not the client
+    stream_usage: StreamUsage = field(default_factory=StreamUsage)  # strip: the gateway asked for it, not the client
     upstream: UpstreamResponse | None = None
     deadline: Deadline | None = None
     response_started: bool = False
@@ -348,7 +348,7 @@ def _with_usage(raw: bytes, data: dict[str, Any], body: GenerationRequest, state
     with_usage = None if isinstance(body, ResponsesRequest) else with_usage_requested(data)
     if with_usage is None:
         return raw
-    state.strip_usage = True  # the client did not ask for it: it is not passed on
+    state.stream_usage.strip = True  # the client did not ask for it: it is not passed on
     return with_usage
 
 
@@ -535,7 +535,7 @@ async def _relay(
 
 def _read_usage(state: RequestState, chunk: bytes) -> bytes:
     """Notes the usage a stream's chunk reports (settling the quota), without the event if the gateway asked."""
-    chunk, used = take_usage(chunk, state.strip_usage)
+    chunk, used = state.stream_usage.take(chunk)
     if used is not None:
         state.used_tokens = used
     return chunk

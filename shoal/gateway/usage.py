@@ -12,9 +12,11 @@ are escaped), so the search costs one scan of each chunk and nothing else.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 _USAGE = b'"usage":{'
+MAX_PENDING_BYTES = 16 * 1024 * 1024  # an unfinished event kept for its usage; past this, the estimate stays charged
 
 
 def with_usage_requested(data: dict[str, Any]) -> bytes | None:
@@ -52,3 +54,27 @@ def take_usage(chunk: bytes, strip: bool) -> tuple[bytes, int | None]:
                     continue
         kept.append(event)
     return b"\n\n".join(kept), used
+
+
+@dataclass
+class StreamUsage:
+    """The usage a stream reports, read from its chunks as they pass. A Responses stream's last event carries the
+    whole response, so a long one arrives split across reads: the unfinished end of each chunk is kept (up to
+    ``MAX_PENDING_BYTES``) and read again with the next. A usage event the gateway strips is a chat or completions
+    usage chunk of its own request, far smaller than a read; those are looked for within each chunk."""
+
+    strip: bool = False
+    pending: bytes = b""
+
+    def take(self, chunk: bytes) -> tuple[bytes, int | None]:
+        """The chunk to pass on and the total tokens an event completed by it reports."""
+        if self.strip:
+            return take_usage(chunk, True)
+        if not self.pending and _USAGE not in chunk and chunk.endswith(b"\n\n"):
+            return chunk, None  # the common case: whole events, none with a usage
+        joined = self.pending + chunk
+        end = joined.rfind(b"\n\n") + 2
+        complete, self.pending = (joined[:end], joined[end:]) if end >= 2 else (b"", joined)
+        if len(self.pending) > MAX_PENDING_BYTES:
+            self.pending = b""
+        return chunk, take_usage(complete, False)[1]
