@@ -12,7 +12,9 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
-from serve_harness import TINY_MODEL_NAME, ServeProcess
+from serve_harness import TINY_MODEL_NAME, ServeProcess, wait_for
+
+from shoal.local import metric
 
 pytestmark = pytest.mark.timeout(240)
 M = TINY_MODEL_NAME
@@ -210,6 +212,18 @@ def test_an_unknown_model_is_a_404(client: openai.OpenAI) -> None:
         client.responses.create(model="no-such-model", input="hi")
 
 
+def test_a_stream_whose_client_leaves_is_aborted(server: ServeProcess) -> None:
+    aborted_before = metric(server.url, "shoal_engine_requests_aborted_total")
+    body = {"model": M, "input": "A long story, please.", "max_output_tokens": 200, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/responses", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        assert next(lines) == "event: response.created"  # then hang up, with the first token just sent
+    assert wait_for(lambda: metric(server.url, "shoal_engine_requests_aborted_total") == aborted_before + 1)
+    assert wait_for(lambda: metric(server.url, "shoal_engine_requests_running") == 0)
+    assert metric(server.url, "shoal_engine_kv_cache_usage_ratio") == 0
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_smollm2_explains_backpressure_whole_and_streamed(smollm2_server: ServeProcess) -> None:
@@ -217,6 +231,9 @@ def test_smollm2_explains_backpressure_whole_and_streamed(smollm2_server: ServeP
     question = "Explain backpressure in simple terms"
     out = api.responses.create(model="smollm2-135m", input=question, max_output_tokens=48, temperature=0)
     assert out.status in ("completed", "incomplete") and len(out.output_text.split()) >= 5, out.output_text
-    with api.responses.stream(model="smollm2-135m", input=question, max_output_tokens=48, temperature=0) as stream:
-        deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
-    assert "".join(deltas) == out.output_text  # greedy: the stream says what the whole answer said
+    stream = api.responses.create(model="smollm2-135m", input=question, max_output_tokens=48, stream=True)
+    events = list(stream)
+    final = events[-1].response  # type: ignore[union-attr]
+    deltas = "".join(event.delta for event in events if event.type == "response.output_text.delta")  # type: ignore[union-attr]
+    assert deltas == final.output_text and len(deltas.split()) >= 5, deltas
+    assert final.usage is not None and final.usage.input_tokens == out.usage.input_tokens  # type: ignore[union-attr]
