@@ -66,7 +66,7 @@ from shoal.protocol.json_body import (
     without_unknown_fields,
 )
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
-from shoal.protocol.responses_api import ResponsesRequest
+from shoal.protocol.responses_api import ResponsesRequest, response_id
 from shoal.protocol.sse import sse_event
 from shoal.protocol.tokenize_api import DetokenizeRequest, TokenizeRequest, tokenize_request_model
 
@@ -98,6 +98,7 @@ class RequestState:
     outcome: str = "ok"
     prompt_tokens: int | None = None
     backend: str | None = None
+    home: str | None = None  # the replica holding the response a Responses request continues, if known
     decision: Decision | None = None
     attempts: int = 0
     lease: Lease | None = None
@@ -195,6 +196,8 @@ async def _handle(
     raw = await read_body(receive, headers.get(b"content-length"), gateway.config.max_body_bytes)
     watch()
     raw, data, body = _validate(gateway, raw, state)
+    if isinstance(body, ResponsesRequest) and body.previous_response_id is not None:
+        state.home = gateway.response_homes.home(body.previous_response_id)
     prompt, route = _tokenize(gateway, body, state)
     await _admit(gateway, tenant, body, prompt, state)
     raw = _with_usage(raw, data, body, state)
@@ -376,6 +379,7 @@ async def forward(
         candidates = gateway.fleet.candidates(state.model, tried)
         if not candidates:
             break
+        candidates = [r for r in candidates if r.url == state.home] or candidates  # where the continued one is
         decision = gateway.policy(state.model).decide([r.view() for r in candidates], route)
         replica = gateway.fleet.replicas[decision.replica_id]
         state.timer.mark("route")
@@ -592,6 +596,8 @@ async def _finish(gateway: Gateway, state: RequestState, status: int, outcome: s
         state.upstream.close()
         state.upstream = None
     state.status, state.outcome = status, outcome
+    if status == 200 and state.endpoint == "/v1/responses" and state.backend is not None:
+        gateway.response_homes.record(response_id(state.request_id), state.backend)
     _give_back(state)
     if state.release_quota is not None:
         release, state.release_quota = state.release_quota, None

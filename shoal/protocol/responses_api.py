@@ -3,11 +3,12 @@
 A request is a conversation in other clothes: ``instructions`` (a system message first) and ``input`` (a string, or
 a list of message items whose content is a string or ``input_text``/``output_text`` parts) become the chat
 messages the chat template renders (``template_messages``, which the gateway renders too, so routing sees the
-engine's tokens). ``text.format`` is ``response_format`` under another name and shape (the schema sits beside
+engine's tokens; a ``previous_response_id`` puts the conversation the engine stored before the input, which only
+the engine can do). ``text.format`` is ``response_format`` under another name and shape (the schema sits beside
 ``type``, not under ``json_schema``), mapped onto the same ``ResponseFormat``. Every field of OpenAI's request
 schema is honoured, ignored for the reason ``docs/api.md`` gives, or refused by name where ignoring it would
-promise what is not done (a stored response to continue from, tools, background runs); as for chat, a field
-OpenAI does not define is a 400 unless the server runs with ``--ignore-unknown-fields``. An item or content part
+promise what is not done (conversation objects, tools, background runs); as for chat, a field OpenAI does not
+define is a 400 unless the server runs with ``--ignore-unknown-fields``. An item or content part
 of a type not served is refused naming its place (``input[2].type``), not as a failed union. Torch-free: the
 gateway validates with these models.
 """
@@ -40,7 +41,6 @@ Includable = Literal[  # OpenAI's; only the output text's logprobs can appear he
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
 ]
-NOT_STORED = "not supported yet: this server stores no responses; send the whole conversation in input"
 NO_TOOLS = "tools in /v1/responses are not supported yet"
 
 
@@ -146,10 +146,10 @@ class ResponsesRequest(_Request):
     metadata: Annotated[dict[str, str], Field(max_length=16)] | None = None
     user: str | None = None
     safety_identifier: str | None = None
-    store: bool | None = None  # accepted, nothing is stored (vLLM's behaviour without its store)
+    store: bool | None = None  # false: the response cannot be continued (previous_response_id)
+    previous_response_id: str | None = Field(None, min_length=1)
     truncation: Literal["auto", "disabled"] | None = None
     # refused where set: each would promise what is not done (reasons in docs/api.md)
-    previous_response_id: str | None = None
     conversation: str | dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
     background: bool | None = None
@@ -183,11 +183,11 @@ class ResponsesRequest(_Request):
             raise ValueError("must not be empty")
         return value
 
-    @field_validator("previous_response_id", "conversation")
+    @field_validator("conversation")
     @classmethod
-    def _nothing_stored(cls, value: Any) -> Any:
+    def _no_conversations(cls, value: Any) -> Any:
         if value is not None:
-            raise ValueError(NOT_STORED)
+            raise ValueError("conversations are not supported; send the conversation in input or continue a response")
         return value
 
     @field_validator("prompt")
@@ -225,12 +225,17 @@ class ResponsesRequest(_Request):
             raise ValueError('"auto" is not supported: an input longer than the context is refused, not cut')
         return value
 
-    def template_messages(self) -> list[dict[str, str]]:
-        """The conversation as chat templates receive it: the instructions as a system message, then the input."""
-        messages = [{"role": "system", "content": self.instructions}] if self.instructions else []
+    def input_messages(self) -> list[dict[str, str]]:
+        """The input as chat messages (a string is one user message)."""
         if isinstance(self.input, str):
-            return [*messages, {"role": "user", "content": self.input}]
-        return [*messages, *({"role": m.role, "content": m.text()} for m in self.input)]
+            return [{"role": "user", "content": self.input}]
+        return [{"role": m.role, "content": m.text()} for m in self.input]
+
+    def template_messages(self, history: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+        """The conversation as chat templates receive it: the instructions as a system message, the conversation
+        continued (``previous_response_id``'s, without its instructions), then the input."""
+        instructions = [{"role": "system", "content": self.instructions}] if self.instructions else []
+        return [*instructions, *(history or []), *self.input_messages()]
 
     def text_format(self) -> ResponseFormat | None:
         """``text.format`` as chat's ``response_format``."""
@@ -243,6 +248,13 @@ class ResponsesRequest(_Request):
 
 
 # ---- the response object ----------------------------------------------------------------------------------
+
+
+def response_id(request_id: str) -> str:
+    """The id of the response to a request: its request id (the gateway's, through one), so that a gateway knows
+    which replica holds a response without reading it."""
+    return f"resp_{request_id}"
+
 
 ResponseStatus = Literal["completed", "incomplete", "in_progress", "failed"]
 
@@ -304,8 +316,8 @@ class ResponseObject(BaseModel):
     model: str
     output: list[OutputMessage] = Field(default_factory=list)
     parallel_tool_calls: bool = True
-    previous_response_id: None = None
-    store: bool = False
+    previous_response_id: str | None = None
+    store: bool = True
     temperature: float = 1.0
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: str = "auto"

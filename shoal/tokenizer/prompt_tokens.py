@@ -48,6 +48,9 @@ def chat_token_ids(tokenizer: PromptTokenizer, request: ChatCompletionRequest) -
     return template_token_ids(tokenizer, messages, request.add_generation_prompt)
 
 
-def responses_token_ids(tokenizer: PromptTokenizer, request: ResponsesRequest) -> list[int]:
-    """A Responses request's instructions and input, rendered as the conversation they stand for."""
-    return template_token_ids(tokenizer, request.template_messages())
+def responses_token_ids(
+    tokenizer: PromptTokenizer, request: ResponsesRequest, history: list[dict[str, str]] | None = None
+) -> list[int]:
+    """A Responses request's instructions, the conversation it continues (``history``) and its input, rendered as
+    the chat they stand for."""
+    return template_token_ids(tokenizer, request.template_messages(history))

@@ -13,6 +13,7 @@ import pytest
 from gateway_harness import GatewayHandle
 from support.polling import eventually
 
+from shoal.gateway.response_homes import ResponseHomes
 from shoal.protocol.responses_api import ResponsesRequest
 
 pytestmark = pytest.mark.timeout(240)
@@ -70,6 +71,23 @@ def test_a_json_schema_format_comes_back_valid_through_the_gateway(gateway: Gate
         jsonschema.validate(json.loads(final.output_text), SCHEMA)
 
 
+def test_a_follow_up_is_routed_to_the_replica_that_stored_the_response(engines, tiny_model_dir, gateways) -> None:
+    """Three replicas; each follow-up continues a response only the replica that answered it holds."""
+    handle = gateways([e.url for e in engines], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)})
+    handle.wait_healthy(3)
+    client = api(handle)
+    for i in range(6):
+        first = client.responses.create(model="tiny", input=f"Conversation {i}: hello.", max_output_tokens=3)
+        follow_up = client.responses.create(
+            model="tiny", previous_response_id=first.id, input="And then?", max_output_tokens=3, stream=True
+        )
+        assert list(follow_up)[-1].type in ("response.completed", "response.incomplete")
+    forgotten = ResponseHomes(max_entries=1)
+    forgotten.record("resp_a", "http://a")
+    forgotten.record("resp_b", "http://b")
+    assert forgotten.home("resp_a") is None and forgotten.home("resp_b") == "http://b"
+
+
 def test_bad_input_is_refused_by_the_gateway_before_any_replica(fake_engines, gateways) -> None:
     """The FakeEngine has no ``/v1/responses``: each 400 here is the gateway's own validation."""
     ((engine, server),) = fake_engines(1)
@@ -79,7 +97,7 @@ def test_bad_input_is_refused_by_the_gateway_before_any_replica(fake_engines, ga
     refusals: list[tuple[dict[str, Any], str]] = [
         ({"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
-        ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"input": "hi", "conversation": "conv_1"}, "conversation"),
         ({"input": "hi", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format"),
     ]
     for body, param in refusals:

@@ -179,8 +179,8 @@ def test_logprobs_are_included_when_asked(client: openai.OpenAI) -> None:
         ),
         ({"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools", "not supported yet"),
         ({"input": "hi", "tool_choice": "required"}, "tool_choice", "not supported yet"),
-        ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
-        ({"input": "hi", "conversation": "conv_1"}, "conversation", "stores no"),
+        ({"input": "hi", "previous_response_id": "resp_never"}, "previous_response_id", "not found"),
+        ({"input": "hi", "conversation": "conv_1"}, "conversation", "not supported"),
         ({"input": "hi", "background": True}, "background", "not supported"),
         ({"input": "hi", "truncation": "auto"}, "truncation", "refused, not cut"),
         ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format", "schema"),
@@ -205,6 +205,45 @@ def test_bad_input_is_refused_naming_the_field(
     error = refused.value.body
     assert isinstance(error, dict) and error["param"] == param, error
     assert says in error["message"], error
+
+
+def test_previous_response_id_continues_the_conversation_without_its_instructions(
+    server: ServeProcess, client: openai.OpenAI
+) -> None:
+    first = client.responses.create(model=M, instructions="Be brief.", input="My name is Ada.", max_output_tokens=4)
+    second = client.responses.create(
+        model=M, previous_response_id=first.id, input="What is my name?", max_output_tokens=4
+    )
+    assert second.previous_response_id == first.id and second.store is True
+    earlier = [{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": first.output_text}]
+    expected = [*earlier, {"role": "user", "content": "What is my name?"}]
+    assert second.usage is not None and second.usage.input_tokens == tokenized(server, expected)
+    third = client.responses.create(  # a chain: the third sees both turns, under its own instructions
+        model=M, previous_response_id=second.id, instructions="Answer.", input="Sure?", max_output_tokens=2
+    )
+    chain = [
+        {"role": "system", "content": "Answer."},
+        *expected,
+        {"role": "assistant", "content": second.output_text},
+        {"role": "user", "content": "Sure?"},
+    ]
+    assert third.usage is not None and third.usage.input_tokens == tokenized(server, chain)
+
+
+def test_a_response_not_stored_cannot_be_continued(client: openai.OpenAI) -> None:
+    unstored = client.responses.create(model=M, input="Forget this.", max_output_tokens=2, store=False)
+    assert unstored.store is False
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=M, previous_response_id=unstored.id, input="What did I say?")
+    assert refused.value.body["code"] == "previous_response_not_found"  # type: ignore[index]
+    streamed = list(client.responses.create(model=M, input="Keep this.", max_output_tokens=2, stream=True))
+    follow_up = client.responses.create(
+        model=M,
+        previous_response_id=streamed[-1].response.id,  # type: ignore[union-attr]
+        input="And?",
+        max_output_tokens=2,
+    )
+    assert follow_up.status in ("completed", "incomplete")  # a streamed response is stored too
 
 
 def test_an_unknown_model_is_a_404(client: openai.OpenAI) -> None:

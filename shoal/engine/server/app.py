@@ -15,7 +15,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,7 +29,8 @@ from shoal.engine.server import chat, completions, responses, tokenization
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
 from shoal.engine.server.request_params import OpenAIRequest, engine_error
-from shoal.engine.server.serving import ClosingStreamingResponse, respond
+from shoal.engine.server.response_store import ResponseStore
+from shoal.engine.server.serving import ClosingStreamingResponse, Endpoint, respond
 from shoal.protocol.errors import (
     APIError,
     from_http_status,
@@ -66,7 +66,7 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="shoal engine", lifespan=_lifespan(engine), docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(RequestIdMiddleware)
     _add_error_handlers(app)
-    _add_generation_routes(app, engine, settings)
+    _add_generation_routes(app, engine, settings, ResponseStore())
     _add_model_routes(app, engine, settings)
     _add_tokenization_routes(app, engine, settings)
     _add_probes(app, engine)
@@ -125,7 +125,11 @@ async def _json_body(request: Request, settings: ServerSettings) -> dict[str, An
 
 
 async def _generate(
-    request: Request, engine: AsyncEngine, settings: ServerSettings, model: type[OpenAIRequest], endpoint: ModuleType
+    request: Request,
+    engine: AsyncEngine,
+    settings: ServerSettings,
+    model: type[OpenAIRequest],
+    endpoint: Endpoint,
 ) -> Response:
     """The path every generation endpoint shares: read, validate, check the model, tokenize, compile the
     structured-output grammar if any, admit, respond."""
@@ -144,7 +148,9 @@ async def _generate(
     return await respond(request, generation, prepared, endpoint.Formatter(core.tokenizer, prepared), req.stream)
 
 
-def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:
+def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings, store: ResponseStore) -> None:
+    responses_endpoint = responses.Endpoint(store)
+
     @app.post("/v1/completions")
     async def create_completion(request: Request) -> Response:
         return await _generate(request, engine, settings, CompletionRequest, completions)
@@ -155,7 +161,7 @@ def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSe
 
     @app.post("/v1/responses")
     async def create_response(request: Request) -> Response:
-        return await _generate(request, engine, settings, ResponsesRequest, responses)
+        return await _generate(request, engine, settings, ResponsesRequest, responses_endpoint)
 
 
 def _model_list(engine: AsyncEngine, settings: ServerSettings) -> ModelList:

@@ -9,7 +9,8 @@ numbered by ``sequence_number``: ``response.created``, ``response.in_progress``,
 and ``response.content_part.added`` (these four with the first token, so that a stream's first byte is its first
 token, as for chat), a ``response.output_text.delta`` per batch of text, then ``response.output_text.done``,
 ``response.content_part.done``, ``response.output_item.done`` and ``response.completed`` (or ``.incomplete``,
-``.failed``), which carries the whole response with its usage. Nothing is stored (``docs/api.md``).
+``.failed``), which carries the whole response with its usage. A finished response is kept in the engine's
+``ResponseStore`` (unless ``store`` is false), where ``previous_response_id`` finds the conversation it continues.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from shoal.engine.server.async_engine import Child
 from shoal.engine.server.logprobs import chat_logprobs
 from shoal.engine.server.output_stream import Delta
 from shoal.engine.server.request_params import output_limit, responses_sampling_params
+from shoal.engine.server.response_store import ResponseStore
 from shoal.engine.server.serving import ChoiceState, Outcome, Prepared
 from shoal.protocol.errors import invalid_request
 from shoal.protocol.openai_api import ChatTokenLogprob, now_s
@@ -43,6 +45,7 @@ from shoal.protocol.responses_api import (
     ResponseUsage,
     TextDeltaEvent,
     TextDoneEvent,
+    response_id,
 )
 from shoal.protocol.sse import sse_typed_event
 from shoal.tokenizer import ChatTemplateError, Tokenizer, responses_token_ids
@@ -51,25 +54,12 @@ _STATUS: dict[str | None, ResponseStatus] = {"stop": "completed", "length": "inc
 _ABORTED = "The server stopped before the response was complete; send the request again."
 
 
-async def prepare(req: ResponsesRequest, request_id: str, tokenizer: Tokenizer, max_model_len: int) -> Prepared:
-    """Renders and tokenizes the conversation (off the event loop) into one engine request."""
-    started = time.perf_counter()
-    try:
-        ids = await asyncio.to_thread(responses_token_ids, tokenizer, req)
-    except ChatTemplateError as exc:
-        raise invalid_request(f"input: {exc}", param="input") from None
-    tokenize_s = time.perf_counter() - started
-    max_tokens = output_limit(req, len(ids), max_model_len, "input")
-    child = Child(0, ids, responses_sampling_params(req, max_tokens))
-    return Prepared(request_id, req.model, [child], 1, tokenize_s, user=req.user, request=req)
-
-
 class Formatter:
     def __init__(self, tokenizer: Tokenizer, prepared: Prepared) -> None:
         assert isinstance(prepared.request, ResponsesRequest)
         self._tokenizer = tokenizer
         self._request = prepared.request
-        self._id = f"resp_{prepared.request_id}"
+        self._id = response_id(prepared.request_id)
         self._item_id = f"msg_{prepared.request_id}"
         self._model = prepared.model
         self._created = now_s()
@@ -107,6 +97,8 @@ class Formatter:
             metadata=req.metadata or {},
             model=self._model,
             parallel_tool_calls=req.parallel_tool_calls is not False,
+            previous_response_id=req.previous_response_id,
+            store=req.store is not False,
             temperature=1.0 if req.temperature is None else req.temperature,
             text={"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}},
             tool_choice=req.tool_choice if isinstance(req.tool_choice, str) else "auto",
@@ -180,3 +172,52 @@ class Formatter:
 
     def response(self, outcome: Outcome) -> BaseModel:
         return self._object(outcome)
+
+
+class Endpoint:
+    """``/v1/responses`` over one engine's store of finished responses (``response_store``)."""
+
+    Formatter = Formatter
+
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+
+    async def prepare(
+        self, req: ResponsesRequest, request_id: str, tokenizer: Tokenizer, max_model_len: int
+    ) -> Prepared:
+        """Renders and tokenizes the conversation (off the event loop) into one engine request, to be stored once
+        it finishes unless ``store`` is false."""
+        history = self._history(req)
+        started = time.perf_counter()
+        try:
+            ids = await asyncio.to_thread(responses_token_ids, tokenizer, req, history)
+        except ChatTemplateError as exc:
+            raise invalid_request(f"input: {exc}", param="input") from None
+        tokenize_s = time.perf_counter() - started
+        max_tokens = output_limit(req, len(ids), max_model_len, "input")
+        child = Child(0, ids, responses_sampling_params(req, max_tokens))
+        prepared = Prepared(request_id, req.model, [child], 1, tokenize_s, user=req.user, request=req)
+        if req.store is not False:
+            conversation = [*history, *req.input_messages()]
+            prepared.on_complete = lambda outcome: self._keep(request_id, conversation, outcome)
+        return prepared
+
+    def _history(self, req: ResponsesRequest) -> list[dict[str, str]]:
+        """The conversation ``previous_response_id`` continues, or a 400 when it is not (or no longer) stored."""
+        if req.previous_response_id is None:
+            return []
+        history = self.store.get(req.previous_response_id)
+        if history is None:
+            raise invalid_request(
+                f"previous_response_id: previous response with id {req.previous_response_id!r} not found (never "
+                "stored, stored with store false, expired, or answered by another replica)",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        return history
+
+    def _keep(self, request_id: str, conversation: list[dict[str, str]], outcome: Outcome) -> None:
+        choice = outcome.choices[0]
+        if choice.finish_reason in ("stop", "length"):
+            answer = {"role": "assistant", "content": choice.text}
+            self.store.put(response_id(request_id), [*conversation, answer])

@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -28,6 +28,7 @@ from shoal.engine.server.request_params import OpenAIRequest, SamplingRequest
 from shoal.protocol.errors import internal_error
 from shoal.protocol.openai_api import PromptTokensDetails, UsageInfo
 from shoal.protocol.sse import DONE, sse_event
+from shoal.tokenizer import Tokenizer
 
 request_log = logging.getLogger("shoal.engine.server.requests")
 
@@ -45,6 +46,7 @@ class Prepared:
     user: str | None = None  # the client's end-user id (OpenAI's ``user``), for the request's log line
     echoes: list[str] = field(default_factory=list)  # completions' echo: the prompt text each choice opens with
     request: OpenAIRequest | None = None  # what a formatter echoes of the request (the Responses API's settings)
+    on_complete: Callable[[Outcome], None] | None = None  # run once every choice finished (responses: store it)
 
     @classmethod
     def of(
@@ -162,6 +164,19 @@ class Formatter(Protocol):
     def response(self, outcome: Outcome) -> BaseModel: ...
 
 
+OutputFormatter = Formatter  # the protocol, by a name an endpoint's own ``Formatter`` attribute does not shadow
+
+
+class Endpoint(Protocol):
+    """A generation endpoint (a module, or an object where it holds state): its request prepared for the engine,
+    and the ``Formatter`` of its output."""
+
+    @property
+    def Formatter(self) -> Callable[[Tokenizer, Prepared], OutputFormatter]: ...  # read-only: covariant
+
+    async def prepare(self, req: Any, request_id: str, tokenizer: Tokenizer, max_model_len: int) -> Prepared: ...
+
+
 def chunks_closing(outcome: Outcome, usage_chunk: Callable[[UsageInfo], BaseModel]) -> str:
     """How a completions or chat stream ends: the usage chunk if the client asked for it, then ``[DONE]``."""
     usage = sse_event(usage_chunk(outcome.usage())) if outcome.prepared.include_usage else ""
@@ -192,6 +207,8 @@ def finish(generation: Generation, outcome: Outcome) -> None:
         outcome.status = "cancelled"
     elif outcome.status == "ok" and any(c.finish_reason == "abort" for c in outcome.choices):
         outcome.status = "aborted"  # by the server: shutdown grace period over
+    elif outcome.status == "ok" and outcome.prepared.on_complete is not None:
+        outcome.prepared.on_complete(outcome)
     generation.close()
     outcome.log()
 
