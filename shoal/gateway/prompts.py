@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE, hash_blocks
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
 from shoal.protocol.responses_api import ResponsesRequest
-from shoal.tokenizer.prompt_tokens import PromptTokenizer, completion_prompt_ids, template_token_ids
+from shoal.tokenizer.prompt_tokens import PromptTokenizer, chat_token_ids, completion_prompt_ids, responses_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +93,13 @@ class PromptReader:
         """The (first) prompt of a validated request; never raises on content the engine will reject."""
         tokenizer = self.tokenizer(request.model)
         if isinstance(request, ChatCompletionRequest):
-            messages = [m.for_template() for m in request.messages]
+            texts = [m.text() for m in request.messages]
             limit = request.output_limit()
-            return _conversation(tokenizer, request.model, messages, request.add_generation_prompt, limit)
+            return _conversation(tokenizer, request.model, partial(chat_token_ids, request=request), texts, limit)
         if isinstance(request, ResponsesRequest):
-            messages = request.template_messages()
-            return _conversation(tokenizer, request.model, messages, True, request.max_output_tokens)
+            texts = [m["content"] for m in request.template_messages()]
+            rendered = partial(responses_token_ids, request=request)
+            return _conversation(tokenizer, request.model, rendered, texts, request.max_output_tokens)
         max_tokens = request.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
         prompts = request.prompts()
         prompt = prompts[0]
@@ -114,17 +116,18 @@ class PromptReader:
 def _conversation(
     tokenizer: PromptTokenizer | None,
     model: str,
-    messages: list[dict[str, str]],
-    add_generation_prompt: bool,
+    token_ids: Callable[[PromptTokenizer], list[int]],
+    texts: list[str],
     output_limit: int | None,
 ) -> Prompt:
-    """A chat's or a Responses request's prompt: its messages rendered by the chat template, as the engine does."""
+    """A chat's or a Responses request's prompt: ``token_ids`` renders and encodes it as the engine does; without
+    a tokenizer (or when the template refuses it) its cost is estimated from its ``texts``."""
     max_tokens = output_limit or DEFAULT_CHAT_MAX_TOKENS
     if tokenizer is not None:
         try:
-            ids = template_token_ids(tokenizer, messages, add_generation_prompt)
+            ids = token_ids(tokenizer)
             return Prompt(ids, len(ids) + max_tokens, max_tokens)
         except Exception:  # the engine answers a bad conversation with a 400; routing needn't
             log.debug("chat template failed for %r; routing without prefixes", model, exc_info=True)
-    size = sum(len(m["content"].encode()) for m in messages)
+    size = sum(len(text.encode()) for text in texts)
     return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens, max_tokens)
