@@ -1,7 +1,7 @@
 """The gateway's HTTP surface on uvicorn: the OpenAI endpoints, vLLM's tokenizer routes, health, readiness and
 metrics.
 
-The two generation endpoints are the hot path: ``POST`` to them goes straight to ``proxy.serve``, past
+The generation endpoints are the hot path: ``POST`` to them goes straight to ``proxy.serve``, past
 Starlette's middleware and router (``/tokenize`` and ``/detokenize`` likewise, to ``proxy.serve_tokenization``);
 every other request (including a wrong method on those paths, answered 405) goes through Starlette.
 ``/version`` is the gateway's own: it is the same package as the engines it fronts.
@@ -32,14 +32,14 @@ from shoal.protocol.tokenize_api import VersionResponse
 
 
 class _Generation:
-    """``/v1/completions`` or ``/v1/chat/completions`` as an ASGI endpoint."""
+    """A generation endpoint (``/v1/completions``, ``/v1/chat/completions``, ``/v1/responses``) as an ASGI endpoint."""
 
-    def __init__(self, gateway: Gateway, chat: bool) -> None:
+    def __init__(self, gateway: Gateway, path: str) -> None:
         self.gateway = gateway
-        self.chat = chat
+        self.path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await proxy.serve(self.gateway, scope, receive, send, self.chat)
+        await proxy.serve(self.gateway, scope, receive, send, self.path)
 
 
 class _Tokenization:
@@ -56,8 +56,7 @@ class _Tokenization:
 def create_app(gateway: Gateway, dashboard_data: Path | None = None) -> ASGIApp:
     """``dashboard_data``: the fleet figures file ``/dashboard`` charts (``shoal up`` writes it); no page without."""
     generation: dict[str, ASGIApp] = {
-        "/v1/completions": _Generation(gateway, chat=False),
-        "/v1/chat/completions": _Generation(gateway, chat=True),
+        **{path: _Generation(gateway, path) for path in proxy.REQUEST_MODELS},
         "/tokenize": _Tokenization(gateway, "/tokenize"),
         "/detokenize": _Tokenization(gateway, "/detokenize"),
     }

@@ -27,6 +27,7 @@ from shoal.gateway.metrics import GatewayMetrics
 from shoal.gateway.prompts import PromptReader
 from shoal.gateway.quota import MemoryQuota, QuotaStore
 from shoal.gateway.replicas import Fleet, Replica
+from shoal.gateway.response_homes import ResponseHomes
 from shoal.gateway.routing import DEFAULT_BOUND_FACTOR, DEFAULT_LOAD_FLOOR_TOKENS, RoutingPolicy, make_policy
 from shoal.gateway.upstream import UpstreamPool
 from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
@@ -82,6 +83,7 @@ class Gateway:
         self.prompts = prompts or PromptReader(config.tokenizers)
         self.metrics = GatewayMetrics()
         self.fleet = Fleet()
+        self.response_homes = ResponseHomes()
         self.hold = HoldQueue(
             config.hold_queue_size, config.hold_seconds, config.unavailable_retry_after_s, self.metrics.held
         )

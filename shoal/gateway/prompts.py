@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE, hash_blocks
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
-from shoal.tokenizer.prompt_tokens import PromptTokenizer, chat_token_ids, completion_prompt_ids
+from shoal.protocol.responses_api import ResponsesRequest
+from shoal.tokenizer.prompt_tokens import PromptTokenizer, chat_token_ids, completion_prompt_ids, responses_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -87,20 +89,18 @@ class PromptReader:
         self.preload([model])
         return None
 
-    def read(self, request: CompletionRequest | ChatCompletionRequest) -> Prompt:
+    def read(self, request: CompletionRequest | ChatCompletionRequest | ResponsesRequest) -> Prompt:
         """The (first) prompt of a validated request; never raises on content the engine will reject."""
         tokenizer = self.tokenizer(request.model)
         if isinstance(request, ChatCompletionRequest):
-            max_tokens = request.output_limit() or DEFAULT_CHAT_MAX_TOKENS
-            if tokenizer is not None:
-                try:
-                    ids = chat_token_ids(tokenizer, request)
-                    return Prompt(ids, len(ids) + max_tokens, max_tokens)
-                except Exception:  # the engine answers a bad chat with a 400; routing needn't
-                    log.debug("chat template failed for %r; routing without prefixes", request.model, exc_info=True)
-            size = sum(len(m.text().encode()) for m in request.messages)
-            size += sum(len(t.model_dump_json(exclude_none=True)) for t in request.tools or [])  # rendered too
-            return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens, max_tokens)
+            texts = [m.text() for m in request.messages]
+            texts += [t.model_dump_json(exclude_none=True) for t in request.tools or []]  # rendered too
+            limit = request.output_limit()
+            return _conversation(tokenizer, request.model, partial(chat_token_ids, request=request), texts, limit)
+        if isinstance(request, ResponsesRequest):
+            texts = [m["content"] for m in request.template_messages()]
+            rendered = partial(responses_token_ids, request=request)
+            return _conversation(tokenizer, request.model, rendered, texts, request.max_output_tokens)
         max_tokens = request.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
         prompts = request.prompts()
         prompt = prompts[0]
@@ -112,3 +112,23 @@ class PromptReader:
             estimate = len(prompt.encode()) * len(prompts) // BYTES_PER_TOKEN_ESTIMATE
             return Prompt(None, estimate + max_tokens, max_tokens)
         return Prompt(ids, len(ids) * len(prompts) + max_tokens, max_tokens)
+
+
+def _conversation(
+    tokenizer: PromptTokenizer | None,
+    model: str,
+    token_ids: Callable[[PromptTokenizer], list[int]],
+    texts: list[str],
+    output_limit: int | None,
+) -> Prompt:
+    """A chat's or a Responses request's prompt: ``token_ids`` renders and encodes it as the engine does; without
+    a tokenizer (or when the template refuses it) its cost is estimated from its ``texts``."""
+    max_tokens = output_limit or DEFAULT_CHAT_MAX_TOKENS
+    if tokenizer is not None:
+        try:
+            ids = token_ids(tokenizer)
+            return Prompt(ids, len(ids) + max_tokens, max_tokens)
+        except Exception:  # the engine answers a bad conversation with a 400; routing needn't
+            log.debug("chat template failed for %r; routing without prefixes", model, exc_info=True)
+    size = sum(len(text.encode()) for text in texts)
+    return Prompt(None, size // BYTES_PER_TOKEN_ESTIMATE + max_tokens, max_tokens)

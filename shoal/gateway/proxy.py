@@ -48,7 +48,7 @@ from shoal.gateway.routing import Decision, RouteRequest
 from shoal.gateway.timeouts import REQUEST_TIMEOUT_HEADER, Deadline, TimeoutCode, client_limit
 from shoal.gateway.timing import StageTimer
 from shoal.gateway.upstream import UpstreamConnectError, UpstreamError, UpstreamResponse, UpstreamTimeout
-from shoal.gateway.usage import take_usage, total_tokens, with_usage_requested
+from shoal.gateway.usage import StreamUsage, total_tokens, with_usage_requested
 from shoal.protocol.backoff import Retry
 from shoal.protocol.errors import (
     APIError,
@@ -66,6 +66,7 @@ from shoal.protocol.json_body import (
     without_unknown_fields,
 )
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+from shoal.protocol.responses_api import ResponsesRequest, response_id
 from shoal.protocol.sse import sse_event
 from shoal.protocol.tokenize_api import DetokenizeRequest, TokenizeRequest, tokenize_request_model
 
@@ -75,6 +76,12 @@ access_log = logging.getLogger("shoal.gateway.access")
 _ID_PREFIX = uuid.uuid4().hex[:12]  # request ids: unique per gateway process, then a counter (no syscall each)
 _ids = itertools.count(1)
 _WANTED_HEADERS = frozenset((b"authorization", b"x-request-id", b"accept", b"content-length", b"x-request-timeout"))
+GenerationRequest = CompletionRequest | ChatCompletionRequest | ResponsesRequest
+REQUEST_MODELS: dict[str, type[GenerationRequest]] = {
+    "/v1/completions": CompletionRequest,
+    "/v1/chat/completions": ChatCompletionRequest,
+    "/v1/responses": ResponsesRequest,
+}
 
 
 @dataclass
@@ -91,12 +98,13 @@ class RequestState:
     outcome: str = "ok"
     prompt_tokens: int | None = None
     backend: str | None = None
+    home: str | None = None  # the replica holding the response a Responses request continues, if known
     decision: Decision | None = None
     attempts: int = 0
     lease: Lease | None = None
     release_quota: Callable[[int | None], Awaitable[None]] | None = None
     used_tokens: int | None = None  # as the engine reports it: settles the quota charge
-    strip_usage: bool = False  # the usage event was asked for by the gateway, not the client
+    stream_usage: StreamUsage = field(default_factory=StreamUsage)  # strip: the gateway asked for it, not the client
     upstream: UpstreamResponse | None = None
     deadline: Deadline | None = None
     response_started: bool = False
@@ -112,13 +120,12 @@ def request_headers(scope: Scope) -> dict[bytes, bytes]:
 Handler = Callable[[dict[bytes, bytes], "RequestState", Callable[[], None]], Awaitable[None]]
 
 
-async def serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, chat: bool) -> None:
-    """``POST /v1/completions`` and ``POST /v1/chat/completions``, as an ASGI app."""
+async def serve(gateway: Gateway, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
+    """``POST`` to a generation endpoint (a key of ``REQUEST_MODELS``), as an ASGI app."""
 
     def handle(headers: dict[bytes, bytes], state: RequestState, watch: Callable[[], None]) -> Awaitable[None]:
-        return _handle(gateway, headers, receive, send, chat, state, watch)
+        return _handle(gateway, headers, receive, send, state, watch)
 
-    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
     await _serve(gateway, scope, receive, send, endpoint, handle)
 
 
@@ -181,7 +188,6 @@ async def _handle(
     headers: dict[bytes, bytes],
     receive: Receive,
     send: Send,
-    chat: bool,
     state: RequestState,
     watch: Callable[[], None],
 ) -> None:
@@ -189,10 +195,12 @@ async def _handle(
     tenant = _authenticate(gateway, headers, state)
     raw = await read_body(receive, headers.get(b"content-length"), gateway.config.max_body_bytes)
     watch()
-    raw, data, body = _validate(gateway, raw, chat, state)
+    raw, data, body = _validate(gateway, raw, state)
+    if isinstance(body, ResponsesRequest) and body.previous_response_id is not None:
+        state.home = gateway.response_homes.home(body.previous_response_id)
     prompt, route = _tokenize(gateway, body, state)
     await _admit(gateway, tenant, body, prompt, state)
-    raw = _with_usage(raw, data, state)
+    raw = _with_usage(raw, data, body, state)
     state.timer.mark("quota")
     gateway.metrics.overhead.observe(state.timer.elapsed())
     upstream, first = await forward(gateway, state, raw, _upstream_headers(headers, state), route, body.stream)
@@ -222,20 +230,18 @@ def _authenticate(gateway: Gateway, headers: dict[bytes, bytes], state: RequestS
     return tenant
 
 
-# What the gateway itself reads from a chat or completions body in front of another kind of engine: the model,
-# the prompt as the engine will tokenize it, and what the quota charges and the relay needs.
+# What the gateway itself reads from a generation body in front of another kind of engine: the model, the prompt as
+# the engine will tokenize it, what the quota charges and the relay needs, and a Responses follow-up's home.
 ROUTING_FIELDS = frozenset(
-    {"model", "messages", "prompt", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "user"}
-    | {"add_generation_prompt"}
+    {"model", "messages", "prompt", "input", "instructions", "previous_response_id", "stream", "stream_options"}
+    | {"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "user", "add_generation_prompt"}
 )
 
 
-def _validate(
-    gateway: Gateway, raw: bytes, chat: bool, state: RequestState
-) -> tuple[bytes, dict[str, Any], CompletionRequest | ChatCompletionRequest]:
+def _validate(gateway: Gateway, raw: bytes, state: RequestState) -> tuple[bytes, dict[str, Any], GenerationRequest]:
     """The body to forward, as JSON and as the shared request model, for a model some replica may serve (404 if
     none can)."""
-    model: type[CompletionRequest | ChatCompletionRequest] = ChatCompletionRequest if chat else CompletionRequest
+    model = REQUEST_MODELS[state.endpoint]
     if gateway.config.validate_fields:
         raw, data = _known_fields(gateway, raw, model)
         body = validated(model, data)
@@ -308,9 +314,7 @@ def _only_model(gateway: Gateway) -> str:
     return models[0]
 
 
-def _tokenize(
-    gateway: Gateway, body: CompletionRequest | ChatCompletionRequest, state: RequestState
-) -> tuple[Prompt, RouteRequest]:
+def _tokenize(gateway: Gateway, body: GenerationRequest, state: RequestState) -> tuple[Prompt, RouteRequest]:
     """The prompt's tokens as the engine will see them, and its block hashes at the replicas' block size."""
     prompt = gateway.prompts.read(body)
     block_size = hashing_block_size(
@@ -325,13 +329,14 @@ def _tokenize(
 async def _admit(
     gateway: Gateway,
     tenant: Tenant,
-    body: CompletionRequest | ChatCompletionRequest,
+    body: GenerationRequest,
     prompt: Prompt,
     state: RequestState,
 ) -> None:
     """Charges the tenant's quota for the request's estimate (429 over it, 503 if the store is down)."""
     config = gateway.config
-    sequences = body.n * (len(body.prompts()) if isinstance(body, CompletionRequest) else 1)
+    sequences = 1 if isinstance(body, ResponsesRequest) else body.n
+    sequences *= len(body.prompts()) if isinstance(body, CompletionRequest) else 1
     admission = await gateway.quota.admit(
         tenant.name, tenant.limits, admission_estimate(prompt.cost_tokens, prompt.output_tokens, sequences)
     )
@@ -352,12 +357,13 @@ async def _admit(
     state.release_quota = lambda used: gateway.quota.release(admission, used)
 
 
-def _with_usage(raw: bytes, data: dict[str, Any], state: RequestState) -> bytes:
-    """The body to forward: a stream is asked for its usage event, which settles the quota charge."""
-    with_usage = with_usage_requested(data)
+def _with_usage(raw: bytes, data: dict[str, Any], body: GenerationRequest, state: RequestState) -> bytes:
+    """The body to forward: a stream is asked for its usage event, which settles the quota charge (a Responses
+    stream's last event always carries it)."""
+    with_usage = None if isinstance(body, ResponsesRequest) else with_usage_requested(data)
     if with_usage is None:
         return raw
-    state.strip_usage = True  # the client did not ask for it: it is not passed on
+    state.stream_usage.strip = True  # the client did not ask for it: it is not passed on
     return with_usage
 
 
@@ -385,6 +391,7 @@ async def forward(
         candidates = gateway.fleet.candidates(state.model, tried)
         if not candidates:
             break
+        candidates = [r for r in candidates if r.url == state.home] or candidates  # where the continued one is
         decision = gateway.policy(state.model).decide([r.view() for r in candidates], route)
         replica = gateway.fleet.replicas[decision.replica_id]
         state.timer.mark("route")
@@ -544,7 +551,7 @@ async def _relay(
 
 def _read_usage(state: RequestState, chunk: bytes) -> bytes:
     """Notes the usage a stream's chunk reports (settling the quota), without the event if the gateway asked."""
-    chunk, used = take_usage(chunk, state.strip_usage)
+    chunk, used = state.stream_usage.take(chunk)
     if used is not None:
         state.used_tokens = used
     return chunk
@@ -601,6 +608,8 @@ async def _finish(gateway: Gateway, state: RequestState, status: int, outcome: s
         state.upstream.close()
         state.upstream = None
     state.status, state.outcome = status, outcome
+    if status == 200 and state.endpoint == "/v1/responses" and state.backend is not None:
+        gateway.response_homes.record(response_id(state.request_id), state.backend)
     _give_back(state)
     if state.release_quota is not None:
         release, state.release_quota = state.release_quota, None

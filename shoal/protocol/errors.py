@@ -145,8 +145,8 @@ def from_validation_errors(errors: Iterable[Mapping[str, Any]]) -> APIError:
     for error in errors:
         param, member = _param_name(error.get("loc", ()))
         text = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-        named = re.match(r"^(\w+): ", text)
-        if not param and named:  # a model-level check names its field first
+        named = re.match(r"^(\w[\w.\[\]]*): ", text)
+        if not param and named:  # a model-level check names its field (or its place: input[2].type) first
             param, text = named.group(1), text[named.end() :]
         if error.get("type") == "extra_forbidden":
             message = f"Unrecognized request argument supplied: {param}"

@@ -63,12 +63,15 @@ class StreamOptions(_Request):
 # ---- structured output: OpenAI's response_format and vLLM's guided decoding extras ------------------------
 
 
+SchemaName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
+
+
 class JsonSchemaFormat(_Request):
     """``response_format.json_schema``: the schema every output validates against (``strict`` as OpenAI's)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    name: SchemaName
     description: str | None = None
     json_schema: dict[str, Any] = Field(alias="schema")
     strict: bool | None = None

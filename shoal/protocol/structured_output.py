@@ -1,6 +1,6 @@
 """What a request's structured-output fields ask of the engine: one grammar, named by the field it came from.
 
-OpenAI's ``response_format`` and vLLM's extras (``guided_json``, ``guided_regex``, ``guided_choice``,
+OpenAI's ``response_format`` (the Responses API's ``text.format`` takes the same form) and vLLM's extras (``guided_json``, ``guided_regex``, ``guided_choice``,
 ``guided_grammar`` and the newer ``structured_outputs``) all reduce to a ``GrammarSpec``: a kind, its source as
 text (equal schemas share one compiled grammar; key order is kept, as it is the order of the output's keys),
 and whether keywords the grammar library cannot enforce are refused (``strict``) or ignored. ``json_object`` is the schema ``{"type": "object"}``.
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from shoal.protocol.openai_api import StructuredOutputFields, StructuredOutputs
+from shoal.protocol.openai_api import ResponseFormat, StructuredOutputFields, StructuredOutputs
 from shoal.protocol.tools import ToolFields
 
 GrammarKind = Literal["json_schema", "regex", "choice", "grammar"]
@@ -44,12 +44,9 @@ class GrammarSpec:
 
 def grammar_spec(req: StructuredOutputFields) -> GrammarSpec | None:
     """The grammar the request's output must follow, or ``None`` when it is unconstrained."""
-    fmt = req.response_format
-    if fmt is not None and fmt.type == "json_object":
-        return GrammarSpec.json_schema(ANY_JSON_OBJECT, False, "response_format")
-    if fmt is not None and fmt.json_schema is not None:
-        spec = fmt.json_schema
-        return GrammarSpec.json_schema(spec.json_schema, bool(spec.strict), "response_format")
+    by_format = response_format_spec(req.response_format, "response_format")
+    if by_format is not None:
+        return by_format
     if req.guided_json is not None:
         return GrammarSpec.json_schema(req.guided_json, False, "guided_json")
     if req.guided_regex is not None:
@@ -60,6 +57,16 @@ def grammar_spec(req: StructuredOutputFields) -> GrammarSpec | None:
         return GrammarSpec("grammar", req.guided_grammar, field="guided_grammar")
     if req.structured_outputs is not None:
         return _structured_outputs(req.structured_outputs)
+    return None
+
+
+def response_format_spec(fmt: ResponseFormat | None, field: str) -> GrammarSpec | None:
+    """OpenAI's format (chat's ``response_format``, the Responses API's ``text.format``), named ``field`` in errors."""
+    if fmt is not None and fmt.type == "json_object":
+        return GrammarSpec.json_schema(ANY_JSON_OBJECT, False, field)
+    if fmt is not None and fmt.json_schema is not None:
+        spec = fmt.json_schema
+        return GrammarSpec.json_schema(spec.json_schema, bool(spec.strict), field)
     return None
 
 

@@ -3,7 +3,13 @@
 from shoal.tokenizer.chat_template import ChatTemplateError
 from shoal.tokenizer.detokenizer import IncrementalDetokenizer
 from shoal.tokenizer.gguf_vocab import UnsupportedTokenizerError
-from shoal.tokenizer.prompt_tokens import PromptTokenizer, chat_token_ids, completion_prompt_ids, completion_token_ids
+from shoal.tokenizer.prompt_tokens import (
+    PromptTokenizer,
+    chat_token_ids,
+    completion_prompt_ids,
+    completion_token_ids,
+    responses_token_ids,
+)
 from shoal.tokenizer.tokenizer import Tokenizer, TokenizerFilesError
 
 __all__ = [
@@ -16,4 +22,5 @@ __all__ = [
     "chat_token_ids",
     "completion_prompt_ids",
     "completion_token_ids",
+    "responses_token_ids",
 ]

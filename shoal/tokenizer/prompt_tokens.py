@@ -5,7 +5,8 @@ so routing is only right while it tokenizes exactly as the engine does; both cal
 prompt is ``encode(prompt)`` (special tokens added per the tokenizer's config) and a token-id prompt is taken as
 it is; a chat is the chat template rendered over ``ChatMessage.for_template()`` of each message (and the request's
 ``tools``, as transformers' ``apply_chat_template(tools=...)`` passes them) and then
-``encode(text, add_special_tokens=False)``, since the template already places the special tokens it wants.
+``encode(text, add_special_tokens=False)``, since the template already places the special tokens it wants; a
+Responses request is the chat its instructions and input stand for (``ResponsesRequest.template_messages``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+from shoal.protocol.responses_api import ResponsesRequest
 from shoal.protocol.tools import template_variables
 
 
@@ -36,9 +38,24 @@ def completion_token_ids(tokenizer: PromptTokenizer, request: CompletionRequest)
     return [completion_prompt_ids(tokenizer, p) for p in request.prompts()]
 
 
+def template_token_ids(
+    tokenizer: PromptTokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **variables: Any
+) -> list[int]:
+    """Messages rendered with the chat template (``variables``: its ``tools``) and encoded; raises
+    ``ChatTemplateError`` if they cannot be."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, **variables)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
 def chat_token_ids(tokenizer: PromptTokenizer, request: ChatCompletionRequest) -> list[int]:
     """The conversation rendered with the chat template; raises ``ChatTemplateError`` if it cannot be."""
     messages = [m.for_template() for m in request.messages]
-    variables = template_variables(request.tools)
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=request.add_generation_prompt, **variables)
-    return tokenizer.encode(text, add_special_tokens=False)
+    return template_token_ids(tokenizer, messages, request.add_generation_prompt, **template_variables(request.tools))
+
+
+def responses_token_ids(
+    tokenizer: PromptTokenizer, request: ResponsesRequest, history: list[dict[str, str]] | None = None
+) -> list[int]:
+    """A Responses request's instructions, the conversation it continues (``history``) and its input, rendered as
+    the chat they stand for."""
+    return template_token_ids(tokenizer, request.template_messages(history))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 import httpx
 import openai
@@ -16,6 +17,9 @@ from hypothesis import strategies as st
 from shoal.gateway.auth import ApiKeys
 from shoal.gateway.quota import Limits, MemoryQuota, QuotaStore, admission_estimate, settlement, window_of
 from shoal.gateway.quota_redis import RedisQuota
+from shoal.model_registry import resolve_model
+from shoal.protocol.responses_api import ResponsesRequest
+from shoal.tokenizer import Tokenizer, responses_token_ids
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -145,3 +149,28 @@ def test_real_engine_streams_keep_their_shape(engines, tiny_model_dir, gateways)
     assert plain and all(chunk.usage is None for chunk in plain)
     asked = list(api.completions.create(**request, stream_options={"include_usage": True}))
     assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 6
+
+
+def test_responses_are_settled_whole_and_streamed(engines, tiny_model_dir, gateways) -> None:
+    """A Responses stream always ends with its usage (in ``response.completed``): with a one-word format and a
+    budget of 100 output tokens, three requests fit in a minute only if the first two were settled."""
+    body: dict[str, Any] = {
+        "model": "tiny",
+        "input": "hi",
+        "max_output_tokens": 100,
+        "text": {"format": {"type": "json_schema", "name": "one", "schema": {"type": "string", "enum": ["a"]}}},
+    }
+    prompt = len(
+        responses_token_ids(Tokenizer.from_source(resolve_model(str(tiny_model_dir))), ResponsesRequest(**body))
+    )
+    budget = (prompt + 100) + 2 * (prompt + 10)
+    assert 2 * (prompt + 100) > budget  # unsettled, the second estimate alone would not fit next to the first
+    keys = ApiKeys({"acme": (["sk-acme"], Limits(tokens_per_minute=budget))})
+    handle = gateways([engines[0].url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)}, api_keys=keys)
+    handle.wait_healthy(1)
+    client = openai.OpenAI(base_url=handle.url + "/v1", api_key="sk-acme", max_retries=0, timeout=60)
+    first = client.responses.create(**body)
+    assert first.usage is not None and first.usage.output_tokens <= 10, first.usage
+    events = list(client.responses.create(**body, stream=True))
+    assert events[-1].type == "response.completed"
+    assert client.responses.create(**body).status == "completed"

@@ -69,6 +69,30 @@ HOSTILE: list[tuple[str, str, bytes]] = [
         "chat/completions",
         _json({"model": M, "messages": [{"role": "user"}], "max_tokens": 2}),
     ),
+    ("input items that are not objects", "responses", _json({"model": M, "input": [5, "x", None]})),
+    ("item type that is not a string", "responses", _json({"model": M, "input": [{"type": ["message"]}]})),
+    (
+        "content part type that is a list",
+        "responses",
+        _json({"model": M, "input": [{"role": "user", "content": [{"type": ["input_text"], "text": "x"}]}]}),
+    ),
+    ("lone surrogate in responses", "responses", b'{"model": "tiny", "input": "\\udfff", "max_output_tokens": 2}'),
+    (
+        "thousands of input items",
+        "responses",
+        _json({"model": M, "input": [{"role": "user", "content": "hi"}] * 20_000}),
+    ),
+    ("huge max_output_tokens", "responses", _json({"model": M, "input": "x", "max_output_tokens": 10**30})),
+    ("text.format that is a string", "responses", _json({"model": M, "input": "x", "text": {"format": "json"}})),
+    (
+        "deep text.format schema",
+        "responses",
+        b'{"model": "tiny", "input": "x", "text": {"format": {"type": "json_schema", "name": "d", "schema": '
+        + b'{"a":' * 30_000
+        + b"1"
+        + b"}" * 30_000
+        + b"}}}",
+    ),
     ("empty body", "completions", b""),
     ("null body", "completions", b"null"),
     ("duplicate keys", "completions", b'{"model": "tiny", "model": 7, "prompt": "x"}'),

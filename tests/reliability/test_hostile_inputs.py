@@ -40,7 +40,9 @@ def test_generated_requests_never_get_a_server_error(targets: dict[str, str], ta
     assert report.failures == [], report.failures[:5]
     sent = {answer.rsplit(" ", 1)[0] for answer in report.answers}
     assert {
-        f"POST /v1/{path} {mode}" for path in ("completions", "chat/completions") for mode in ("positive", "negative")
+        f"POST /v1/{path} {mode}"
+        for path in ("completions", "chat/completions", "responses")
+        for mode in ("positive", "negative")
     } <= sent, report.answers
 
 

@@ -145,6 +145,8 @@ def test_ignore_unknown_fields_accepts_and_logs_them(lenient_server: ServeProces
     r = httpx.post(f"{lenient_server.url}/v1/completions", json=body, timeout=30)
     assert r.status_code == 200, r.text
     assert "frobnicate" in lenient_server.log(50_000)
+    response = {"model": M, "input": "x", "max_output_tokens": 1, "frobnicate": 1}
+    assert httpx.post(f"{lenient_server.url}/v1/responses", json=response, timeout=30).status_code == 200
     chat = {"model": M, "messages": CHAT, "max_tokens": 1, "echo": True}
     assert httpx.post(f"{lenient_server.url}/v1/chat/completions", json=chat, timeout=30).json()["error"]["param"] == (
         "echo"

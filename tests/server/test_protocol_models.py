@@ -6,10 +6,12 @@ import subprocess
 import sys
 
 import pytest
+from openai.types.responses.response_create_params import ResponseCreateParamsBase
 from pydantic import ValidationError
 
 from shoal.protocol.errors import APIError, from_validation_errors
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
+from shoal.protocol.responses_api import ResponsesRequest
 
 
 @pytest.mark.parametrize(
@@ -61,3 +63,9 @@ def test_null_is_the_default_where_a_field_has_no_null_of_its_own() -> None:
     assert (chat.logprobs, chat.add_generation_prompt) == (False, True)
     with pytest.raises(ValidationError, match="model"):
         CompletionRequest.model_validate({"model": None, "prompt": "x"})
+
+
+def test_responses_request_declares_every_field_of_openais_schema() -> None:
+    """Each field the SDK can send is honoured, ignored or refused by name (docs/api.md), never "unrecognized"."""
+    sdk_fields = set(ResponseCreateParamsBase.__annotations__)
+    assert sdk_fields <= set(ResponsesRequest.model_fields), sdk_fields - set(ResponsesRequest.model_fields)

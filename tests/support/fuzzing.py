@@ -106,11 +106,13 @@ def _sender(
 
 
 def _clip(body: dict[str, Any], max_tokens: int) -> None:
-    """At most ``max_tokens`` tokens of at most two sequences, whatever the body asked for."""
-    for name in ("max_tokens", "max_completion_tokens", "min_tokens"):
+    """At most ``max_tokens`` tokens of at most two sequences, whatever the body asked for (a Responses body, one
+    with ``input``, in its ``max_output_tokens``)."""
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "min_tokens"):
         if isinstance(body.get(name), int):
             body[name] = min(body[name], max_tokens)
-    if "max_tokens" not in body and "max_completion_tokens" not in body:
-        body["max_tokens"] = max_tokens
+    limit = "max_output_tokens" if "input" in body else "max_tokens"
+    if limit not in body and "max_completion_tokens" not in body:
+        body[limit] = max_tokens
     if isinstance(body.get("n"), int):
         body["n"] = min(body["n"], 2)

@@ -15,7 +15,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,11 +25,12 @@ from starlette.responses import JSONResponse, Response
 
 from shoal import __version__
 from shoal.engine.core.errors import InvalidRequestError
-from shoal.engine.server import chat, completions, tokenization
+from shoal.engine.server import chat, completions, responses, tokenization
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
 from shoal.engine.server.request_params import OpenAIRequest, engine_error
-from shoal.engine.server.serving import ClosingStreamingResponse, respond
+from shoal.engine.server.response_store import ResponseStore
+from shoal.engine.server.serving import ClosingStreamingResponse, Endpoint, respond
 from shoal.engine.tool_parsers import ToolParserSettings
 from shoal.protocol.errors import (
     APIError,
@@ -42,6 +42,7 @@ from shoal.protocol.errors import (
 from shoal.protocol.json_body import ClientDisconnected, parse_json_object, read_body, validated
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from shoal.protocol.openapi import openapi_document
+from shoal.protocol.responses_api import ResponsesRequest
 from shoal.protocol.sse import sse_event
 from shoal.protocol.tokenize_api import DetokenizeRequest, VersionResponse, tokenize_request_model
 
@@ -67,7 +68,7 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="shoal engine", lifespan=_lifespan(engine), docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(RequestIdMiddleware)
     _add_error_handlers(app)
-    _add_generation_routes(app, engine, settings)
+    _add_generation_routes(app, engine, settings, ResponseStore())
     _add_model_routes(app, engine, settings)
     _add_tokenization_routes(app, engine, settings)
     _add_probes(app, engine)
@@ -130,16 +131,15 @@ async def _generate(
     engine: AsyncEngine,
     settings: ServerSettings,
     model: type[OpenAIRequest],
-    endpoint: ModuleType,
-    **options: Any,
+    endpoint: Endpoint,
 ) -> Response:
-    """The path both generation endpoints share: read, validate, check the model, tokenize (``options`` go to the
-    endpoint's ``prepare``), compile the structured-output grammar if any, admit, respond."""
+    """The path every generation endpoint shares: read, validate, check the model, tokenize, compile the
+    structured-output grammar if any, admit, respond."""
     req = validated(model, await _json_body(request, settings), settings.ignore_unknown_fields)
     if req.model not in settings.served_model_names:
         raise model_not_found(req.model)
     core = engine.loaded_core()
-    prepared = await endpoint.prepare(req, current_request_id(), core.tokenizer, core.max_model_len, **options)
+    prepared = await endpoint.prepare(req, current_request_id(), core.tokenizer, core.max_model_len)
     grammar = prepared.children[0].params.structured_output if prepared.children else None
     if grammar is not None:  # compiled here, off the step thread: the engine then finds it in its cache
         try:
@@ -150,14 +150,21 @@ async def _generate(
     return await respond(request, generation, prepared, endpoint.Formatter(core.tokenizer, prepared), req.stream)
 
 
-def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:
+def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings, store: ResponseStore) -> None:
+    chat_endpoint = chat.Endpoint(settings.tools)
+    responses_endpoint = responses.Endpoint(store)
+
     @app.post("/v1/completions")
     async def create_completion(request: Request) -> Response:
         return await _generate(request, engine, settings, CompletionRequest, completions)
 
     @app.post("/v1/chat/completions")
     async def create_chat_completion(request: Request) -> Response:
-        return await _generate(request, engine, settings, ChatCompletionRequest, chat, tools=settings.tools)
+        return await _generate(request, engine, settings, ChatCompletionRequest, chat_endpoint)
+
+    @app.post("/v1/responses")
+    async def create_response(request: Request) -> Response:
+        return await _generate(request, engine, settings, ResponsesRequest, responses_endpoint)
 
 
 def _model_list(engine: AsyncEngine, settings: ServerSettings) -> ModelList:

@@ -18,7 +18,7 @@ from shoal.engine.server.async_engine import Child
 from shoal.engine.server.logprobs import chat_logprobs
 from shoal.engine.server.output_stream import Delta
 from shoal.engine.server.request_params import engine_error, output_limit, sampling_params
-from shoal.engine.server.serving import ChoiceState, Outcome, Prepared
+from shoal.engine.server.serving import ChoiceState, Outcome, Prepared, chunks_closing
 from shoal.engine.tool_parsers import ToolCallStream, ToolParserSettings, plan_tool_calls
 from shoal.protocol.errors import invalid_request
 from shoal.protocol.openai_api import (
@@ -31,6 +31,7 @@ from shoal.protocol.openai_api import (
     ChatStreamChoice,
     UsageInfo,
 )
+from shoal.protocol.sse import sse_event
 from shoal.protocol.tools import DeltaToolCall
 from shoal.tokenizer import ChatTemplateError, Tokenizer, chat_token_ids
 
@@ -70,14 +71,14 @@ class Formatter:
     def _chunk(self, choices: list[ChatStreamChoice]) -> ChatCompletionStreamResponse:
         return ChatCompletionStreamResponse(id=self._id, model=self._model, choices=choices)
 
-    def opening(self, outcome: Outcome) -> list[BaseModel]:
+    def opening(self, outcome: Outcome) -> str:
         """OpenAI opens each choice with a delta that only names the role."""
-        return [
-            self._chunk([ChatStreamChoice(index=c.index, delta=ChatDelta(role="assistant", content=""))])
+        return "".join(
+            sse_event(self._chunk([ChatStreamChoice(index=c.index, delta=ChatDelta(role="assistant", content=""))]))
             for c in outcome.choices
-        ]
+        )
 
-    def chunk(self, delta: Delta, choice: ChoiceState) -> BaseModel | None:
+    def chunk(self, delta: Delta, choice: ChoiceState) -> str:
         finish_reason = delta.finish_reason if delta.finished else None
         calls: list[DeltaToolCall] = []
         if self._tools is None:
@@ -87,7 +88,7 @@ class Formatter:
             content, calls = tools.update(choice.text, delta.finished)
             finish_reason = tools.finish_reason(finish_reason)
         if not content and not calls and not delta.finished and not delta.logprobs:
-            return None
+            return ""
         out = ChatStreamChoice(
             index=delta.index,
             delta=ChatDelta(content=(content or None) if calls else content, tool_calls=calls or None)
@@ -97,9 +98,12 @@ class Formatter:
             finish_reason=finish_reason,
             stop_reason=delta.stop_reason if delta.finished else None,
         )
-        return self._chunk([out])
+        return sse_event(self._chunk([out]))
 
-    def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+    def closing(self, outcome: Outcome) -> str:
+        return chunks_closing(outcome, self._usage_chunk)
+
+    def _usage_chunk(self, usage: UsageInfo) -> BaseModel:
         return ChatCompletionStreamResponse(id=self._id, model=self._model, choices=[], usage=usage)
 
     def response(self, outcome: Outcome) -> BaseModel:
@@ -128,3 +132,18 @@ class Formatter:
             if self._tools is None
             else self._tools[choice.index].finish_reason(choice.finish_reason)
         )
+
+
+class Endpoint:
+    """``/v1/chat/completions`` with the server's tool-call settings (``--tool-call-parser``,
+    ``--enable-auto-tool-choice``)."""
+
+    Formatter = Formatter
+
+    def __init__(self, tools: ToolParserSettings) -> None:
+        self.tools = tools
+
+    async def prepare(
+        self, req: ChatCompletionRequest, request_id: str, tokenizer: Tokenizer, max_model_len: int
+    ) -> Prepared:
+        return await prepare(req, request_id, tokenizer, max_model_len, self.tools)

@@ -15,7 +15,7 @@ from shoal.engine.server.async_engine import Child
 from shoal.engine.server.logprobs import completion_logprobs
 from shoal.engine.server.output_stream import Delta
 from shoal.engine.server.request_params import output_limit, sampling_params
-from shoal.engine.server.serving import ChoiceState, Outcome, Prepared
+from shoal.engine.server.serving import ChoiceState, Outcome, Prepared, chunks_closing
 from shoal.protocol.openai_api import (
     CompletionChoice,
     CompletionRequest,
@@ -23,6 +23,7 @@ from shoal.protocol.openai_api import (
     CompletionStreamResponse,
     UsageInfo,
 )
+from shoal.protocol.sse import sse_event
 from shoal.tokenizer import Tokenizer, completion_token_ids
 
 
@@ -56,14 +57,14 @@ class Formatter:
     def _echo(self, index: int) -> str:
         return self._echoes[index] if self._echoes else ""
 
-    def opening(self, outcome: Outcome) -> list[BaseModel]:
-        return []
+    def opening(self, outcome: Outcome) -> str:
+        return ""
 
-    def chunk(self, delta: Delta, choice: ChoiceState) -> BaseModel | None:
+    def chunk(self, delta: Delta, choice: ChoiceState) -> str:
         echo = "" if delta.index in self._echoed else self._echo(delta.index)
         self._echoed.add(delta.index)
         if not echo and not delta.text and not delta.finished and not delta.logprobs:
-            return None
+            return ""
         logprobs = None
         if delta.logprobs:
             logprobs = completion_logprobs(self._tokenizer, delta.logprobs, len(choice.text) - len(delta.text))
@@ -74,9 +75,12 @@ class Formatter:
             finish_reason=delta.finish_reason if delta.finished else None,
             stop_reason=delta.stop_reason if delta.finished else None,
         )
-        return CompletionStreamResponse(id=self._id, model=self._model, choices=[out])
+        return sse_event(CompletionStreamResponse(id=self._id, model=self._model, choices=[out]))
 
-    def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+    def closing(self, outcome: Outcome) -> str:
+        return chunks_closing(outcome, self._usage_chunk)
+
+    def _usage_chunk(self, usage: UsageInfo) -> BaseModel:
         return CompletionStreamResponse(id=self._id, model=self._model, choices=[], usage=usage)
 
     def response(self, outcome: Outcome) -> BaseModel:

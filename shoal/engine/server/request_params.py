@@ -1,7 +1,7 @@
 """Translates an OpenAI request into the engine's ``SamplingParams``, one per choice.
 
-OpenAI leaves ``max_tokens`` open on chat (use the rest of the context) and defaults it to 16 on
-completions; a limit that cannot fit next to the prompt is the client's error (400 naming ``max_tokens``),
+OpenAI leaves ``max_tokens`` open on chat and ``max_output_tokens`` on responses (use the rest of the context) and
+defaults ``max_tokens`` to 16 on completions; a limit that cannot fit next to the prompt is the client's error (400 naming ``max_tokens``),
 as in OpenAI and vLLM, rather than a silent truncation. ``n`` choices of a seeded request get seeds
 ``seed, seed + 1, ...`` so they differ from each other yet repeat across runs.
 """
@@ -12,16 +12,29 @@ from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.core.sampling_params import SamplingParams
 from shoal.protocol.errors import APIError, invalid_request
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
-from shoal.protocol.structured_output import GrammarSpec, grammar_spec, tool_grammar
+from shoal.protocol.responses_api import ResponsesRequest
+from shoal.protocol.structured_output import GrammarSpec, grammar_spec, response_format_spec, tool_grammar
 
-OpenAIRequest = CompletionRequest | ChatCompletionRequest
+SamplingRequest = CompletionRequest | ChatCompletionRequest
+OpenAIRequest = CompletionRequest | ChatCompletionRequest | ResponsesRequest
 
 
 def requested_logprobs(req: OpenAIRequest) -> int | None:
     """How many alternatives per token the client wants, or ``None`` for no logprobs at all."""
+    if isinstance(req, ResponsesRequest):
+        return req.logprobs()
     if isinstance(req, ChatCompletionRequest):
         return (req.top_logprobs or 0) if req.logprobs else None
     return req.logprobs
+
+
+def _requested_limit(req: OpenAIRequest) -> tuple[int | None, str]:
+    """The output limit the client set (``None``: the rest of the context) and the field it set it in."""
+    if isinstance(req, ResponsesRequest):
+        return req.max_output_tokens, "max_output_tokens"
+    if isinstance(req, ChatCompletionRequest):
+        return req.output_limit(), "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+    return req.max_tokens, "max_tokens"
 
 
 def output_limit(req: OpenAIRequest, prompt_len: int, max_model_len: int, prompt_field: str) -> int:
@@ -33,12 +46,11 @@ def output_limit(req: OpenAIRequest, prompt_len: int, max_model_len: int, prompt
             param=prompt_field,
             code="context_length_exceeded",
         )
-    limit = req.output_limit() if isinstance(req, ChatCompletionRequest) else req.max_tokens
+    limit, field = _requested_limit(req)
     room = max_model_len - prompt_len
     if limit is None:
         return room
     if limit > room:
-        field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
         raise invalid_request(
             f"This model's maximum context length is {max_model_len} tokens; the prompt has {prompt_len} tokens "
             f"and {field} is {limit}, so at most {room} tokens can be generated.",
@@ -48,7 +60,7 @@ def output_limit(req: OpenAIRequest, prompt_len: int, max_model_len: int, prompt
     return limit
 
 
-def sampling_params(req: OpenAIRequest, max_tokens: int, choice: int) -> SamplingParams:
+def sampling_params(req: SamplingRequest, max_tokens: int, choice: int) -> SamplingParams:
     """The engine parameters of choice number ``choice`` (its seed is offset by it)."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     try:
@@ -75,11 +87,25 @@ def sampling_params(req: OpenAIRequest, max_tokens: int, choice: int) -> Samplin
         raise engine_error(exc) from None
 
 
-def output_grammar(req: OpenAIRequest) -> GrammarSpec | None:
+def output_grammar(req: SamplingRequest) -> GrammarSpec | None:
     """The grammar the output follows: a required or named tool call's, else the structured-output fields'
     (the request models refuse both at once)."""
     tools = tool_grammar(req) if isinstance(req, ChatCompletionRequest) else None
     return tools or grammar_spec(req)
+
+
+def responses_sampling_params(req: ResponsesRequest, max_tokens: int) -> SamplingParams:
+    """A Responses request's engine parameters: it sets only temperature, top_p, logprobs and its text format."""
+    try:
+        return SamplingParams(
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            max_tokens=max_tokens,
+            logprobs=requested_logprobs(req),
+            structured_output=response_format_spec(req.text_format(), "text.format"),
+        )
+    except InvalidRequestError as exc:
+        raise engine_error(exc) from None
 
 
 def engine_error(exc: InvalidRequestError) -> APIError:

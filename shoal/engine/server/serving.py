@@ -1,6 +1,6 @@
 """Runs one admitted OpenAI request to the end, as one JSON response or as server-sent events.
 
-Both endpoints share this path; an endpoint only supplies a ``Formatter`` (the shape of its chunks and of
+Every generation endpoint shares this path; an endpoint only supplies a ``Formatter`` (its stream's events and
 its final response). Whatever way a request ends (finished, time limit, client gone, engine failure),
 ``Generation.close`` runs (aborting what is unfinished so its KV blocks are freed at the next step) and one
 structured log line records its stages. A non-streaming request watches for the client's disconnect while
@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -24,11 +24,12 @@ from starlette.types import Receive, Scope, Send
 from shoal.engine.core.outputs import RequestMetrics, SampleLogprobs
 from shoal.engine.server.async_engine import Child, Generation
 from shoal.engine.server.output_stream import Delta, StreamFailed
-from shoal.engine.server.request_params import OpenAIRequest
+from shoal.engine.server.request_params import OpenAIRequest, SamplingRequest
 from shoal.engine.tool_parsers import ToolCallPlan
 from shoal.protocol.errors import internal_error
 from shoal.protocol.openai_api import PromptTokensDetails, UsageInfo
 from shoal.protocol.sse import DONE, sse_event
+from shoal.tokenizer import Tokenizer
 
 request_log = logging.getLogger("shoal.engine.server.requests")
 
@@ -45,12 +46,14 @@ class Prepared:
     include_usage: bool = False
     user: str | None = None  # the client's end-user id (OpenAI's ``user``), for the request's log line
     echoes: list[str] = field(default_factory=list)  # completions' echo: the prompt text each choice opens with
+    request: OpenAIRequest | None = None  # what a formatter echoes of the request (the Responses API's settings)
+    on_complete: Callable[[Outcome], None] | None = None  # run once every choice finished (responses: store it)
     tool_calls: ToolCallPlan | None = None  # chat: how its output is read for tool calls
 
     @classmethod
     def of(
         cls,
-        req: OpenAIRequest,
+        req: SamplingRequest,
         request_id: str,
         children: list[Child],
         tokenize_s: float,
@@ -59,7 +62,16 @@ class Prepared:
     ) -> Prepared:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         return cls(
-            request_id, req.model, children, req.n, tokenize_s, include_usage, req.user, echoes or [], tool_calls
+            request_id,
+            req.model,
+            children,
+            req.n,
+            tokenize_s,
+            include_usage,
+            req.user,
+            echoes or [],
+            req,
+            tool_calls=tool_calls,
         )
 
 
@@ -154,15 +166,35 @@ class Outcome:
 
 
 class Formatter(Protocol):
-    """How an endpoint shapes its output."""
+    """How an endpoint shapes its output: its stream's events, already written as SSE ("" for none), and its
+    whole response."""
 
-    def opening(self, outcome: Outcome) -> list[BaseModel]: ...
+    def opening(self, outcome: Outcome) -> str: ...
 
-    def chunk(self, delta: Delta, choice: ChoiceState) -> BaseModel | None: ...
+    def chunk(self, delta: Delta, choice: ChoiceState) -> str: ...
 
-    def usage_chunk(self, usage: UsageInfo) -> BaseModel: ...
+    def closing(self, outcome: Outcome) -> str: ...
 
     def response(self, outcome: Outcome) -> BaseModel: ...
+
+
+OutputFormatter = Formatter  # the protocol, by a name an endpoint's own ``Formatter`` attribute does not shadow
+
+
+class Endpoint(Protocol):
+    """A generation endpoint (a module, or an object where it holds state): its request prepared for the engine,
+    and the ``Formatter`` of its output."""
+
+    @property
+    def Formatter(self) -> Callable[[Tokenizer, Prepared], OutputFormatter]: ...  # read-only: covariant
+
+    async def prepare(self, req: Any, request_id: str, tokenizer: Tokenizer, max_model_len: int) -> Prepared: ...
+
+
+def chunks_closing(outcome: Outcome, usage_chunk: Callable[[UsageInfo], BaseModel]) -> str:
+    """How a completions or chat stream ends: the usage chunk if the client asked for it, then ``[DONE]``."""
+    usage = sse_event(usage_chunk(outcome.usage())) if outcome.prepared.include_usage else ""
+    return usage + DONE
 
 
 class ClosingStreamingResponse(StreamingResponse):
@@ -189,6 +221,8 @@ def finish(generation: Generation, outcome: Outcome) -> None:
         outcome.status = "cancelled"
     elif outcome.status == "ok" and any(c.finish_reason == "abort" for c in outcome.choices):
         outcome.status = "aborted"  # by the server: shutdown grace period over
+    elif outcome.status == "ok" and outcome.prepared.on_complete is not None:
+        outcome.prepared.on_complete(outcome)
     generation.close()
     outcome.log()
 
@@ -220,24 +254,20 @@ async def _events(generation: Generation, outcome: Outcome, formatter: Formatter
     """The stream's events. The opening events go out with the first token, not before it, so that a stream's
     first byte is its first token: what a gateway's time-to-first-token limit watches, and until which it may
     still retry the request elsewhere."""
-    opening = "".join(sse_event(event) for event in formatter.opening(outcome))
+    opening = formatter.opening(outcome)
     try:
         async for batch in generation:
             for delta in batch:
                 choice = outcome.update(delta)
                 chunk = formatter.chunk(delta, choice)
-                if chunk is not None:
-                    yield opening + sse_event(chunk)
+                if chunk:
+                    yield opening + chunk
                     opening = ""
     except StreamFailed:
         outcome.status = "error"
         yield sse_event(internal_error().body())
         return
-    if opening:
-        yield opening
-    if outcome.prepared.include_usage:
-        yield sse_event(formatter.usage_chunk(outcome.usage()))
-    yield DONE
+    yield opening + formatter.closing(outcome)
 
 
 async def _collect_unless_disconnected(request: Request, generation: Generation, outcome: Outcome) -> bool:
