@@ -96,7 +96,8 @@ def test_bad_input_is_refused_by_the_gateway_before_any_replica(fake_engines, ga
     handle.wait_healthy(1)
     client = api(handle)
     refusals: list[tuple[dict[str, Any], str]] = [
-        ({"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools"),
+        ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"input": "hi", "tool_choice": {"type": "function", "name": "f"}}, "tool_choice"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
         ({"input": "hi", "conversation": "conv_1"}, "conversation"),
         ({"input": "hi", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format"),
