@@ -11,6 +11,14 @@ token, as for chat), a ``response.output_text.delta`` per batch of text, then ``
 ``response.content_part.done``, ``response.output_item.done`` and ``response.completed`` (or ``.incomplete``,
 ``.failed``), which carries the whole response with its usage. A finished response is kept in the engine's
 ``ResponseStore`` (unless ``store`` is false), where ``previous_response_id`` finds the conversation it continues.
+
+With function tools the output is read as chat reads it (the same ``ToolCallPlan`` and ``ToolCallStream``): the
+text before the calls is the message item (none when it is only whitespace), then each call is a ``function_call``
+item. Streamed, the message item opens with its first visible text (not with the first token) and closes when the
+first call starts; each call's item is added once its name is complete, its arguments follow as
+``response.function_call_arguments.delta`` events, and ``.done`` and ``response.output_item.done`` close it when the
+next call starts or the output ends. The stored answer names the calls by the ids the client was given (the
+reader is seeded by the request id), so a ``function_call_output`` sent after ``previous_response_id`` answers them.
 """
 
 from __future__ import annotations
@@ -119,10 +127,13 @@ class Formatter:
         status = "completed" if done or choice.finish_reason == "stop" else "incomplete"
         return OutputMessage(id=self._item_id, status=status, content=[self._text(choice, text)])
 
+    def _call_item_id(self, k: int) -> str:
+        return f"fc_{self._request_id}_{k}"
+
     def _call(self, k: int, call: ToolCall, status: ItemStatus) -> OutputFunctionCall:
         name, arguments = call.function.name, call.function.arguments
         return OutputFunctionCall(
-            id=f"fc_{self._request_id}_{k}", call_id=call.id, name=name, arguments=arguments, status=status
+            id=self._call_item_id(k), call_id=call.id, name=name, arguments=arguments, status=status
         )
 
     def _output(self, choice: ChoiceState) -> list[OutputMessage | OutputFunctionCall]:
@@ -269,7 +280,7 @@ class Formatter:
                 self._calls_at.append(self._items)
                 self._items += 1
                 item = OutputFunctionCall(
-                    id=f"fc_{self._request_id}_{delta.index}",
+                    id=self._call_item_id(delta.index),
                     call_id=delta.id,
                     name=delta.function.name or "",
                     arguments="",
@@ -282,7 +293,7 @@ class Formatter:
                 events += self._sse(
                     ArgumentsDeltaEvent,
                     "response.function_call_arguments.delta",
-                    item_id=f"fc_{self._request_id}_{delta.index}",
+                    item_id=self._call_item_id(delta.index),
                     output_index=self._calls_at[delta.index],
                     delta=delta.function.arguments,
                 )
