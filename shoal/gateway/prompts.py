@@ -98,7 +98,8 @@ class PromptReader:
             limit = request.output_limit()
             return _conversation(tokenizer, request.model, partial(chat_token_ids, request=request), texts, limit)
         if isinstance(request, ResponsesRequest):
-            texts = [m["content"] for m in request.template_messages()]
+            texts = [str(m) for m in request.template_messages()]  # calls and their results are rendered too
+            texts += [t.model_dump_json(exclude_none=True) for t in request.tools or []]
             rendered = partial(responses_token_ids, request=request)
             return _conversation(tokenizer, request.model, rendered, texts, request.max_output_tokens)
         max_tokens = request.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS

@@ -7,28 +7,42 @@ engine's tokens; a ``previous_response_id`` puts the conversation the engine sto
 the engine can do). ``text.format`` is ``response_format`` under another name and shape (the schema sits beside
 ``type``, not under ``json_schema``), mapped onto the same ``ResponseFormat``. Every field of OpenAI's request
 schema is honoured, ignored for the reason ``docs/api.md`` gives, or refused by name where ignoring it would
-promise what is not done (conversation objects, tools, background runs); as for chat, a field OpenAI does not
+promise what is not done (conversation objects, hosted tools, background runs); as for chat, a field OpenAI does not
 define is a 400 unless the server runs with ``--ignore-unknown-fields``. An item or content part
 of a type not served is refused naming its place (``input[2].type``), not as a failed union. Torch-free: the
-gateway validates with these models.
+gateway validates with these models. Function tools, and the ``function_call`` and ``function_call_output`` items
+that carry calls and their results back, are chat's under Responses' names (``shoal.protocol.responses_tools``).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
 
 from shoal.protocol.openai_api import (
     MAX_LOGPROBS,
+    ChatMessage,
     ChatTokenLogprob,
     JsonSchemaFormat,
     ResponseFormat,
     SchemaName,
     _Request,
 )
+from shoal.protocol.responses_tools import (
+    MAX_TOOLS,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    FunctionTool,
+    OutputFunctionCall,
+    ResponsesToolChoice,
+    chat_tool_fields,
+    check_as_chat,
+    refuse_unserved_tools,
+)
+from shoal.protocol.tools import ToolFields
 
-ITEM_TYPES = ("message",)
+ITEM_TYPES = ("message", "function_call", "function_call_output")
 PART_TYPES = ("input_text", "output_text")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 Includable = Literal[  # OpenAI's; only the output text's logprobs can appear here, the rest name other outputs
@@ -41,7 +55,6 @@ Includable = Literal[  # OpenAI's; only the output text's logprobs can appear he
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
 ]
-NO_TOOLS = "tools in /v1/responses are not supported yet"
 
 
 # ---- the request ------------------------------------------------------------------------------------------
@@ -116,8 +129,7 @@ def _refuse_unserved_items(items: Any) -> None:
         kind = item.get("type", "message") if isinstance(item, dict) else None
         if kind is not None and kind not in ITEM_TYPES:
             raise ValueError(
-                f"input[{i}].type: item type {kind!r} is not supported; supported: {', '.join(ITEM_TYPES)} "
-                "(tool calls and their outputs are not supported yet)"
+                f"input[{i}].type: item type {kind!r} is not supported; supported: {', '.join(ITEM_TYPES)}"
             )
         content = item.get("content") if isinstance(item, dict) else None
         for j, part in enumerate(content if isinstance(content, list) else []):
@@ -129,11 +141,48 @@ def _refuse_unserved_items(items: Any) -> None:
                 )
 
 
+_ITEM_MODELS = {
+    "message": "InputMessage",
+    "function_call": "FunctionCallItem",
+    "function_call_output": "FunctionCallOutputItem",
+}
+
+
+def _item_model(item: Any) -> str:
+    """The model an item's ``type`` picks, by its class name (which an error's field name leaves out)."""
+    kind = item.get("type", "message") if isinstance(item, dict) else getattr(item, "type", "message")
+    return _ITEM_MODELS.get(kind, str(kind))
+
+
+InputItem = Annotated[
+    Annotated[InputMessage, Tag("InputMessage")]
+    | Annotated[FunctionCallItem, Tag("FunctionCallItem")]
+    | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutputItem")],
+    Discriminator(_item_model),
+]
+
+
+def _chat_messages(items: list[InputItem]) -> list[dict[str, Any]]:
+    """Items as chat messages: a ``function_call`` joins the assistant message before it (the text the model wrote
+    before its calls) or opens one, a ``function_call_output`` is a ``tool`` message, as chat sends them."""
+    messages: list[ChatMessage] = []
+    for item in items:
+        if isinstance(item, InputMessage):
+            messages.append(ChatMessage(role=item.role, content=item.text()))
+        elif isinstance(item, FunctionCallOutputItem):
+            messages.append(ChatMessage(role="tool", tool_call_id=item.call_id, content=item.text()))
+        elif messages and messages[-1].role == "assistant":
+            messages[-1].tool_calls = [*(messages[-1].tool_calls or []), item.as_chat()]
+        else:
+            messages.append(ChatMessage(role="assistant", tool_calls=[item.as_chat()]))
+    return [m.for_template() for m in messages]
+
+
 class ResponsesRequest(_Request):
     """``POST /v1/responses``."""
 
     model: str = Field(min_length=1)
-    input: list[InputMessage] | str
+    input: list[InputItem] | str
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -149,14 +198,14 @@ class ResponsesRequest(_Request):
     store: bool | None = None  # false: the response cannot be continued (previous_response_id)
     previous_response_id: str | None = Field(None, min_length=1)
     truncation: Literal["auto", "disabled"] | None = None
+    tools: list[FunctionTool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: ResponsesToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     # refused where set: each would promise what is not done (reasons in docs/api.md)
     conversation: str | dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
     background: bool | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    # accepted and ignored: no effect on a self-hosted model without tools or reasoning
-    parallel_tool_calls: bool | None = None
+    # accepted and ignored: no effect on a self-hosted model without hosted tools or reasoning
     max_tool_calls: int | None = Field(None, ge=1)
     reasoning: dict[str, Any] | None = None
     service_tier: str | None = None
@@ -174,11 +223,21 @@ class ResponsesRequest(_Request):
     def _served_item_types(cls, data: Any) -> Any:
         if isinstance(data, dict):
             _refuse_unserved_items(data.get("input"))
+            refuse_unserved_tools(data.get("tools"))
         return data
+
+    @model_validator(mode="after")
+    def _tools_as_chat_checks_them(self) -> ResponsesRequest:
+        tools = self.tool_fields()
+        check_as_chat(tools)
+        fmt = self.text.format if self.text is not None else None
+        if tools.tool_mode() in ("required", "named") and fmt is not None and fmt.type != "text":
+            raise ValueError("tool_choice: only one field may constrain the output, got text.format and tool_choice")
+        return self
 
     @field_validator("input")
     @classmethod
-    def _input_not_empty(cls, value: list[InputMessage] | str) -> list[InputMessage] | str:
+    def _input_not_empty(cls, value: list[InputItem] | str) -> list[InputItem] | str:
         if not value:
             raise ValueError("must not be empty")
         return value
@@ -204,20 +263,6 @@ class ResponsesRequest(_Request):
             raise ValueError("background responses are not supported; stream the response or wait for it")
         return value
 
-    @field_validator("tools")
-    @classmethod
-    def _no_tools(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        if value:
-            raise ValueError(NO_TOOLS)
-        return value
-
-    @field_validator("tool_choice")
-    @classmethod
-    def _no_tool_choice(cls, value: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
-        if value not in (None, "none", "auto"):
-            raise ValueError(f"{NO_TOOLS}; only none and auto (no tool is called) are accepted")
-        return value
-
     @field_validator("truncation")
     @classmethod
     def _no_truncation(cls, value: str | None) -> str | None:
@@ -225,17 +270,21 @@ class ResponsesRequest(_Request):
             raise ValueError('"auto" is not supported: an input longer than the context is refused, not cut')
         return value
 
-    def input_messages(self) -> list[dict[str, str]]:
-        """The input as chat messages (a string is one user message)."""
+    def input_messages(self) -> list[dict[str, Any]]:
+        """The input as chat messages, as templates receive them (a string is one user message)."""
         if isinstance(self.input, str):
             return [{"role": "user", "content": self.input}]
-        return [{"role": m.role, "content": m.text()} for m in self.input]
+        return _chat_messages(self.input)
 
-    def template_messages(self, history: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+    def template_messages(self, history: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """The conversation as chat templates receive it: the instructions as a system message, the conversation
         continued (``previous_response_id``'s, without its instructions), then the input."""
         instructions = [{"role": "system", "content": self.instructions}] if self.instructions else []
         return [*instructions, *(history or []), *self.input_messages()]
+
+    def tool_fields(self) -> ToolFields:
+        """``tools``, ``tool_choice`` and ``parallel_tool_calls`` as a chat request states them."""
+        return chat_tool_fields(self.tools, self.tool_choice, self.parallel_tool_calls)
 
     def text_format(self) -> ResponseFormat | None:
         """``text.format`` as chat's ``response_format``."""
@@ -314,13 +363,13 @@ class ResponseObject(BaseModel):
     max_output_tokens: int | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     model: str
-    output: list[OutputMessage] = Field(default_factory=list)
+    output: list[OutputMessage | OutputFunctionCall] = Field(default_factory=list)
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
     store: bool = True
     temperature: float = 1.0
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
-    tool_choice: str = "auto"
+    tool_choice: str | dict[str, Any] = "auto"
     tools: list[Any] = Field(default_factory=list)
     top_logprobs: int | None = None
     top_p: float = 1.0
@@ -347,7 +396,7 @@ class OutputItemEvent(ResponseEvent):
     """``response.output_item.added`` and ``.done``."""
 
     output_index: int
-    item: OutputMessage
+    item: OutputMessage | OutputFunctionCall
 
 
 class ContentPartEvent(ResponseEvent):
@@ -377,3 +426,19 @@ class TextDoneEvent(ResponseEvent):
     content_index: int
     text: str
     logprobs: list[ChatTokenLogprob] = Field(default_factory=list)
+
+
+class ArgumentsDeltaEvent(ResponseEvent):
+    """``response.function_call_arguments.delta``: more of a call's arguments text."""
+
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class ArgumentsDoneEvent(ResponseEvent):
+    """``response.function_call_arguments.done``: the call's whole arguments text."""
+
+    item_id: str
+    output_index: int
+    arguments: str

@@ -83,15 +83,14 @@ def _structured_outputs(so: StructuredOutputs) -> GrammarSpec:
     return GrammarSpec.json_schema(ANY_JSON_OBJECT, False, "structured_outputs.json_object")
 
 
-def tool_grammar(req: ToolFields) -> GrammarSpec | None:
-    """The grammar of a required or named tool call, or ``None`` when the model chooses (or has no tools)."""
+def tool_grammar(req: ToolFields, parameters_at: str = "tools[{}].function.parameters") -> GrammarSpec | None:
+    """The grammar of a required or named tool call, or ``None`` when the model chooses (or has no tools);
+    ``parameters_at`` names a tool's parameters in the request (Responses' tools are flat: ``tools[{}].parameters``)."""
     mode = req.tool_mode()
     named = req.named_tool()
     if named is not None:
         index = next(i for i, t in enumerate(req.tools or []) if t.function is named)
-        return GrammarSpec.json_schema(
-            named.arguments_schema(), bool(named.strict), f"tools[{index}].function.parameters"
-        )
+        return GrammarSpec.json_schema(named.arguments_schema(), bool(named.strict), parameters_at.format(index))
     if mode != "required":
         return None
     calls = [

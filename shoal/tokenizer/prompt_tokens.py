@@ -6,7 +6,8 @@ prompt is ``encode(prompt)`` (special tokens added per the tokenizer's config) a
 it is; a chat is the chat template rendered over ``ChatMessage.for_template()`` of each message (and the request's
 ``tools``, as transformers' ``apply_chat_template(tools=...)`` passes them) and then
 ``encode(text, add_special_tokens=False)``, since the template already places the special tokens it wants; a
-Responses request is the chat its instructions and input stand for (``ResponsesRequest.template_messages``).
+Responses request is the chat its instructions and input stand for (``ResponsesRequest.template_messages``), with
+its tools as chat's (``ResponsesRequest.tool_fields``).
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ def chat_token_ids(tokenizer: PromptTokenizer, request: ChatCompletionRequest) -
 
 
 def responses_token_ids(
-    tokenizer: PromptTokenizer, request: ResponsesRequest, history: list[dict[str, str]] | None = None
+    tokenizer: PromptTokenizer, request: ResponsesRequest, history: list[dict[str, Any]] | None = None
 ) -> list[int]:
     """A Responses request's instructions, the conversation it continues (``history``) and its input, rendered as
-    the chat they stand for."""
-    return template_token_ids(tokenizer, request.template_messages(history))
+    the chat they stand for, with its tools."""
+    tools = template_variables(request.tool_fields().tools)
+    return template_token_ids(tokenizer, request.template_messages(history), **tools)

@@ -5,12 +5,14 @@ for, rendered by the same chat template), and passed back whole or as the Respon
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import openai
 import pytest
-from gateway_harness import GatewayHandle
+from gateway_harness import EngineProcess, GatewayHandle
 from support.polling import eventually
 
 from shoal.gateway.response_homes import ResponseHomes
@@ -24,6 +26,12 @@ SCHEMA: dict[str, Any] = {
     "required": ["kind", "age"],
     "additionalProperties": False,
 }
+TIME: dict[str, Any] = {
+    "type": "object",
+    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+    "required": ["zone"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture
@@ -32,6 +40,27 @@ def gateway(engines, tiny_model_dir, gateways) -> GatewayHandle:
     handle.wait_healthy(2)
     eventually(lambda: handle.gateway.prompts.tokenizer("tiny") is not None, 30, "the tokenizer")
     return handle
+
+
+@pytest.fixture(scope="module")
+def tools_engine(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """One engine serving a tiny random Qwen2 with Qwen2.5's tool template, which renders tools, calls and their
+    results (the tiny Llama's refuses a ``tool`` message)."""
+    from tiny_checkpoints import QWEN_TOOLS_CHAT_TEMPLATE, build_checkpoint  # on the path with tiny_model_dir
+
+    model = build_checkpoint(
+        tmp_path_factory.mktemp("gateway-qwen-tools"),
+        "qwen2",
+        seed=3,
+        chat_template=QWEN_TOOLS_CHAT_TEMPLATE,
+        max_position_embeddings=2048,
+    )
+    log = tmp_path_factory.mktemp("tools-engine-log") / "engine.log"
+    engine = EngineProcess(str(model), log, "tiny-qwen", "--num-kv-blocks", "256")
+    try:
+        yield engine.wait_ready().url, model
+    finally:
+        engine.stop()
 
 
 def api(handle: GatewayHandle) -> openai.OpenAI:
@@ -60,6 +89,47 @@ def test_responses_route_on_the_engines_prompt_tokens_whole_and_streamed(gateway
     # the same long instructions again: the prefix-aware policy sends it where they are cached
     again = client.responses.create(**request)
     assert again.usage is not None and again.usage.input_tokens_details.cached_tokens > 0
+
+
+def test_a_function_call_and_its_output_route_on_the_engines_prompt_tokens(
+    tools_engine: tuple[str, Path], gateways
+) -> None:
+    """A required call through the gateway, whole and streamed, routed on the prompt its tools are rendered into;
+    the call and its output sent back are routed on the conversation the engine renders of them."""
+    url, model = tools_engine
+    gateway = gateways([url], byte_tokenized=(), tokenizers={"tiny-qwen": str(model)})
+    gateway.wait_healthy(1)
+    eventually(lambda: gateway.gateway.prompts.tokenizer("tiny-qwen") is not None, 30, "the tokenizer")
+    client = api(gateway)
+    tools: list[Any] = [{"type": "function", "name": "get_time", "parameters": TIME}]
+    question = {"role": "user", "content": "What time is it?"}
+    request: dict[str, Any] = {
+        "model": "tiny-qwen",
+        "input": [question],
+        "tools": tools,
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "max_output_tokens": 60,
+    }
+    routed = gateway.gateway.prompts.read(ResponsesRequest.model_validate(request))
+    without_tools = gateway.gateway.prompts.read(
+        ResponsesRequest.model_validate(request | {"tools": None, "tool_choice": None})
+    )
+    assert len(without_tools.token_ids or []) < len(routed.token_ids or [])  # the tools are in the prompt
+    whole = client.responses.create(**request)
+    assert whole.usage is not None and whole.usage.input_tokens == len(routed.token_ids or [])
+    (call,) = whole.output
+    assert call.type == "function_call" and call.name == "get_time"
+    jsonschema.validate(json.loads(call.arguments), TIME)
+    events = list(client.responses.create(**request, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].response.output[0].type == "function_call"  # type: ignore[union-attr]
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "12:00"}
+    back = request | {"input": [question, call.model_dump(exclude_none=True), result], "tool_choice": "none"}
+    routed_back = gateway.gateway.prompts.read(ResponsesRequest.model_validate(back))
+    answered = client.responses.create(**back)
+    assert answered.usage is not None and answered.usage.input_tokens == len(routed_back.token_ids or [])
+    assert answered.output[0].type == "message"
 
 
 def test_a_json_schema_format_comes_back_valid_through_the_gateway(gateway: GatewayHandle) -> None:
@@ -96,7 +166,8 @@ def test_bad_input_is_refused_by_the_gateway_before_any_replica(fake_engines, ga
     handle.wait_healthy(1)
     client = api(handle)
     refusals: list[tuple[dict[str, Any], str]] = [
-        ({"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools"),
+        ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"input": "hi", "tool_choice": {"type": "function", "name": "f"}}, "tool_choice"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
         ({"input": "hi", "conversation": "conv_1"}, "conversation"),
         ({"input": "hi", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format"),

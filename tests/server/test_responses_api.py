@@ -171,14 +171,12 @@ def test_logprobs_are_included_when_asked(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize(
     ("body", "param", "says"),
     [
-        ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].type", "function_call"),
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type", "reasoning"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             "input[0].content[0].type",
             "input_image",
         ),
-        ({"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools", "not supported yet"),
-        ({"input": "hi", "tool_choice": "required"}, "tool_choice", "not supported yet"),
         ({"input": "hi", "previous_response_id": "resp_never"}, "previous_response_id", "not found"),
         ({"input": "hi", "conversation": "conv_1"}, "conversation", "not supported"),
         ({"input": "hi", "background": True}, "background", "not supported"),

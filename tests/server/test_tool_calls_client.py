@@ -20,6 +20,7 @@ import openai
 import pytest
 import transformers
 from serve_harness import TINY_MODEL_NAME, TOOLS_MODEL_NAME, ServeProcess
+from tool_schemas import SCHEMAS, TIME, WEATHER
 
 from shoal.engine.server import chat
 from shoal.engine.tool_parsers import ToolParserSettings
@@ -31,27 +32,10 @@ from shoal.tokenizer import Tokenizer, chat_token_ids
 pytestmark = pytest.mark.timeout(300)
 M = TOOLS_MODEL_NAME
 MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Paris?"}]
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 8},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "unit", "days"],
-    "additionalProperties": False,
-}
-TIME = {
-    "type": "object",
-    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-    "required": ["zone"],
-    "additionalProperties": False,
-}
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": WEATHER}},
     {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
 ]
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 LOOKAHEAD = {
     "type": "function",
     "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"pattern": "(?=x)"}}}},

@@ -152,7 +152,7 @@ async def _generate(
 
 def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings, store: ResponseStore) -> None:
     chat_endpoint = chat.Endpoint(settings.tools)
-    responses_endpoint = responses.Endpoint(store)
+    responses_endpoint = responses.Endpoint(store, settings.tools)
 
     @app.post("/v1/completions")
     async def create_completion(request: Request) -> Response:

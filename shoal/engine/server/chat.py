@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 
 from pydantic import BaseModel
 
@@ -17,7 +16,7 @@ from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.server.async_engine import Child
 from shoal.engine.server.logprobs import chat_logprobs
 from shoal.engine.server.output_stream import Delta
-from shoal.engine.server.request_params import engine_error, output_limit, sampling_params
+from shoal.engine.server.request_params import engine_error, output_limit, reading_tool_calls, sampling_params
 from shoal.engine.server.serving import ChoiceState, Outcome, Prepared, chunks_closing
 from shoal.engine.tool_parsers import ToolCallStream, ToolParserSettings, plan_tool_calls
 from shoal.protocol.errors import invalid_request
@@ -54,9 +53,7 @@ async def prepare(
         raise invalid_request(f"messages: {exc}", param="messages") from None
     tokenize_s = time.perf_counter() - started
     max_tokens = output_limit(req, len(ids), max_model_len, "messages")
-    children = [Child(i, ids, sampling_params(req, max_tokens, i)) for i in range(req.n)]
-    if plan is not None and plan.fmt is not None and plan.fmt.keeps_special_tokens:
-        children = [replace(c, params=replace(c.params, skip_special_tokens=False)) for c in children]
+    children = [Child(i, ids, reading_tool_calls(sampling_params(req, max_tokens, i), plan)) for i in range(req.n)]
     return Prepared.of(req, request_id, children, tokenize_s, tool_calls=plan)
 
 

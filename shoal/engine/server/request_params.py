@@ -8,8 +8,11 @@ as in OpenAI and vLLM, rather than a silent truncation. ``n`` choices of a seede
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.core.sampling_params import SamplingParams
+from shoal.engine.tool_parsers import ToolCallPlan
 from shoal.protocol.errors import APIError, invalid_request
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
 from shoal.protocol.responses_api import ResponsesRequest
@@ -95,17 +98,27 @@ def output_grammar(req: SamplingRequest) -> GrammarSpec | None:
 
 
 def responses_sampling_params(req: ResponsesRequest, max_tokens: int) -> SamplingParams:
-    """A Responses request's engine parameters: it sets only temperature, top_p, logprobs and its text format."""
+    """A Responses request's engine parameters: it sets only temperature, top_p, logprobs and the grammar of its
+    required or named tool call or of its text format (the request model refuses both at once)."""
     try:
+        tools = tool_grammar(req.tool_fields(), "tools[{}].parameters")
         return SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
             max_tokens=max_tokens,
             logprobs=requested_logprobs(req),
-            structured_output=response_format_spec(req.text_format(), "text.format"),
+            structured_output=tools or response_format_spec(req.text_format(), "text.format"),
         )
     except InvalidRequestError as exc:
         raise engine_error(exc) from None
+
+
+def reading_tool_calls(params: SamplingParams, plan: ToolCallPlan | None) -> SamplingParams:
+    """The parameters with which the plan's format can be read: a marker that is a special token
+    (``[TOOL_CALLS]``) must stay in the text."""
+    if plan is not None and plan.fmt is not None and plan.fmt.keeps_special_tokens:
+        return replace(params, skip_special_tokens=False)
+    return params
 
 
 def engine_error(exc: InvalidRequestError) -> APIError:

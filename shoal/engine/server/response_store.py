@@ -1,8 +1,9 @@
 """The engine's store of finished responses, so that a request may continue one by ``previous_response_id``.
 
-What is kept of a response is the conversation a follow-up continues: the earlier conversation it continued (if
-any), its input messages and its answer as an assistant message (its ``instructions`` are not carried over, as in
-OpenAI's API). The store is bounded three ways, each evicting the least recently used first: ``max_entries``
+What is kept of a response is the conversation a follow-up continues, as chat templates receive it: the earlier
+conversation it continued (if any), its input messages (function calls and their outputs as chat's assistant
+``tool_calls`` and ``tool`` messages) and its answer as an assistant message with the calls it made (its
+``instructions`` are not carried over, as in OpenAI's API). The store is bounded three ways, each evicting the least recently used first: ``max_entries``
 responses, ``max_bytes`` of message text, and ``ttl_s`` seconds since a response was stored. It is in memory:
 an engine restart forgets everything, and another replica never knew it (the gateway routes a follow-up to the
 replica that answered; ``docs/api.md``). Used only on the event loop, so it needs no lock.
@@ -10,12 +11,14 @@ replica that answered; ``docs/api.md``). Used only on the event loop, so it need
 
 from __future__ import annotations
 
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-Messages = list[dict[str, str]]
+Messages = list[dict[str, Any]]
 MAX_ENTRIES = 1024
 MAX_BYTES = 64 * 1024 * 1024
 TTL_S = 3600.0
@@ -29,7 +32,8 @@ class _Stored:
 
 
 def _size(messages: Messages) -> int:
-    return sum(len(m["role"]) + len(m["content"].encode()) for m in messages)
+    """The bytes of the text the messages hold (a message's calls counted as their JSON)."""
+    return sum(len((v if isinstance(v, str) else json.dumps(v)).encode()) for m in messages for v in m.values())
 
 
 class ResponseStore:

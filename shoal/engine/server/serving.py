@@ -48,7 +48,7 @@ class Prepared:
     echoes: list[str] = field(default_factory=list)  # completions' echo: the prompt text each choice opens with
     request: OpenAIRequest | None = None  # what a formatter echoes of the request (the Responses API's settings)
     on_complete: Callable[[Outcome], None] | None = None  # run once every choice finished (responses: store it)
-    tool_calls: ToolCallPlan | None = None  # chat: how its output is read for tool calls
+    tool_calls: ToolCallPlan | None = None  # chat and responses: how its output is read for tool calls
 
     @classmethod
     def of(

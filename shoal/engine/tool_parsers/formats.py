@@ -22,14 +22,17 @@ from dataclasses import dataclass
 _ALPHANUMERIC = string.ascii_letters + string.digits
 
 
-def openai_call_id() -> str:
+Choose = Callable[[str], str]  # picks one character: secrets.choice, or a seeded random.Random's choice
+
+
+def openai_call_id(choose: Choose = secrets.choice) -> str:
     """``call_`` and 24 random characters, as OpenAI's ids look."""
-    return "call_" + "".join(secrets.choice(_ALPHANUMERIC) for _ in range(24))
+    return "call_" + "".join(choose(_ALPHANUMERIC) for _ in range(24))
 
 
-def mistral_call_id() -> str:
+def mistral_call_id(choose: Choose = secrets.choice) -> str:
     """Nine alphanumerics: Mistral's chat templates refuse any other tool call id when the call goes back."""
-    return "".join(secrets.choice(_ALPHANUMERIC) for _ in range(9))
+    return "".join(choose(_ALPHANUMERIC) for _ in range(9))
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class ToolCallFormat:
     separators: tuple[str, ...]  # what may stand around and between the calls' objects (the marker included)
     argument_keys: tuple[str, ...]  # the member holding the arguments, first match wins
     keeps_special_tokens: bool = False  # the marker is a special token: decode it rather than drop it
-    call_id: Callable[[], str] = openai_call_id
+    call_id: Callable[[Choose], str] = openai_call_id
 
 
 HERMES = ToolCallFormat("hermes", "<tool_call>", ("<tool_call>", "</tool_call>"), ("arguments",))

@@ -1,4 +1,4 @@
-"""What a chat request's tools ask of its output: nothing, a named call, a required call, or the model's choice.
+"""What a request's tools (chat's, or Responses' stated as chat's) ask of its output: nothing, a named call, a required call, or the model's choice.
 
 ``none`` leaves the output alone (the tools are still in the prompt, as vLLM renders them). A named function and
 ``required`` are constrained by their grammar (``shoal.protocol.structured_output.tool_grammar``), so their output
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.tool_parsers.formats import PARSERS, REQUIRED, ToolCallFormat, detect
-from shoal.protocol.openai_api import ChatCompletionRequest
+from shoal.protocol.tools import ToolFields
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,7 @@ class ToolCallPlan:
     parallel: bool  # parallel_tool_calls: false keeps the first call only
 
 
-def plan_tool_calls(
-    req: ChatCompletionRequest, settings: ToolParserSettings, chat_template: str | None
-) -> ToolCallPlan | None:
+def plan_tool_calls(req: ToolFields, settings: ToolParserSettings, chat_template: str | None) -> ToolCallPlan | None:
     """How to read the request's output for tool calls; ``None`` when it is plain content."""
     mode = req.tool_mode()
     parallel = req.parallel_tool_calls is not False

@@ -3,12 +3,16 @@
 Each ``update`` re-reads the whole text (``extract``) and sends what is new since the last: content, then for each
 call a first delta with its ``id``, ``type`` and function name, then fragments of its arguments' raw JSON text, in
 order, so that the concatenated fragments are the arguments of the final answer. A call is announced only once
-its name is complete; with ``parallel_tool_calls`` false only the first call is kept. A choice that made a call
+its name is complete; with ``parallel_tool_calls`` false only the first call is kept. Call ids are random, or,
+given a ``seed``, the same for every stream of that seed (a response's calls are read for its stream and again for
+the store, and both must name them alike). A choice that made a call
 and stopped finishes with ``"tool_calls"``. The non-streaming answer is the same object updated once, at the end.
 """
 
 from __future__ import annotations
 
+import random
+import secrets
 from dataclasses import dataclass
 
 from shoal.engine.tool_parsers.extract import Extraction, ParsedCall, extract
@@ -25,8 +29,9 @@ class _Sent:
 
 
 class ToolCallStream:
-    def __init__(self, plan: ToolCallPlan) -> None:
+    def __init__(self, plan: ToolCallPlan, seed: str | None = None) -> None:
         self._plan = plan
+        self._choose = random.Random(seed).choice if seed is not None else secrets.choice
         self.content = ""  # what has been sent as content
         self._sent: list[_Sent] = []
 
@@ -60,7 +65,8 @@ class ToolCallStream:
         if call.name is None:
             return None
         if index == len(self._sent):
-            new_id = self._plan.fmt.call_id() if self._plan.fmt is not None else openai_call_id()
+            make_id = self._plan.fmt.call_id if self._plan.fmt is not None else openai_call_id
+            new_id = make_id(self._choose)
             self._sent.append(_Sent(new_id, call.name, call.arguments))
             function = DeltaFunctionCall(name=call.name, arguments=call.arguments)
             return DeltaToolCall(index=index, id=new_id, type="function", function=function)
