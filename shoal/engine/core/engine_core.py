@@ -266,7 +266,21 @@ class EngineCore:
             prompt_tokens=self._prompt_tokens,
             generation_tokens=self._generation_tokens,
             finished_by_reason=dict(self._finished_by_reason),
+            **self._lora_stats(),
         )
+
+    def _lora_stats(self) -> dict:
+        """Requests by adapter, running and waiting (every known adapter listed), and the slots' evictions."""
+        if self.lora is None:
+            return {}
+        running = dict.fromkeys(self.lora.adapters, 0)
+        waiting = dict.fromkeys(self.lora.adapters, 0)
+        for tracked in self._tracked.values():
+            request = tracked.request
+            if request.lora_name is not None and not request.is_finished:
+                counts = running if request.status == RequestStatus.RUNNING else waiting
+                counts[request.lora_name] = counts.get(request.lora_name, 0) + 1
+        return {"lora_running": running, "lora_waiting": waiting, "lora_evictions": self.lora.slots.num_evictions}
 
     def kv_snapshot(self) -> list[int]:
         """Every block hash the prefix cache holds now (the first message of a KV event stream)."""

@@ -90,3 +90,7 @@ class EngineStats:
     prompt_tokens: int
     generation_tokens: int
     finished_by_reason: dict[str, int] = field(default_factory=dict)
+    # LoRA (empty without it): requests by adapter, running and waiting; adapters evicted from a slot so far.
+    lora_running: dict[str, int] = field(default_factory=dict)
+    lora_waiting: dict[str, int] = field(default_factory=dict)
+    lora_evictions: int = 0

@@ -56,14 +56,14 @@ class LoRAManager:
     def prepare(self, row_slots: Sequence[tuple[int | None, int]], device: torch.device | str) -> None:
         """Loads newly placed adapters into their slots and groups this step's rows by slot: ``row_slots`` is
         each request's slot (``None``: the base model) and token count, in batch order."""
-        for slot, name in enumerate(self.slots.holders):
-            if name is not None and self._written[slot] != name:
-                self._write(slot, self.adapters[name])
+        for index, name in enumerate(self.slots.holders):
+            if name is not None and self._written[index] != name:
+                self._write(index, self.adapters[name])
         rows: dict[int, list[int]] = {}
         start = 0
-        for slot, count in row_slots:
-            if slot is not None:
-                rows.setdefault(slot, []).extend(range(start, start + count))
+        for row_slot, count in row_slots:
+            if row_slot is not None:
+                rows.setdefault(row_slot, []).extend(range(start, start + count))
             start += count
         groups: list[tuple[int, torch.Tensor | None]] = []
         for slot, indices in rows.items():

@@ -17,6 +17,7 @@ model runs exactly its old code path.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -123,7 +124,8 @@ def add_lora_projections(
 def _part_sizes(path: str, owner: nn.Module, out_features: int) -> tuple[int, ...]:
     """How a fused projection's output splits: q|k|v by the attention's sizes, gate|up in halves."""
     if path == "self_attn.qkv_proj":
-        return (owner.q_size, owner.kv_size, owner.kv_size)
+        q_size, kv_size = cast(int, owner.q_size), cast(int, owner.kv_size)
+        return (q_size, kv_size, kv_size)
     if path == "mlp.gate_up_proj":
         return (out_features // 2, out_features // 2)
     return (out_features,)

@@ -32,6 +32,7 @@ class _StatsCollector(Collector):
     def __init__(self, model: str) -> None:
         self._model = model
         self.max_num_seqs: int | None = None
+        self.max_loras: int | None = None  # set with LoRA enabled
         self.stats: EngineStats | None = None
 
     def collect(self) -> Iterator[Metric]:
@@ -67,6 +68,30 @@ class _StatsCollector(Collector):
             counter = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
             counter.add_metric([self._model], value)
             yield counter
+        yield from self._lora(stats)
+
+    def _lora(self, stats: EngineStats) -> Iterator[Metric]:
+        """Per adapter (vLLM's ``vllm:lora_requests_info`` as one series per adapter), only with LoRA enabled."""
+        if self.max_loras is None:
+            return
+        limit = GaugeMetricFamily(
+            f"{PREFIX}_max_loras", "Adapters one batch holds at most (--max-loras).", labels=["model"]
+        )
+        limit.add_metric([self._model], self.max_loras)
+        yield limit
+        for name, doc, counts in (
+            ("lora_requests_running", "Running requests, by LoRA adapter.", stats.lora_running),
+            ("lora_requests_waiting", "Waiting requests, by LoRA adapter.", stats.lora_waiting),
+        ):
+            family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["model", "adapter"])
+            for adapter, count in sorted(counts.items()):
+                family.add_metric([self._model, adapter], count)
+            yield family
+        evictions = CounterMetricFamily(
+            f"{PREFIX}_lora_evictions", "LoRA adapters evicted from their slot for another.", labels=["model"]
+        )
+        evictions.add_metric([self._model], stats.lora_evictions)
+        yield evictions
 
 
 class ServerMetrics:
@@ -108,9 +133,11 @@ class ServerMetrics:
         )
         self._last_token: dict[str, float] = {}
 
-    def loaded(self, max_num_seqs: int) -> None:
-        """The loaded engine's batch limit, exported from now on next to its running count."""
+    def loaded(self, max_num_seqs: int, max_loras: int | None = None) -> None:
+        """The loaded engine's batch limit, exported from now on next to its running count (and its adapter slots,
+        with LoRA)."""
         self._stats.max_num_seqs = max_num_seqs
+        self._stats.max_loras = max_loras
 
     def observe_step(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
         """Records one engine step: latency milestones per request, then the engine snapshot."""

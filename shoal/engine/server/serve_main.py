@@ -92,7 +92,19 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         seed=args.seed,
         device=args.device,
         quantization=args.quantization,
+        enable_lora=args.enable_lora,
+        max_loras=args.max_loras,
+        max_lora_rank=args.max_lora_rank,
+        lora_modules=tuple(lora_module(text) for text in args.lora_modules),
     )
+
+
+def lora_module(text: str) -> tuple[str, str]:
+    """``--lora-modules NAME=PATH`` as ``(name, path)``."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"--lora-modules takes NAME=PATH, got {text!r}")
+    return name, path
 
 
 def set_threads(requested: int | None, device: str = "cpu") -> StepThreads | None:
@@ -148,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         served_model_names=names,
         max_body_bytes=args.max_body_bytes,
         ignore_unknown_fields=args.ignore_unknown_fields,
+        allow_runtime_lora_updating=args.allow_runtime_lora_updating,
     )
     app = build_app(engine, settings)
     server_config = uvicorn.Config(
