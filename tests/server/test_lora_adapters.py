@@ -8,55 +8,15 @@ the engine keeps serving.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-from serve_harness import TINY_MODEL_NAME, ServeProcess  # first: puts tests/engine on the path
-
-from lora_adapters import write_adapter  # isort: skip
-from tiny_checkpoints import build_shared_checkpoint  # isort: skip
+from serve_harness import TINY_MODEL_NAME, ServeProcess
 
 PROMPT = "The capital of France is"
-
-
-@pytest.fixture(scope="module")
-def adapters(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("server-lora")
-    other_base = build_shared_checkpoint(root / "gqa-base", "gqa-llama")  # 2 KV heads: k/v are half as wide
-    return {
-        "first": write_adapter(tiny_model_dir, root / "first", 1, r=4, target_modules=["q_proj", "v_proj"]),
-        "second": write_adapter(tiny_model_dir, root / "second", 2, r=8, target_modules=["o_proj", "up_proj"]),
-        "too-big": write_adapter(tiny_model_dir, root / "too-big", 3, r=16, target_modules=["q_proj"]),
-        "lm-head": write_adapter(tiny_model_dir, root / "lm-head", 4, r=4, target_modules=["q_proj", "lm_head"]),
-        "other-base": write_adapter(other_base, root / "other-base", 5, r=4, target_modules=["k_proj"]),
-    }
-
-
-@pytest.fixture(scope="module")
-def lora_server(
-    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, adapters: dict[str, Path]
-) -> Iterator[ServeProcess]:
-    server = ServeProcess(
-        tiny_model_dir,
-        tmp_path_factory.mktemp("serve-lora-log") / "serve.log",
-        "--enable-lora",
-        "--max-loras",
-        "1",
-        "--max-lora-rank",
-        "8",
-        "--lora-modules",
-        f"first={adapters['first']}",
-        "--allow-runtime-lora-updating",
-    )
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
