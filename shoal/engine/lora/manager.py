@@ -13,7 +13,13 @@ import torch
 
 from shoal.engine.lora.adapter import LoRAAdapter
 from shoal.engine.lora.slots import LoRASlots
-from shoal.engine.model.lora_linear import LoRABatch, LoRALinear, ProjectionShape, add_lora_projections
+from shoal.engine.model.lora_linear import (
+    MASKED_MAX_ROWS,
+    LoRABatch,
+    LoRALinear,
+    ProjectionShape,
+    add_lora_projections,
+)
 
 
 class LoRAManager:
@@ -23,6 +29,8 @@ class LoRAManager:
         self, projections: dict[tuple[int, str], LoRALinear], batch: LoRABatch, max_loras: int, max_rank: int
     ) -> None:
         self.projections = projections
+        self.dtype = next(iter(projections.values())).b.dtype
+        self.masked_max_rows = MASKED_MAX_ROWS  # up to this many rows a step, the masked way (lora_linear.py)
         self.batch = batch
         self.max_rank = max_rank
         self.max_loras = max_loras
@@ -59,19 +67,40 @@ class LoRAManager:
         for index, name in enumerate(self.slots.holders):
             if name is not None and self._written[index] != name:
                 self._write(index, self.adapters[name])
+        batch = self.batch
+        batch.groups, batch.slot_mask, batch.masks = [], None, {}
+        num_rows = sum(count for _, count in row_slots)
+        if all(slot is None for slot, _ in row_slots):
+            return
+        if num_rows <= self.masked_max_rows:
+            mask = torch.zeros(num_rows, self.max_loras, dtype=self.dtype)
+            mask[_rows_and_slots(row_slots)] = 1
+            batch.slot_mask = mask.to(device)
+            return
         rows: dict[int, list[int]] = {}
         start = 0
         for row_slot, count in row_slots:
             if row_slot is not None:
                 rows.setdefault(row_slot, []).extend(range(start, start + count))
             start += count
-        groups: list[tuple[int, torch.Tensor | None]] = []
         for slot, indices in rows.items():
-            whole = len(indices) == start
-            groups.append((slot, None if whole else torch.tensor(indices, dtype=torch.long, device=device)))
-        self.batch.groups = groups
+            whole = len(indices) == num_rows
+            batch.groups.append((slot, None if whole else torch.tensor(indices, dtype=torch.long, device=device)))
 
     def _write(self, slot: int, adapter: LoRAAdapter) -> None:
         for key, projection in self.projections.items():
             projection.set_slot(slot, adapter.weights.get(key, []))
         self._written[slot] = adapter.name
+
+
+def _rows_and_slots(row_slots: Sequence[tuple[int | None, int]]) -> tuple[list[int], list[int]]:
+    """The (row, slot) coordinates of every row that runs through an adapter."""
+    rows: list[int] = []
+    slots: list[int] = []
+    start = 0
+    for slot, count in row_slots:
+        if slot is not None:
+            rows.extend(range(start, start + count))
+            slots.extend([slot] * count)
+        start += count
+    return rows, slots
