@@ -15,7 +15,7 @@ import pytest
 import torch
 from lora_adapters import greedy_reference, merged_model, write_adapter
 
-from shoal.engine.core import EngineConfig, EngineCore, SamplingParams
+from shoal.engine.core import EngineConfig, EngineCore, InvalidRequestError, SamplingParams
 
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 ADAPTERS = {
@@ -85,3 +85,33 @@ def test_mixed_adapter_batch_matches_merged_peft(
                 torch.testing.assert_close(values, want[ids], atol=2e-4, rtol=1e-4)
         assert second[name][2] == 16, "the second round reuses its own adapter's four full prompt blocks"
     assert len({tuple(first[n][0]) for n in names}) == len(names), "each adapter changes the greedy tokens"
+
+
+def test_adapters_of_fused_projections_match_merged_peft(tiny_phi3_dir: Path, tmp_path: Path) -> None:
+    """Phi-3 names its fused ``qkv_proj`` and ``gate_up_proj`` itself: an adapter of those spans every part."""
+    adapter = write_adapter(tiny_phi3_dir, tmp_path / "fused", 4, r=4, target_modules=["qkv_proj", "gate_up_proj"])
+    config = EngineConfig(
+        model=str(tiny_phi3_dir),
+        dtype="float32",
+        device="cpu",
+        quantization="none",
+        enable_lora=True,
+        max_lora_rank=4,
+        lora_modules=(("fused", str(adapter)),),
+    )
+    core = EngineCore.from_config(config)
+    prompt = core.tokenizer.encode("Once upon a time there was a little fox")
+    got = run_batch(core, prompt, [None, "fused"], "phi3")
+    for name in (None, "fused"):
+        reference = merged_model(tiny_phi3_dir, adapter if name else None)
+        assert got[name][0] == greedy_reference(reference, prompt, MAX_TOKENS)[0], name
+    assert got[None][0] != got["fused"][0]
+
+
+def test_a_request_for_an_adapter_not_loaded_is_refused_naming_model(tiny_gqa_llama_dir: Path) -> None:
+    core = EngineCore.from_config(
+        EngineConfig(model=str(tiny_gqa_llama_dir), dtype="float32", device="cpu", quantization="none")
+    )
+    with pytest.raises(InvalidRequestError, match="model: no LoRA adapter 'sql' is loaded"):
+        core.add_request("r", [1, 2, 3], SamplingParams(max_tokens=2), lora_name="sql")
+    assert not core.has_unfinished()
