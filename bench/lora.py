@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None, help="the engine's --threads (default: its own choice)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     config = load_config(resolve_model(args.model))
@@ -102,6 +103,8 @@ def main() -> None:
             "--max-num-seqs", str(args.requests), "--enable-lora", "--max-loras", str(args.adapters),
             "--max-lora-rank", str(args.rank), "--lora-modules", *modules,
         )  # fmt: skip
+        if args.threads is not None:
+            argv += ["--threads", str(args.threads)]
         server = LocalProcess(argv, root / "serve.log")
         try:
             server.wait_ready()
