@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -26,12 +27,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from shoal import __version__
 from shoal.engine.core.errors import InvalidRequestError
-from shoal.engine.lora import LoRAError
+from shoal.engine.lora import LoRAAdapter, LoRAError
 from shoal.engine.server import chat, completions, tokenization
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
 from shoal.engine.server.request_params import OpenAIRequest, engine_error
 from shoal.engine.server.serving import ClosingStreamingResponse, respond
+from shoal.fetch import FetchError, local_path
 from shoal.protocol.errors import (
     APIError,
     from_http_status,
@@ -56,6 +58,7 @@ class ServerSettings:
     max_body_bytes: int = 1024 * 1024
     ignore_unknown_fields: bool = False
     allow_runtime_lora_updating: bool = False
+    download_dir: Path | None = None  # where hf:// and s3:// adapters are fetched (None: the default cache)
 
 
 def _error_response(error: APIError) -> JSONResponse:
@@ -213,8 +216,16 @@ def _add_lora_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings
     async def load_lora_adapter(request: Request) -> Response:
         req = validated(LoadLoRAAdapterRequest, await _json_body(request, settings), settings.ignore_unknown_fields)
         core = engine.loaded_core()
+
+        def fetch_and_read() -> LoRAAdapter:
+            try:
+                path = local_path(req.lora_path, settings.download_dir, report=log.info)
+            except FetchError as exc:
+                raise LoRAError("lora_path", f"adapter {req.lora_name!r}: {exc}") from None
+            return core.read_lora(req.lora_name, path, settings.served_model_names)
+
         try:
-            adapter = await asyncio.to_thread(core.read_lora, req.lora_name, req.lora_path, settings.served_model_names)
+            adapter = await asyncio.to_thread(fetch_and_read)
             await engine.on_step_thread(lambda c: c.add_lora(adapter))
         except LoRAError as exc:
             raise lora_error(exc) from None
