@@ -57,7 +57,8 @@ def test_adapters_serve_load_evict_and_unload(
     with ThreadPoolExecutor(4) as pool:  # two adapters, one slot: one waits in the scheduler, none fails
         texts = list(pool.map(lambda m: complete(lora_client, m), ["first", "second", "first", "second"]))
     assert texts == [first, second, first, second]
-    assert 'adapter="second"' in httpx.get(f"{lora_server.url}/metrics", timeout=10).text
+    tokens = f'shoal_engine_lora_generation_tokens_total{{adapter="second",model="{TINY_MODEL_NAME}"}}'
+    assert metric(lora_server, tokens) >= 3 * 8, "second's three requests, 8 tokens each"
 
     assert post(lora_server, "/v1/unload_lora_adapter", {"lora_name": "second"}).status_code == 200
     assert "second" not in {m.id for m in lora_client.models.list().data}

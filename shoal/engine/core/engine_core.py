@@ -371,6 +371,7 @@ class EngineCore:
             num_cached_tokens=request.num_cached_tokens,
             num_output_tokens=request.num_output_tokens,
             metrics=request.metrics,
+            lora_name=request.lora_name,
         )
 
 

@@ -73,6 +73,7 @@ class RequestOutput:
     num_cached_tokens: int
     num_output_tokens: int
     metrics: RequestMetrics
+    lora_name: str | None = None  # the LoRA adapter it runs through
 
 
 @dataclass
