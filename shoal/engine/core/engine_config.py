@@ -18,7 +18,8 @@ class EngineConfig:
     the KV cache holds; an explicit one the cache cannot hold is an error. Any admitted request can then always
     run alone (the scheduler relies on it); ``shoal.engine.core.kv_budget``.
     ``device``, ``dtype`` and ``quantization`` default to ``auto``: chosen for the hardware at start-up
-    (``shoal.engine.hardware``), and logged with the reason.
+    (``shoal.engine.hardware``), and logged with the reason. ``enable_lora`` gives the model ``max_loras`` adapter
+    slots of rank up to ``max_lora_rank`` and loads ``lora_modules`` at start-up (docs/lora.md).
     """
 
     model: str
