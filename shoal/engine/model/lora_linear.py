@@ -1,6 +1,6 @@
 """LoRA deltas on the model's projections, for a batch whose rows use different adapters (or none).
 
-With ``--enable-lora`` the loader wraps each decoder layer's ``qkv_proj``, ``o_proj``, ``gate_up_proj`` and
+With ``--enable-lora``, ``LoRAManager.wrap`` (at engine start) wraps each decoder layer's ``qkv_proj``, ``o_proj``, ``gate_up_proj`` and
 ``down_proj`` (whatever base module computes it: plain, oneDNN-packed or quantized) in a ``LoRALinear`` that holds
 ``max_loras`` adapter slots. A fused projection has one section of ``max_rank`` columns per part (q, k, v; gate,
 up): slot ``s``'s ``a[:, s]`` is ``[in, parts * max_rank]`` (each part's ``A`` transposed in its section, zeros
