@@ -1,8 +1,8 @@
 """LoRA deltas on the model's projections, for a batch whose rows use different adapters (or none).
 
-With ``--enable-lora``, ``LoRAManager.wrap`` (at engine start) wraps each decoder layer's ``qkv_proj``, ``o_proj``, ``gate_up_proj`` and
-``down_proj`` (whatever base module computes it: plain, oneDNN-packed or quantized) in a ``LoRALinear`` that holds
-``max_loras`` adapter slots. A fused projection has one section of ``max_rank`` columns per part (q, k, v; gate,
+With ``--enable-lora``, ``LoRAManager.wrap`` (at engine start) wraps each decoder layer's ``qkv_proj``,
+``o_proj``, ``gate_up_proj`` and ``down_proj`` (whatever base module computes it: plain, oneDNN-packed or
+quantized) in a ``LoRALinear`` that holds ``max_loras`` adapter slots. A fused projection has one section of ``max_rank`` columns per part (q, k, v; gate,
 up): slot ``s``'s ``a[:, s]`` is ``[in, parts * max_rank]`` (each part's ``A`` transposed in its section, zeros
 past its rank) and ``b[s]`` is ``[parts * max_rank, out]`` (each part's ``scale * B`` transposed, in its section's
 rows and its part's columns), so one slot's delta for every part is ``(x @ a[:, s]) @ b[s]``. An adapter that names
