@@ -2,7 +2,7 @@
 
 from shoal.fetch.cache import cached_path, default_download_dir
 from shoal.fetch.errors import FetchError, SourceError
-from shoal.fetch.fetcher import FetchResult, NoSpace, fetch
+from shoal.fetch.fetcher import FetchResult, NoSpace, fetch, local_path
 from shoal.fetch.sources import HubSource, RemoteSource, S3Source, parse_source
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "cached_path",
     "default_download_dir",
     "fetch",
+    "local_path",
     "parse_source",
 ]

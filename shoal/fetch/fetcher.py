@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from shoal.fetch.cache import CacheEntry, cached_path, model_path
+from shoal.fetch.cache import CacheEntry, cached_path, default_download_dir, model_path
 from shoal.fetch.download import Store, download
 from shoal.fetch.errors import FetchError, Retryable, Unreachable
 from shoal.fetch.hub import HubStore
@@ -76,6 +76,16 @@ def fetch(
         )
     except OSError as exc:  # the download directory itself unusable: read-only, not a directory
         raise FetchError(f"{text}: cannot write into {root}: {exc.strerror or exc}") from None
+
+
+def local_path(text: str, download_dir: Path | None, report: Report = _stderr) -> str:
+    """An ``hf://`` or ``s3://`` source (a model or a LoRA adapter) fetched into the cache (nothing to do when it is
+    there), as a local path; anything else as it is."""
+    if parse_source(text) is None:
+        return text
+    result = fetch(text, download_dir or default_download_dir(), report=report)
+    report(f"{text}: {result.path} ({'cached' if result.cached else f'fetched {result.bytes} bytes'})")
+    return result.path
 
 
 def _fetch(

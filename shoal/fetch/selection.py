@@ -1,4 +1,5 @@
-"""Which files of a Hugging Face directory serving needs (pure): config, tokenizer, chat template, safetensors.
+"""Which files of a Hugging Face directory serving needs (pure): config, tokenizer, chat template, safetensors;
+for a PEFT LoRA adapter's directory (``adapter_config.json``, no ``config.json``), its config and weights.
 
 The weights are the shards the ``model.safetensors.index.json`` lists when there is one (a repo may also carry a
 ``consolidated.safetensors`` copy of the same weights, as Mistral's do), else every top-level ``*.safetensors``,
@@ -15,11 +16,14 @@ from shoal.fetch.errors import FetchError
 CONFIG_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 INDEX_FILE = "model.safetensors.index.json"
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 def metadata_files(names: Iterable[str], source: str) -> list[str]:
     """The config and tokenizer files present (``config.json`` must be), plus the weights index if any."""
     present = set(names)
+    if "config.json" not in present and ADAPTER_CONFIG in present:  # a LoRA adapter: its weights follow as a model's
+        return [ADAPTER_CONFIG]
     if "config.json" not in present:
         ggufs = sorted(n for n in present if n.endswith(".gguf"))
         hint = f"; to serve one of its GGUF files name it: {source}/{ggufs[0]}" if ggufs else ""

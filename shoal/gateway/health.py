@@ -35,10 +35,19 @@ def block_size_of(cards: list[dict[str, Any]]) -> int | None:
     return next((size for size in sizes if isinstance(size, int) and size >= 1), None)
 
 
+def parents_of(cards: list[dict[str, Any]]) -> dict[str, str]:
+    """LoRA adapter -> the base model it adapts, from the cards that name a ``parent`` (vLLM's and Shoal's)."""
+    return {str(card["id"]): card["parent"] for card in cards if isinstance(card.get("parent"), str)}
+
+
+Probe = tuple[frozenset[str], Capacity | None, int | None, dict[str, str]]
+
+
 async def probe(
     session: aiohttp.ClientSession, replica: Replica, timeout: float, ready_path: str = "/ready"
-) -> tuple[frozenset[str], Capacity | None, int | None] | None:
-    """The models a ready replica serves, its capacity and block size, or ``None`` if it is not ready."""
+) -> Probe | None:
+    """The models a ready replica serves, its capacity and block size, its adapters' parents, or ``None`` if it is
+    not ready."""
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     try:
         async with session.get(replica.url + ready_path, timeout=client_timeout) as response:
@@ -49,7 +58,8 @@ async def probe(
                 return None
             listing = await response.json(content_type=None)
         models = frozenset(str(card["id"]) for card in listing["data"])  # a card that is no object: TypeError
-        return models, capacity_of(listing["data"]), block_size_of(listing["data"])
+        cards = listing["data"]
+        return models, capacity_of(cards), block_size_of(cards), parents_of(cards)
     except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, TypeError):
         return None
 
@@ -67,8 +77,9 @@ async def check(
     if fleet.replicas.get(replica.url) is not replica:
         return  # discovery removed it meanwhile
     if found is not None:
-        models, capacity, block_size = found
+        models, capacity, block_size, parents = found
         replica.block_size = block_size or replica.block_size
+        replica.parents = parents
         if not replica.healthy:
             log.info("replica %s is ready, serving %s with %s", replica.url, sorted(models), capacity)
         replica.models, replica.capacity, replica.healthy, replica.failures = models, capacity, True, 0

@@ -12,10 +12,10 @@ import gc
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
-from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE, hash_blocks
+from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE, adapter_extra_key, hash_blocks
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest
 from shoal.protocol.responses_api import ResponsesRequest
 from shoal.tokenizer.prompt_tokens import PromptTokenizer, chat_token_ids, completion_prompt_ids, responses_token_ids
@@ -32,9 +32,10 @@ class Prompt:
     token_ids: list[int] | None
     cost_tokens: int  # prompt plus output budget: what quotas charge
     output_tokens: int = 0  # the output budget part of it: what routing charges a replica until the request ends
+    extra_key: bytes = b""  # the engine's block-hash extra key for it (a LoRA adapter's)
 
     def block_hashes(self, block_size: int = DEFAULT_BLOCK_SIZE) -> list[int]:
-        return hash_blocks(self.token_ids, block_size) if self.token_ids else []
+        return hash_blocks(self.token_ids, block_size, self.extra_key) if self.token_ids else []
 
 
 def _load_tokenizer(source: str) -> PromptTokenizer:
@@ -89,9 +90,19 @@ class PromptReader:
         self.preload([model])
         return None
 
-    def read(self, request: CompletionRequest | ChatCompletionRequest | ResponsesRequest) -> Prompt:
-        """The (first) prompt of a validated request; never raises on content the engine will reject."""
-        tokenizer = self.tokenizer(request.model)
+    def read(
+        self, request: CompletionRequest | ChatCompletionRequest | ResponsesRequest, parent: str | None = None
+    ) -> Prompt:
+        """The (first) prompt of a validated request; never raises on content the engine will reject. ``parent``:
+        the base model when ``request.model`` is a LoRA adapter of it, whose tokenizer the adapter shares and whose
+        engine hashes the adapter's blocks with the adapter's extra key."""
+        prompt = self._read(request, self.tokenizer(parent or request.model))
+        return prompt if parent is None else replace(prompt, extra_key=adapter_extra_key(request.model))
+
+    @staticmethod
+    def _read(
+        request: CompletionRequest | ChatCompletionRequest | ResponsesRequest, tokenizer: PromptTokenizer | None
+    ) -> Prompt:
         if isinstance(request, ChatCompletionRequest):
             texts = [m.text() for m in request.messages]
             texts += [t.model_dump_json(exclude_none=True) for t in request.tools or []]  # rendered too

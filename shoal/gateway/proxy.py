@@ -315,11 +315,12 @@ def _only_model(gateway: Gateway) -> str:
 
 
 def _tokenize(gateway: Gateway, body: GenerationRequest, state: RequestState) -> tuple[Prompt, RouteRequest]:
-    """The prompt's tokens as the engine will see them, and its block hashes at the replicas' block size."""
-    prompt = gateway.prompts.read(body)
-    block_size = hashing_block_size(
-        (r.block_size for r in gateway.fleet.candidates(state.model)), gateway.config.block_size
-    )
+    """The prompt's tokens as the engine will see them, and its block hashes at the replicas' block size (for a
+    LoRA adapter, with its base model's tokenizer and the adapter's extra key, as its replicas hash)."""
+    candidates = gateway.fleet.candidates(state.model)
+    parent = next((r.parents[state.model] for r in candidates if state.model in r.parents), None)
+    prompt = gateway.prompts.read(body, parent)
+    block_size = hashing_block_size((r.block_size for r in candidates), gateway.config.block_size)
     route = RouteRequest(prompt.block_hashes(block_size), prompt.cost_tokens, block_size, prompt.output_tokens)
     state.prompt_tokens = len(prompt.token_ids) if prompt.token_ids is not None else None
     state.timer.mark("tokenize")

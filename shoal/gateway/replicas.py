@@ -28,6 +28,7 @@ class Replica:
     failures: int = 0
     capacity: Capacity | None = None
     block_size: int | None = None  # as the engine announces it: shoal.gateway.block_size
+    parents: dict[str, str] = field(default_factory=dict)  # LoRA adapter -> its base model, as /v1/models says
     load_tokens: int = 0
     in_flight: int = 0
     index: PrefixIndex = field(default_factory=PrefixIndex)

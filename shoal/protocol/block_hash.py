@@ -36,6 +36,12 @@ def hash_block(parent: int, token_ids: Sequence[int], extra_key: bytes = b"") ->
     return int.from_bytes(h.digest(), "little")
 
 
+def adapter_extra_key(adapter: str | None) -> bytes:
+    """The extra key of a request served through the LoRA adapter named ``adapter`` (none for the base model): the
+    engine hashes its blocks with it, and so does the gateway for a request whose ``model`` is that adapter."""
+    return b"" if adapter is None else b"lora:" + adapter.encode()
+
+
 def hash_blocks(
     token_ids: Sequence[int],
     block_size: int = DEFAULT_BLOCK_SIZE,

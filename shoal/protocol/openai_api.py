@@ -539,6 +539,9 @@ class ModelCard(BaseModel):
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     block_size: int | None = None  # tokens per KV block: a gateway hashes prompts with it (shoal.gateway.block_size)
+    # vLLM's: a LoRA adapter's card names where it was loaded from (root) and the base model it adapts (parent).
+    root: str | None = None
+    parent: str | None = None
 
 
 class ModelList(BaseModel):

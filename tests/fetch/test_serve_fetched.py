@@ -3,6 +3,7 @@ repo's name; a fetch that fails stops it with exit status 1 and the Hub's answer
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import httpx
@@ -41,3 +42,31 @@ def test_serve_exits_1_naming_the_hubs_answer(hub: HubServer, tmp_path: Path) ->
     engine = _serve("hf://tiny/absent", tmp_path / "cache", tmp_path / "engine.log", hub)
     assert engine.process.wait(timeout=60) == 1
     assert "401 from the Hub: credentials missing or wrong" in engine.log()
+
+
+def test_lora_adapters_are_fetched_at_start_and_at_run_time(hub: HubServer, tiny_dir: Path, tmp_path: Path) -> None:
+    """``--lora-modules NAME=hf://...`` and ``/v1/load_lora_adapter`` fetch a PEFT adapter's config and weights only."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))  # the engine tests' adapter writer
+    from lora_adapters import write_adapter
+
+    adapter = write_adapter(tiny_dir, tmp_path / "adapter", 1, r=4, target_modules=["q_proj", "v_proj"])
+    (adapter / "README.md").write_text("# an adapter\n")  # PEFT writes one: not needed to serve
+    hub.hub.add_directory("tiny/adapter", adapter)
+    cache = tmp_path / "cache"
+    argv = shoal_command(
+        "serve", "--model", str(tiny_dir), "--download-dir", str(cache), "--num-kv-blocks", "64", "--enable-lora",
+        "--max-lora-rank", "4", "--lora-modules", "first=hf://tiny/adapter", "--allow-runtime-lora-updating",
+    )  # fmt: skip
+    engine = LocalProcess(argv, tmp_path / "engine.log", env=hub_env(hub))
+    try:
+        engine.wait_ready(timeout=120)
+        body = {"lora_name": "second", "lora_path": "hf://tiny/adapter"}
+        assert httpx.post(engine.url + "/v1/load_lora_adapter", json=body, timeout=60).status_code == 200
+        absent = {"lora_name": "third", "lora_path": "hf://tiny/absent"}
+        refused = httpx.post(engine.url + "/v1/load_lora_adapter", json=absent, timeout=60)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "lora_path", refused.text
+        names = [m["id"] for m in httpx.get(engine.url + "/v1/models").json()["data"]]
+        assert {"first", "second"} <= set(names)
+    finally:
+        engine.stop()
+    assert dict(hub.hub.downloads) == dict.fromkeys(("adapter_config.json", "adapter_model.safetensors"), 1)

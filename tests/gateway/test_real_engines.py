@@ -13,7 +13,7 @@ from support.polling import eventually
 
 from shoal.local import metric
 from shoal.model_registry import resolve_model
-from shoal.protocol.block_hash import hash_blocks
+from shoal.protocol.block_hash import adapter_extra_key, hash_blocks
 from shoal.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.timeout(240)
@@ -58,7 +58,7 @@ def test_openai_client_completions_chat_streaming_and_errors(fleet_gateway) -> N
 
 
 def check_repeat_hits_the_cache(
-    handle: GatewayHandle, tokenizer: Tokenizer, model: str, chat: bool, block_size: int = 16
+    handle: GatewayHandle, tokenizer: Tokenizer, model: str, chat: bool, block_size: int = 16, extra_key: bytes = b""
 ) -> None:
     """The hashes the gateway computes are the ones the engine publishes; a repeat lands on the holder."""
     api = client(handle)
@@ -77,7 +77,7 @@ def check_repeat_hits_the_cache(
         ids = tokenizer.encode(tokenizer.apply_chat_template(messages), add_special_tokens=False)
     else:
         ids = tokenizer.encode(SYSTEM + question)
-    hashes = hash_blocks(ids, block_size)
+    hashes = hash_blocks(ids, block_size, extra_key)
     assert len(hashes) >= 4
     send()
     replicas = handle.gateway.fleet.replicas.values()
@@ -117,6 +117,28 @@ def test_an_engine_with_another_block_size_is_hashed_for_with_its_own_and_shown(
             check_repeat_hits_the_cache(handle, Tokenizer.from_hf_dir(tiny_model_dir), "tiny", chat=False, block_size=8)
         assert metric(handle.url, "shoal_gateway_backend_block_size_mismatch") == 8
         assert any("announces 8-token KV blocks, the gateway expects 16" in r.getMessage() for r in caplog.records)
+    finally:
+        engine.stop()
+
+
+def test_a_lora_adapter_is_routed_and_hashed_as_its_engine_hashes(gateways, tiny_model_dir, tmp_path) -> None:
+    """An engine lists its adapter with ``parent``; the gateway serves the adapter as a model of its own, tokenizes
+    its prompts with the parent's tokenizer and hashes them with the adapter's extra key, so a repeat finds the
+    blocks the engine published for that adapter (and the base model's blocks of the same prompt stay apart)."""
+    from lora_adapters import write_adapter  # tests/engine, on the path since tiny_model_dir
+
+    adapter = write_adapter(tiny_model_dir, tmp_path / "adapter", 1, r=4, target_modules=["q_proj", "v_proj"])
+    engine = EngineProcess(
+        str(tiny_model_dir), tmp_path / "engine-lora.log", "tiny", "--num-kv-blocks", "256", "--enable-lora",
+        "--max-lora-rank", "4", "--lora-modules", f"sql={adapter}",
+    ).wait_ready()  # fmt: skip
+    try:
+        handle = gateways([engine.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)})
+        handle.wait_healthy(1)
+        eventually(lambda: handle.gateway.prompts.tokenizer("tiny") is not None, 30, "the tokenizer")
+        assert sorted(m.id for m in client(handle).models.list().data) == ["sql", "tiny"]
+        tokenizer = Tokenizer.from_hf_dir(tiny_model_dir)
+        check_repeat_hits_the_cache(handle, tokenizer, "sql", chat=False, extra_key=adapter_extra_key("sql"))
     finally:
         engine.stop()
 

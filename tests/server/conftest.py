@@ -9,6 +9,9 @@ import openai
 import pytest
 from serve_harness import TOOLS_MODEL_NAME, ServeProcess, build_tiny_model, build_tools_model
 
+from lora_adapters import write_adapter  # isort: skip  (serve_harness puts tests/engine on the path)
+from tiny_checkpoints import build_shared_checkpoint  # isort: skip
+
 from shoal.model_registry import resolve_model
 from shoal.tokenizer import Tokenizer
 
@@ -81,6 +84,44 @@ def smollm2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServePr
     server = ServeProcess("smollm2-135m", tmp_path_factory.mktemp("serve-smollm2") / "serve.log", name="smollm2-135m")
     try:
         server.wait_ready(timeout=300)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def adapters(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Random PEFT adapters of the tiny model, good and bad (rank 16, an LM-head target, another base's shapes)."""
+    root = tmp_path_factory.mktemp("server-lora")
+    other_base = build_shared_checkpoint(root / "gqa-base", "gqa-llama")  # 2 KV heads: k/v are half as wide
+    return {
+        "first": write_adapter(tiny_model_dir, root / "first", 1, r=4, target_modules=["q_proj", "v_proj"]),
+        "second": write_adapter(tiny_model_dir, root / "second", 2, r=8, target_modules=["o_proj", "up_proj"]),
+        "too-big": write_adapter(tiny_model_dir, root / "too-big", 3, r=16, target_modules=["q_proj"]),
+        "lm-head": write_adapter(tiny_model_dir, root / "lm-head", 4, r=4, target_modules=["q_proj", "lm_head"]),
+        "other-base": write_adapter(other_base, root / "other-base", 5, r=4, target_modules=["k_proj"]),
+    }
+
+
+@pytest.fixture(scope="session")
+def lora_server(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, adapters: dict[str, Path]
+) -> Iterator[ServeProcess]:
+    """LoRA on, one slot of rank 8, ``first`` loaded at start-up, run-time loading allowed."""
+    server = ServeProcess(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("serve-lora-log") / "serve.log",
+        "--enable-lora",
+        "--max-loras",
+        "1",
+        "--max-lora-rank",
+        "8",
+        "--lora-modules",
+        f"first={adapters['first']}",
+        "--allow-runtime-lora-updating",
+    )
+    try:
+        server.wait_ready()
         yield server
     finally:
         server.stop()

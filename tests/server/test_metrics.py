@@ -15,22 +15,26 @@ pytestmark = pytest.mark.timeout(120)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
-def documented() -> dict[str, str]:
-    """name -> type, from the table in docs/metrics.md."""
-    rows = re.findall(r"^\| `(shoal_engine_\w+)` \| (\w+) \|", DOCS.read_text(), flags=re.M)
+def documented(lora: bool = False) -> dict[str, str]:
+    """name -> type, from the engine's table in docs/metrics.md (``lora``: the table of the LoRA-only ones)."""
+    always, _, with_lora = DOCS.read_text().partition("### With `--enable-lora`")
+    rows = re.findall(r"^\| `(shoal_engine_\w+)` \| (\w+) \|", with_lora if lora else always, flags=re.M)
     return dict(rows)
 
 
 def exposed(url: str) -> dict[str, str]:
-    return dict(re.findall(r"^# TYPE (shoal_engine_\w+) (\w+)$", httpx.get(f"{url}/metrics").text, flags=re.M))
+    """name -> type, from the page (a counter with its ``_total`` suffix, as the docs write it)."""
+    types = re.findall(r"^# TYPE (shoal_engine_\w+) (\w+)$", httpx.get(f"{url}/metrics").text, flags=re.M)
+    return {(n.removesuffix("_total") + "_total" if t == "counter" else n): t for n, t in types}
 
 
 def test_docs_and_endpoint_list_the_same_metrics(server: ServeProcess) -> None:
     httpx.post(f"{server.url}/v1/completions", json={"model": server.model_name, "prompt": "x", "max_tokens": 2})
-    types = exposed(server.url)
-    # counter families may be typed with or without their _total suffix
-    normalized = {(n.removesuffix("_total") + "_total" if t == "counter" else n): t for n, t in types.items()}
-    assert normalized == documented()
+    assert exposed(server.url) == documented()
+
+
+def test_a_lora_engine_adds_the_lora_metrics(lora_server: ServeProcess) -> None:
+    assert exposed(lora_server.url) == documented() | documented(lora=True)
 
 
 def test_histograms_and_counters_move_with_traffic(server: ServeProcess) -> None:

@@ -191,7 +191,7 @@ class BlockManager:
         hashes, tokens, size = request.block_hashes, request.all_token_ids, self.block_size
         for i in range(len(hashes), len(tokens) // size):
             parent = hashes[-1] if hashes else ROOT_HASH
-            hashes.append(hash_block(parent, tokens[i * size : (i + 1) * size]))
+            hashes.append(hash_block(parent, tokens[i * size : (i + 1) * size], request.block_hash_key))
 
     def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Names the blocks that ``num_tokens`` fill; a duplicate of a cached block stays unnamed."""

@@ -18,7 +18,8 @@ class EngineConfig:
     the KV cache holds; an explicit one the cache cannot hold is an error. Any admitted request can then always
     run alone (the scheduler relies on it); ``shoal.engine.core.kv_budget``.
     ``device``, ``dtype`` and ``quantization`` default to ``auto``: chosen for the hardware at start-up
-    (``shoal.engine.hardware``), and logged with the reason.
+    (``shoal.engine.hardware``), and logged with the reason. ``enable_lora`` gives the model ``max_loras`` adapter
+    slots of rank up to ``max_lora_rank`` and loads ``lora_modules`` at start-up (docs/lora.md).
     """
 
     model: str
@@ -34,12 +35,16 @@ class EngineConfig:
     seed: int = 0
     device: str = "auto"
     quantization: str = "auto"
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    lora_modules: tuple[tuple[str, str], ...] = ()  # (name, path) adapters loaded at start-up
 
     def __post_init__(self) -> None:
         for name, allowed in (("dtype", DTYPES), ("device", DEVICES), ("quantization", QUANTIZATIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs"):
+        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_loras", "max_lora_rank"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.block_size & (self.block_size - 1):
@@ -48,5 +53,7 @@ class EngineConfig:
             raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
         if self.kv_cache_bytes is not None and self.kv_cache_bytes < 1:
             raise ValueError(f"kv_cache_bytes must be >= 1, got {self.kv_cache_bytes}")
+        if self.lora_modules and not self.enable_lora:
+            raise ValueError("lora_modules needs enable_lora")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -33,6 +34,7 @@ from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.core.stop_checker import TextState, token_stop
 from shoal.engine.loader import load_model
+from shoal.engine.lora import LoRAAdapter, LoRAError, LoRAManager, read_adapter
 from shoal.engine.model import allocate_kv_cache
 from shoal.engine.model_config import ModelConfig
 from shoal.kernels import get_ops
@@ -73,6 +75,7 @@ class EngineCore:
         scheduler: Scheduler,
         sampler: Sampler,
         runner: BatchRunner,
+        lora: LoRAManager | None = None,
     ) -> None:
         self.config = config
         self.model_name = model_name
@@ -86,6 +89,7 @@ class EngineCore:
         self.block_manager = scheduler.block_manager
         self.sampler = sampler
         self.runner = runner
+        self.lora = lora
         self._tracked: dict[str, _Tracked] = {}
         self._aborted: list[Request] = []
         self._kv_event_seq = 0
@@ -112,21 +116,33 @@ class EngineCore:
         block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching, model.config.window_of_every_layer
         )
+        lora = None
+        if config.enable_lora:
+            lora = LoRAManager.wrap(model, config.max_loras, config.max_lora_rank, plan.dtype, plan.device)
         sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, plan.device)
         kv_caches = allocate_kv_cache(
             model.config, block_manager.num_cache_blocks, config.block_size, plan.dtype, plan.device
         )
-        return cls(
+        core = cls(
             config,
             model_name=source.served_name,
             tokenizer=tokenizer,
             model_config=model.config,
             plan=plan,
             max_model_len=length,
-            scheduler=Scheduler(block_manager, config.max_num_batched_tokens, config.max_num_seqs),
+            scheduler=Scheduler(
+                block_manager,
+                config.max_num_batched_tokens,
+                config.max_num_seqs,
+                lora.slots if lora is not None else None,
+            ),
             sampler=sampler,
-            runner=ModelRunner(model, kv_caches, config.block_size, sampler, plan.device, step_threads),
+            runner=ModelRunner(model, kv_caches, config.block_size, sampler, plan.device, step_threads, lora),
+            lora=lora,
         )
+        for name, path in config.lora_modules:
+            core.add_lora(core.read_lora(name, path))
+        return core
 
     @property
     def device(self) -> str:
@@ -148,10 +164,14 @@ class EngineCore:
         *,
         arrival_time: float | None = None,
         priority: int = 0,
+        lora_name: str | None = None,
     ) -> None:
-        """Validates and queues a request; raises ``InvalidRequestError`` and changes nothing if it is bad."""
+        """Validates and queues a request; raises ``InvalidRequestError`` and changes nothing if it is bad.
+        ``lora_name`` runs it through that loaded adapter."""
         if request_id in self._tracked:
             raise InvalidRequestError("request_id", f"{request_id!r} is already in the engine")
+        if lora_name is not None and (self.lora is None or lora_name not in self.lora.adapters):
+            raise InvalidRequestError("model", f"no LoRA adapter {lora_name!r} is loaded")
         params.validate()
         self._check_in_vocabulary("stop_token_ids", params.stop_token_ids)
         self._check_in_vocabulary("logit_bias", list(params.logit_bias))
@@ -170,6 +190,7 @@ class EngineCore:
             arrival_time=time.monotonic() if arrival_time is None else arrival_time,
             priority=priority,
             max_output_tokens=min(params.max_tokens, self.max_model_len - len(token_ids)),
+            lora_name=lora_name,
         )
         request.grammar = grammar
         detokenizer = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens, token_ids)
@@ -187,6 +208,31 @@ class EngineCore:
 
     def has_unfinished(self) -> bool:
         return bool(self._tracked)
+
+    def read_lora(self, name: str, path: str, reserved: Iterable[str] = ()) -> LoRAAdapter:
+        """Reads and checks an adapter (any thread: it touches no engine state); ``reserved`` are names clients
+        already use for the base model. Raises ``LoRAError``."""
+        if self.lora is None:
+            raise LoRAError("lora_name", "LoRA is not enabled on this engine (start it with --enable-lora)")
+        if name in {self.model_name, *reserved}:
+            raise LoRAError("lora_name", f"{name!r} is the base model's name; an adapter needs a name of its own")
+        return read_adapter(name, Path(path), self.lora.shapes, self.lora.max_rank)
+
+    def add_lora(self, adapter: LoRAAdapter) -> None:
+        """Makes a read adapter servable under its name (step thread)."""
+        assert self.lora is not None, "read_lora refuses adapters when LoRA is off"
+        if adapter.name in self.lora.adapters:
+            raise LoRAError("lora_name", f"an adapter named {adapter.name!r} is already loaded")
+        self.lora.add(adapter)
+
+    def remove_lora(self, name: str) -> None:
+        """Unloads an adapter no request uses any more (step thread)."""
+        if self.lora is None or name not in self.lora.adapters:
+            raise LoRAError("lora_name", f"no LoRA adapter {name!r} is loaded", status=404)
+        in_flight = sum(1 for t in self._tracked.values() if t.request.lora_name == name)
+        if in_flight:
+            raise LoRAError("lora_name", f"adapter {name!r} has {in_flight} requests in flight; unload it after them")
+        self.lora.remove(name)
 
     def step(self) -> list[RequestOutput]:
         """Runs one batch; returns what every request gained (and the aborts since the last step)."""
@@ -220,7 +266,21 @@ class EngineCore:
             prompt_tokens=self._prompt_tokens,
             generation_tokens=self._generation_tokens,
             finished_by_reason=dict(self._finished_by_reason),
+            **self._lora_stats(),
         )
+
+    def _lora_stats(self) -> dict:
+        """Requests by adapter, running and waiting (every known adapter listed), and the slots' evictions."""
+        if self.lora is None:
+            return {}
+        running = dict.fromkeys(self.lora.adapters, 0)
+        waiting = dict.fromkeys(self.lora.adapters, 0)
+        for tracked in self._tracked.values():
+            request = tracked.request
+            if request.lora_name is not None and not request.is_finished:
+                counts = running if request.status == RequestStatus.RUNNING else waiting
+                counts[request.lora_name] = counts.get(request.lora_name, 0) + 1
+        return {"lora_running": running, "lora_waiting": waiting, "lora_evictions": self.lora.slots.num_evictions}
 
     def kv_snapshot(self) -> list[int]:
         """Every block hash the prefix cache holds now (the first message of a KV event stream)."""
@@ -311,6 +371,7 @@ class EngineCore:
             num_cached_tokens=request.num_cached_tokens,
             num_output_tokens=request.num_output_tokens,
             metrics=request.metrics,
+            lora_name=request.lora_name,
         )
 
 

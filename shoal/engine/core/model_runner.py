@@ -20,6 +20,7 @@ from shoal.engine.core.request import Request
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.scheduler import SchedulerOutput
 from shoal.engine.core.step_threads import StepThreads
+from shoal.engine.lora.manager import LoRAManager
 from shoal.engine.model import Model
 from shoal.kernels import AttentionMetadata
 
@@ -37,6 +38,7 @@ class ModelRunner:
         sampler: Sampler,
         device: str = "cpu",
         step_threads: StepThreads | None = None,
+        lora: LoRAManager | None = None,
     ) -> None:
         self.model = model
         self.kv_caches = kv_caches
@@ -44,6 +46,7 @@ class ModelRunner:
         self.sampler = sampler
         self.device = device
         self.step_threads = step_threads
+        self.lora = lora
 
     def execute(self, batch: SchedulerOutput) -> tuple[dict[str, int], dict[str, SampleLogprobs]]:
         """Runs the batch; returns the sampled token and (if asked) its logprobs per finishing request."""
@@ -92,6 +95,13 @@ class ModelRunner:
                 sampling.append(request)
                 logits_indices.append(len(input_ids) - 1)
         meta = AttentionMetadata.build(query_lens, seq_lens, block_tables, self.block_size, self.device)
+        if self.lora is not None:
+            slots = self.lora.slots
+            row_slots = [
+                (None if r.lora_name is None else slots.slot_of(r.lora_name), n)
+                for r, n in zip(batch.scheduled, query_lens, strict=True)
+            ]
+            self.lora.prepare(row_slots, self.device)
         logits = self.model(
             torch.tensor(input_ids, dtype=torch.long, device=self.device),
             torch.tensor(positions, dtype=torch.long, device=self.device),

@@ -73,6 +73,7 @@ class RequestOutput:
     num_cached_tokens: int
     num_output_tokens: int
     metrics: RequestMetrics
+    lora_name: str | None = None  # the LoRA adapter it runs through
 
 
 @dataclass
@@ -90,3 +91,7 @@ class EngineStats:
     prompt_tokens: int
     generation_tokens: int
     finished_by_reason: dict[str, int] = field(default_factory=dict)
+    # LoRA (empty without it): requests by adapter, running and waiting; adapters evicted from a slot so far.
+    lora_running: dict[str, int] = field(default_factory=dict)
+    lora_waiting: dict[str, int] = field(default_factory=dict)
+    lora_evictions: int = 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from shoal.engine.core.outputs import FinishReason, RequestMetrics
 from shoal.engine.core.sampling_params import SamplingParams
+from shoal.protocol.block_hash import adapter_extra_key
 
 if TYPE_CHECKING:
     from llguidance import LLMatcher
@@ -53,6 +54,7 @@ class Request:
         arrival_time: float,
         priority: int = 0,
         max_output_tokens: int | None = None,
+        lora_name: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.params = params
@@ -71,6 +73,8 @@ class Request:
         self.stop_reason: str | int | None = None
         self.metrics = RequestMetrics(arrival_time=arrival_time)
         self.grammar: LLMatcher | None = None  # structured output: the matcher its output tokens have advanced
+        self.lora_name = lora_name  # the LoRA adapter it runs through; None: the base model
+        self.block_hash_key = adapter_extra_key(lora_name)  # two adapters never share KV blocks
 
     @property
     def num_tokens(self) -> int:

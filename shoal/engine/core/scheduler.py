@@ -13,6 +13,10 @@ request itself), resets its computed count to zero and puts it back in the waiti
 later arrival. Since ``max_model_len`` never exceeds the cache, a request alone always fits: the head of the
 queue always progresses, so there is no deadlock. The scheduler is pure bookkeeping (no torch, no clock of
 its own); the engine core feeds it sampled tokens and tells it which requests finished.
+
+With LoRA, a request runs only while its adapter holds one of the ``--max-loras`` slots (``LoRASlots``): a
+waiting request whose adapter finds no slot (every slot's adapter has requests running) stays at the head of the
+queue until a running request releases one, exactly as when the KV cache is full.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.request import Request, RequestStatus
 from shoal.engine.core.request_queue import RequestQueue
+from shoal.engine.lora.slots import LoRASlots
 
 
 @dataclass
@@ -44,8 +49,15 @@ class SchedulerOutput:
 class Scheduler:
     """Continuous batching with chunked prefill, prefix reuse and preemption by recompute."""
 
-    def __init__(self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int) -> None:
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        lora_slots: LoRASlots | None = None,
+    ) -> None:
         self.block_manager = block_manager
+        self.lora_slots = lora_slots
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.running: list[Request] = []
@@ -70,6 +82,7 @@ class Scheduler:
         """Takes a request out of the queues (if still there) and frees its blocks at once."""
         if request.status == RequestStatus.RUNNING:
             self.running.remove(request)
+            self._release_lora(request)
         self.waiting.remove(request)
         self.block_manager.free(request)
         request.status = status
@@ -99,7 +112,10 @@ class Scheduler:
             request = self.waiting.peek()
             computed_blocks, num_cached = blocks.get_computed_blocks(request)
             num_new = min(request.num_tokens - num_cached, budget)
+            if not self._acquire_lora(request):
+                break
             if not blocks.allocate_slots(request, num_new, computed_blocks):
+                self._release_lora(request)
                 break
             blocks.record_prefix_query(request.num_tokens, num_cached)
             self.waiting.pop()
@@ -121,8 +137,19 @@ class Scheduler:
                 got_token.append(request)
         return got_token
 
+    def _acquire_lora(self, request: Request) -> bool:
+        if request.lora_name is None:
+            return True
+        assert self.lora_slots is not None, "a request names an adapter, so LoRA is enabled"
+        return self.lora_slots.acquire(request.lora_name) is not None
+
+    def _release_lora(self, request: Request) -> None:
+        if request.lora_name is not None and self.lora_slots is not None:
+            self.lora_slots.release(request.lora_name)
+
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)
+        self._release_lora(request)
         self.block_manager.free(request)
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED

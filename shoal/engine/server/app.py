@@ -14,17 +14,19 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from shoal import __version__
 from shoal.engine.core.errors import InvalidRequestError
+from shoal.engine.lora import LoRAAdapter, LoRAError
 from shoal.engine.server import chat, completions, responses, tokenization
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.request_context import RequestIdMiddleware, current_request_id
@@ -32,6 +34,7 @@ from shoal.engine.server.request_params import OpenAIRequest, engine_error
 from shoal.engine.server.response_store import ResponseStore
 from shoal.engine.server.serving import ClosingStreamingResponse, Endpoint, respond
 from shoal.engine.tool_parsers import ToolParserSettings
+from shoal.fetch import FetchError, local_path
 from shoal.protocol.errors import (
     APIError,
     from_http_status,
@@ -40,6 +43,7 @@ from shoal.protocol.errors import (
     model_not_found,
 )
 from shoal.protocol.json_body import ClientDisconnected, parse_json_object, read_body, validated
+from shoal.protocol.lora_api import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
 from shoal.protocol.openai_api import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from shoal.protocol.openapi import openapi_document
 from shoal.protocol.responses_api import ResponsesRequest
@@ -56,6 +60,8 @@ class ServerSettings:
     max_body_bytes: int = 1024 * 1024
     ignore_unknown_fields: bool = False
     tools: ToolParserSettings = field(default_factory=ToolParserSettings)  # --tool-call-parser and its flag
+    allow_runtime_lora_updating: bool = False
+    download_dir: Path | None = None  # where hf:// and s3:// adapters are fetched (None: the default cache)
 
 
 def _error_response(error: APIError) -> JSONResponse:
@@ -70,6 +76,8 @@ def build_app(engine: AsyncEngine, settings: ServerSettings) -> FastAPI:
     _add_error_handlers(app)
     _add_generation_routes(app, engine, settings, ResponseStore())
     _add_model_routes(app, engine, settings)
+    if settings.allow_runtime_lora_updating:
+        _add_lora_routes(app, engine, settings)
     _add_tokenization_routes(app, engine, settings)
     _add_probes(app, engine)
     _add_kv_events(app, engine)
@@ -136,8 +144,7 @@ async def _generate(
     """The path every generation endpoint shares: read, validate, check the model, tokenize, compile the
     structured-output grammar if any, admit, respond."""
     req = validated(model, await _json_body(request, settings), settings.ignore_unknown_fields)
-    if req.model not in settings.served_model_names:
-        raise model_not_found(req.model)
+    lora_name = _adapter_named(req.model, engine, settings)
     core = engine.loaded_core()
     prepared = await endpoint.prepare(req, current_request_id(), core.tokenizer, core.max_model_len)
     grammar = prepared.children[0].params.structured_output if prepared.children else None
@@ -146,8 +153,19 @@ async def _generate(
             await asyncio.to_thread(core.grammars.compile, grammar)
         except InvalidRequestError as exc:
             raise engine_error(exc) from None
-    generation = await engine.submit(prepared.request_id, prepared.children)
+    children = [replace(child, lora_name=lora_name) for child in prepared.children] if lora_name else prepared.children
+    generation = await engine.submit(prepared.request_id, children)
     return await respond(request, generation, prepared, endpoint.Formatter(core.tokenizer, prepared), req.stream)
+
+
+def _adapter_named(model: str, engine: AsyncEngine, settings: ServerSettings) -> str | None:
+    """``None`` for the base model's names, the adapter's name for a loaded LoRA adapter; else 404."""
+    if model in settings.served_model_names:
+        return None
+    lora = engine.loaded_core().lora
+    if lora is None or model not in lora.adapters:
+        raise model_not_found(model)
+    return model
 
 
 def _add_generation_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings, store: ResponseStore) -> None:
@@ -173,17 +191,21 @@ def _model_list(engine: AsyncEngine, settings: ServerSettings) -> ModelList:
     if core is None:
         return ModelList(data=[ModelCard(id=name) for name in settings.served_model_names])
     config = core.config
+    base = [
+        ModelCard(
+            id=name,
+            max_model_len=core.max_model_len,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+            block_size=config.block_size,
+        )
+        for name in settings.served_model_names
+    ]
+    adapters = list(core.lora.adapters.values()) if core.lora is not None else []
+    parent = settings.served_model_names[0]
     return ModelList(
-        data=[
-            ModelCard(
-                id=name,
-                max_model_len=core.max_model_len,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                max_num_seqs=config.max_num_seqs,
-                block_size=config.block_size,
-            )
-            for name in settings.served_model_names
-        ]
+        data=base
+        + [ModelCard(id=a.name, root=a.path, parent=parent, max_model_len=core.max_model_len) for a in adapters]
     )
 
 
@@ -197,12 +219,50 @@ def _add_model_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSetting
         return JSONResponse(openapi_document("shoal engine"))
 
 
+def _add_lora_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:
+    """vLLM's run-time adapter loading (``--allow-runtime-lora-updating``): the files are read and checked off the
+    step thread, then the adapter is added (or removed) between two steps."""
+
+    def lora_error(exc: LoRAError) -> APIError:
+        return APIError(exc.status, str(exc), param=exc.field, code="lora_adapter_error")
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(request: Request) -> Response:
+        req = validated(LoadLoRAAdapterRequest, await _json_body(request, settings), settings.ignore_unknown_fields)
+        core = engine.loaded_core()
+
+        def fetch_and_read() -> LoRAAdapter:
+            try:
+                path = local_path(req.lora_path, settings.download_dir, report=log.info)
+            except FetchError as exc:
+                raise LoRAError("lora_path", f"adapter {req.lora_name!r}: {exc}") from None
+            return core.read_lora(req.lora_name, path, settings.served_model_names)
+
+        try:
+            adapter = await asyncio.to_thread(fetch_and_read)
+            await engine.on_step_thread(lambda c: c.add_lora(adapter))
+        except LoRAError as exc:
+            raise lora_error(exc) from None
+        log.info("LoRA adapter %s loaded from %s", req.lora_name, req.lora_path)
+        return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(request: Request) -> Response:
+        req = validated(UnloadLoRAAdapterRequest, await _json_body(request, settings), settings.ignore_unknown_fields)
+        try:
+            await engine.on_step_thread(lambda c: c.remove_lora(req.lora_name))
+        except LoRAError as exc:
+            raise lora_error(exc) from None
+        log.info("LoRA adapter %s unloaded", req.lora_name)
+        return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
+
+
 def _add_tokenization_routes(app: FastAPI, engine: AsyncEngine, settings: ServerSettings) -> None:
     """vLLM's utility routes; ``model`` may be left out (the served model), a name not served is a 404."""
 
     def check_model(model: str | None) -> None:
-        if model is not None and model not in settings.served_model_names:
-            raise model_not_found(model)
+        if model is not None:
+            _adapter_named(model, engine, settings)
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> JSONResponse:

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TypeVar
 
 from shoal.engine.core.engine_core import EngineCore
 from shoal.engine.core.errors import InvalidRequestError
@@ -41,6 +42,7 @@ from shoal.engine.server.request_params import engine_error
 from shoal.protocol.errors import invalid_request, service_unavailable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Child:
     index: int
     prompt_token_ids: list[int]
     params: SamplingParams
+    lora_name: str | None = None  # the LoRA adapter the request's model names; None: the base model
 
 
 class Generation:
@@ -242,6 +245,20 @@ class AsyncEngine:
         self._post(attach)
         return follower
 
+    async def on_step_thread(self, command: Callable[[EngineCore], T]) -> T:
+        """Runs ``command`` on the engine between two steps and returns (or raises) what it did."""
+        core = self.loaded_core()
+        done: Future[T] = Future()
+
+        def run() -> None:
+            try:
+                done.set_result(command(core))
+            except Exception as exc:  # noqa: BLE001 - handed to the awaiting caller
+                done.set_exception(exc)
+
+        self._post(run)
+        return await asyncio.wrap_future(done)
+
     def _forget(self, child_ids: list[str]) -> None:
         for cid in child_ids:
             self._routes.pop(cid, None)
@@ -290,7 +307,9 @@ class AsyncEngine:
         added: list[str] = []
         try:
             for cid, child in zip(child_ids, children, strict=True):
-                core.add_request(cid, child.prompt_token_ids, child.params, arrival_time=arrival)
+                core.add_request(
+                    cid, child.prompt_token_ids, child.params, arrival_time=arrival, lora_name=child.lora_name
+                )
                 added.append(cid)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, who turns it into a 4xx/5xx
             if added:
@@ -316,7 +335,7 @@ class AsyncEngine:
             log.exception("the model failed to load")
             self._die(exc)
             return
-        self.metrics.loaded(core.config.max_num_seqs)
+        self.metrics.loaded(core.config.max_num_seqs, core.config.max_loras if core.lora is not None else None)
         self.metrics.observe_step([], core.stats())  # a ready engine's /metrics shows its (empty) queue at once
         self.core = core
         log.info("model loaded: %s (max_model_len %d)", core.model_name, core.max_model_len)

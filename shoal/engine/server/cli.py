@@ -65,6 +65,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
     engine.add_argument("--attention-backend", default=None, choices=("torch", "cpu", "triton"))
     engine.add_argument("--seed", type=int, default=0)
+    lora = p.add_argument_group("LoRA adapters (docs/lora.md)")
+    lora.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters; a request names one as model")
+    lora.add_argument("--max-loras", type=int, default=1, help="adapters in one batch at most (slots)")
+    lora.add_argument("--max-lora-rank", type=int, default=16, help="the highest adapter rank accepted")
+    lora.add_argument(
+        "--lora-modules",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NAME=PATH",
+        help="adapters (PEFT directories) loaded at start-up, served as NAME (repeatable)",
+    )
+    lora.add_argument(
+        "--allow-runtime-lora-updating",
+        action="store_true",
+        help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING)",
+    )
     server = p.add_argument_group("server")
     server.add_argument(
         "--max-waiting-requests",

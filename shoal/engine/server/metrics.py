@@ -32,6 +32,7 @@ class _StatsCollector(Collector):
     def __init__(self, model: str) -> None:
         self._model = model
         self.max_num_seqs: int | None = None
+        self.max_loras: int | None = None  # set with LoRA enabled
         self.stats: EngineStats | None = None
 
     def collect(self) -> Iterator[Metric]:
@@ -67,6 +68,30 @@ class _StatsCollector(Collector):
             counter = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
             counter.add_metric([self._model], value)
             yield counter
+        yield from self._lora(stats)
+
+    def _lora(self, stats: EngineStats) -> Iterator[Metric]:
+        """Per adapter (vLLM's ``vllm:lora_requests_info`` as one series per adapter), only with LoRA enabled."""
+        if self.max_loras is None:
+            return
+        limit = GaugeMetricFamily(
+            f"{PREFIX}_max_loras", "Adapters one batch holds at most (--max-loras).", labels=["model"]
+        )
+        limit.add_metric([self._model], self.max_loras)
+        yield limit
+        for name, doc, counts in (
+            ("lora_requests_running", "Running requests, by LoRA adapter.", stats.lora_running),
+            ("lora_requests_waiting", "Waiting requests, by LoRA adapter.", stats.lora_waiting),
+        ):
+            family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["model", "adapter"])
+            for adapter, count in sorted(counts.items()):
+                family.add_metric([self._model, adapter], count)
+            yield family
+        evictions = CounterMetricFamily(
+            f"{PREFIX}_lora_evictions", "LoRA adapters evicted from their slot for another.", labels=["model"]
+        )
+        evictions.add_metric([self._model], stats.lora_evictions)
+        yield evictions
 
 
 class ServerMetrics:
@@ -107,15 +132,22 @@ class ServerMetrics:
             registry=reg,
         )
         self._last_token: dict[str, float] = {}
+        self._lora: _LoRAMetrics | None = None
 
-    def loaded(self, max_num_seqs: int) -> None:
-        """The loaded engine's batch limit, exported from now on next to its running count."""
+    def loaded(self, max_num_seqs: int, max_loras: int | None = None) -> None:
+        """The loaded engine's batch limit, exported from now on next to its running count (and its adapter slots,
+        with LoRA)."""
         self._stats.max_num_seqs = max_num_seqs
+        self._stats.max_loras = max_loras
+        if max_loras is not None:
+            self._lora = _LoRAMetrics(self.model, self.registry)
 
     def observe_step(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
         """Records one engine step: latency milestones per request, then the engine snapshot."""
         for out in outputs:
             m = out.metrics
+            if self._lora is not None and out.lora_name is not None:
+                self._lora.observe(out, first=out.request_id not in self._last_token)
             if out.new_token_ids and m.last_token_time is not None:
                 previous = self._last_token.get(out.request_id)
                 if previous is None:
@@ -147,3 +179,33 @@ class ServerMetrics:
 
     def observe_rejected(self, reason: str) -> None:
         self._rejected.labels(self.model, reason).inc()
+
+
+class _LoRAMetrics:
+    """Per adapter: finished requests, generated tokens, TTFT (registered only on an engine with LoRA enabled)."""
+
+    def __init__(self, model: str, registry: CollectorRegistry) -> None:
+        self._model = model
+        labels = ["model", "adapter"]
+        self.finished = Counter(
+            f"{PREFIX}_lora_requests_finished", "Requests finished, by LoRA adapter.", labels, registry=registry
+        )
+        self.tokens = Counter(
+            f"{PREFIX}_lora_generation_tokens", "Tokens generated, by LoRA adapter.", labels, registry=registry
+        )
+        self.ttft = Histogram(
+            f"{PREFIX}_lora_time_to_first_token_seconds",
+            "Arrival to first generated token, by LoRA adapter.",
+            labels,
+            registry=registry,
+            buckets=TTFT_BUCKETS,
+        )
+
+    def observe(self, out: RequestOutput, first: bool) -> None:
+        adapter = out.lora_name
+        if out.new_token_ids:
+            self.tokens.labels(self._model, adapter).inc(len(out.new_token_ids))
+            if first and out.metrics.ttft is not None:
+                self.ttft.labels(self._model, adapter).observe(out.metrics.ttft)
+        if out.finished:
+            self.finished.labels(self._model, adapter).inc()

@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import logging
 import uuid
-from pathlib import Path
 from types import FrameType
 
 import torch
@@ -32,7 +31,7 @@ from shoal.engine.server.kv_event_hub import KVEventHub
 from shoal.engine.server.metrics import ServerMetrics
 from shoal.engine.server.request_context import RequestIdLogFilter
 from shoal.engine.tool_parsers import ToolParserSettings
-from shoal.fetch import FetchError, SourceError, default_download_dir, fetch, parse_source
+from shoal.fetch import FetchError, SourceError, local_path
 from shoal.model_registry import ModelNotFoundError, resolve_model
 
 log = logging.getLogger(__name__)
@@ -93,7 +92,19 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         seed=args.seed,
         device=args.device,
         quantization=args.quantization,
+        enable_lora=args.enable_lora,
+        max_loras=args.max_loras,
+        max_lora_rank=args.max_lora_rank,
+        lora_modules=tuple(lora_module(text) for text in args.lora_modules),
     )
+
+
+def lora_module(text: str) -> tuple[str, str]:
+    """``--lora-modules NAME=PATH`` as ``(name, path)``."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"--lora-modules takes NAME=PATH, got {text!r}")
+    return name, path
 
 
 def set_threads(requested: int | None, device: str = "cpu") -> StepThreads | None:
@@ -109,22 +120,15 @@ def set_threads(requested: int | None, device: str = "cpu") -> StepThreads | Non
     return policy
 
 
-def fetch_model(model: str, download_dir: Path | None) -> str:
-    """An ``hf://`` or ``s3://`` model fetched into the cache (nothing to do when it is there), as a local path;
-    anything else as it is. On a cluster the engine's init container has fetched it already."""
-    if parse_source(model) is None:
-        return model
-    result = fetch(model, download_dir or default_download_dir(), report=log.info)
-    log.info("model %s: %s (%s)", model, result.path, "cached" if result.cached else f"fetched {result.bytes} bytes")
-    return result.path
-
-
 def run(args: argparse.Namespace) -> int:
     """Serves until SIGTERM; the model loads in the background once the port is open."""
     configure_logging(args.log_level)
     try:
         config = engine_config(args)
-        config.model = fetch_model(args.model, args.download_dir)
+        config.model = local_path(args.model, args.download_dir, report=log.info)  # on a cluster: fetched already
+        config.lora_modules = tuple(
+            (n, local_path(p, args.download_dir, report=log.info)) for n, p in config.lora_modules
+        )
         source = resolve_model(args.model, args.download_dir)  # a wrong name fails now, not after the server is up
         plan = plan_hardware(config, source)  # so does --device cuda without a GPU, or an impossible --quantization
         step_threads = set_threads(args.threads, plan.device)
@@ -150,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         ignore_unknown_fields=args.ignore_unknown_fields,
         tools=ToolParserSettings(args.tool_call_parser, args.enable_auto_tool_choice),
+        allow_runtime_lora_updating=args.allow_runtime_lora_updating,
+        download_dir=args.download_dir,
     )
     app = build_app(engine, settings)
     server_config = uvicorn.Config(
