@@ -251,7 +251,10 @@ def test_an_unknown_model_is_a_404(client: openai.OpenAI) -> None:
 
 def test_a_stream_whose_client_leaves_is_aborted(server: ServeProcess) -> None:
     aborted_before = metric(server.url, "shoal_engine_requests_aborted_total")
-    body = {"model": M, "input": "A long story, please.", "max_output_tokens": 200, "stream": True}
+    # a story no 200 tokens can finish: the random model's end-of-text cannot end it before the hang-up does
+    story = {"type": "object", "properties": {"story": {"type": "string", "minLength": 4000}}, "required": ["story"]}
+    text = {"format": {"type": "json_schema", "name": "story", "schema": story}}
+    body = {"model": M, "input": "A long story, please.", "max_output_tokens": 200, "stream": True, "text": text}
     with httpx.stream("POST", f"{server.url}/v1/responses", json=body, timeout=60) as response:
         assert response.status_code == 200
         lines = response.iter_lines()
