@@ -43,10 +43,9 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 test: install system-deps kube-testbin moto peers lint
-	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_ARGS)
 
-# vLLM behind the gateway and autoscaler (tests/local/test_foreign_engines.py): each vLLM takes minutes to start on
-# 2 cores, too long for CI's budget, so these run here rather than in make test.
+# Only the tests against real vLLM servers (tests/local/test_foreign_engines.py; make test runs them too).
 test-vllm: install system-deps vllm-peer
 	$(PY) -m pytest -m vllm $(PYTEST_ARGS)
 
