@@ -119,3 +119,13 @@ def test_nan_figures_become_unknown_and_the_timeline_stays_valid_json(tmp_path: 
     timeline.write(snapshot)
     document = json.loads((tmp_path / "dashboard.json").read_text())
     assert document["samples"][0]["ttft_p95"] is None and document["snapshot"]["arrival_rate"] == 2.0
+
+
+def test_the_view_and_the_lines_name_the_rule_holding_the_count_now() -> None:
+    hold = DecisionRow(
+        NOW - 1, 3, 3, "HoldNoQueue", "holding 3: TTFT P95 8s > target 2s, but 2 of 3 ready replicas have no request"
+    )
+    snapshot = _snapshot(current=hold)
+    assert "autoscaler now: HoldNoQueue: holding 3: TTFT P95 8s > target 2s" in _text(snapshot)
+    assert "autoscaler: HoldNoQueue" in summary_line(snapshot)
+    assert "autoscaler now" not in _text(_snapshot())
