@@ -105,6 +105,24 @@ class RateLimits:
 
 
 @dataclass
+class HPABehavior:
+    """What the HPA under KEDA does to a recommendation: the largest of the last ``stabilization_s`` seconds on
+    scale-down (starting with the count it found, as the controller does), then the ``behavior`` rate limits."""
+
+    limits: RateLimits
+    stabilization_s: float = HPA_SCALE_DOWN_STABILIZATION_SECONDS
+    _window: WindowExtreme | None = field(default=None, init=False)
+
+    def apply(self, now: float, current: int, raw: int) -> int:
+        if self._window is None:
+            self._window = WindowExtreme(self.stabilization_s, largest=True)
+            self._window.add(now, current)
+        stabilized = int(self._window.add(now, raw))
+        wanted = raw if raw >= current else min(stabilized, current)
+        return self.limits.limit(now, current, wanted)
+
+
+@dataclass
 class LlmdSLO:
     """llm-d's SLO-aware KEDA law, see the module docstring; ``ttft_slo_s`` is the team's TTFT SLO (3 s in llm-d's
     recipe)."""
@@ -114,15 +132,13 @@ class LlmdSLO:
     name: str = "llmd-slo"
     period_seconds: float = LLMD_POLL_S
     _samples: deque[tuple[float, float]] = field(default_factory=deque, init=False)
-    _down_window: WindowExtreme = field(init=False)
-    _limits: RateLimits = field(init=False)
-    _started: bool = field(default=False, init=False)
+    _behavior: HPABehavior = field(init=False)
 
     def __post_init__(self) -> None:
         if self.ttft_slo_s <= 0:
             raise ValueError(f"ttft_slo_s must be > 0, got {self.ttft_slo_s}")
-        self._down_window = WindowExtreme(HPA_SCALE_DOWN_STABILIZATION_SECONDS, largest=True)
-        self._limits = RateLimits(LLMD_UP_PODS, LLMD_UP_PERCENT, LLMD_UP_PERIOD_S, LLMD_DOWN_PODS, LLMD_DOWN_PERIOD_S)
+        limits = RateLimits(LLMD_UP_PODS, LLMD_UP_PERCENT, LLMD_UP_PERIOD_S, LLMD_DOWN_PODS, LLMD_DOWN_PERIOD_S)
+        self._behavior = HPABehavior(limits)
 
     def score(self, signals: FleetSignals) -> float:
         """The score averaged over the last 45 s of samples, this one included."""
@@ -140,12 +156,7 @@ class LlmdSLO:
             raw = 1 if signals.held_requests else 0
         else:
             raw = llmd_desired(n, score, ready_fraction)
-        if not self._started:  # as the HPA controller does, the window starts with the current count
-            self._down_window.add(signals.time, n)
-            self._started = True
-        stabilized = int(self._down_window.add(signals.time, raw))
-        wanted = raw if raw >= n else min(stabilized, n)
-        replicas = _clamp(self._limits.limit(signals.time, n, wanted), self.config)
+        replicas = _clamp(self._behavior.apply(signals.time, n, raw), self.config)
         rule = "ScaleUp" if replicas > n else "ScaleDown" if replicas < n else _hold_rule(score, raw, n)
         values = {"score": score, "ready_fraction": ready_fraction, "raw": float(raw)}
         message = f"{self.name}: score {score:.2f} (up > 0.55, down < 0.40) recommends {raw}, applying {replicas}"
@@ -173,14 +184,11 @@ class LlmdQueue:
     config: AutoscalingConfig
     name: str = "llmd-queue"
     period_seconds: float = LLMD_POLL_S
-    _down_window: WindowExtreme = field(init=False)
-    _limits: RateLimits = field(init=False)
-    _started: bool = field(default=False, init=False)
+    _behavior: HPABehavior = field(init=False)
     _last_active: float | None = field(default=None, init=False)
 
-    def __post_init__(self) -> None:
-        self._down_window = WindowExtreme(LLMD_QUEUE_WINDOW_S, largest=True)
-        self._limits = RateLimits(4, 100.0, LLMD_POLL_S, None, LLMD_POLL_S)  # HPA's default behaviour
+    def __post_init__(self) -> None:  # HPA's default behaviour, with the recipe's 300 s window
+        self._behavior = HPABehavior(RateLimits(4, 100.0, LLMD_POLL_S, None, LLMD_POLL_S), LLMD_QUEUE_WINDOW_S)
 
     def decide(self, signals: FleetSignals) -> ScalingDecision:
         now, n = signals.time, signals.desired
@@ -193,12 +201,7 @@ class LlmdQueue:
             raw = min(n, 1)  # KEDA's cooldown: the last step to zero waits 300 s idle
         if n == 0 and signals.held_requests:
             raw = 1
-        if not self._started:
-            self._down_window.add(now, n)
-            self._started = True
-        stabilized = int(self._down_window.add(now, raw))
-        wanted = raw if raw >= n else min(stabilized, n)
-        replicas = _clamp(self._limits.limit(now, n, wanted), self.config)
+        replicas = _clamp(self._behavior.apply(now, n, raw), self.config)
         rule = "ScaleUp" if replicas > n else "ScaleDown" if replicas < n else "Hold"
         values = {"waiting": waiting, "running": running, "raw": float(raw)}
         message = (
