@@ -635,7 +635,7 @@ def main() -> None:
         fleet_engine,
         args.slo_ttft_p95,
         sim_capacity,
-        Sizing(sim_capacity.concurrency, replicas_for(peak_rate(replayed), sim_capacity)),
+        Sizing(sim_capacity.concurrency, replicas_for(peak_rate(replayed), sim_capacity), sim_capacity.max_rps),
         autoscaling_config(manifest.spec),
         runs,
         {name: entry["summary"] for name, entry in report.items()},

@@ -6,19 +6,13 @@ simulator, trace, profile, start-up draws and bounds as ``shoal simulate``:
 
 - ``fixed-N``: N replicas throughout, for N from 1 to ``--replicas-max``: what each constant size buys. The
   largest is what any policy bounded by ``replicas.max`` could reach at best (more replicas never queue more).
-- ``reactive-oracle``: at every 10 s tick it sizes the fleet for the busiest minute so far, the one just starting
-  included, read from the trace, at one replica's SLO capacity from the same load test the baselines are given
-  (``shoal.simulate.sizing``), and never scales down. It learns of a step the instant it begins, without
-  measurement lag or noise, and forgets no burst: what it cannot serve, no policy that must first observe a step
-  serves (its replicas still take the profile's start-up, 60-300 s for the GPU profile). Its hours mean nothing.
-- ``clairvoyant``: sizes for the busiest 10 s of the next ``start-up max + 60 s``, so replicas are ready before
-  the load comes, and scales down as soon as that falls: what foresight buys.
+- ``reactive-oracle`` and ``clairvoyant``: the oracles of :mod:`shoal.simulate.bounds` (``shoal simulate
+  --bounds`` shows them beside the policies over many seeds; this benchmark adds every fixed size).
 
 The load test sizes for Poisson arrivals of the trace's own requests; where a trace is burstier than that within
 10 s (the Azure code trace), the oracles' sizing is too small and the fixed sizes are the evidence.
 
-HPA-style runs in the same process as the baseline of the ratios. Oracles read the trace, so they live here, not
-in ``shoal.autoscale``.
+HPA-style runs in the same process as the baseline of the ratios.
 
     .venv/bin/python bench/simulate_oracle.py --trace bursty
 """
@@ -27,45 +21,15 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
 
-import numpy as np
-
-from shoal.autoscale import FleetSignals, ScalingDecision
 from shoal.autoscale.baselines import FixedForPeak
 from shoal.gateway.routing import make_policy
+from shoal.simulate.bounds import oracles
 from shoal.simulate.compare import compare
 from shoal.simulate.presets import resolve_trace
 from shoal.simulate.profile import DEFAULT_PROFILE, load_profile
 from shoal.simulate.results import summarize_run
 from shoal.simulate.simulator import SimConfig, simulate
-from shoal.simulate.sizing import ReplicaCapacity, replicas_for
-
-BIN_S = 10.0
-MINUTE_S = 60.0
-
-
-@dataclass
-class Oracle:
-    """Sizes the fleet for the busiest bin of ``bin_s`` seconds in ``[now, now + lookahead_s)`` of the trace, or,
-    with ``memory``, in everything up to the bin that holds ``now``."""
-
-    name: str
-    per_bin: np.ndarray  # arrivals per second in each bin of the trace
-    bin_s: float
-    capacity: ReplicaCapacity
-    lookahead_s: float
-    max_replicas: int
-    memory: bool = False
-    period_seconds: float = 10.0
-
-    def decide(self, signals: FleetSignals) -> ScalingDecision:
-        now = int(signals.time // self.bin_s)
-        first = 0 if self.memory else now
-        window = self.per_bin[first : now + max(1, math.ceil(self.lookahead_s / self.bin_s))]
-        rate = float(window.max()) if len(window) else 0.0
-        target = min(replicas_for(rate, self.capacity), self.max_replicas)
-        return ScalingDecision(signals.time, target, "Oracle", f"{self.name}: {rate:.3g} req/s ahead -> {target}")
 
 
 def main() -> None:
@@ -83,18 +47,10 @@ def main() -> None:
     hpa = baseline.results["hpa"]
     hpa_hours = float(hpa["replica_hours"])  # type: ignore[arg-type]
 
-    def rates(bin_s: float) -> np.ndarray:
-        return np.bincount((trace.arrival // bin_s).astype(np.int64)) / bin_s
-
     routing = "prefix-aware"
     rows: list[tuple[str, dict[str, object]]] = [("hpa", hpa)]
-    oracles = [
-        Oracle("reactive-oracle", rates(MINUTE_S), MINUTE_S, capacity, MINUTE_S, config.max_replicas, True),
-        Oracle("clairvoyant", rates(BIN_S), BIN_S, capacity, profile.startup_s[1] + MINUTE_S, config.max_replicas),
-    ]
-    for oracle in oracles:
-        initial = oracle.decide(FleetSignals(time=0.0, desired=0)).replicas
-        config_run = SimConfig(seed=args.seed, initial_replicas=initial)
+    for oracle in oracles(trace, profile, capacity, config.max_replicas):
+        config_run = SimConfig(seed=args.seed, initial_replicas=oracle.initial_replicas())
         run = simulate(trace, profile, oracle, make_policy(routing), config_run)
         rows.append((oracle.name, summarize_run(run, args.slo_ttft_p95, trace.bursts)))
     sizes = range(1, config.max_replicas + 1) if args.fixed is None else [int(n) for n in args.fixed.split(",")]

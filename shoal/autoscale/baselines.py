@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shoal.autoscale.config import AutoscalingConfig
@@ -58,6 +59,33 @@ def _in_engine(replica: ReplicaSignals) -> float | None:
     return replica.waiting + (replica.running or 0.0)
 
 
+def hpa_recommend(
+    signals: FleetSignals, metric: Callable[[ReplicaSignals], float | None], target: float
+) -> tuple[int, float, float]:
+    """HPA's replica calculator on one per-pod metric against an AverageValue ``target``: (raw recommendation,
+    usage ratio, metric total), with the tolerance and the treatment of pods without metrics (see the module
+    docstring)."""
+    current = signals.desired
+    pods = [r for r in signals.replicas if r.phase != "draining"]
+    values = [metric(r) if r.phase == "ready" else None for r in pods]
+    known = [v for v in values if v is not None]
+    missing = len(values) - len(known)
+    total = sum(known)
+    if not known:
+        return current, 1.0, total
+    ratio = total / (len(known) * target)
+    if missing == 0:
+        if abs(ratio - 1.0) <= HPA_TOLERANCE:
+            return current, ratio, total
+        return math.ceil(ratio * len(known)), ratio, total
+    # Pods without metrics: 0 when scaling up, exactly on target when scaling down.
+    assumed = 0.0 if ratio > 1.0 else target
+    new_ratio = (total + assumed * missing) / (len(values) * target)
+    if abs(new_ratio - 1.0) <= HPA_TOLERANCE or (ratio > 1.0) != (new_ratio > 1.0):
+        return current, new_ratio, total
+    return math.ceil(new_ratio * len(values)), new_ratio, total
+
+
 @dataclass
 class HPAStyle:
     """Kubernetes' HPA algorithm (``replica_calculator.go`` and the default ``behavior``), see the module docstring."""
@@ -79,25 +107,7 @@ class HPAStyle:
 
     def recommend(self, signals: FleetSignals) -> tuple[int, float, float]:
         """The raw recommendation (before stabilization and rate limits), the usage ratio and the metric total."""
-        current = signals.desired
-        pods = [r for r in signals.replicas if r.phase != "draining"]
-        values = [self.metric(r) if r.phase == "ready" else None for r in pods]
-        known = [v for v in values if v is not None]
-        missing = len(values) - len(known)
-        total = sum(known)
-        if not known:
-            return current, 1.0, total
-        ratio = total / (len(known) * self.target_per_replica)
-        if missing == 0:
-            if abs(ratio - 1.0) <= HPA_TOLERANCE:
-                return current, ratio, total
-            return math.ceil(ratio * len(known)), ratio, total
-        # Pods without metrics: 0 when scaling up, exactly on target when scaling down.
-        assumed = 0.0 if ratio > 1.0 else self.target_per_replica
-        new_ratio = (total + assumed * missing) / (len(values) * self.target_per_replica)
-        if abs(new_ratio - 1.0) <= HPA_TOLERANCE or (ratio > 1.0) != (new_ratio > 1.0):
-            return current, new_ratio, total
-        return math.ceil(new_ratio * len(values)), new_ratio, total
+        return hpa_recommend(signals, self.metric, self.target_per_replica)
 
     def decide(self, signals: FleetSignals) -> ScalingDecision:
         current = signals.desired

@@ -91,6 +91,7 @@ class ShoalPolicy:
         self._panic = WindowExtreme(_PANIC_SECONDS, largest=False)
         self._burst_demand, self._burst_until = 0.0, -math.inf
         self._consolidated: tuple[float, int, float] | None = None  # (time, survivors, arrival) of the last one
+        self._breach_since: float | None = None  # when the current breach (queue or TTFT) began
         self.startups = StartupTimes()
 
     def decide(self, signals: FleetSignals) -> ScalingDecision:
@@ -189,6 +190,12 @@ class ShoalPolicy:
         lasting = self._panic.add(now, queue)
         queue_breach = (queue if signals.alert_firing else lasting) > cfg.queue_depth_per_replica
         ttft_breach = ttft is not None and ttft > cfg.ttft_p95_seconds and load.saturated
+        if not (queue_breach or ttft_breach):
+            self._breach_since = None
+        elif self._breach_since is None:
+            self._breach_since = now
+        breach_s = 0.0 if self._breach_since is None else now - self._breach_since
+        values["breach_seconds"] = breach_s
         if not load.partial and (ttft is not None or not load.busy) and arrival is not None:
             within_slo = queue < 1 and (ttft is None or ttft <= cfg.ttft_p95_seconds)
             self.capacity.observe(now, load.ready, load.waiting, arrival, within_slo, load.saturated, load.occupancy)
@@ -260,17 +267,28 @@ class ShoalPolicy:
                 if panic and target > current + cfg.max_step:
                     why += f"; panic: past maxStep {cfg.max_step}"
                 return target, rule, f"{why} over {load.ready} ready: {current} -> {target}", target
-            return current, "HoldUpStabilization", f"holding {current}: {why}, not yet for the whole up window", current
+            if current >= cfg.max_replicas:
+                message = f"holding {current}: {why}, but {current} is replicas.max; a higher max releases it"
+                return current, "HoldAtMax", message, current
+            message = (
+                f"holding {current}: {why}, not yet for the whole up window; released once it has been wanted"
+                f" for {cfg.scale_up_stabilization_seconds:.0f}s"
+            )
+            return current, "HoldUpStabilization", message, current
         if queue_breach or ttft_breach:
             if loading:
                 if arrival is not None and sized is not None:
                     self._remember_burst(now, arrival)
                 message = (
                     f"holding {current}: queue {queue:.3g} per ready replica, TTFT P95 {_num(ttft)}s, "
-                    f"but {current - load.ready} replicas are on their way"
+                    f"but {current - load.ready} replicas are on their way; released when they are ready or past "
+                    f"the {cfg.startup_timeout_seconds:.0f}s start-up timeout, or by a higher arrival rate"
                 )
                 return current, "HoldStarting", message, current
-            message = f"holding {current}: {why}, and {current} replicas drain it within {drain_s:.0f}s"
+            message = (
+                f"holding {current}: {why}, and {current} replicas drain it within {drain_s:.0f}s; released when"
+                " it drains, or scales up as soon as the queue grows instead"
+            )
             return current, "HoldDraining", message, current
         if remembered and sized is not None and sized > usable * (1 + cfg.tolerance):
             message = (
@@ -302,7 +320,7 @@ class ShoalPolicy:
             need = max(1, math.ceil(sized / (1 - cfg.tolerance)), math.ceil(load.waiting / cfg.queue_depth_per_replica))
             basis = f"demand needs {sized:.3g} replicas"
             if ttft is not None and ttft > cfg.ttft_p95_seconds * (1 - cfg.tolerance):
-                need, basis = current, f"TTFT P95 {ttft:.3g}s is within {cfg.tolerance:.0%} of target"
+                need, basis = current, f"TTFT P95 {ttft:.3g}s is not {cfg.tolerance:.0%} under target"
         else:
             need, basis = self._consolidate(load, ttft, arrival, current)
         burst = self._burst_replicas(now, demand)
@@ -315,6 +333,14 @@ class ShoalPolicy:
                 ),
             )
         need = min(max(need, cfg.min_replicas), current)
+        if ttft is not None and ttft > cfg.ttft_p95_seconds and need >= current:
+            message = (
+                f"holding {current}: TTFT P95 {ttft:.3g}s > target {cfg.ttft_p95_seconds:.3g}s, but"
+                f" {load.ready - load.queued_replicas} of {load.ready} ready replicas have no request waiting, so more"
+                " replicas would not start requests sooner; released when every ready replica queues (then"
+                " ScaleUpTTFT) or TTFT P95 falls under target"
+            )
+            return current, "HoldNoQueue", message, current
         if need >= current:
             rule = "HoldTolerance" if sized is not None and math.ceil(sized) < current else "HoldSteady"
             return current, rule, f"holding {current}: {basis}", current

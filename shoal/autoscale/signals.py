@@ -35,12 +35,16 @@ class FleetSignals:
     ``desired`` is the replica count last applied (pods not created yet are in it but not in ``replicas``);
     ``held_requests`` are requests the gateway holds because no replica is ready (scale from zero);
     ``missing`` says why the source could not observe the fleet (stale, down, NaN), None when it could.
+    ``ttft_p90_seconds`` and ``tpot_p90_seconds`` (time per output token after the first, per finished request)
+    are what the peers' SLO laws read (llm-d's SLO-aware scaler, Dynamo's planner); Shoal's policy does not.
     """
 
     time: float
     desired: int
     replicas: tuple[ReplicaSignals, ...] = ()
     ttft_p95_seconds: float | None = None
+    ttft_p90_seconds: float | None = None
+    tpot_p90_seconds: float | None = None
     arrival_rate: float | None = None
     output_tokens_per_second: float | None = None
     held_requests: int = 0

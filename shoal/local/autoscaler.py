@@ -22,7 +22,7 @@ class LocalAutoscaler:
     act: bool = True
     interval_s: float = 2.0
     decisions: deque[DecisionRow] = field(default_factory=lambda: deque(maxlen=DECISIONS_KEPT))
-    last: ScalingDecision | None = None
+    last: DecisionRow | None = None  # the latest evaluation, whether or not it changed the count
     _at: float = float("-inf")
 
     def step(self, signals: FleetSignals, fleet: EngineFleet) -> ScalingDecision | None:
@@ -32,7 +32,7 @@ class LocalAutoscaler:
             return None
         self._at = signals.time
         decision = self.policy.decide(signals)
-        self.last = decision
+        self.last = decision_row(decision, fleet.desired)
         if not decision.changes(fleet.desired):
             return None
         if self.decisions and not self.act and self.decisions[-1].to_replicas == decision.replicas:

@@ -11,7 +11,7 @@ import json
 import math
 import os
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from shoal.autoscale.decision import ScalingDecision
@@ -38,11 +38,14 @@ class ReplicaRow:
 
 @dataclass(frozen=True)
 class DecisionRow:
+    """One evaluation of the policy: the rule it applied, why, and the values it saw."""
+
     time: float
     from_replicas: int
     to_replicas: int
     rule: str
     message: str
+    values: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class FleetSnapshot:
     decisions: tuple[DecisionRow, ...]
     events: tuple[Event, ...]
     metrics_missing: str | None
+    current: DecisionRow | None = None  # the latest evaluation, a hold included: why the count is what it is
 
     def count(self, phase: str) -> int:
         return sum(1 for r in self.replicas if r.phase == phase)
@@ -90,6 +94,7 @@ def take(
     signals: FleetSignals,
     extras: Extras,
     decisions: tuple[DecisionRow, ...],
+    current: DecisionRow | None = None,
 ) -> FleetSnapshot:
     """Joins the fleet's own state with what the metrics said about each replica."""
     observed = {r.name: r for r in signals.replicas}
@@ -126,11 +131,13 @@ def take(
         decisions=decisions,
         events=tuple(fleet.events)[-10:],
         metrics_missing=signals.missing,
+        current=current,
     )
 
 
 def decision_row(decision: ScalingDecision, before: int) -> DecisionRow:
-    return DecisionRow(decision.time, before, decision.replicas, decision.rule, decision.message)
+    values = {key: _finite(value) for key, value in decision.values.items()}
+    return DecisionRow(decision.time, before, decision.replicas, decision.rule, decision.message, values)
 
 
 class Timeline:

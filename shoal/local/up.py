@@ -226,6 +226,7 @@ class Up:
             signals,
             extras,
             decisions,
+            self.autoscaler.last if self.autoscaler else None,
         )
         self.timeline.add(snapshot)
         self.timeline.write(snapshot)

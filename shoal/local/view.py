@@ -44,7 +44,8 @@ def fleet_line(s: FleetSnapshot) -> str:
 def summary_line(s: FleetSnapshot) -> str:
     routing = ", ".join(f"{k} {v:.0f}" for k, v in sorted(s.routing.items())) or "none yet"
     missing = f" | metrics: {s.metrics_missing}" if s.metrics_missing else ""
-    return f"{_clock(s.time)} {fleet_line(s)} | routed: {routing}{missing}"
+    rule = f" | autoscaler: {s.current.rule}" if s.current else ""
+    return f"{_clock(s.time)} {fleet_line(s)} | routed: {routing}{rule}{missing}"
 
 
 def event_line(event: Event) -> str:
@@ -96,6 +97,8 @@ def render(s: FleetSnapshot) -> RenderableType:
     figures = Text(
         f"{fleet_line(s)} | arrivals {_num(s.arrival_rate, '{:.1f}', '/s')}\nrouting decisions by reason: {routing}"
     )
+    if s.current:
+        figures.append(f"\nautoscaler now: {s.current.rule}: {s.current.message}", style="bold")
     if s.metrics_missing:
         figures.append(f"\nmetrics: {s.metrics_missing}", style="yellow")
     events = Text("\n".join(event_line(e) for e in s.events[-6:]))

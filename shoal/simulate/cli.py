@@ -15,8 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--trace",
         required=True,
-        help="steady, diurnal, bursty, azure-conv, azure-code, or a trace file (CSV, JSONL or the Azure "
-        "TIMESTAMP,ContextTokens,GeneratedTokens CSV)",
+        help="steady, diurnal, bursty, weekly, flash-crowd, ramp, heavy-tail, azure-conv, azure-code, or a trace "
+        "file (CSV, JSONL or the Azure TIMESTAMP,ContextTokens,GeneratedTokens CSV)",
     )
     p.add_argument(
         "--slo-ttft-p95",
@@ -39,9 +39,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="most replicas (default: twice what the trace's peak needs)",
     )
     p.add_argument("--replicas-min", type=int, default=1, metavar="N")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write {policy: figures} here")
-    p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into this directory")
+    p.add_argument("--seed", type=int, default=0, help="the first seed (trace draws and start-up times)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run every policy over N seeds from --seed; the table shows each figure's mean and worst seed",
+    )
+    p.add_argument(
+        "--bounds",
+        action="store_true",
+        help="add the fixed-peak fleet, the reactive oracle and the clairvoyant as rows",
+    )
+    p.add_argument(
+        "--json",
+        dest="json_out",
+        default=None,
+        metavar="OUT",
+        help="write {policy: {mean, worst, seeds: {seed: figures}}} here",
+    )
+    p.add_argument(
+        "--plots", default=None, metavar="DIR", help="write PNG plots (of the first seed) into this directory"
+    )
     p.add_argument(
         "--policies",
         default=",".join(POLICY_NAMES),
@@ -95,51 +115,63 @@ def _progress_bars(total: float, enabled: bool) -> Callable[[str], Callable[[flo
 def _simulate(args: argparse.Namespace) -> int:
     import json
 
-    from shoal.simulate.compare import compare, format_table
+    from shoal.simulate.compare import Comparison, compare, format_table
     from shoal.simulate.presets import resolve_trace
     from shoal.simulate.profile import DEFAULT_PROFILE, ProfileError, load_profile
+    from shoal.simulate.seeds import aggregate, format_seeds_table
     from shoal.simulate.trace import TraceError
 
     try:
         profile = load_profile(args.profile or DEFAULT_PROFILE)
         if args.max_num_seqs is not None or args.max_num_batched_tokens is not None:
             profile = profile.with_engine(args.max_num_batched_tokens, args.max_num_seqs)
-        trace = resolve_trace(args.trace, profile, args.seed)
-        if args.time_scale != 1.0:
-            trace = trace.scaled(args.time_scale)
         if args.slo_ttft_p95 <= 0:
             raise ValueError(f"--slo-ttft-p95 must be > 0, got {args.slo_ttft_p95}")
+        if args.seeds < 1:
+            raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
         policies = [name.strip() for name in args.policies.split(",") if name.strip()]
-        print(
-            f"trace {trace.name}: {len(trace)} requests over {trace.duration / 60:.1f} min; profile {profile.name}",
-            file=sys.stderr,
-        )
-        comparison = compare(
-            trace,
-            profile,
-            policies,
-            args.slo_ttft_p95,
-            args.routing,
-            args.replicas_min,
-            args.replicas_max,
-            args.seed,
-            args.max_step,
-            _progress_bars(trace.duration, args.progress),
-            args.engine_kind,
-        )
+        seeds = list(range(args.seed, args.seed + args.seeds))
+        comparisons: list[Comparison] = []
+        for seed in seeds:
+            trace = resolve_trace(args.trace, profile, seed)
+            if args.time_scale != 1.0:
+                trace = trace.scaled(args.time_scale)
+            print(
+                f"seed {seed}: trace {trace.name}: {len(trace)} requests over {trace.duration / 60:.1f} min; "
+                f"profile {profile.name}",
+                file=sys.stderr,
+            )
+            comparisons.append(
+                compare(
+                    trace,
+                    profile,
+                    policies,
+                    args.slo_ttft_p95,
+                    args.routing,
+                    args.replicas_min,
+                    args.replicas_max,
+                    seed,
+                    args.max_step,
+                    _progress_bars(trace.duration, args.progress),
+                    args.engine_kind,
+                    args.bounds,
+                )
+            )
     except (TraceError, ProfileError, ValueError) as exc:
         print(f"shoal simulate: error: {exc}", file=sys.stderr)
         return 2
+    comparison = comparisons[0]
+    summary = aggregate(comparisons, seeds)
     cap = comparison.capacity
     print(
         f"one replica meets the SLO up to {cap.max_rps:.2f} req/s ({cap.concurrency:.1f} requests in the engine); "
         f"peak needs {comparison.sizing.peak_replicas}; replicas {comparison.config.min_replicas}.."
         f"{comparison.config.max_replicas}"
     )
-    print(format_table(comparison))
+    print(format_table(comparison) if len(seeds) == 1 else format_seeds_table(summary))
     if args.json_out:
         with open(args.json_out, "w") as out:
-            json.dump(comparison.results, out, indent=2)
+            json.dump(summary, out, indent=2)
     if args.plots:
         from shoal.simulate.plots import write_plots
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shoal.autoscale import AutoscalingConfig
+from shoal.autoscale import AutoscalingConfig, ScalingPolicy
 from shoal.gateway.routing import make_policy
+from shoal.simulate.bounds import oracles
 from shoal.simulate.policies import Sizing, check_policy_names, make_scaling_policy
 from shoal.simulate.profile import EngineProfile
 from shoal.simulate.results import summarize_run
@@ -53,14 +54,16 @@ def compare(
     max_step: int | None = None,
     progress: Callable[[str], Callable[[float], None] | None] | None = None,
     engine_kind: str = "shoal",
+    bounds: bool = False,
 ) -> Comparison:
-    """Runs each named policy on ``trace`` (see the module docstring); ``progress(policy)`` may return a callback
+    """Runs each named policy on ``trace`` (see the module docstring), then with ``bounds`` the fixed-peak fleet
+    (unless named) and the oracles of :mod:`shoal.simulate.bounds`; ``progress(policy)`` may return a callback
     that receives the simulated time as the run advances."""
     check_policy_names(list(policies))
     make_policy(routing)  # an unknown routing policy fails here, before the load test
     capacity = replica_capacity(profile, trace, slo_ttft_p95_s, seed)
     peak = replicas_for(peak_rate(trace), capacity)
-    sizing = Sizing(capacity.concurrency, peak)
+    sizing = Sizing(capacity.concurrency, peak, capacity.max_rps)
     if replicas_max is None:
         replicas_max = default_replicas_max(peak)
     extra = {} if max_step is None else {"max_step": max_step}
@@ -70,23 +73,28 @@ def compare(
     early = trace.arrival < WARM_START_S
     early_rate = float(np.sum(early)) / min(WARM_START_S, max(trace.duration, 1.0))
     warm = min(max(replicas_for(early_rate, capacity), replicas_min), replicas_max)
+    rows: list[tuple[ScalingPolicy, int]] = []
+    for name in policies:
+        rows.append((make_scaling_policy(name, config, sizing), min(peak, replicas_max) if name == "fixed" else warm))
+    if bounds:
+        if "fixed" not in policies:
+            rows.append((make_scaling_policy("fixed", config, sizing), min(peak, replicas_max)))
+        rows += [(oracle, oracle.initial_replicas()) for oracle in oracles(trace, profile, capacity, replicas_max)]
     runs: dict[str, SimRun] = {}
     results: dict[str, dict[str, object]] = {}
-    for name in policies:
-        policy = make_scaling_policy(name, config, sizing)
-        initial = min(peak, replicas_max) if name == "fixed" else warm
+    for policy, initial in rows:
         sim_config = SimConfig(seed=seed, initial_replicas=initial, engine_kind=engine_kind)
-        callback = progress(name) if progress is not None else None
+        callback = progress(policy.name) if progress is not None else None
         run = simulate(trace, profile, policy, make_policy(routing), sim_config, callback)
-        runs[name] = run
-        results[name] = summarize_run(run, slo_ttft_p95_s, trace.bursts)
+        runs[policy.name] = run
+        results[policy.name] = summarize_run(run, slo_ttft_p95_s, trace.bursts)
     return Comparison(trace, profile, slo_ttft_p95_s, capacity, sizing, config, runs, results)
 
 
 def format_table(comparison: Comparison) -> str:
     """The comparison as a plain-text table, one row per policy."""
     header = (
-        f"{'policy':<8}{'SLO windows':>12}{'replica-h':>11}{'TTFT p50':>10}{'TTFT p95':>10}{'ITL p50':>9}"
+        f"{'policy':<16}{'SLO windows':>12}{'replica-h':>11}{'TTFT p50':>10}{'TTFT p95':>10}{'ITL p50':>9}"
         f"{'scale ev':>9}{'rev/10m':>8}{'peak':>6}{'served':>9}{'dropped':>8}"
     )
     lines = [header]
@@ -95,7 +103,7 @@ def format_table(comparison: Comparison) -> str:
         assert isinstance(requests, dict)
         dropped = sum(requests["dropped"].values())
         lines.append(
-            f"{name:<8}{_pct(r['slo_attainment']):>12}{r['replica_hours']:>11.2f}{_s(r['ttft_p50_s']):>10}"
+            f"{name:<16}{_pct(r['slo_attainment']):>12}{r['replica_hours']:>11.2f}{_s(r['ttft_p50_s']):>10}"
             f"{_s(r['ttft_p95_s']):>10}{_s(r['itl_p50_s']):>9}{r['scale_events']:>9}"
             f"{r['max_reversals_per_10min']:>8}{r['peak_replicas']:>6}{requests['served']:>9}{dropped:>8}"
         )

@@ -307,8 +307,11 @@ class FleetSimulator:
                 if group >= 0:
                     replica.cache.store(group, self.prefix[rid], self.profile.kv_capacity_tokens - replica.reserved)
             finish, cache = self.finish, replica.cache
+            output, first_token = self.output, self.first_token
             for rid in finished:  # released as a lease is: its prefill charge went with its first token
                 finish[rid] = now
+                if output[rid] > 1:
+                    window.finished(now, (now - first_token[rid]) / (output[rid] - 1))
                 group = group_of[rid]
                 if group >= 0:
                     cache.finished(group)

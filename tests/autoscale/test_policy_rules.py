@@ -318,3 +318,35 @@ def test_a_burst_back_as_large_finds_the_size_burst_memory_kept_and_a_larger_one
     assert any("remembered burst of 38 req/s, which 4 serve at full capacity" in d.message for d in fleet.decisions)
     larger = fleet.run(policy, 50.0, 20, start=2700.0)  # over the burst remembered: sized on the rate as before
     assert larger[10] == math.ceil(50.0 / (10.0 * 0.9)), [d.message for d in fleet.decisions[-20:]]
+
+
+def _measured_capacity(policy: ShoalPolicy) -> float:
+    """Two ready replicas whose queue grows 2 req/s under 6 req/s of arrivals: each serves 2 req/s."""
+    for i in range(10):
+        policy.decide(observe(2.0 * i, desired=2, waiting=10.0 + 4 * i, arrival=6.0, ttft=5.0))
+    assert policy.capacity.per_replica == pytest.approx(2.0, rel=0.05)
+    return 20.0
+
+
+def test_a_latency_breach_without_queues_names_its_hold_and_what_releases_it() -> None:
+    policy = ShoalPolicy(CONFIG)
+    now = _measured_capacity(policy)
+    for t in range(int(now), int(now) + 120, 2):  # TTFT P95 at 4x target for two minutes, no replica queueing
+        decision = policy.decide(observe(float(t), desired=2, waiting=1.0, arrival=3.0, ttft=8.0))
+        assert (decision.replicas, decision.rule) == (2, "HoldNoQueue")
+    assert "TTFT P95 8s > target 2s, but 2 of 2 ready replicas have no request waiting" in decision.message
+    assert "released when every ready replica queues" in decision.message
+
+
+def test_a_breach_at_max_is_held_as_at_max_not_as_stabilization() -> None:
+    policy = ShoalPolicy(CONFIG)
+    decision = policy.decide(observe(0.0, desired=10, waiting=400.0, arrival=None))
+    assert (decision.replicas, decision.rule) == (10, "HoldAtMax")
+    assert "10 is replicas.max; a higher max releases it" in decision.message
+
+
+def test_every_decision_says_how_long_the_breach_has_lasted() -> None:
+    policy = ShoalPolicy(CONFIG)
+    assert policy.decide(observe(0.0, desired=10, waiting=400.0, arrival=None)).values["breach_seconds"] == 0.0
+    assert policy.decide(observe(8.0, desired=10, waiting=400.0, arrival=None)).values["breach_seconds"] == 8.0
+    assert policy.decide(observe(10.0, desired=10, waiting=0.0, arrival=None)).values["breach_seconds"] == 0.0

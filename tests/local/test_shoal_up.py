@@ -171,6 +171,7 @@ def test_the_dashboard_renders_live_figures_in_headless_chromium(fleet: UpProces
     assert '<div class="v">1</div><div class="k">ready engines</div>' in dom
     assert dom.count('<path d="M') >= 4  # the replica, queue, throughput and routing charts have lines
     assert "ScaleUp" in dom  # the decisions table
+    assert "autoscaler now <b>" in dom  # the rule holding the count now, a hold included
 
 
 def test_bench_serve_plots_the_fleet_over_its_run(fleet: UpProcess, tmp_path: Path) -> None:

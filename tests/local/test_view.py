@@ -9,10 +9,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.signals import FleetSignals
 from shoal.local.figures import Extras
 from shoal.local.fleet import EngineFleet, EngineLaunch, Event
-from shoal.local.snapshot import DecisionRow, FleetSnapshot, ReplicaRow, Timeline, take
+from shoal.local.snapshot import DecisionRow, FleetSnapshot, ReplicaRow, Timeline, decision_row, take
 from shoal.local.view import event_line, render, summary_line
 
 NOW = 1_800_000_000.0
@@ -111,7 +112,9 @@ def test_nan_figures_become_unknown_and_the_timeline_stays_valid_json(tmp_path: 
     signals = FleetSignals(
         time=NOW, desired=1, ttft_p95_seconds=math.nan, output_tokens_per_second=math.inf, arrival_rate=2.0
     )
-    snapshot = take(NOW, "demo", "m", "http://127.0.0.1:8080", fleet, True, signals, Extras(None, {}, 0), ())
+    hold = ScalingDecision(NOW, 1, "HoldSteady", "holding 1", {"capacity_floor": math.inf, "waiting": 0.0})
+    current = decision_row(hold, 1)
+    snapshot = take(NOW, "demo", "m", "http://127.0.0.1:8080", fleet, True, signals, Extras(None, {}, 0), (), current)
     assert snapshot.ttft_p95_seconds is None and snapshot.output_tokens_per_second is None
     assert snapshot.arrival_rate == 2.0
     timeline = Timeline(tmp_path / "dashboard.json")
@@ -119,3 +122,15 @@ def test_nan_figures_become_unknown_and_the_timeline_stays_valid_json(tmp_path: 
     timeline.write(snapshot)
     document = json.loads((tmp_path / "dashboard.json").read_text())
     assert document["samples"][0]["ttft_p95"] is None and document["snapshot"]["arrival_rate"] == 2.0
+    assert document["snapshot"]["current"]["rule"] == "HoldSteady"
+    assert document["snapshot"]["current"]["values"] == {"capacity_floor": None, "waiting": 0.0}
+
+
+def test_the_view_and_the_lines_name_the_rule_holding_the_count_now() -> None:
+    hold = DecisionRow(
+        NOW - 1, 3, 3, "HoldNoQueue", "holding 3: TTFT P95 8s > target 2s, but 2 of 3 ready replicas have no request"
+    )
+    snapshot = _snapshot(current=hold)
+    assert "autoscaler now: HoldNoQueue: holding 3: TTFT P95 8s > target 2s" in _text(snapshot)
+    assert "autoscaler: HoldNoQueue" in summary_line(snapshot)
+    assert "autoscaler now" not in _text(_snapshot())

@@ -92,3 +92,16 @@ def test_the_operator_exits_2_on_a_bad_monitoring_label() -> None:
         timeout=60,
     )
     assert result.returncode == 2 and "--monitoring-label 'release'" in result.stderr
+
+
+def test_the_active_rule_is_one_series_per_fleet_that_follows_each_evaluation() -> None:
+    metrics = OperatorMetrics()
+    metrics.decided("ns", "a", 2, "ScaleUpTTFT")
+    metrics.decided("ns", "a", 2, "HoldNoQueue")
+    assert sample(metrics, "shoal_operator_autoscaler_rule", namespace="ns", infd="a", rule="HoldNoQueue") == 1
+    assert sample(metrics, "shoal_operator_autoscaler_rule", namespace="ns", infd="a", rule="ScaleUpTTFT") is None
+    metrics.forget("ns", "a")
+    assert sample(metrics, "shoal_operator_autoscaler_rule", namespace="ns", infd="a", rule="HoldNoQueue") is None
+    metrics.decided("ns", "b", 2, "HoldSteady")
+    metrics.decided("ns", "b", 2, None)  # autoscaling turned off: no rule decides the count any more
+    assert sample(metrics, "shoal_operator_autoscaler_rule", namespace="ns", infd="b", rule="HoldSteady") is None

@@ -38,3 +38,33 @@ def test_an_azure_preset_without_its_files_says_where_to_put_them(
     monkeypatch.setenv("SHOAL_AZURE_TRACE_DIR", str(tmp_path))
     with pytest.raises(TraceError, match=r"AzureLLMInferenceTrace_conv.csv is missing"):
         resolve_trace("azure-conv", profile)
+
+
+def test_weekly_has_five_weekdays_that_peak_twice_as_high_as_the_weekend(profile: EngineProfile) -> None:
+    trace = generate("weekly", profile, seed=2)
+    weekday, weekend = _rate(trace.arrival, 1500.0, 1800.0), _rate(trace.arrival, 3300.0, 3600.0)
+    assert weekday / weekend == pytest.approx(6.0 / 3.0, rel=0.2)
+
+
+def test_a_flash_crowd_jumps_fourfold_at_its_marked_start_and_decays(profile: EngineProfile) -> None:
+    trace = generate("flash-crowd", profile, seed=4)
+    (flash,) = trace.bursts
+    assert 900.0 <= flash <= 2400.0
+    before, during = _rate(trace.arrival, flash - 300.0, flash), _rate(trace.arrival, flash, flash + 30.0)
+    assert during / before == pytest.approx(4.0 * 0.97, rel=0.2)  # 8 units against 2, a little decayed
+    decayed = _rate(trace.arrival, flash + 1080.0, flash + 1200.0)  # 3.6 time constants on: 2 + 6 e^-3.6 units
+    assert decayed / before == pytest.approx(1.08, rel=0.2)
+
+
+def test_a_ramp_rises_sixfold_slowly_and_holds(profile: EngineProfile) -> None:
+    trace = generate("ramp", profile, seed=1)
+    start, end = _rate(trace.arrival, 0.0, 300.0), _rate(trace.arrival, 3000.0, 3600.0)
+    assert end / start == pytest.approx(6.0, rel=0.2)
+
+
+def test_heavy_tail_prompts_have_a_long_tail(profile: EngineProfile) -> None:
+    alone = generate("heavy-tail", profile, seed=1)
+    usual = generate("steady", profile, seed=1)
+    tail = alone.prompt_tokens[alone.prefix_group < 0]
+    assert np.median(tail) < np.median(usual.prompt_tokens[usual.prefix_group < 0])
+    assert np.percentile(tail, 99.5) > 20 * np.median(tail)  # a log-normal's is 8x, Pareto 1.2's ~45x

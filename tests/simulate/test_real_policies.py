@@ -32,8 +32,8 @@ class RecordingShoalPolicy(shoal.autoscale.ShoalPolicy):
 
 def test_the_shoal_policy_is_the_class_production_runs() -> None:
     config = AutoscalingConfig(min_replicas=1, max_replicas=4)
-    assert type(make_scaling_policy("shoal", config, Sizing(8.0, 2))) is shoal.autoscale.ShoalPolicy
-    assert {make_scaling_policy(n, config, Sizing(8.0, 2)).name for n in POLICY_NAMES} == set(POLICY_NAMES)
+    assert type(make_scaling_policy("shoal", config, Sizing(8.0, 2, 1.0))) is shoal.autoscale.ShoalPolicy
+    assert {make_scaling_policy(n, config, Sizing(8.0, 2, 1.0)).name for n in POLICY_NAMES} == set(POLICY_NAMES)
 
 
 def test_every_decision_applied_is_the_policy_objects_own(profile: EngineProfile) -> None:

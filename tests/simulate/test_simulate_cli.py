@@ -50,11 +50,13 @@ def test_simulate_writes_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFi
     assert all(name in table for name in POLICY_NAMES)
     results = json.loads(out.read_text())
     assert set(results) == set(POLICY_NAMES)
-    for figures in results.values():
+    for summary in results.values():
+        figures = summary["seeds"]["4"]
+        assert summary["mean"]["replica_hours"] == figures["replica_hours"]  # one seed: its own mean
         assert {"slo_attainment", "replica_hours", "ttft_p95_s", "scale_events"} <= set(figures)
         assert 0.0 <= figures["slo_attainment"] <= 1.0
         assert figures["requests"]["arrived"] == 1500
         assert figures["peak_replicas"] <= 6
-    assert results["fixed"]["scale_events"] == 0
+    assert results["fixed"]["worst"]["scale_events"] == 0
     for name in ("timeline.png", "ttft_cdf.png"):
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
