@@ -127,7 +127,14 @@ def test_the_charts_dashboard_panels_show_a_llama_server_fleet(prometheus: Prome
     """Every panel's query runs on a real Prometheus; the queue and running panels show llama-server's series
     (each panel reads every kind's series: ``docs/engines.md``)."""
     dashboard = json.loads((REPO / "charts" / "shoal" / "files" / "dashboard.json").read_text())
-    panels = {p["title"]: p["targets"][0]["expr"].replace("$namespace", ".*") for p in dashboard["panels"]}
+    panels = {
+        p["title"]: p["targets"][0]["expr"]
+        .replace("$namespace", ".*")
+        .replace("$fleet", POD.split("-engine-")[0])
+        .replace("$__rate_interval", "1m")
+        for p in dashboard["panels"]
+        if p["type"] != "row"
+    }
     shown = {title: prometheus.query(expr) for title, expr in panels.items()}
     with_llama = {title for title, result in shown.items() if any(s["metric"].get("pod") == POD for s in result)}
     assert len(with_llama) == 2, (with_llama, panels)  # waiting and running; it has no TTFT histogram or KV use

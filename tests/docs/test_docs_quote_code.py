@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from shoal.autoscale.config import AutoscalingConfig
@@ -112,17 +113,23 @@ def test_the_rule_table_names_every_rule_and_no_other() -> None:
 
 
 def spec_default(path: str) -> Any:
-    """The typed model's default for a camelCase field path such as ``gateway.timeouts.connectSeconds``."""
+    """The typed model's default for a camelCase field path such as ``gateway.timeouts.connectSeconds``: read from
+    the parent's default object where it has one (``gateway.resources`` defaults to requests and limits of its
+    own), else from the field's type."""
     model: type[BaseModel] = InferenceDeploymentSpec
+    value: Any = None
     *parents, leaf = path.split(".")
     for name in parents:
         field = next(f for f in model.model_fields.values() if f.alias == name)
+        value = field.get_default(call_default_factory=True)
         model = next(
             t
             for t in (field.annotation, *get_args(field.annotation))
             if isinstance(t, type) and issubclass(t, BaseModel)
         )
-    field = next(f for f in model.model_fields.values() if f.alias == leaf)
+    field_name, field = next((n, f) for n, f in model.model_fields.items() if f.alias == leaf)
+    if isinstance(value, BaseModel):
+        return getattr(value, field_name)
     return field.get_default(call_default_factory=True)
 
 
@@ -134,6 +141,8 @@ def literal(cell: str) -> tuple[bool, Any]:
     if cell in ("true", "false"):
         return True, cell == "true"
     quoted = re.fullmatch(r"`([^`]+)`", cell)
+    if quoted and quoted.group(1).startswith(("{", "[")):
+        return True, yaml.safe_load(quoted.group(1))  # a mapping or list, as YAML writes it
     return (True, quoted.group(1)) if quoted else (False, None)
 
 
