@@ -46,7 +46,7 @@ EXAMPLE = REPO / "examples" / "smollm2-cpu.yaml"
 RELEASE, RELEASE_NAMESPACE, SERVICE_ACCOUNT = "shoal", "shoal-system", "shoal"
 NAMESPACE = "shoal-e2e"
 KIND_CLUSTER = "shoal-e2e"
-PRINTER_COLUMNS = ["NAME", "MODEL", "READY", "DESIRED", "QUEUE", "TTFT-P95", "AGE"]
+PRINTER_COLUMNS = ["NAME", "MODEL", "READY", "DESIRED", "QUEUE", "TTFT-P95-SECONDS", "AGE"]
 
 
 class E2EError(RuntimeError):
