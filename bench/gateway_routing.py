@@ -35,7 +35,7 @@ from shoal.bench.datasets import shared_prefix_dataset
 from shoal.bench.report import summarize
 from shoal.bench.runner import BenchConfig, run_benchmark
 from shoal.local import LocalProcess, metric
-from shoal.local.metrics import samples_named
+from shoal.protocol.prom_text import samples_named
 
 SERVED = "bench"
 POLICIES = ("round-robin", "least-load", "prefix-aware")
