@@ -38,7 +38,7 @@ from operator_harness import OperatorProcess, install_chart  # noqa: E402
 from support.kube_testbed import ControlPlane, free_port  # noqa: E402
 from support.services import start_prometheus  # noqa: E402
 
-from shoal.bench.report import percentile  # noqa: E402
+from shoal.loadgen.report import percentile  # noqa: E402
 
 TOKEN = "bench-token"
 NAMESPACE = "bench"

@@ -38,7 +38,7 @@ import aiohttp
 import uvloop
 from gateway_fleet import start_gateway
 
-from shoal.bench.report import percentile
+from shoal.loadgen.report import percentile
 from shoal.local import LocalProcess, free_port
 
 HERE = Path(__file__).resolve().parent

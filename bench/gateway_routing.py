@@ -31,11 +31,11 @@ from typing import Any
 import httpx
 from gateway_fleet import start_engines, start_gateway
 
-from shoal.bench.datasets import shared_prefix_dataset
-from shoal.bench.report import summarize
-from shoal.bench.runner import BenchConfig, run_benchmark
+from shoal.loadgen.datasets import shared_prefix_dataset
+from shoal.loadgen.report import summarize
+from shoal.loadgen.runner import BenchConfig, run_benchmark
 from shoal.local import LocalProcess, metric
-from shoal.local.metrics import samples_named
+from shoal.protocol.prom_text import samples_named
 
 SERVED = "bench"
 POLICIES = ("round-robin", "least-load", "prefix-aware")

@@ -65,9 +65,9 @@ class ServerRun:
 
 def offline_throughput(model: str, input_len: int, output_len: int, requests: int, max_num_seqs: int) -> float:
     """Output tokens/s of the offline engine on the bench's own random prompts (same seed, same shape)."""
-    from shoal.bench.datasets import random_dataset
     from shoal.engine.core.sampling_params import SamplingParams
     from shoal.engine.llm import LLM
+    from shoal.loadgen.datasets import random_dataset
 
     prompts = [r.prompt for r in random_dataset(requests + 2, input_len, output_len, seed=0)[2:]]
     llm = LLM(model, max_num_seqs=max_num_seqs)

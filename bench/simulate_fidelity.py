@@ -49,10 +49,10 @@ import yaml
 
 from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.shoal_policy import ShoalPolicy
-from shoal.bench.client import RequestResult, send_request
-from shoal.bench.datasets import BenchRequest, random_dataset
 from shoal.cpu_features import cpu_info
 from shoal.gateway.routing import make_policy
+from shoal.loadgen.client import RequestResult, send_request
+from shoal.loadgen.datasets import BenchRequest, random_dataset
 from shoal.local import LocalProcess, shoal_command
 from shoal.local.autoscaler import LocalAutoscaler
 from shoal.local.fleet import EngineFleet

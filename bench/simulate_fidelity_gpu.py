@@ -6,7 +6,7 @@ does the fleet-level check on the shared CPU machine, where the neighbours' load
 - ``measure`` (on the GPU machine): starts one ``shoal serve`` as ``bench/simulate_calibrate.py`` does, sends
   ``shoal bench serve`` Poisson load of random prompts at each of ``--rates``, and writes each run's JSON.
 - ``compare`` (anywhere): rebuilds each run's trace (arrivals from the load generator's own seeded gamma process,
-  ``shoal.bench.arrivals``; prompt tokens as the engine counted them; the output length asked for) and replays it
+  ``shoal.loadgen.arrivals``; prompt tokens as the engine counted them; the output length asked for) and replays it
   in the simulator against one replica of ``--profile``, then prints measured vs simulated TTFT p50/p95/p99 and
   TPOT p50 (the simulator's inter-token latency is the per-request mean, i.e. TPOT).
 
@@ -25,8 +25,8 @@ import numpy as np
 from simulate_calibrate import serve_options, start_engine
 
 from shoal.autoscale.baselines import FixedForPeak
-from shoal.bench.arrivals import arrival_gaps
 from shoal.gateway.routing import make_policy
+from shoal.loadgen.arrivals import arrival_gaps
 from shoal.local import shoal_command
 from shoal.simulate.profile import EngineProfile, load_profile
 from shoal.simulate.simulator import SimConfig, simulate

@@ -54,7 +54,7 @@ def trace_for(replicas: int, requests: int, rate_per_replica: float, seed: int) 
 def timed(
     replicas: int, requests: int, routing: str, rate_per_replica: float, seed: int, time_routing: bool = False
 ) -> dict[str, float]:
-    profile = load_profile("gpu-8b-h100")
+    profile = load_profile("gpu-8b-h100-derived")
     trace = trace_for(replicas, requests, rate_per_replica, seed)
     config = AutoscalingConfig(min_replicas=1, max_replicas=2 * replicas, ttft_p95_seconds=2.0)
     policy = make_policy(routing)

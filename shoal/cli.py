@@ -19,7 +19,7 @@ _AREAS: tuple[str, ...] = (
     "shoal.operator.cli",
     "shoal.gateway.cli",
     "shoal.engine.server.cli",
-    "shoal.bench.cli",
+    "shoal.loadgen.cli",
     "shoal.simulate.cli",
     "shoal.local.cli",
     "shoal.fetch.cli",

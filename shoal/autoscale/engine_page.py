@@ -2,8 +2,7 @@
 engines' in ``docs/engines.md``).
 
 The engine kind's :class:`~shoal.engine_kinds.MetricMap` says which family holds each signal; a signal the
-engine does not export is ``None`` here, never zero. Parsed with ``prometheus_client``'s text parser, so
-exposition details (escaping, ``_total``/``_bucket`` suffixes, label order) are the library's business, not ours.
+engine does not export is ``None`` here, never zero. Read with the shared parser, :mod:`shoal.protocol.prom_text`.
 """
 
 from __future__ import annotations
@@ -11,9 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from shoal.engine_kinds import ADAPTERS, MetricMap
+from shoal.protocol.prom_text import PromTextError, samples
 
 SHOAL_METRICS = ADAPTERS["shoal"].metrics
 
@@ -60,16 +58,17 @@ def parse_engine_page(text: str, metrics: MetricMap = SHOAL_METRICS) -> EnginePa
     buckets: dict[float, float] = {}
     gauge_names = {metrics.waiting, metrics.running, metrics.kv_usage, metrics.max_num_seqs} - {None}
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if family.name in gauge_names:
-                    gauges[family.name] = gauges.get(family.name, 0.0) + sample.value
-                elif sample.name.endswith("_total") and _counted(metrics, family.name, sample.labels):
-                    counters[family.name] = counters.get(family.name, 0.0) + sample.value
-                elif family.name == metrics.ttft and sample.name.endswith("_bucket"):
-                    bound = float(sample.labels["le"])
-                    buckets[bound] = buckets.get(bound, 0.0) + sample.value
-    except (ValueError, KeyError, IndexError) as error:
+        for sample in samples(text):
+            if sample.family in gauge_names:
+                gauges[sample.family] = gauges.get(sample.family, 0.0) + sample.value
+            elif sample.name.endswith("_total") and _counted(metrics, sample.family, sample.labels):
+                counters[sample.family] = counters.get(sample.family, 0.0) + sample.value
+            elif sample.family == metrics.ttft and sample.name.endswith("_bucket"):
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    except PromTextError as error:
+        raise PageError(str(error)) from error
+    except (ValueError, KeyError) as error:  # a bucket without a number for ``le``
         raise PageError(f"not Prometheus text: {error}") from error
     if metrics.waiting not in gauges or metrics.running not in gauges:
         raise PageError(f"no {metrics.waiting} / {metrics.running} series")

@@ -3,6 +3,6 @@
 from shoal.kernels.backend import BACKENDS, default_backend, get_ops
 from shoal.kernels.metadata import AttentionMetadata
 from shoal.kernels.ops import KernelOps
-from shoal.kernels.reference import TorchOps
+from shoal.kernels.torch_ops import TorchOps
 
 __all__ = ["BACKENDS", "AttentionMetadata", "KernelOps", "TorchOps", "default_backend", "get_ops"]

@@ -19,7 +19,7 @@ import torch
 from shoal.kernels.cpu.library import KernelUnavailable
 from shoal.kernels.cpu.paged_attention import PagedAttention, load_paged_attention
 from shoal.kernels.ops import KernelOps
-from shoal.kernels.reference import TorchOps
+from shoal.kernels.torch_ops import TorchOps
 
 log = logging.getLogger(__name__)
 BACKENDS = ("torch", "cpu", "triton")

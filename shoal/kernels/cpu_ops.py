@@ -13,7 +13,7 @@ import torch
 
 from shoal.kernels.cpu.paged_attention import PagedAttention
 from shoal.kernels.metadata import AttentionMetadata
-from shoal.kernels.reference import TorchOps
+from shoal.kernels.torch_ops import TorchOps
 
 
 class CpuOps(TorchOps):

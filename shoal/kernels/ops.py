@@ -21,7 +21,7 @@ from shoal.kernels.metadata import AttentionMetadata
 
 
 class KernelOps(Protocol):
-    """What a backend provides; every function is checked against ``shoal.kernels.reference``."""
+    """What a backend provides; every function is checked against ``shoal.kernels.torch_ops``."""
 
     name: str
     masks_sliding_window: bool  # whether ``attention`` honours ``sliding_window``

@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import httpx
 
-from shoal.bench.client import RequestResult
-from shoal.bench.datasets import shared_prefix_dataset
-from shoal.bench.report import format_summary, summarize
-from shoal.bench.runner import BenchConfig, run_benchmark
+from shoal.loadgen.client import RequestResult
+from shoal.loadgen.datasets import shared_prefix_dataset
+from shoal.loadgen.report import format_summary, summarize
+from shoal.loadgen.runner import BenchConfig, run_benchmark
 from shoal.local.up import Up
 
 ROUND_REQUESTS = 32

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from shoal.engine_kinds import ADAPTERS, MetricMap
-from shoal.local.metrics import samples_named
+from shoal.protocol.prom_text import samples_named
 
 SHOAL_METRICS = ADAPTERS["shoal"].metrics
 

@@ -1,24 +1,13 @@
-"""Reading a server's ``/metrics`` page: what tests, benchmarks and ``shoal up`` check a server by.
+"""Reading a server's ``/metrics`` page over HTTP: what tests, benchmarks and ``shoal up`` check a server by.
 
-Parsed with ``prometheus_client``'s text parser, so exposition details (escaping, ``_total`` suffixes, label
-order) are the library's business; ``samples_named`` is the one reader both the HTTP helpers here and
-``shoal up``'s figures use.
+The page is read by the shared parser, :mod:`shoal.protocol.prom_text`.
 """
 
 from __future__ import annotations
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-
-def samples_named(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """Every sample called ``name`` (``_total``/``_bucket`` included) on a Prometheus text page, with its labels."""
-    return [
-        (sample.labels, sample.value)
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    ]
+from shoal.protocol.prom_text import samples_named
 
 
 def _label_text(labels: dict[str, str]) -> str:

@@ -27,7 +27,7 @@ from rich.live import Live
 
 from shoal.autoscale.policy import ScalingPolicy
 from shoal.autoscale.source import MetricsSource, ReplicaTarget
-from shoal.engine_kinds import DEFAULT_BLOCK_SIZE, adapter
+from shoal.engine_kinds import adapter
 from shoal.local.autoscaler import LocalAutoscaler
 from shoal.local.engines import engine_binary, foreign_argv
 from shoal.local.figures import read_extras
@@ -38,6 +38,7 @@ from shoal.local.snapshot import FleetSnapshot, Timeline, take
 from shoal.local.threads import threads_per_engine, usable_cores
 from shoal.local.view import event_line, render, summary_line
 from shoal.operator.builders.engine import serve_args
+from shoal.operator.builders.gateway import gateway_flags
 from shoal.operator.spec import InferenceDeploymentSpec
 
 TICK_S = 1.0
@@ -103,8 +104,8 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
 
 
 def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Path, dashboard: Path) -> list[str]:
-    """The settings the operator puts in the gateway's ConfigMap, with the backends file for discovery."""
-    gateway, timeouts = spec.gateway, spec.gateway.timeouts
+    """The flags the operator puts in the gateway's ConfigMap (:func:`gateway_flags`), with the backends file for
+    discovery and the model's own source for its tokenizer."""
     argv = shoal_command(
         "gateway",
         "--host",
@@ -115,31 +116,10 @@ def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Pa
         str(dashboard),
         "--tokenizer",
         f"{spec.served_name}={spec.model.source}",
-        "--block-size",
-        str(spec.engine.block_size or DEFAULT_BLOCK_SIZE),
-        "--engine-kind",
-        spec.engine.kind,
-        "--policy",
-        gateway.routing_policy,
-        "--bound-factor",
-        f"{gateway.bound_factor:g}",
-        "--hold-queue-size",
-        str(gateway.hold_queue.size),
-        "--hold-seconds",
-        str(gateway.hold_queue.wait_seconds),
-        "--connect-timeout",
-        f"{timeouts.connect_seconds:g}",
-        "--first-token-timeout",
-        f"{timeouts.first_token_seconds:g}",
-        "--inter-token-timeout",
-        f"{timeouts.inter_token_seconds:g}",
-        "--request-timeout",
-        f"{timeouts.request_seconds:g}",
+        *(arg for pair in gateway_flags(spec).items() for arg in pair),
         "--log-level",
         "warning",
     )
-    if spec.gateway.redis_url:
-        argv += ["--redis-url", spec.gateway.redis_url]
     if options.api_keys is not None:
         argv += ["--api-keys", str(options.api_keys)]
     return argv

@@ -26,7 +26,6 @@ from datetime import datetime
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from shoal.autoscale.prometheus_source import PrometheusSource
 from shoal.autoscale.scrape_source import ScrapeSource
@@ -35,6 +34,7 @@ from shoal.autoscale.source import MetricsSource, ReplicaTarget
 from shoal.engine_kinds import adapter
 from shoal.operator.autoscaler import FleetAutoscaler, FleetKey, FleetRef
 from shoal.operator.naming import ENGINE_PORT
+from shoal.protocol.prom_text import family_sum
 
 HELD = "shoal_gateway_requests_held"
 
@@ -110,12 +110,7 @@ class ClusterObserver:
             else:
                 service = f"http://{fleet.name}.{fleet.namespace}.svc/metrics"  # the gateway Service, port 80
                 page = (await self.client.get(service, timeout=self.timeout_s)).text
-                value = sum(
-                    s.value
-                    for family in text_string_to_metric_families(page)
-                    if family.name == HELD
-                    for s in family.samples
-                )
+                value = family_sum(page, HELD)
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
             return 0
         return int(value) if math.isfinite(value) and value > 0 else 0

@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--profile",
         default=None,
         metavar="PATH",
-        help="engine profile: gpu-8b-h100 (default), llama3-8b-h100, smollm2-135m-cpu, or a profile JSON file",
+        help="engine profile: gpu-8b-h100-derived (default), llama3-8b-h100, smollm2-135m-cpu, or a profile JSON file",
     )
     p.add_argument(
         "--replicas-max",

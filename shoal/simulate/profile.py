@@ -25,7 +25,8 @@ from typing import Any
 
 PROFILES = resources.files("shoal.simulate").joinpath("profiles")
 SHIPPED = tuple(sorted(p.name.removesuffix(".json") for p in PROFILES.iterdir() if p.name.endswith(".json")))
-DEFAULT_PROFILE = "gpu-8b-h100"
+DEFAULT_PROFILE = "gpu-8b-h100-derived"
+RENAMED = {"gpu-8b-h100": "gpu-8b-h100-derived"}  # old name -> new: the name now says it is not measured
 
 
 class ProfileError(ValueError):
@@ -171,7 +172,9 @@ def _field(data: dict, key: str, origin: str, prefix: str = "") -> Any:
 
 
 def load_profile(name_or_path: str) -> EngineProfile:
-    """A shipped profile by name (``gpu-8b-h100``, ``smollm2-135m-cpu``) or a profile JSON file."""
+    """A shipped profile by name (``gpu-8b-h100-derived``, ``smollm2-135m-cpu``) or a profile JSON file."""
+    if name_or_path in RENAMED:
+        raise ProfileError(f"profile {name_or_path!r} is now {RENAMED[name_or_path]!r} (derived, not measured)")
     if name_or_path in SHIPPED:
         text = PROFILES.joinpath(f"{name_or_path}.json").read_text()
         origin = f"profile {name_or_path}"

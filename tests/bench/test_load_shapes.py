@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shoal.bench.arrivals import arrival_gaps
-from shoal.bench.client import RequestResult
-from shoal.bench.datasets import random_dataset, shared_prefix_dataset
-from shoal.bench.report import meets_slos, percentile
+from shoal.loadgen.arrivals import arrival_gaps
+from shoal.loadgen.client import RequestResult
+from shoal.loadgen.datasets import random_dataset, shared_prefix_dataset
+from shoal.loadgen.report import meets_slos, percentile
 
 
 @pytest.mark.parametrize("burstiness", [0.5, 1.0, 4.0])
@@ -67,7 +67,7 @@ def test_load_generator_imports_no_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, shoal.bench, shoal.bench.cli; sys.exit('torch' in sys.modules)"
+    code = "import sys, shoal.loadgen, shoal.loadgen.cli; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

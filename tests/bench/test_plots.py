@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shoal.bench.client import RequestResult
-from shoal.bench.plots import fetch_timeline, write_plots
+from shoal.loadgen.client import RequestResult
+from shoal.loadgen.plots import fetch_timeline, write_plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

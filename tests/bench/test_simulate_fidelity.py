@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shoal.bench.client import RequestResult
-from shoal.bench.datasets import random_dataset
+from shoal.loadgen.client import RequestResult
+from shoal.loadgen.datasets import random_dataset
 from shoal.local.manifest import load_manifest
 from shoal.local.snapshot import DecisionRow, FleetSnapshot, ReplicaRow, Timeline
 from shoal.simulate.profile import load_profile

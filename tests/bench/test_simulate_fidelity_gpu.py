@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shoal.bench.arrivals import arrival_gaps
+from shoal.loadgen.arrivals import arrival_gaps
 from shoal.simulate.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

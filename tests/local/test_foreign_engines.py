@@ -21,8 +21,8 @@ import pytest
 from support.polling import eventually
 from up_harness import UpProcess, manifest, write_manifest
 
-from shoal.local.metrics import samples_named
 from shoal.model_registry import resolve_model
+from shoal.protocol.prom_text import samples_named
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2"

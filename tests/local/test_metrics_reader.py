@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
 from shoal.local import free_port, metric, metric_values
-from shoal.local.metrics import samples_named
+from shoal.protocol.prom_text import samples_named
 
 
 @pytest.fixture

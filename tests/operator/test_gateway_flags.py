@@ -5,12 +5,14 @@ defaults are the gateway's."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from shoal.cli import build_parser
-from shoal.operator.builders.gateway import gateway_args, gateway_settings
+from shoal.local.up import UpOptions, gateway_argv
+from shoal.operator.builders.gateway import gateway_args, gateway_flags, gateway_settings
 from shoal.operator.naming import Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 from shoal.protocol.gateway_timeouts import (
@@ -67,3 +69,35 @@ def test_a_timeout_of_zero_is_refused_naming_the_field(field: str) -> None:
 def test_the_engines_block_size_is_the_one_the_gateway_expects() -> None:
     spec = InferenceDeploymentSpec.model_validate({"model": {"source": "smollm2-135m"}, "engine": {"blockSize": 32}})
     assert parsed_gateway_flags(spec).block_size == 32
+
+
+def test_shoal_up_runs_the_gateway_with_the_operators_settings(tmp_path: Path) -> None:
+    """Every ``spec.gateway`` field set: ``shoal up``'s gateway parses to what the operator's does, except where
+    each finds the engines, the tokenizer and the keys."""
+    full = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"source": "hf://HuggingFaceTB/SmolLM2-135M-Instruct"},
+            "engine": {"kind": "vllm", "blockSize": 32},
+            "gateway": {
+                "routingPolicy": "round-robin",
+                "boundFactor": 1.5,
+                "redisUrl": "redis://r:6379/0",
+                "holdQueue": {"size": 5, "waitSeconds": 30},
+                "timeouts": {
+                    "connectSeconds": 0.5,
+                    "firstTokenSeconds": 12,
+                    "interTokenSeconds": 3.5,
+                    "requestSeconds": 90,
+                },
+            },
+        }
+    )
+    local_argv = gateway_argv(full, UpOptions(), tmp_path / "backends.txt", tmp_path / "dashboard.json")
+    local = vars(build_parser().parse_args(local_argv[local_argv.index("gateway") :]))
+    cluster = vars(parsed_gateway_flags(full))
+    where = {"host", "port", "kube_service", "kube_port_name", "backends_file", "dashboard_data", "tokenizer"}
+    where |= {"fetch_record", "api_keys", "log_level"}
+    assert {key for key in local.keys() | cluster.keys() if local.get(key) != cluster.get(key)} <= where
+    defaults = vars(parsed_gateway_flags(spec()))
+    set_by_spec = {flag.removeprefix("--").replace("-", "_") for flag in gateway_flags(full)}
+    assert {key for key in cluster if cluster[key] != defaults[key]} - where == set_by_spec

@@ -95,7 +95,7 @@ def test_every_row_of_a_good_trace_is_kept(tmp_path: Path) -> None:
 
 
 def test_a_bad_profile_names_the_field(tmp_path: Path) -> None:
-    good = json.loads(load_profile("gpu-8b-h100").to_json())
+    good = json.loads(load_profile("gpu-8b-h100-derived").to_json())
     del good["step"]["per_decode_seq_s"]
     with pytest.raises(ProfileError, match=r"missing field 'step.per_decode_seq_s'"):
         load_profile(str(_write(tmp_path, "p.json", json.dumps(good))))
@@ -124,8 +124,12 @@ def test_an_unknown_policy_name_is_refused() -> None:
     [
         (["--trace", "steady", "--policies", "shoal,vpa"], "unknown policy 'vpa'"),
         (["--trace", "nowhere.csv"], "trace 'nowhere.csv' is neither a preset"),
-        (["--trace", "steady", "--profile", "gpu-8b-h100", "--max-num-seqs", "4096"], "max_num_seqs 4096 is beyond"),
+        (
+            ["--trace", "steady", "--profile", "gpu-8b-h100-derived", "--max-num-seqs", "4096"],
+            "max_num_seqs 4096 is beyond",
+        ),
         (["--trace", "steady", "--routing", "random"], "unknown routing policy 'random'"),
+        (["--trace", "steady", "--profile", "gpu-8b-h100"], "profile 'gpu-8b-h100' is now 'gpu-8b-h100-derived'"),
     ],
 )
 def test_the_command_line_reports_bad_input_and_exits_2(

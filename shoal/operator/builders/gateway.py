@@ -30,57 +30,70 @@ from shoal.operator.spec import DEFAULT_GATEWAY_IMAGE, InferenceDeploymentSpec
 COMPONENT = "gateway"
 API_KEYS_DIR = "/etc/shoal/api-keys"
 
-# flag -> ConfigMap key, in command-line order
-_FLAGS = {
-    "--kube-service": "SHOAL_GATEWAY_KUBE_SERVICE",
-    "--kube-port-name": "SHOAL_GATEWAY_KUBE_PORT_NAME",
-    "--policy": "SHOAL_GATEWAY_POLICY",
-    "--bound-factor": "SHOAL_GATEWAY_BOUND_FACTOR",
-    "--tokenizer": "SHOAL_GATEWAY_TOKENIZER",
-    "--fetch-record": "SHOAL_GATEWAY_FETCH_RECORD",
-    "--block-size": "SHOAL_GATEWAY_BLOCK_SIZE",
-    "--engine-kind": "SHOAL_GATEWAY_ENGINE_KIND",
-    "--api-keys": "SHOAL_GATEWAY_API_KEYS",
-    "--redis-url": "SHOAL_GATEWAY_REDIS_URL",
-    "--hold-queue-size": "SHOAL_GATEWAY_HOLD_QUEUE_SIZE",
-    "--hold-seconds": "SHOAL_GATEWAY_HOLD_SECONDS",
-    "--connect-timeout": "SHOAL_GATEWAY_CONNECT_TIMEOUT",
-    "--first-token-timeout": "SHOAL_GATEWAY_FIRST_TOKEN_TIMEOUT",
-    "--inter-token-timeout": "SHOAL_GATEWAY_INTER_TOKEN_TIMEOUT",
-    "--request-timeout": "SHOAL_GATEWAY_REQUEST_TIMEOUT",
-}
+# the flags the operator sets, in command-line order
+_ARG_ORDER = (
+    "--kube-service",
+    "--kube-port-name",
+    "--policy",
+    "--bound-factor",
+    "--tokenizer",
+    "--fetch-record",
+    "--block-size",
+    "--engine-kind",
+    "--api-keys",
+    "--redis-url",
+    "--hold-queue-size",
+    "--hold-seconds",
+    "--connect-timeout",
+    "--first-token-timeout",
+    "--inter-token-timeout",
+    "--request-timeout",
+)
+
+
+def gateway_flags(spec: InferenceDeploymentSpec) -> dict[str, str]:
+    """The ``shoal gateway`` flags the spec alone decides, by flag: the one source for the operator's ConfigMap
+    and ``shoal up``'s command line; each adds only where it finds the engines, the tokenizer and the keys."""
+    gateway, timeouts = spec.gateway, spec.gateway.timeouts
+    flags = {
+        "--policy": gateway.routing_policy,
+        "--bound-factor": f"{gateway.bound_factor:g}",
+        "--block-size": str(spec.engine.block_size or DEFAULT_BLOCK_SIZE),
+        "--engine-kind": spec.engine.kind,
+        "--hold-queue-size": str(gateway.hold_queue.size),
+        "--hold-seconds": str(gateway.hold_queue.wait_seconds),
+        "--connect-timeout": f"{timeouts.connect_seconds:g}",
+        "--first-token-timeout": f"{timeouts.first_token_seconds:g}",
+        "--inter-token-timeout": f"{timeouts.inter_token_seconds:g}",
+        "--request-timeout": f"{timeouts.request_seconds:g}",
+    }
+    if gateway.redis_url is not None:
+        flags["--redis-url"] = gateway.redis_url
+    return flags
+
+
+def env_key(flag: str) -> str:
+    """The ConfigMap key holding a flag's value: ``--bound-factor`` is ``SHOAL_GATEWAY_BOUND_FACTOR``."""
+    return "SHOAL_GATEWAY_" + flag.removeprefix("--").replace("-", "_").upper()
 
 
 def gateway_settings(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, str]:
     """The ConfigMap's data: one entry per ``shoal gateway`` flag the operator sets."""
-    gateway = spec.gateway
-    settings = {
-        "SHOAL_GATEWAY_KUBE_SERVICE": f"{owner.namespace}/{owner.engine_name}",
-        "SHOAL_GATEWAY_KUBE_PORT_NAME": "http",
-        "SHOAL_GATEWAY_POLICY": gateway.routing_policy,
-        "SHOAL_GATEWAY_BOUND_FACTOR": f"{gateway.bound_factor:g}",
-        "SHOAL_GATEWAY_BLOCK_SIZE": str(spec.engine.block_size or DEFAULT_BLOCK_SIZE),
-        "SHOAL_GATEWAY_ENGINE_KIND": spec.engine.kind,
-        "SHOAL_GATEWAY_HOLD_QUEUE_SIZE": str(gateway.hold_queue.size),
-        "SHOAL_GATEWAY_HOLD_SECONDS": str(gateway.hold_queue.wait_seconds),
-        "SHOAL_GATEWAY_CONNECT_TIMEOUT": f"{gateway.timeouts.connect_seconds:g}",
-        "SHOAL_GATEWAY_FIRST_TOKEN_TIMEOUT": f"{gateway.timeouts.first_token_seconds:g}",
-        "SHOAL_GATEWAY_INTER_TOKEN_TIMEOUT": f"{gateway.timeouts.inter_token_seconds:g}",
-        "SHOAL_GATEWAY_REQUEST_TIMEOUT": f"{gateway.timeouts.request_seconds:g}",
-        **gateway_tokenizer_settings(spec),
+    flags = {
+        "--kube-service": f"{owner.namespace}/{owner.engine_name}",
+        "--kube-port-name": "http",
+        "--api-keys": f"{API_KEYS_DIR}/{api_key_secret_ref(owner, spec).key}",
+        **gateway_flags(spec),
     }
-    settings["SHOAL_GATEWAY_API_KEYS"] = f"{API_KEYS_DIR}/{api_key_secret_ref(owner, spec).key}"
-    if gateway.redis_url is not None:
-        settings["SHOAL_GATEWAY_REDIS_URL"] = gateway.redis_url
-    return settings
+    return {**{env_key(flag): value for flag, value in flags.items()}, **gateway_tokenizer_settings(spec)}
 
 
 def gateway_args(settings: dict[str, str]) -> list[str]:
     """``shoal gateway`` arguments referencing the ConfigMap's variables (expanded by the kubelet)."""
     args = ["gateway", "--host", "0.0.0.0", "--port", str(GATEWAY_PORT)]
-    for flag, key in _FLAGS.items():
-        if key in settings:
-            args += [flag, f"$({key})"]
+    for flag in _ARG_ORDER:
+        if env_key(flag) in settings:
+            args += [flag, f"$({env_key(flag)})"]
     return args
 
 

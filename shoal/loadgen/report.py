@@ -11,7 +11,7 @@ from statistics import mean
 
 import numpy as np
 
-from shoal.bench.client import RequestResult
+from shoal.loadgen.client import RequestResult
 
 SLO_METRICS = ("ttft", "tpot", "e2el")
 

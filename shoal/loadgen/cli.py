@@ -7,11 +7,11 @@ import math
 import os
 from typing import Any
 
-from shoal.bench.client import COMPLETIONS, ENDPOINTS
+from shoal.loadgen.client import COMPLETIONS, ENDPOINTS
 
 
 def _slos(items: list[str] | None) -> dict[str, float]:
-    from shoal.bench.report import SLO_METRICS
+    from shoal.loadgen.report import SLO_METRICS
 
     slos: dict[str, float] = {}
     for item in items or []:
@@ -75,9 +75,9 @@ def _serve(args: argparse.Namespace) -> int:
     import time
     from dataclasses import asdict
 
-    from shoal.bench.datasets import random_dataset, shared_prefix_dataset
-    from shoal.bench.report import format_summary, summarize
-    from shoal.bench.runner import BenchConfig, run_benchmark
+    from shoal.loadgen.datasets import random_dataset, shared_prefix_dataset
+    from shoal.loadgen.report import format_summary, summarize
+    from shoal.loadgen.runner import BenchConfig, run_benchmark
 
     slos = _slos(args.goodput)
     percentiles = [float(q) for q in args.percentiles.split(",") if q]
@@ -115,7 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.plots:
         from pathlib import Path
 
-        from shoal.bench.plots import fetch_timeline, write_plots
+        from shoal.loadgen.plots import fetch_timeline, write_plots
 
         timeline = fetch_timeline(args.url, started, time.time())
         for path in write_plots(Path(args.plots), results, timeline, started):

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from shoal.bench.client import RequestResult
+from shoal.loadgen.client import RequestResult
 
 MARGIN_S = 5.0  # timeline kept before the first request and after the last
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from shoal.bench.datasets import BenchRequest
+from shoal.loadgen.datasets import BenchRequest
 
 
 @dataclass

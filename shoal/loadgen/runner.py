@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import httpx
 from tqdm import tqdm
 
-from shoal.bench.arrivals import arrival_gaps
-from shoal.bench.client import COMPLETIONS, RequestResult, send_request
-from shoal.bench.datasets import BenchRequest
+from shoal.loadgen.arrivals import arrival_gaps
+from shoal.loadgen.client import COMPLETIONS, RequestResult, send_request
+from shoal.loadgen.datasets import BenchRequest
 
 
 @dataclass(frozen=True)
