@@ -16,7 +16,7 @@ from typing import Any
 
 from shoal.engine_kinds import EngineSettings, adapter
 from shoal.operator.builders.gateway import gateway_image
-from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, fetched
+from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, shoal_reads_fetched
 from shoal.operator.builders.placement import container_env, core, pod_metadata, pod_placement
 from shoal.operator.builders.security import (
     SCRATCH_ENV,
@@ -48,7 +48,7 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         max_num_seqs=engine.max_num_seqs,
         kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
         gpus=engine.resources.gpus,
-        download_dir=CACHE_DIR if fetched(spec) and spec.engine.kind == "shoal" else None,
+        download_dir=CACHE_DIR if shoal_reads_fetched(spec) else None,
     )
 
 
@@ -126,9 +126,9 @@ def engine_deployment(
     """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here); ``images``:
     the operator's engine image per kind; another kind's model is fetched by the gateway's image."""
     images = images or {}
-    shoal = spec.engine.kind == "shoal"
-    fetcher = engine_image(spec, images) if shoal else gateway_image(spec, default_gateway_image)
-    init_containers, model_volumes, model_mounts = engine_model(spec, fetcher)
+    init_containers, model_volumes, model_mounts = engine_model(
+        spec, engine_image(spec, images), gateway_image(spec, default_gateway_image)
+    )
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, SCRATCH_VOLUME, *model_volumes]
     return {
         "apiVersion": "apps/v1",

@@ -105,9 +105,17 @@ def _fetch_container(
     return container
 
 
-def engine_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Objects, Objects]:
+def shoal_reads_fetched(spec: InferenceDeploymentSpec) -> bool:
+    """Whether the engine is Shoal's and takes the fetched source itself (with ``--download-dir``); another
+    kind is given the link its fetcher made."""
+    return fetched(spec) and spec.engine.kind == "shoal"
+
+
+def engine_model(
+    spec: InferenceDeploymentSpec, engine_image: str, gateway_image: str
+) -> tuple[Objects, Objects, Objects]:
     """The engine pod's (init containers, volumes, engine container mounts) for the model; the fetcher runs in
-    ``image``: the engine's when that is Shoal's, else the gateway's (Shoal's CLI)."""
+    the engine's image when that is Shoal's, else in the gateway's (Shoal's CLI)."""
     claim = _claim(spec)
     if claim is not None:
         return [], [claim[0]], [claim[1]]
@@ -115,12 +123,12 @@ def engine_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, Ob
         return [], [], []  # a bundled alias, or a path inside the image
     mount = {"name": CACHE_VOLUME, "mountPath": CACHE_DIR}
     args = ["--download-dir", CACHE_DIR, "--termination-message-path", TERMINATION_LOG]
-    if spec.engine.kind == "shoal":
-        init = _fetch_container(spec, FETCH_CONTAINER, image, args, [mount])
+    if shoal_reads_fetched(spec):
+        init = _fetch_container(spec, FETCH_CONTAINER, engine_image, args, [mount])
         init["imagePullPolicy"] = spec.engine.image_pull_policy
         return [init], [_cache_volume(spec)], [mount]
     link = {"name": LINK_VOLUME, "mountPath": LINK_DIR}
-    init = _fetch_container(spec, FETCH_CONTAINER, image, [*args, "--link", MODEL_LINK], [mount, link])
+    init = _fetch_container(spec, FETCH_CONTAINER, gateway_image, [*args, "--link", MODEL_LINK], [mount, link])
     volumes = [_cache_volume(spec), {"name": LINK_VOLUME, "emptyDir": {}}]
     return [init], volumes, [{**mount, "readOnly": True}, {**link, "readOnly": True}]
 
@@ -130,7 +138,7 @@ def engine_model_path(spec: InferenceDeploymentSpec) -> str:
     ``--download-dir``), other kinds the link their fetcher made."""
     if not fetched(spec):
         return local_path(spec)
-    return spec.model.source if spec.engine.kind == "shoal" else MODEL_LINK
+    return spec.model.source if shoal_reads_fetched(spec) else MODEL_LINK
 
 
 def gateway_tokenizer_settings(spec: InferenceDeploymentSpec) -> dict[str, str]:
