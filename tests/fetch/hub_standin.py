@@ -131,13 +131,22 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "EntryNotFound") if data is None else self._content(match[2], data, {})
         self._error(404)
 
-    def _info(self, name: str, revision: str) -> None:
+    def _commit(self, name: str, revision: str) -> tuple[Repo, str] | None:
+        """The repo and the commit ``revision`` names (a branch or a commit), or ``None`` once a 404 is sent."""
         repo = self._repo(name)
         if repo is None:
-            return
+            return None
         commit = repo.refs.get(revision, revision if revision in repo.files else None)
         if commit is None:
-            return self._error(404, "RevisionNotFound")
+            self._error(404, "RevisionNotFound")
+            return None
+        return repo, commit
+
+    def _info(self, name: str, revision: str) -> None:
+        found = self._commit(name, revision)
+        if found is None:
+            return
+        repo, commit = found
         siblings = []
         for filename, data in sorted(repo.files[commit].items()):
             sibling: dict[str, object] = {"rfilename": filename, "size": len(data), "blobId": git_blob_id(data)}
@@ -150,12 +159,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, body, {"Content-Type": "application/json"})
 
     def _resolve(self, name: str, revision: str, filename: str) -> None:
-        repo = self._repo(name)
-        if repo is None:
+        found = self._commit(name, revision)
+        if found is None:
             return
-        commit = repo.refs.get(revision, revision if revision in repo.files else None)
-        if commit is None:
-            return self._error(404, "RevisionNotFound")
+        repo, commit = found
         data = repo.files[commit].get(filename)
         if data is None:
             return self._error(404, "EntryNotFound")

@@ -14,6 +14,7 @@ import openai
 import pytest
 from gateway_harness import EngineProcess, GatewayHandle
 from support.polling import eventually
+from support.tool_schemas import TIME
 
 from shoal.gateway.response_homes import ResponseHomes
 from shoal.protocol.responses_api import ResponsesRequest
@@ -24,12 +25,6 @@ SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"kind": {"type": "string", "enum": ["cat", "dog"]}, "age": {"type": "integer", "maximum": 20}},
     "required": ["kind", "age"],
-    "additionalProperties": False,
-}
-TIME: dict[str, Any] = {
-    "type": "object",
-    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-    "required": ["zone"],
     "additionalProperties": False,
 }
 

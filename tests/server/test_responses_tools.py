@@ -20,7 +20,7 @@ import jsonschema
 import openai
 import pytest
 from serve_harness import TINY_MODEL_NAME, TOOLS_MODEL_NAME, ServeProcess
-from tool_schemas import SCHEMAS, TIME, WEATHER
+from support.tool_schemas import SCHEMAS, TIME, WEATHER
 
 from shoal.engine.core.outputs import RequestMetrics
 from shoal.engine.server import responses

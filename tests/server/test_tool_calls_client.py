@@ -20,7 +20,7 @@ import openai
 import pytest
 import transformers
 from serve_harness import TINY_MODEL_NAME, TOOLS_MODEL_NAME, ServeProcess
-from tool_schemas import SCHEMAS, TIME, WEATHER
+from support.tool_schemas import SCHEMAS, TIME, WEATHER
 
 from shoal.engine.server import chat
 from shoal.engine.tool_parsers import ToolParserSettings
