@@ -267,7 +267,9 @@ async def _events(generation: Generation, outcome: Outcome, formatter: Formatter
         outcome.status = "error"
         yield sse_event(internal_error().body())
         return
-    yield opening + formatter.closing(outcome)
+    closing = opening + formatter.closing(outcome)
+    finish(generation, outcome)  # before the last event: a client following up on it finds the response stored
+    yield closing
 
 
 async def _collect_unless_disconnected(request: Request, generation: Generation, outcome: Outcome) -> bool:
