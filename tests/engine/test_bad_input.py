@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from kv_invariants import assert_all_free
+from support.devices import TEST_DEVICE
 
 from shoal.engine.core import EngineConfig, EngineCore, InvalidRequestError, SamplingParams
 from shoal.model_registry import ModelNotFoundError
@@ -16,7 +17,14 @@ GOOD = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 @pytest.fixture(scope="module")
 def engine(tiny_llama_dir: Path) -> EngineCore:
     return EngineCore.from_config(
-        EngineConfig(model=str(tiny_llama_dir), dtype="float32", block_size=4, num_kv_blocks=32, max_model_len=40)
+        EngineConfig(
+            model=str(tiny_llama_dir),
+            dtype="float32",
+            block_size=4,
+            num_kv_blocks=32,
+            max_model_len=40,
+            device=TEST_DEVICE,
+        )
     )
 
 
@@ -100,23 +108,25 @@ def test_abort_frees_blocks_at_once_and_reports_abort(engine: EngineCore) -> Non
 
 def test_unknown_model_names_the_model() -> None:
     with pytest.raises(ModelNotFoundError, match="no-such-model"):
-        EngineCore.from_config(EngineConfig(model="no-such-model"))
+        EngineCore.from_config(EngineConfig(model="no-such-model", device=TEST_DEVICE))
 
 
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "gone.gguf"
     with pytest.raises(ModelNotFoundError, match=str(missing)):
-        EngineCore.from_config(EngineConfig(model=str(missing)))
+        EngineCore.from_config(EngineConfig(model=str(missing), device=TEST_DEVICE))
     incomplete = tmp_path / "incomplete"
     incomplete.mkdir()
     with pytest.raises(ModelNotFoundError, match=r"config.json"):
-        EngineCore.from_config(EngineConfig(model=str(incomplete)))
+        EngineCore.from_config(EngineConfig(model=str(incomplete), device=TEST_DEVICE))
 
 
 def test_engine_options_the_kernels_cannot_serve_name_the_option(tiny_llama_dir: Path) -> None:
     with pytest.raises(ValueError, match=r"block_size must be a power of two.*12"):
-        EngineConfig(model=str(tiny_llama_dir), block_size=12)
+        EngineConfig(model=str(tiny_llama_dir), block_size=12, device=TEST_DEVICE)
     with pytest.raises(ValueError, match="max_model_len 100000 exceeds the model's context length"):
         EngineCore.from_config(
-            EngineConfig(model=str(tiny_llama_dir), dtype="float32", num_kv_blocks=8, max_model_len=100000)
+            EngineConfig(
+                model=str(tiny_llama_dir), dtype="float32", num_kv_blocks=8, max_model_len=100000, device=TEST_DEVICE
+            )
         )

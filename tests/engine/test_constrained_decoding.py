@@ -20,6 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kv_invariants import assert_all_free
+from support.devices import TEST_DEVICE
 
 from shoal.engine import LLM, GrammarSpec, InvalidRequestError, SamplingParams
 from shoal.engine.core.token_bitmask import apply_bitmask
@@ -29,7 +30,14 @@ MAX_TOKENS = 300  # every schema below is bounded; its outputs here are far shor
 
 @pytest.fixture(scope="module")
 def llm(tiny_qwen2_dir: Path) -> LLM:
-    return LLM(str(tiny_qwen2_dir), dtype="float32", block_size=4, num_kv_blocks=256, max_num_batched_tokens=64)
+    return LLM(
+        str(tiny_qwen2_dir),
+        dtype="float32",
+        block_size=4,
+        num_kv_blocks=256,
+        max_num_batched_tokens=64,
+        device=TEST_DEVICE,
+    )
 
 
 def _schema(value: dict[str, Any]) -> GrammarSpec:
@@ -147,9 +155,9 @@ def test_preemption_keeps_each_matcher_where_its_tokens_are(tiny_qwen2_dir: Path
         SamplingParams(temperature=1.0, seed=s, max_tokens=60, structured_output=_schema(schema)) for s in range(4)
     ]
     prompts = ["Give me a record:"] * 4
-    roomy = LLM(str(tiny_qwen2_dir), dtype="float32", block_size=4, num_kv_blocks=256)
+    roomy = LLM(str(tiny_qwen2_dir), dtype="float32", block_size=4, num_kv_blocks=256, device=TEST_DEVICE)
     expected = [(o.token_ids, o.text) for o in roomy.generate(prompts, params)]
-    tight = LLM(str(tiny_qwen2_dir), dtype="float32", block_size=4, num_kv_blocks=24)
+    tight = LLM(str(tiny_qwen2_dir), dtype="float32", block_size=4, num_kv_blocks=24, device=TEST_DEVICE)
     got = [(o.token_ids, o.text) for o in tight.generate(prompts, params)]
     assert tight.engine.scheduler.num_preemptions > 0
     assert got == expected

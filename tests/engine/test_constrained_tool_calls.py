@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.devices import TEST_DEVICE
 from test_constrained_decoding import schemas
 
 from shoal.engine import LLM, SamplingParams
@@ -27,7 +28,14 @@ MAX_TOKENS = 300
 
 @pytest.fixture(scope="module")
 def llm(tiny_qwen2_dir: Path) -> LLM:
-    return LLM(str(tiny_qwen2_dir), dtype="float32", block_size=4, num_kv_blocks=256, max_num_batched_tokens=64)
+    return LLM(
+        str(tiny_qwen2_dir),
+        dtype="float32",
+        block_size=4,
+        num_kv_blocks=256,
+        max_num_batched_tokens=64,
+        device=TEST_DEVICE,
+    )
 
 
 def _request(tools: list[dict[str, Any]], tool_choice: Any, parallel: bool) -> ChatCompletionRequest:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kv_invariants import assert_all_free
+from support.devices import TEST_DEVICE
 from tiny_checkpoints import save_tokenizer, train_tokenizer
 
 from shoal.engine.core import EngineConfig, EngineCore, RequestOutput, SamplingParams
@@ -73,6 +74,7 @@ def build_engine(
         max_num_batched_tokens=budget,
         max_num_seqs=max_num_seqs,
         num_kv_blocks=num_blocks,
+        device=TEST_DEVICE,
     )
     model_config = ModelConfig(
         architecture="llama",

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from sentencepiece_reference import SentencePieceReference
+from support.devices import TEST_DEVICE
 from tiny_checkpoints import build_checkpoint, train_sentencepiece, write_gemma_gguf, write_llama_gguf
 
 from shoal.engine import LLM, SamplingParams
@@ -264,7 +265,9 @@ def test_a_sentencepiece_llama_gguf_serves_prompts_end_to_end(sp: SentencePieceR
     hf_dir = build_checkpoint(
         tmp_path / "hf", "llama", seed=9, vocab_size=sp.vocab_size(), bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id()
     )
-    llm = LLM(str(write_llama_gguf(hf_dir, tmp_path / "spm.gguf", sentencepiece=sp)), dtype="float32")
+    llm = LLM(
+        str(write_llama_gguf(hf_dir, tmp_path / "spm.gguf", sentencepiece=sp)), dtype="float32", device=TEST_DEVICE
+    )
     greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 
     prompt = "The capital of France is  🦜"

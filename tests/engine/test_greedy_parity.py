@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from kv_invariants import assert_all_free
+from support.devices import TEST_DEVICE
 
 from shoal.engine.core import EngineConfig, EngineCore, SamplingParams
 
@@ -92,6 +93,7 @@ def test_tiny_models_match_transformers_under_chunking_prefix_hits_and_preemptio
             # the windowed model releases blocks behind its window, so it needs a smaller cache to preempt
             num_kv_blocks=14 if checkpoint == "tiny_mistral_window_dir" else 28,
             seed=0,
+            device=TEST_DEVICE,
         )
     )
     prompts = _prompts(engine.model_config.vocab_size, seed=len(checkpoint))
@@ -118,6 +120,7 @@ def test_a_windowed_model_runs_requests_its_cache_could_not_hold_whole(tiny_mist
             max_num_batched_tokens=8,
             num_kv_blocks=14,
             seed=0,
+            device=TEST_DEVICE,
         )
     )
     rng = random.Random(3)
@@ -141,6 +144,7 @@ def test_smollm2_matches_transformers_on_the_bundled_gguf(smollm2_hf_model: torc
             max_num_batched_tokens=24,
             num_kv_blocks=5,
             seed=0,
+            device=TEST_DEVICE,
         )
     )
     preamble = "You are a helpful assistant who answers questions about the geography and history of Europe. "

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.devices import TEST_DEVICE
 
 from shoal.engine import LLM
 from shoal.engine.core.engine_config import EngineConfig
@@ -38,7 +39,7 @@ def test_bytes_per_block_matches_the_allocated_cache(dtype: torch.dtype) -> None
 
 
 def engine(**options: object) -> EngineConfig:
-    return EngineConfig(model="unused", block_size=16, **options)  # type: ignore[arg-type]
+    return EngineConfig(model="unused", block_size=16, **options, device=TEST_DEVICE)  # type: ignore[arg-type]
 
 
 def test_the_default_budget_holds_the_models_context_and_says_how_many_fit() -> None:
@@ -74,7 +75,7 @@ def test_an_explicit_length_the_cache_cannot_hold_is_an_error_naming_both_number
 
 def test_the_engine_logs_its_budget_at_start_up(tiny_llama_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("INFO", logger="shoal.engine.core.engine_core"):
-        LLM(str(tiny_llama_dir), dtype="float32", num_kv_blocks=8, block_size=16)
+        LLM(str(tiny_llama_dir), dtype="float32", num_kv_blocks=8, block_size=16, device=TEST_DEVICE)
     lines = [r.getMessage() for r in caplog.records if r.name == "shoal.engine.core.engine_core"]
     assert "kv cache 8 blocks of 16 tokens = 128 tokens" in lines[0] and "max_model_len 128" in lines[0]
     assert lines[1].startswith("max_model_len cut from the model's context length 256 to the 128 tokens")

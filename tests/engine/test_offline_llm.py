@@ -6,13 +6,21 @@ from pathlib import Path
 
 import pytest
 from kv_invariants import assert_all_free
+from support.devices import TEST_DEVICE
 
 from shoal.engine import LLM, InvalidRequestError, SamplingParams
 
 
 @pytest.fixture(scope="module")
 def llm(tiny_qwen2_dir: Path) -> LLM:
-    return LLM(str(tiny_qwen2_dir), dtype="float32", block_size=4, num_kv_blocks=64, max_num_batched_tokens=32)
+    return LLM(
+        str(tiny_qwen2_dir),
+        dtype="float32",
+        block_size=4,
+        num_kv_blocks=64,
+        max_num_batched_tokens=32,
+        device=TEST_DEVICE,
+    )
 
 
 def test_generate_takes_strings_and_token_ids_with_params_per_prompt(llm: LLM) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from gguf.quants import dequantize, quantize
+from support.devices import TEST_DEVICE
 from tiny_checkpoints import write_llama_gguf
 
 from shoal.engine import LLM, SamplingParams
@@ -188,7 +189,7 @@ def test_without_a_compiler_the_engine_warns_once_per_kernel_and_serves_on_torch
     backend._paged_attention.cache_clear()
     try:
         with caplog.at_level("INFO", logger=choice.__name__):
-            llm = LLM(str(tiny_q4_gguf), dtype="bfloat16", num_kv_blocks=16)
+            llm = LLM(str(tiny_q4_gguf), dtype="bfloat16", num_kv_blocks=16, device=TEST_DEVICE)
         (out,) = llm.generate([list(range(3, 20))], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
     finally:
         choice._loaded.cache_clear()
@@ -222,7 +223,7 @@ def test_the_start_up_log_names_the_kernel_and_a_bad_choice_is_refused(
 
 
 def test_auto_quantization_serves_a_q4_gguf_as_int4_in_bf16(tiny_q4_gguf: Path) -> None:
-    llm = LLM(str(tiny_q4_gguf), dtype="bfloat16", num_kv_blocks=16)
+    llm = LLM(str(tiny_q4_gguf), dtype="bfloat16", num_kv_blocks=16, device=TEST_DEVICE)
     assert llm.engine.quantization == "int4"
     (out,) = llm.generate([list(range(3, 20))], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
     assert len(out.token_ids) == 6
@@ -233,7 +234,7 @@ def test_float32_the_dtype_of_cpus_without_native_bf16_gets_int4_on_the_c_kernel
 ) -> None:
     """An AVX2-only CPU's default dtype: 4-bit weights where the C kernel serves, dense on torch's kernel."""
     path = write_llama_gguf(tiny_gqa_llama_dir, tmp_path / "tiny.gguf", quantize="Q4_1", embedding="Q8_0")
-    llm = LLM(str(path), dtype="float32", num_kv_blocks=16)
+    llm = LLM(str(path), dtype="float32", num_kv_blocks=16, device=TEST_DEVICE)
     if small_kernel == "torch":  # torch's int4 kernel is 10-100x slower with float32 activations: not chosen
         assert llm.engine.quantization == "none"
         return
@@ -259,7 +260,7 @@ def test_int4_needs_input_sizes_in_whole_groups() -> None:
 
 @pytest.mark.slow
 def test_smollm2_int4_answers_paris_close_to_its_dequantized_self(smollm2_tokenizer) -> None:
-    llm = LLM("smollm2-135m", dtype="bfloat16", quantization="int4", num_kv_blocks=64)
+    llm = LLM("smollm2-135m", dtype="bfloat16", quantization="int4", num_kv_blocks=64, device=TEST_DEVICE)
     params = SamplingParams(max_tokens=8, temperature=0.0)
     (plain,) = llm.generate("The capital of France is", params)
     assert plain.text.startswith(" Paris"), plain.text

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kv_invariants import assert_all_free
+from support.devices import TEST_DEVICE
 
 from shoal.engine.core import EngineConfig, EngineCore, SamplingParams
 from shoal.engine.core.request import Request, RequestStatus
@@ -145,7 +146,7 @@ def test_top_k_one_is_greedy_even_when_sampling() -> None:
 @pytest.fixture(scope="module")
 def engine(tiny_gqa_llama_dir: Path) -> EngineCore:
     return EngineCore.from_config(
-        EngineConfig(model=str(tiny_gqa_llama_dir), dtype="float32", block_size=4, num_kv_blocks=64)
+        EngineConfig(model=str(tiny_gqa_llama_dir), dtype="float32", block_size=4, num_kv_blocks=64, device=TEST_DEVICE)
     )
 
 

@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from support.devices import TEST_DEVICE
 
 from shoal.engine.core import EngineConfig, EngineCore, SamplingParams
 from shoal.engine.core.scheduler import SchedulerOutput
@@ -21,7 +22,9 @@ from shoal.protocol.errors import APIError
 
 def _core_whose_step_fails(model_dir: Path) -> EngineCore:
     core = EngineCore.from_config(
-        EngineConfig(model=str(model_dir), dtype="float32", block_size=4, num_kv_blocks=32, max_model_len=40)
+        EngineConfig(
+            model=str(model_dir), dtype="float32", block_size=4, num_kv_blocks=32, max_model_len=40, device=TEST_DEVICE
+        )
     )
 
     def execute(batch: SchedulerOutput) -> tuple[dict[str, int], dict]:

@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.devices import TEST_DEVICE
 
 from shoal.engine import LLM, SamplingParams
 from shoal.engine.core.step_threads import MAX_PROBE_INTERVAL, PROBE_INTERVAL, PROBE_STEPS, StepThreads
@@ -127,7 +128,7 @@ def test_steady_times_settle_on_the_faster_count(fast: float, ratio: float, fast
 
 def test_the_model_runner_applies_the_policy_and_times_both_counts(tiny_llama_dir: Path) -> None:
     """A real engine: steps alternate between the counts as probed, the tokens are unchanged."""
-    llm = LLM(str(tiny_llama_dir), dtype="float32", num_kv_blocks=64)
+    llm = LLM(str(tiny_llama_dir), dtype="float32", num_kv_blocks=64, device=TEST_DEVICE)
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     plain = llm.generate([[5, 9, 40, 7, 100]], params)[0].token_ids
     policy = TimedSteps(cores=2, probe_interval=2, probe_steps=3)

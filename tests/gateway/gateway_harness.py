@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from support.devices import TEST_DEVICE
 from support.polling import eventually
 
 from shoal.gateway.app import create_app
@@ -92,8 +93,10 @@ def make_gateway(
 
 
 class EngineProcess(LocalProcess):
-    """A real ``shoal serve`` process on a free port; its log stays in ``log_path`` for failing tests."""
+    """A real ``shoal serve`` process on a free port, on the suite's ``TEST_DEVICE``; its log stays in
+    ``log_path`` for failing tests."""
 
     def __init__(self, model: str, log_path: Path, served_name: str = "tiny", *extra: str) -> None:
         argv = shoal_command("serve", "--model", model, "--served-model-name", served_name, "--log-level", "warning")
+        argv += ["--device", TEST_DEVICE]
         super().__init__([*argv, *extra], log_path)

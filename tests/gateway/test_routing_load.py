@@ -11,6 +11,7 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.devices import TEST_DEVICE
 from support.polling import eventually
 
 from shoal.engine.core.engine_config import EngineConfig
@@ -242,7 +243,7 @@ def test_leases_charge_what_is_outstanding_and_give_it_all_back(script, block_si
 
 
 def test_real_engines_announce_their_capacity_to_the_gateway(engines, gateways) -> None:
-    defaults = EngineConfig(model="unused")
+    defaults = EngineConfig(model="unused", device=TEST_DEVICE)
     card = httpx.get(engines[0].url + "/v1/models").json()["data"][0]
     assert (card["max_num_batched_tokens"], card["max_num_seqs"]) == (
         defaults.max_num_batched_tokens,

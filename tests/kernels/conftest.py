@@ -1,10 +1,10 @@
-"""Fixtures for the kernel tests: the two backends and random paged batches.
+"""Fixtures for the kernel tests: the two backends and random paged batches, on the lane's device.
 
-The Triton kernels run on Triton's CPU interpreter, GPU or not, so the suite proves the same thing everywhere
-(``bench/kernels.py`` checks the compiled kernels against the reference on a GPU). Triton picks
-compile-or-interpret when a kernel is decorated, i.e. when ``shoal.kernels.triton`` is first imported, so the
-variable is set here, at collection time, before any test module imports the kernels (only
-``get_ops("triton")`` imports them).
+Without a CUDA GPU the Triton kernels run on Triton's CPU interpreter; with one they run compiled, against the
+same torch reference (``kernel_lane.py``). Triton picks compile-or-interpret when a kernel is decorated, i.e. when
+``shoal.kernels.triton`` is first imported, so the variable is set here, at collection time, before any test
+module imports the kernels (only ``get_ops("triton")`` imports them) -- and only on a host without a GPU, so a GPU
+host's engine tests (``tests/engine/test_cuda_path.py``) get compiled kernels in the same run.
 """
 
 from __future__ import annotations
@@ -15,13 +15,16 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from kernel_lane import KERNEL_DEVICE, ON_GPU, on_device
 
-os.environ["TRITON_INTERPRET"] = "1"
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"
 
 from shoal.kernels import AttentionMetadata, KernelOps, TorchOps, get_ops
 
-# atol per dtype for outputs of magnitude ~1: fp16 keeps 11 bits, and attention casts probabilities to fp16.
-ATOL = {torch.float32: 2e-5, torch.float16: 4e-3}
+# atol per dtype for outputs of magnitude ~1: fp16 keeps 11 bits, and attention casts probabilities to fp16;
+# bf16 keeps 8, and the kernel and the reference round at different points (compiled only).
+ATOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
 
 
 def assert_matches(out: torch.Tensor, expected: torch.Tensor) -> None:
@@ -48,7 +51,7 @@ def close() -> Callable[[torch.Tensor, torch.Tensor], None]:
 
 @pytest.fixture(scope="session")
 def triton_ops() -> KernelOps:
-    return get_ops("triton")
+    return get_ops("triton", device=KERNEL_DEVICE)
 
 
 @pytest.fixture(scope="session")
@@ -75,20 +78,20 @@ def paged_batch() -> Callable[..., PagedBatch]:
         num_blocks: int = 256,
         seed: int = 0,
     ) -> PagedBatch:
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)  # a CPU generator: the same batch on every device
         needed = [(s + block_size - 1) // block_size for s in seq_lens]
-        pool = torch.randperm(num_blocks // 2, generator=gen) + num_blocks - num_blocks // 2
+        pool = torch.randperm(num_blocks // 2, generator=gen, device="cpu") + num_blocks - num_blocks // 2
         tables, used = [], 0
         for n in needed:
             tables.append(pool[used : used + n].tolist())
             used += n
-        meta = AttentionMetadata.build(query_lens, seq_lens, tables, block_size)
+        meta = AttentionMetadata.build(query_lens, seq_lens, tables, block_size, device=KERNEL_DEVICE)
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        k_cache = torch.randn(shape, generator=gen).to(dtype)
-        v_cache = torch.randn(shape, generator=gen).to(dtype)
+        k_cache = on_device(torch.randn(shape, generator=gen, device="cpu").to(dtype))
+        v_cache = on_device(torch.randn(shape, generator=gen, device="cpu").to(dtype))
         # queries as a strided view of a fused projection, as the model produces them
-        fused = torch.randn(sum(query_lens), num_heads + 2 * num_kv_heads, head_dim, generator=gen)
-        query = fused.to(dtype)[:, :num_heads]
+        fused = torch.randn(sum(query_lens), num_heads + 2 * num_kv_heads, head_dim, generator=gen, device="cpu")
+        query = on_device(fused.to(dtype))[:, :num_heads]
         return PagedBatch(query, k_cache, v_cache, meta, head_dim**-0.5)
 
     return build

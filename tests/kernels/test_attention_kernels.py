@@ -1,15 +1,14 @@
-"""Paged decode and prefill attention kernels against the torch reference, under the interpreter on CPU."""
+"""Paged decode and prefill attention kernels against the torch reference, in the kernel lane (``kernel_lane.py``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from kernel_lane import DTYPES, KERNEL_DEVICE, LANE
 
 from shoal.kernels import AttentionMetadata
 
-pytestmark = pytest.mark.interpret
-
-DTYPES = [torch.float32, torch.float16]
+pytestmark = LANE
 # (num_heads, num_kv_heads, head_dim): GQA ratios 1, 3 and 4, head dims 64 and 128
 HEADS = [(4, 4, 64), (6, 2, 128), (8, 2, 64)]
 # a 1-token sequence, one exactly full block, a partial last block, several 64-token tiles
@@ -84,14 +83,14 @@ def test_ops_attention_picks_a_kernel_and_matches_reference(
 def test_ops_attention_reads_nothing_past_a_sequence(paged_batch, triton_ops):
     """Garbage (NaN) in every cache slot a sequence does not own must not reach its output."""
     b = paged_batch([1, 4], [20, 20], 4, 2, 64, torch.float32)
-    owned = torch.zeros(b.k_cache.shape[:2], dtype=torch.bool)
+    owned = torch.zeros(b.k_cache.shape[:2], dtype=torch.bool, device=KERNEL_DEVICE)
     for s, n in enumerate(b.meta.seq_lens.tolist()):
         for p in range(n):
             owned[b.meta.block_tables[s, p // 16], p % 16] = True
     k_cache, v_cache = b.k_cache.clone(), b.v_cache.clone()
     k_cache[~owned] = float("nan")
     v_cache[~owned] = float("nan")
-    decode = AttentionMetadata.build([1], [20], [b.meta.block_tables[0, :2].tolist()], 16)
+    decode = AttentionMetadata.build([1], [20], [b.meta.block_tables[0, :2].tolist()], 16, device=KERNEL_DEVICE)
 
     assert torch.isfinite(triton_ops.attention(b.query, k_cache, v_cache, b.meta, b.scale)).all()
     assert torch.isfinite(triton_ops.attention(b.query[:1], k_cache, v_cache, decode, b.scale)).all()
@@ -107,8 +106,8 @@ def test_choose_num_splits_fills_the_gpu_only_for_long_contexts():
 
 
 def test_empty_batch_gives_empty_output(triton_ops, torch_ops):
-    meta = AttentionMetadata.build([], [], [], 16)
-    query, k_cache = torch.zeros(0, 4, 64), torch.zeros(4, 16, 2, 64)
+    meta = AttentionMetadata.build([], [], [], 16, device=KERNEL_DEVICE)
+    query, k_cache = torch.zeros(0, 4, 64, device=KERNEL_DEVICE), torch.zeros(4, 16, 2, 64, device=KERNEL_DEVICE)
 
     for ops in (triton_ops, torch_ops):
         assert ops.attention(query, k_cache, k_cache.clone(), meta, 0.1).shape == (0, 4, 64)

@@ -11,8 +11,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kernel_lane import LANE
 
-pytestmark = [pytest.mark.interpret, pytest.mark.timeout(300)]
+pytestmark = [*LANE, pytest.mark.timeout(300)]
 
 sequence = st.tuples(st.integers(0, 70), st.integers(1, 40))  # (cached context, new tokens)
 

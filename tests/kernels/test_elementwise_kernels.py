@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_lane import DTYPES, LANE, on_device
 
-pytestmark = pytest.mark.interpret
-
-DTYPES = [torch.float32, torch.float16]
+pytestmark = LANE
 
 
 def _randn(*shape: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    return on_device(torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -49,8 +48,8 @@ def test_rotary_rotates_query_and_key_in_place(
 ):
     fused = _randn(6, num_heads + 2 * num_kv_heads, head_dim, dtype=dtype)
     query, key = fused[:, :num_heads], fused[:, num_heads : num_heads + num_kv_heads]
-    positions = torch.tensor([0, 1, 5, 1023, 77, 300])
-    cache = _cos_sin_cache(1024, rotary_dim)
+    positions = on_device(torch.tensor([0, 1, 5, 1023, 77, 300]))
+    cache = on_device(_cos_sin_cache(1024, rotary_dim))
     expected_q, expected_k = torch_ops.rotary(positions, query.clone(), key.clone(), cache)
     untouched = fused[:, num_heads + num_kv_heads :].clone()
 

@@ -1,4 +1,5 @@
-"""The whole engine on its Triton path (interpreted on CPU) generates exactly the torch path's greedy tokens.
+"""The whole engine on its Triton path (interpreted on CPU, compiled on a GPU host) generates exactly the torch
+path's greedy tokens.
 
 Prompts of different lengths share the batch, with a block size small enough that sequences span several
 blocks and a token budget small enough to chunk the longest prompt, so prefill, chunked prefill, mixed and
@@ -16,8 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from kernel_lane import KERNEL_DEVICE, LANE
 
-pytestmark = [pytest.mark.interpret, pytest.mark.timeout(300)]
+pytestmark = [*LANE, pytest.mark.timeout(300)]
 
 ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
 
@@ -66,6 +68,7 @@ def _greedy(model_dir: Path, backend: str) -> tuple[list[list[int]], int]:
         block_size=4,
         max_num_batched_tokens=16,
         num_kv_blocks=64,
+        device=KERNEL_DEVICE,
     )
     prompts = [
         [5, 17, 99, 3, 42, 8, 250, 61, 7, 13, 120, 33, 2, 90, 11, 64, 30, 18, 77],  # chunked: over 16 tokens

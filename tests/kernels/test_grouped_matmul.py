@@ -1,4 +1,4 @@
-"""The mixture of experts' grouped matmul (Triton, interpreted) against the torch reference's matmul per expert.
+"""The mixture of experts' grouped matmul (Triton, in the kernel lane) against the torch reference's matmul per expert.
 
 Runs of rows that fill several ``BLOCK_M`` tiles and runs of one row, experts nobody chose (a count of 0, first,
 last and between), output and input sizes that are no multiple of the kernel's blocks; then a whole MoE block
@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_lane import DTYPES, KERNEL_DEVICE, LANE, interpreter_only, on_device
 
 from shoal.engine.model.moe import SparseMoE
 from shoal.engine.model_config import ModelConfig, MoeConfig
 
-pytestmark = pytest.mark.interpret
+pytestmark = LANE
 
 
 def _randn(*shape: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    return on_device(torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(
     ("counts", "n", "k"),
     [
@@ -36,6 +37,7 @@ def test_grouped_matmul_matches_a_matmul_per_expert(triton_ops, torch_ops, close
     close(triton_ops.grouped_matmul(rows, weight, counts), torch_ops.grouped_matmul(rows, weight, counts))
 
 
+@interpreter_only
 def test_bf16_operands_go_through_fp32_under_the_interpreter(triton_ops, torch_ops):
     """The interpreter would multiply bf16 as raw bits; upcast, the products equal the reference's within the
     last bf16 bit (the interpreter truncates the final fp32 -> bf16 cast where torch rounds)."""
@@ -67,6 +69,7 @@ def test_a_moe_block_on_triton_equals_the_torch_one(triton_ops, torch_ops):
         for param in on_torch.parameters():
             param.copy_(_randn(*param.shape, dtype=torch.float32, seed=param.numel()) * 0.3)
     on_triton.load_state_dict(on_torch.state_dict())
+    on_torch, on_triton = on_torch.to(KERNEL_DEVICE), on_triton.to(KERNEL_DEVICE)
     hidden = _randn(23, 64, dtype=torch.float32, seed=5)
     with torch.inference_mode():
         expected, got = on_torch.forward(hidden), on_triton.forward(hidden)
@@ -84,4 +87,6 @@ def test_a_moe_block_on_triton_equals_the_torch_one(triton_ops, torch_ops):
 )
 def test_grouped_matmul_rejects_bad_input(triton_ops, rows, weight, counts, message):
     with pytest.raises(ValueError, match=message):
-        triton_ops.grouped_matmul(torch.zeros(rows), torch.zeros(weight), counts)
+        triton_ops.grouped_matmul(
+            torch.zeros(rows, device=KERNEL_DEVICE), torch.zeros(weight, device=KERNEL_DEVICE), counts
+        )

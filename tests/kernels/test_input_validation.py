@@ -5,17 +5,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
+from kernel_lane import KERNEL_DEVICE, LANE
 
 from shoal.kernels import AttentionMetadata
 
-pytestmark = pytest.mark.interpret
+pytestmark = LANE
+
+
+@pytest.fixture(autouse=True)
+def _tensors_on_the_lane_device() -> Iterator[None]:
+    """The checks below build their tensors with torch's defaults: those land on the lane's device."""
+    with torch.device(KERNEL_DEVICE):
+        yield
 
 
 def _attention_inputs(num_heads=4, num_kv_heads=2, head_dim=64, block_size=16, dtype=torch.float32):
-    meta = AttentionMetadata.build([3, 1], [3, 20], [[5], [2, 7]], block_size)
+    meta = AttentionMetadata.build([3, 1], [3, 20], [[5], [2, 7]], block_size, device=KERNEL_DEVICE)
     k_cache = torch.zeros(8, block_size, num_kv_heads, head_dim, dtype=dtype)
     query = torch.zeros(4, num_heads, head_dim, dtype=dtype)
     return query, k_cache, k_cache.clone(), meta

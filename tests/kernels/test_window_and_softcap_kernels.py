@@ -1,5 +1,5 @@
 """Sliding windows and soft-capped scores in the Triton decode and prefill kernels, against the torch reference,
-under the interpreter on CPU.
+in the kernel lane (``kernel_lane.py``: interpreted on a CPU host, compiled on a GPU one).
 
 The reference runs on the same inputs widened to fp32. fp32 outputs must agree to fp32 sums' order; fp16 to the
 rounding of the probabilities fed to the second product; bf16 to one bf16 step (2^-7 relative: the interpreter
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_lane import KERNEL_DEVICE, LANE
 
 from shoal.kernels import AttentionMetadata
 
-pytestmark = pytest.mark.interpret
+pytestmark = LANE
 
 TOLERANCE = {torch.float32: (2e-5, 1e-5), torch.float16: (4e-3, 1e-2), torch.bfloat16: (4e-3, 1e-2)}  # atol, rtol
 # decodes over: 1 token, a full block, a partial block, several 32-token tiles, enough tiles for every split
@@ -100,7 +101,7 @@ def test_windowed_kernels_read_nothing_before_the_window(paged_batch, triton_ops
     neither read those positions nor let a tile with nothing visible to a row poison that row."""
     b = paged_batch([1, 1, 70, 7], [90, 300, 150, 40], 8, 2, 64, torch.float32, block_size=16)
     clean = triton_ops.attention(b.query, b.k_cache, b.v_cache, b.meta, b.scale, window)
-    decode = AttentionMetadata.build([1, 1], [90, 300], b.meta.block_tables[:2].tolist(), 16)
+    decode = AttentionMetadata.build([1, 1], [90, 300], b.meta.block_tables[:2].tolist(), 16, device=KERNEL_DEVICE)
     clean_decode = triton_ops.attention(b.query[:2], b.k_cache, b.v_cache, decode, b.scale, window)
     k_cache, v_cache = b.k_cache.clone(), b.v_cache.clone()
     query_lens = b.meta.query_start_loc.diff().tolist()

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from support.devices import TEST_DEVICE
+
 from shoal.local import LocalProcess, shoal_command
 
 ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
@@ -36,7 +38,10 @@ def build_tools_model(directory: Path) -> Path:
 
 
 class ServeProcess(LocalProcess):
-    """One ``shoal serve`` subprocess serving ``name``; its output goes to ``log_path`` for post-mortems."""
+    """One ``shoal serve`` subprocess serving ``name``; its output goes to ``log_path`` for post-mortems.
+
+    It runs on ``device`` (the suite's ``TEST_DEVICE`` unless given; ``None`` leaves the choice to the server),
+    before ``extra_args``, so a test's own ``--device`` wins."""
 
     def __init__(
         self,
@@ -45,9 +50,11 @@ class ServeProcess(LocalProcess):
         *extra_args: str,
         name: str = TINY_MODEL_NAME,
         env: dict[str, str] | None = None,
+        device: str | None = TEST_DEVICE,
     ) -> None:
         self.model_name = name
         argv = shoal_command("serve", "--model", str(model), "--served-model-name", name, "--host", "127.0.0.1")
+        argv += ["--device", device] if device else []
         super().__init__([*argv, *extra_args], log_path, env=env)
 
 

@@ -35,7 +35,8 @@ def test_impossible_hardware_options_exit_naming_the_option(
 @pytest.mark.timeout(300)
 def test_chosen_hardware_is_logged_and_too_many_threads_warn(tmp_path: Path, tiny_model_dir: Path) -> None:
     cores = len(os.sched_getaffinity(0))
-    server = ServeProcess(tiny_model_dir, tmp_path / "serve.log", "--threads", str(cores + 1), env=NO_GPU)
+    # the device left to the server (no --device): hidden GPUs, it must choose the CPU and say why
+    server = ServeProcess(tiny_model_dir, tmp_path / "serve.log", "--threads", str(cores + 1), env=NO_GPU, device=None)
     try:
         server.wait_ready()
         log = server.log()
