@@ -9,7 +9,7 @@ PIP := $(VENV)/bin/pip
 SHOAL_CACHE ?= $(HOME)/.cache/shoal
 export SHOAL_CACHE
 
-.PHONY: install demo test test-vllm test-fast lint clean
+.PHONY: install demo test test-gpu test-vllm test-fast lint clean
 .DEFAULT_GOAL := demo
 
 # The venv is rebuilt when pyproject.toml changes; pip's own cache keeps torch between rebuilds. SentencePiece, the
@@ -44,6 +44,13 @@ lint: install
 
 test: install system-deps kube-testbin moto peers lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The GPU lane: every test marked gpu (compiled Triton kernels in fp32, fp16 and bf16 against the torch reference,
+# the engine on CUDA against the CPU's tokens, a request served with --device cuda). Run it on a machine with a CUDA
+# GPU; elsewhere each test is skipped with the reason. No control plane, S3 stand-in or vLLM peer: none of them is
+# a gpu test's.
+test-gpu: install system-deps
+	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
 
 # Only the tests against real vLLM servers (tests/local/test_foreign_engines.py; make test runs them too).
 test-vllm: install system-deps vllm-peer

@@ -10,13 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.devices import needs_gpu
 
 from shoal.engine import LLM, SamplingParams
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is false)"),
-]
+pytestmark = needs_gpu
 
 PROMPTS = [list(range(3, 40)), [7, 9, 11, 200, 5, 5, 80], list(range(100, 164))]
 
