@@ -51,23 +51,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     os.environ["SHOAL_CPU_KERNEL"] = args.kernel
 
-    from shoal.engine import LLM, SamplingParams
+    from shoal.engine import LLM
 
     llm = LLM(args.model, dtype=args.dtype, quantization=args.quantization, max_num_seqs=max(args.batch, 1))
     engine = llm.engine
-    params = SamplingParams(temperature=0.0, max_tokens=args.steps * 2 + 20, ignore_eos=True)
-    for i in range(args.batch):
-        engine.add_request(f"r{i}", [100 + i, *range(200, 199 + args.prompt_len)], params)
-    while (
-        any(r.num_computed_tokens < r.num_prompt_tokens for r in engine.scheduler.running) or engine.scheduler.waiting
-    ):
-        engine.step()  # prefills
-    for _ in range(5):  # warm-up decodes
-        engine.step()
-    cpu, wall = time.process_time(), time.perf_counter()
-    for _ in range(args.steps):
-        engine.step()
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    cpu, wall = time_decode_steps(engine, args.batch, args.prompt_len, args.steps)
     report = {
         "cpu": cpu_info().summary(),
         "torch": f"{torch.__version__}, {args.threads} threads",
@@ -95,6 +83,31 @@ def main() -> None:
         report["profiled_matmul_ms_per_step"] = round(matmul / args.steps / 1e3, 2)
         report["profiled_matmul_share"] = round(matmul / total, 3) if total else None
     print(json.dumps(report, indent=2))
+
+
+def time_decode_steps(engine: Any, batch: int, prompt_len: int, steps: int) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of ``steps`` engine steps that each decode one token for each of ``batch``
+    requests (distinct prompts of ``prompt_len`` tokens, prefilled and warmed up first). A step returns its tokens
+    to the host, so on a GPU its wall time includes the device's work. Also ``bench/gpu_step.py``'s decode step."""
+    from shoal.engine import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=steps * 2 + 20, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(f"r{i}", [100 + i, *range(200, 199 + prompt_len)], params)
+    while (
+        any(r.num_computed_tokens < r.num_prompt_tokens for r in engine.scheduler.running) or engine.scheduler.waiting
+    ):
+        engine.step()  # prefills
+    for _ in range(5):  # warm-up decodes
+        engine.step()
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    engine.abort(f"r{i}" for i in range(batch))  # the engine is left empty for whatever runs next
+    while engine.has_unfinished():
+        engine.step()  # reports the aborts
+    return cpu, wall
 
 
 def _label_c_kernel_calls() -> None:

@@ -115,61 +115,100 @@ def max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale, windo
     return float((ours.float() - expected.float()).abs().max())
 
 
-def bench_decode(shapes: Shapes, dtype, device: str, repeats: int, peak: float | None) -> list[str]:
+@dataclass
+class DecodeFigures:
+    """One decode batch: the kernel against the reference and a same-size copy (seconds, bytes moved)."""
+
+    max_err: float
+    seconds: float
+    reference_seconds: float
+    copy_seconds: float
+    moved_bytes: int
+
+    @property
+    def gbps(self) -> float:
+        return self.moved_bytes / self.seconds / 1e9
+
+
+@dataclass
+class PrefillFigures:
+    """One prefill batch: the kernel against the reference and SDPA's flash attention on dense tensors."""
+
+    max_err: float
+    seconds: float
+    reference_seconds: float
+    sdpa_seconds: float
+    flops: float
+
+
+def measure_decode(shapes: Shapes, num_seqs: int, context: int, dtype, device: str, repeats: int) -> DecodeFigures:
+    """``num_seqs`` decodes over ``context`` tokens each; bytes moved are the caches read and the queries."""
     import torch
 
     from shoal.kernels import TorchOps, get_ops
 
     triton_ops, torch_ops = get_ops("triton", device), TorchOps()
-    rows = [
-        "| seqs x context | max err | Triton µs | GB/s | vs copy | vs peak | torch ref µs | speed-up |",
-        "|---" * 8 + "|",
-    ]
-    for num_seqs, context in shapes.decode:
-        query, k_cache, v_cache, meta = paged_batch(shapes, [1] * num_seqs, [context] * num_seqs, dtype, device)
-        scale = shapes.head_dim**-0.5
-        err = max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale)
-        ours = timed(partial(triton_ops.attention, query, k_cache, v_cache, meta, scale), device, repeats)
-        ref = timed(partial(torch_ops.attention, query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
-        moved = 2 * k_cache.numel() * k_cache.element_size() + 2 * query.numel() * query.element_size()
-        flat = torch.empty(moved // 2, dtype=torch.uint8, device=device)
-        copy = timed(flat.clone, device, repeats)  # reads and writes moved/2 bytes: moved in all
-        gbps = moved / ours / 1e9
-        vs_peak = f"{gbps / peak:.0%}" if peak else "n/a"
-        rows.append(
-            f"| {num_seqs} x {context} | {err:.1e} | {ours * 1e6:.1f} | {gbps:.0f} | {copy / ours:.0%} | {vs_peak} | "
-            f"{ref * 1e6:.1f} | {ref / ours:.1f}x |"
-        )
-    return rows
+    query, k_cache, v_cache, meta = paged_batch(shapes, [1] * num_seqs, [context] * num_seqs, dtype, device)
+    scale = shapes.head_dim**-0.5
+    err = max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale)
+    ours = timed(partial(triton_ops.attention, query, k_cache, v_cache, meta, scale), device, repeats)
+    ref = timed(partial(torch_ops.attention, query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
+    moved = 2 * k_cache.numel() * k_cache.element_size() + 2 * query.numel() * query.element_size()
+    flat = torch.empty(moved // 2, dtype=torch.uint8, device=device)
+    copy = timed(flat.clone, device, repeats)  # reads and writes moved/2 bytes: moved in all
+    return DecodeFigures(err, ours, ref, copy, moved)
 
 
-def bench_prefill(shapes: Shapes, dtype, device: str, repeats: int) -> list[str]:
+def measure_prefill(shapes: Shapes, num_seqs: int, length: int, dtype, device: str, repeats: int) -> PrefillFigures:
+    """``num_seqs`` whole causal prompts of ``length`` tokens."""
     import torch
     import torch.nn.functional as F
 
     from shoal.kernels import TorchOps, get_ops
 
     triton_ops, torch_ops = get_ops("triton", device), TorchOps()
+    h, d = shapes.num_heads, shapes.head_dim
+    query, k_cache, v_cache, meta = paged_batch(shapes, [length] * num_seqs, [length] * num_seqs, dtype, device)
+    scale = d**-0.5
+    # causal: query i sees i + 1 keys; QK^T and PV are 2 flops per multiply-add each
+    flops = 4 * num_seqs * h * d * length * (length + 1) / 2
+    err = max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale)
+    ours = timed(partial(triton_ops.attention, query, k_cache, v_cache, meta, scale), device, repeats)
+    ref = timed(partial(torch_ops.attention, query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
+    q = query.view(num_seqs, length, h, d).transpose(1, 2)
+    k = torch.randn(num_seqs, h, length, d, dtype=dtype, device=device)  # GQA expanded, as SDPA wants it
+    v = torch.randn_like(k)
+    sdpa = timed(partial(F.scaled_dot_product_attention, q, k, v, is_causal=True, scale=scale), device, repeats)
+    return PrefillFigures(err, ours, ref, sdpa, flops)
+
+
+def bench_decode(shapes: Shapes, dtype, device: str, repeats: int, peak: float | None) -> list[str]:
+    rows = [
+        "| seqs x context | max err | Triton µs | GB/s | vs copy | vs peak | torch ref µs | speed-up |",
+        "|---" * 8 + "|",
+    ]
+    for num_seqs, context in shapes.decode:
+        f = measure_decode(shapes, num_seqs, context, dtype, device, repeats)
+        vs_peak = f"{f.gbps / peak:.0%}" if peak else "n/a"
+        rows.append(
+            f"| {num_seqs} x {context} | {f.max_err:.1e} | {f.seconds * 1e6:.1f} | {f.gbps:.0f} | "
+            f"{f.copy_seconds / f.seconds:.0%} | {vs_peak} | {f.reference_seconds * 1e6:.1f} | "
+            f"{f.reference_seconds / f.seconds:.1f}x |"
+        )
+    return rows
+
+
+def bench_prefill(shapes: Shapes, dtype, device: str, repeats: int) -> list[str]:
     rows = [
         "| seqs x prompt | max err | Triton TFLOP/s | SDPA TFLOP/s | vs SDPA | torch ref TFLOP/s |",
         "|---" * 6 + "|",
     ]
-    h, d = shapes.num_heads, shapes.head_dim
     for num_seqs, length in shapes.prefill:
-        query, k_cache, v_cache, meta = paged_batch(shapes, [length] * num_seqs, [length] * num_seqs, dtype, device)
-        scale = d**-0.5
-        # causal: query i sees i + 1 keys; QK^T and PV are 2 flops per multiply-add each
-        flops = 4 * num_seqs * h * d * length * (length + 1) / 2
-        err = max_error(triton_ops, torch_ops, query, k_cache, v_cache, meta, scale)
-        ours = timed(partial(triton_ops.attention, query, k_cache, v_cache, meta, scale), device, repeats)
-        ref = timed(partial(torch_ops.attention, query, k_cache, v_cache, meta, scale), device, max(1, repeats // 4))
-        q = query.view(num_seqs, length, h, d).transpose(1, 2)
-        k = torch.randn(num_seqs, h, length, d, dtype=dtype, device=device)  # GQA expanded, as SDPA wants it
-        v = torch.randn_like(k)
-        sdpa = timed(partial(F.scaled_dot_product_attention, q, k, v, is_causal=True, scale=scale), device, repeats)
+        f = measure_prefill(shapes, num_seqs, length, dtype, device, repeats)
         rows.append(
-            f"| {num_seqs} x {length} | {err:.1e} | {flops / ours / 1e12:.1f} | {flops / sdpa / 1e12:.1f} | "
-            f"{sdpa / ours:.0%} | {flops / ref / 1e12:.2f} |"
+            f"| {num_seqs} x {length} | {f.max_err:.1e} | {f.flops / f.seconds / 1e12:.1f} | "
+            f"{f.flops / f.sdpa_seconds / 1e12:.1f} | {f.sdpa_seconds / f.seconds:.0%} | "
+            f"{f.flops / f.reference_seconds / 1e12:.2f} |"
         )
     return rows
 

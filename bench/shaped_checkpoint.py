@@ -32,6 +32,19 @@ SHAPES: dict[str, dict[str, Any]] = {
         "rms_norm_eps": 1e-5,
         "tie_word_embeddings": True,
     },
+    # a Llama small enough to write and serve on a CPU in seconds: scripts' smoke runs (bench/gpu_step.py --smoke)
+    "tiny-llama": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 49152,
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+    },
     "llama3-8b": {
         "hidden_size": 4096,
         "intermediate_size": 14336,
