@@ -11,10 +11,14 @@ Measures, each against a baseline taken in the same run on the same card:
   tokens, against the copy bandwidth (target 50%), through ``bench/kernels.py``'s measurements;
 - the engine's start-up: the wall time of building it, and the start-up lines it logs, where it logs any.
 
-About 3-5 minutes on an H100 (the checkpoint's 16 GB are written to ``--work-dir`` first, unless ``--model`` names
-one). In the GPU session, from the checkout's root (no make; ``$OUT`` is where the JSON goes)::
+Sized for well under 10 minutes on an H100, not yet run on one (the checkpoint's 16 GB are written to
+``--work-dir`` first, unless ``--model`` names one). In the GPU session, from the checkout's root (no make; ``$OUT`` is where the JSON goes)::
 
     PYTHONPATH=$PWD python3 bench/gpu_step.py --out $OUT/gpu_step.json
+
+The tokenizer is rebuilt from the bundled SmolLM2 GGUF; where that package is missing (the GPU machine's image),
+make it here first, carry it, and name it: ``python bench/shaped_checkpoint.py tokenizer --out .gpu/tokenizer``,
+then ``--tokenizer .gpu/tokenizer``.
 
 ``--device cpu --smoke`` runs the same code on a tiny model and tiny shapes in seconds (Triton interpreted): it
 checks the script, its figures mean nothing. It exits 1 (after writing the JSON) if an attention kernel's output
