@@ -12,7 +12,8 @@ Measures, each against a baseline taken in the same run on the same card:
 - the engine's start-up: the wall time of building it, and the start-up lines it logs, where it logs any.
 
 Sized for well under 10 minutes on an H100, not yet run on one (the checkpoint's 16 GB are written to
-``--work-dir`` first, unless ``--model`` names one). In the GPU session, from the checkout's root (no make; ``$OUT`` is where the JSON goes)::
+``--work-dir`` first, unless ``--model`` names one). In the GPU session, from the checkout's root (no make;
+``$OUT`` is where the JSON goes)::
 
     PYTHONPATH=$PWD python3 bench/gpu_step.py --out $OUT/gpu_step.json
 

@@ -1,4 +1,4 @@
-"""Paged decode and prefill attention kernels against the torch reference, in the kernel lane (``kernel_lane.py``)."""
+"""Paged decode and prefill attention kernels against the torch reference, in the lane's dtypes and device."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from kernel_lane import DTYPES, KERNEL_DEVICE, LANE
 from shoal.kernels import AttentionMetadata
 
 pytestmark = LANE
+
 # (num_heads, num_kv_heads, head_dim): GQA ratios 1, 3 and 4, head dims 64 and 128
 HEADS = [(4, 4, 64), (6, 2, 128), (8, 2, 64)]
 # a 1-token sequence, one exactly full block, a partial last block, several 64-token tiles
