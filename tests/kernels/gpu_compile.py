@@ -36,6 +36,7 @@ from shoal.kernels.triton.prefill_attention import BLOCK_N as PREFILL_BLOCK_N
 from shoal.kernels.triton.prefill_attention import _prefill_kernel, num_warps
 from shoal.kernels.triton.rms_norm import _rms_norm_kernel
 from shoal.kernels.triton.rotary import _rotary_kernel
+from shoal.kernels.triton.rotary_kv_cache import _rotary_write_kv_kernel
 
 TRITON_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 FLOAT_ARGS = {"qk_scale", "softcap", "eps"}
@@ -134,6 +135,13 @@ def variants(dtype: str):
         {"positions_ptr": "i64", "cache_ptr": "fp32"},
         4,
     )
+    rope_kv = dict(HALF=64, BLOCK_HALF=64, BLOCK_H=32, NUM_KV_HEADS=8, BLOCK_KVH=8, HEAD_DIM=128, BLOCK_D=128)
+    rope_kv_pointers = {"positions_ptr": "i64", "cos_sin_ptr": "fp32", "slot_mapping_ptr": "i64"}
+    for label, overrides in (
+        ("rotary_write_kv", {}),
+        ("rotary_write_kv (partial rotary)", dict(HALF=32, BLOCK_HALF=32)),
+    ):
+        yield label, _rotary_write_kv_kernel, rope_kv | overrides, rope_kv_pointers, 4
     yield "silu_and_mul", _silu_and_mul_kernel, dict(BLOCK=1024), {}, 4
     yield (
         "grouped_matmul (experts)",
