@@ -25,6 +25,7 @@ from triton.compiler import ASTSource
 
 from shoal.kernels.triton.activation import _silu_and_mul_kernel
 from shoal.kernels.triton.decode_attention import BLOCK_N as DECODE_BLOCK_N
+from shoal.kernels.triton.decode_attention import MAX_SPLITS as DECODE_MAX_SPLITS
 from shoal.kernels.triton.decode_attention import NUM_WARPS as DECODE_WARPS
 from shoal.kernels.triton.decode_attention import _decode_kernel, _merge_kernel
 from shoal.kernels.triton.grouped_matmul import BLOCK_K as GROUPED_BLOCK_K
@@ -101,7 +102,9 @@ def variants(dtype: str):
         ("decode (GQA 4, split 4, window, soft cap)", dict(WINDOW=True, SOFTCAP=True)),
     ):
         yield label, _decode_kernel, decode | overrides, {**index, **partials}, DECODE_WARPS
-    yield "merge (4 splits)", _merge_kernel, dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=4, BLOCK_SPLITS=4), partials, 4
+    for splits in (4, DECODE_MAX_SPLITS):
+        merge = dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=splits, BLOCK_SPLITS=splits)
+        yield f"merge ({splits} splits)", _merge_kernel, merge, partials, 4
     prefill = dict(
         GROUP=4,
         BLOCK_G=4,
