@@ -123,43 +123,55 @@ def tiny_llama(directory: Path, layers: int) -> Path:
     return build_checkpoint(directory, "llama", seed=2, num_hidden_layers=layers, num_key_value_heads=2)
 
 
-def main() -> None:
+def count_step_ops(backend: str, layers: int, batch: int = 1, steps: int = 4, prompt_len: int = 20) -> dict[str, Any]:
+    """Builds the engine on the tiny Llama, prefills ``batch`` requests, decodes once, then counts ``steps`` decode
+    steps: launches per layer and per step, each kind per layer and outside the layers, each op per layer."""
+    from shoal.engine import LLM, SamplingParams
+
+    with tempfile.TemporaryDirectory() as tmp:
+        llm = LLM(
+            str(tiny_llama(Path(tmp), layers)),
+            attention_backend=backend,
+            dtype="float32",
+            block_size=16,
+            num_kv_blocks=batch * 8 + 8,
+            max_num_seqs=batch,
+        )
+    engine = llm.engine
+    params = SamplingParams(temperature=0.0, max_tokens=steps + 4, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(f"r{i}", [3 + i, *range(10, 9 + prompt_len)], params)
+    engine.step()  # the prefills
+    engine.step()  # a first decode
+    counter = OpCounter()
+    label_layers(engine.runner.model, counter)
+    with triton_launches_counted(counter), counter:
+        for _ in range(steps):
+            engine.step()
+    per_layer = steps * layers
+    return {
+        "launches_per_layer": sum(counter.counts["layers", k] for k in LAUNCHES) / per_layer,
+        "launches_per_step": sum(counter.counts[w, k] for w in ("layers", "outside") for k in LAUNCHES) / steps,
+        "per_layer": {k: counter.counts["layers", k] / per_layer for k in KINDS},
+        "outside_layers_per_step": {k: counter.counts["outside", k] / steps for k in KINDS},
+        "layer_ops": {name: n / per_layer for (where, name), n in sorted(counter.names.items()) if where == "layers"},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("torch", "triton"), default="torch")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=1, help="requests decoding together")
     parser.add_argument("--prompt-len", type=int, default=20)
     parser.add_argument("--steps", type=int, default=4)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.backend == "triton":
         os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are first imported
     torch.set_num_threads(1)
-
     from shoal.cpu_features import cpu_info
-    from shoal.engine import LLM, SamplingParams
 
-    with tempfile.TemporaryDirectory() as tmp:
-        llm = LLM(
-            str(tiny_llama(Path(tmp), args.layers)),
-            attention_backend=args.backend,
-            dtype="float32",
-            block_size=16,
-            num_kv_blocks=args.batch * 8 + 8,
-            max_num_seqs=args.batch,
-        )
-    engine = llm.engine
-    params = SamplingParams(temperature=0.0, max_tokens=args.steps + 4, ignore_eos=True)
-    for i in range(args.batch):
-        engine.add_request(f"r{i}", [3 + i, *range(10, 9 + args.prompt_len)], params)
-    engine.step()  # the prefills
-    engine.step()  # a first decode
-    counter = OpCounter()
-    label_layers(engine.runner.model, counter)
-    with triton_launches_counted(counter), counter:
-        for _ in range(args.steps):
-            engine.step()
-    per_step = args.steps
-    per_layer = args.steps * args.layers
+    counts = count_step_ops(args.backend, args.layers, args.batch, args.steps, args.prompt_len)
     report = {
         "machine": cpu_info().summary(),
         "commit": _commit(),
@@ -168,11 +180,7 @@ def main() -> None:
         "layers": args.layers,
         "batch": args.batch,
         "steps": args.steps,
-        "launches_per_layer": sum(counter.counts["layers", k] for k in LAUNCHES) / per_layer,
-        "launches_per_step": sum(counter.counts[w, k] for w in ("layers", "outside") for k in LAUNCHES) / per_step,
-        "per_layer": {k: counter.counts["layers", k] / per_layer for k in KINDS},
-        "outside_layers_per_step": {k: counter.counts["outside", k] / per_step for k in KINDS},
-        "layer_ops": {name: n / per_layer for (where, name), n in sorted(counter.names.items()) if where == "layers"},
+        **counts,
     }
     print(json.dumps(report, indent=2))
 
