@@ -64,6 +64,21 @@ class KernelOps(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotates ``query`` ``[T, H, D]`` and ``key`` ``[T, KVH, D]`` by their positions; may work in place."""
 
+    def rotary_write_kv(
+        self,
+        positions: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> torch.Tensor:
+        """``rotary`` then ``write_kv`` as one operation (on a GPU, one launch instead of two): writes the rotated
+        keys and the values to their cache slots and returns the rotated query (``query`` itself, rotated in
+        place, or a new tensor); ``key`` is left as it was."""
+
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         """``silu(x[..., :d]) * x[..., d:]`` for the SwiGLU MLP."""
 

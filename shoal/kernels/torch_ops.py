@@ -126,6 +126,21 @@ class TorchOps:
         rotated_query, rotated_key = _rotate(both, cos, sin).split((query.shape[1], key.shape[1]), dim=1)
         return rotated_query, rotated_key
 
+    def rotary_write_kv(
+        self,
+        positions: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> torch.Tensor:
+        query, key = self.rotary(positions, query, key, cos_sin_cache)
+        self.write_kv(key, value, k_cache, v_cache, slot_mapping)
+        return query
+
     def _rope_rows(
         self, positions: torch.Tensor, cos_sin_cache: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,6 +21,7 @@ from shoal.kernels.triton import (
     paged_prefill_attention,
     rms_norm,
     rotary_embedding_,
+    rotary_write_kv,
     silu_and_mul,
     write_kv_cache,
 )
@@ -103,6 +104,22 @@ class TritonOps:
         validation.check_rotary(positions, query, key, cos_sin_cache)
         check_device(query)
         return rotary_embedding_(positions, query, key, cos_sin_cache)
+
+    def rotary_write_kv(
+        self,
+        positions: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> torch.Tensor:
+        validation.check_rotary(positions, query, key, cos_sin_cache)
+        validation.check_write_kv(key, value, k_cache, v_cache, slot_mapping)
+        check_device(query)
+        return rotary_write_kv(positions, query, key, value, cos_sin_cache, k_cache, v_cache, slot_mapping)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         validation.check_silu_and_mul(x)

@@ -25,6 +25,7 @@ from triton.compiler import ASTSource
 
 from shoal.kernels.triton.activation import _silu_and_mul_kernel
 from shoal.kernels.triton.decode_attention import BLOCK_N as DECODE_BLOCK_N
+from shoal.kernels.triton.decode_attention import MAX_SPLITS as DECODE_MAX_SPLITS
 from shoal.kernels.triton.decode_attention import NUM_WARPS as DECODE_WARPS
 from shoal.kernels.triton.decode_attention import _decode_kernel, _merge_kernel
 from shoal.kernels.triton.grouped_matmul import BLOCK_K as GROUPED_BLOCK_K
@@ -36,6 +37,7 @@ from shoal.kernels.triton.prefill_attention import BLOCK_N as PREFILL_BLOCK_N
 from shoal.kernels.triton.prefill_attention import _prefill_kernel, num_warps
 from shoal.kernels.triton.rms_norm import _rms_norm_kernel
 from shoal.kernels.triton.rotary import _rotary_kernel
+from shoal.kernels.triton.rotary_kv_cache import _rotary_write_kv_kernel
 
 TRITON_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 FLOAT_ARGS = {"qk_scale", "softcap", "eps"}
@@ -100,7 +102,9 @@ def variants(dtype: str):
         ("decode (GQA 4, split 4, window, soft cap)", dict(WINDOW=True, SOFTCAP=True)),
     ):
         yield label, _decode_kernel, decode | overrides, {**index, **partials}, DECODE_WARPS
-    yield "merge (4 splits)", _merge_kernel, dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=4, BLOCK_SPLITS=4), partials, 4
+    for splits in (4, DECODE_MAX_SPLITS):
+        merge = dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=splits, BLOCK_SPLITS=splits)
+        yield f"merge ({splits} splits)", _merge_kernel, merge, partials, 4
     prefill = dict(
         GROUP=4,
         BLOCK_G=4,
@@ -134,6 +138,13 @@ def variants(dtype: str):
         {"positions_ptr": "i64", "cache_ptr": "fp32"},
         4,
     )
+    rope_kv = dict(HALF=64, BLOCK_HALF=64, BLOCK_H=32, NUM_KV_HEADS=8, BLOCK_KVH=8, HEAD_DIM=128, BLOCK_D=128)
+    rope_kv_pointers = {"positions_ptr": "i64", "cos_sin_ptr": "fp32", "slot_mapping_ptr": "i64"}
+    for label, overrides in (
+        ("rotary_write_kv", {}),
+        ("rotary_write_kv (partial rotary)", dict(HALF=32, BLOCK_HALF=32)),
+    ):
+        yield label, _rotary_write_kv_kernel, rope_kv | overrides, rope_kv_pointers, 4
     yield "silu_and_mul", _silu_and_mul_kernel, dict(BLOCK=1024), {}, 4
     yield (
         "grouped_matmul (experts)",

@@ -119,6 +119,21 @@ def test_write_kv_rejects_bad_input(triton_ops):
             triton_ops.write_kv(*args)
 
 
+def test_rotary_write_kv_rejects_bad_input(triton_ops):
+    q, k = torch.zeros(2, 4, 64), torch.zeros(2, 2, 64)
+    positions, cos_sin, slots = torch.tensor([0, 1]), torch.zeros(16, 64), torch.tensor([0, 1])
+    k_cache = torch.zeros(4, 8, 2, 64)
+    for args, message in (
+        ((positions, q, k, k, torch.zeros(16, 96), slots), r"rotary_dim 96 .* must be even and <= head_dim"),
+        ((positions[:1], q, k, k, cos_sin, slots), "one row per token, got 1, 2 and 2"),
+        ((positions, q, k, k, cos_sin, slots[:1]), "one row per token, got 2, 2 and 1"),
+        ((positions, q, k, k[:, :1], cos_sin, slots), r"value heads x head_dim \(1, 64\) must match"),
+    ):
+        *head, slot_mapping = args
+        with pytest.raises(ValueError, match=message):
+            triton_ops.rotary_write_kv(*head, k_cache, k_cache.clone(), slot_mapping)
+
+
 def test_elementwise_ops_reject_bad_input(triton_ops):
     x = torch.zeros(3, 64)
     with pytest.raises(ValueError, match=r"weight shape \(32,\) must be \(64,\)"):

@@ -8,7 +8,7 @@ attention) goes through ``KernelOps``, so the same module runs on the torch path
 Inside the model, submodules are run through ``.forward`` rather than ``__call__``: a batch-1 step makes ~270
 module calls, and ``nn.Module.__call__``'s hook checks were ~3% of its CPU time (nothing here uses hooks).
 Q/K/V and gate/up projections are fused into one matmul each (the loader concatenates the weights); the residual
-add is fused into the following RMSNorm as in vLLM. Only the rows in ``logits_indices`` reach the LM head.
+add is fused into the following RMSNorm as in vLLM; RoPE and the KV-cache write are one op (``rotary_write_kv``). Only the rows in ``logits_indices`` reach the LM head.
 A layer's MLP is dense or, in a mixture-of-experts model, ``SparseMoE`` (``moe.py``), as the config says per layer.
 """
 
@@ -59,9 +59,8 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:  # per head, over head_dim, before RoPE
             q = self.q_norm.forward(q.reshape(-1, self.head_dim))[0].view_as(q)
             k = self.k_norm.forward(k.reshape(-1, self.head_dim))[0].view_as(k)
-        q, k = self.ops.rotary(positions, q, k, cos_sin)
         k_cache, v_cache = kv_cache
-        self.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        q = self.ops.rotary_write_kv(positions, q, k, v, cos_sin, k_cache, v_cache, meta.slot_mapping)
         out = self.ops.attention(q, k_cache, v_cache, meta, self.scale, self.sliding_window, self.softcap)
         return self.o_proj.forward(out.reshape(num_tokens, self.q_size))
 

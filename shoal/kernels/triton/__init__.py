@@ -7,6 +7,7 @@ from shoal.kernels.triton.kv_cache import write_kv_cache
 from shoal.kernels.triton.prefill_attention import paged_prefill_attention
 from shoal.kernels.triton.rms_norm import add_rms_norm, rms_norm
 from shoal.kernels.triton.rotary import rotary_embedding_
+from shoal.kernels.triton.rotary_kv_cache import rotary_write_kv
 
 __all__ = [
     "add_rms_norm",
@@ -16,6 +17,7 @@ __all__ = [
     "paged_prefill_attention",
     "rms_norm",
     "rotary_embedding_",
+    "rotary_write_kv",
     "silu_and_mul",
     "write_kv_cache",
 ]

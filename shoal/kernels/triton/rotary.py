@@ -18,7 +18,7 @@ from shoal.kernels.triton.launch import pow2
 
 
 @triton.jit
-def _rotate_heads(
+def rotate_heads(
     x_ptr, stride_h, num_heads, cos, sin, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr
 ):
     offs_h = tl.arange(0, BLOCK_H)
@@ -29,6 +29,20 @@ def _rotate_heads(
     x2 = tl.load(first + HALF, mask=mask, other=0.0).to(tl.float32)
     tl.store(first, (x1 * cos[None, :] - x2 * sin[None, :]).to(x_ptr.dtype.element_ty), mask=mask)
     tl.store(first + HALF, (x2 * cos[None, :] + x1 * sin[None, :]).to(x_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def load_cos_sin(
+    positions_ptr, cache_ptr, token, max_position, stride_cache, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr
+):
+    """The token's cosines and sines in fp32; a position outside the cache gets angle zero's (1 and 0)."""
+    pos = tl.load(positions_ptr + token).to(tl.int64)
+    ok = (pos >= 0) & (pos < max_position)
+    row = cache_ptr + tl.where(ok, pos, 0) * stride_cache
+    offs = tl.arange(0, BLOCK_HALF)
+    cos = tl.where(ok, tl.load(row + offs, mask=offs < HALF, other=1.0).to(tl.float32), 1.0)
+    sin = tl.where(ok, tl.load(row + HALF + offs, mask=offs < HALF, other=0.0).to(tl.float32), 0.0)
+    return cos, sin
 
 
 @triton.jit
@@ -51,14 +65,9 @@ def _rotary_kernel(
     BLOCK_KVH: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
-    pos = tl.load(positions_ptr + token).to(tl.int64)
-    ok = (pos >= 0) & (pos < max_position)
-    row = cache_ptr + tl.where(ok, pos, 0) * stride_cache
-    offs = tl.arange(0, BLOCK_HALF)
-    cos = tl.where(ok, tl.load(row + offs, mask=offs < HALF, other=1.0).to(tl.float32), 1.0)
-    sin = tl.where(ok, tl.load(row + HALF + offs, mask=offs < HALF, other=0.0).to(tl.float32), 0.0)
-    _rotate_heads(q_ptr + token * stride_qt, stride_qh, num_heads, cos, sin, HALF, BLOCK_H, BLOCK_HALF)
-    _rotate_heads(k_ptr + token * stride_kt, stride_kh, num_kv_heads, cos, sin, HALF, BLOCK_KVH, BLOCK_HALF)
+    cos, sin = load_cos_sin(positions_ptr, cache_ptr, token, max_position, stride_cache, HALF, BLOCK_HALF)
+    rotate_heads(q_ptr + token * stride_qt, stride_qh, num_heads, cos, sin, HALF, BLOCK_H, BLOCK_HALF)
+    rotate_heads(k_ptr + token * stride_kt, stride_kh, num_kv_heads, cos, sin, HALF, BLOCK_KVH, BLOCK_HALF)
 
 
 def rotary_embedding_(
