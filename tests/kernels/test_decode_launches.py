@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from kernel_lane import interpreter_only
 
-pytestmark = [pytest.mark.interpret, pytest.mark.timeout(300)]
+# counted on the CPU (the interpreter never splits decode attention; a GPU adds a merge kernel when it splits)
+pytestmark = [pytest.mark.interpret, interpreter_only, pytest.mark.timeout(300)]
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "decode_ops.py"
 
