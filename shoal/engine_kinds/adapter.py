@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
+
+KVEventsForm = Literal["sse", "zmq"]  # Shoal's GET /kv/events; vLLM's ZMQ publisher (shoal.engine_kinds.vllm)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class EngineSettings:
     kv_cache_bytes: int | None = None
     gpus: int = 0
     download_dir: str | None = None
+    kv_events_port: int | None = None  # where a kind that publishes its KV cache over ZMQ (vLLM) binds it
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ class EngineAdapter:
     metrics: MetricMap
     command: Callable[[EngineSettings], list[str]]
     refusals: tuple[Refusal, ...] = field(default_factory=tuple)
-    kv_events: bool = False  # serves Shoal's /kv/events (the gateway follows each replica's cache)
+    kv_events: KVEventsForm | None = None  # how it publishes its prefix cache (the gateway follows each replica's)
     gateway_validates: bool = False  # the gateway's request models are this engine's (else the engine judges)
     image_binary: str | None = None  # the binary's path in the kind's images when it is not on their PATH
 

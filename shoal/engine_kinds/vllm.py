@@ -3,20 +3,48 @@
 ``kvCacheMemory`` is ``--kv-cache-memory-bytes``, which the CPU build honours too (it is what its
 ``VLLM_CPU_KVCACHE_SPACE`` sets). ``/health`` answers 200 once the engine core is up; the port opens only after
 the model is loaded. Metrics are on by default.
+
+With a ``kv_events_port`` (the operator's pods, each ``shoal up`` engine) vLLM publishes its prefix cache: a ZMQ
+PUB socket bound on that port, topic ``KV_EVENTS_TOPIC`` (``--kv-events-config``), which the gateway follows
+(``shoal.gateway.vllm_kv_follower``). Its block hashes are then mapped onto Shoal's, which needs vLLM's block size
+to be the gateway's: ``--block-size`` is then always given, ``blockSize`` or Shoal's default (vLLM's own default
+is 128 tokens on a CPU, 16 on a GPU).
 """
 
 from __future__ import annotations
 
+import json
+
 from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, no_bundled_alias, optional
+from shoal.engine_kinds.shoal_engine import DEFAULT_BLOCK_SIZE
+
+KV_EVENTS_PORT = 5557  # vLLM's default endpoint's port; the engine pods' port named KV_EVENTS_PORT_NAME
+KV_EVENTS_PORT_NAME = "kv-events"
+KV_EVENTS_TOPIC = "kv-events"
+KV_EVENTS_FLAG = "--kv-events-config"
+
+
+def kv_events_args(port: int) -> list[str]:
+    """vLLM's flag publishing its KV cache events on ``port`` (every interface), topic ``KV_EVENTS_TOPIC``."""
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{port}",
+        "topic": KV_EVENTS_TOPIC,
+    }
+    return [KV_EVENTS_FLAG, json.dumps(config, separators=(",", ":"))]
 
 
 def command(s: EngineSettings) -> list[str]:
     args = ["vllm", "serve", s.model, "--served-model-name", s.served_name, "--host", s.host, "--port", str(s.port)]
     args += ["--dtype", s.dtype, *optional("--download-dir", s.download_dir)]
-    args += optional("--block-size", s.block_size) + optional("--max-model-len", s.max_model_len)
+    block_size = s.block_size or (DEFAULT_BLOCK_SIZE if s.kv_events_port is not None else None)
+    args += optional("--block-size", block_size) + optional("--max-model-len", s.max_model_len)
     args += optional("--max-num-seqs", s.max_num_seqs) + optional("--kv-cache-memory-bytes", s.kv_cache_bytes)
     if s.gpus > 1:
         args += ["--tensor-parallel-size", str(s.gpus)]
+    if s.kv_events_port is not None:
+        args += kv_events_args(s.kv_events_port)
     return args
 
 
@@ -37,4 +65,5 @@ VLLM = EngineAdapter(
     ),
     command=command,
     refusals=(no_bundled_alias("vllm"),),
+    kv_events="zmq",
 )

@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
         "--engine-kind",
         choices=ENGINE_KINDS,
         default=DEFAULT_KIND,
-        help="the engines' kind: their health path, and whether they publish /kv/events (docs/engines.md)",
+        help="the engines' kind: their health path, and how they publish their KV caches (docs/engines.md)",
     )
     p.add_argument(
         "--tokenizer",
@@ -124,7 +124,7 @@ def register(subparsers: Any) -> None:
         help="a whole request; clients may ask for less with the X-Request-Timeout header",
     )
     p.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
-    p.add_argument("--no-kv-events", action="store_true", help="do not follow the engines' /kv/events")
+    p.add_argument("--no-kv-events", action="store_true", help="do not follow the engines' KV events")
     p.add_argument(
         "--dashboard-data",
         metavar="PATH",
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         ignore_unknown_fields=args.ignore_unknown_fields,
         max_attempts=args.max_attempts,
         health_interval_s=args.health_interval,
-        follow_kv_events=not args.no_kv_events and adapter(args.engine_kind).kv_events,
+        kv_events=None if args.no_kv_events else adapter(args.engine_kind).kv_events,
         ready_path=adapter(args.engine_kind).ready_path,
         validate_fields=adapter(args.engine_kind).gateway_validates,
         hold_queue_size=args.hold_queue_size,

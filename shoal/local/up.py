@@ -84,7 +84,7 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
         argv = foreign_argv(spec, engine_binary(kind.kind), threads)
         if kind.kind == "vllm":  # each engine its share of the cores, not all of them pinned from core 0
             env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads), **env}
-        return EngineLaunch(argv, env, log_dir, startup, kind.ready_path)
+        return EngineLaunch(argv, env, log_dir, startup, kind.ready_path, kv_events=kind.kv_events == "zmq")
     args = serve_args(spec)
     if "--attention-backend" in args:  # a GPU spec's Triton: here the CPU's default (the C kernel, else torch's)
         at = args.index("--attention-backend")

@@ -1,0 +1,211 @@
+"""vLLM's KV events read as Shoal's: recorded-format tests.
+
+The batches are built with msgpack in the layout vLLM 0.32 publishes (``vllm/distributed/kv_events.py``: an
+``EventBatch`` array ``[ts, events, dp_rank]``, each event a map tagged ``type``, sent as ``[topic, seq, payload]``
+on a PUB socket); the real vLLM CPU server publishing them is in ``tests/local/test_vllm_kv_routing.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+import msgpack
+import pytest
+import zmq
+import zmq.asyncio
+
+from shoal.engine_kinds.vllm import KV_EVENTS_TOPIC
+from shoal.gateway import vllm_kv_follower
+from shoal.gateway.prefix_index import PrefixIndex
+from shoal.gateway.replicas import Replica
+from shoal.gateway.vllm_kv_events import VllmCacheView, decode_batch
+from shoal.protocol.block_hash import adapter_extra_key, hash_blocks
+from shoal.protocol.kv_events import KVEvent
+
+BLOCK = 16
+TOKENS = list(range(100, 164))  # four whole blocks
+
+
+def vllm_hash(parent: bytes | None, tokens: list[int]) -> bytes:
+    """A stand-in for vLLM's SHA-256 block hash: opaque bytes, chained like the real ones."""
+    return hashlib.sha256((parent or b"") + repr(tokens).encode()).digest()
+
+
+def vllm_chain(tokens: list[int], parent: bytes | None = None) -> list[bytes]:
+    hashes = []
+    for start in range(0, len(tokens), BLOCK):
+        parent = vllm_hash(parent, tokens[start : start + BLOCK])
+        hashes.append(parent)
+    return hashes
+
+
+def stored(hashes: list[Any], parent: Any, tokens: list[int], block_size: int = BLOCK, **fields: Any) -> dict[str, Any]:
+    """A ``BlockStored`` as vLLM 0.32 encodes it (``omit_defaults`` drops the unset optional fields)."""
+    event = {
+        "type": "BlockStored",
+        "block_hashes": hashes,
+        "parent_block_hash": parent,
+        "token_ids": tokens,
+        "block_size": block_size,
+        "lora_id": None,
+        "medium": "CPU",
+        "lora_name": None,
+        "group_idx": 0,
+    }
+    return event | fields
+
+
+def removed(hashes: list[Any]) -> dict[str, Any]:
+    return {"type": "BlockRemoved", "block_hashes": hashes, "medium": "CPU", "group_idx": 0}
+
+
+def batch(*events: dict[str, Any]) -> bytes:
+    return msgpack.packb([1764230400.5, list(events), None])
+
+
+def frames(seq: int, *events: dict[str, Any]) -> list[bytes]:
+    return [KV_EVENTS_TOPIC.encode(), seq.to_bytes(8, "big"), batch(*events)]
+
+
+def follow(view: VllmCacheView, index: PrefixIndex, seq: int, *events: dict[str, Any]) -> list[KVEvent]:
+    out = view.receive(seq, decode_batch(batch(*events)))
+    for event in out:
+        index.apply(event)
+    return out
+
+
+def test_stored_blocks_are_named_with_the_chain_the_gateway_computes() -> None:
+    view, index = VllmCacheView(), PrefixIndex()
+    first, rest = vllm_chain(TOKENS[:32]), vllm_chain(TOKENS[32:], vllm_chain(TOKENS[:32])[-1])
+    follow(view, index, 0, stored(first, None, TOKENS[:32]))
+    follow(view, index, 1, stored(rest, first[-1], TOKENS[32:]))
+    assert index.synced and index.cached == set(hash_blocks(TOKENS, BLOCK))
+    assert view.block_size == BLOCK
+
+
+def test_removed_blocks_leave_and_all_blocks_cleared_empties_the_replica() -> None:
+    view, index = VllmCacheView(), PrefixIndex()
+    chain = vllm_chain(TOKENS)
+    ours = hash_blocks(TOKENS, BLOCK)
+    follow(view, index, 0, stored(chain, None, TOKENS))
+    follow(view, index, 1, removed(chain[2:]), removed([b"never stored"]))
+    assert index.cached == set(ours[:2])
+    follow(view, index, 2, {"type": "AllBlocksCleared"})
+    assert index.synced and index.cached == set() and view.shoal_of == {}
+
+
+def test_integer_hashes_map_as_bytes_do() -> None:
+    """vLLM with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` publishes 64-bit integers."""
+    view, index = VllmCacheView(), PrefixIndex()
+    follow(view, index, 0, stored([7, 8], None, TOKENS[:32]), stored([9], 8, TOKENS[32:48]))
+    assert index.cached == set(hash_blocks(TOKENS[:48], BLOCK))
+
+
+def test_a_gap_falls_back_to_the_history_until_the_cache_is_known_again() -> None:
+    view, index = VllmCacheView(), PrefixIndex()
+    chain = vllm_chain(TOKENS)
+    follow(view, index, 0, stored(chain[:1], None, TOKENS[:16]))
+    assert follow(view, index, 2, stored(chain[1:2], chain[0], TOKENS[16:32])) == []  # seq 1 was lost
+    assert not view.synced
+    index.desync()  # what the follower does when the view falls out of sync
+    follow(view, index, 3, stored(chain[2:3], chain[1], TOKENS[32:48]))
+    assert not index.synced  # routed on the history meanwhile
+    assert set(view.shoal_of) == set(chain[:3])  # chains still known while out of sync
+    follow(view, index, 4, {"type": "AllBlocksCleared"}, stored(chain[:1], None, TOKENS[:16]))
+    assert index.synced and index.cached == set(hash_blocks(TOKENS[:16], BLOCK))
+
+
+def test_a_follower_joining_late_waits_for_a_restart_and_a_restart_starts_over() -> None:
+    view, index = VllmCacheView(), PrefixIndex()
+    chain = vllm_chain(TOKENS)
+    assert follow(view, index, 41, stored(chain[:2], None, TOKENS[:32])) == []
+    assert not view.synced
+    follow(view, index, 0, stored(chain[:1], None, TOKENS[:16]))  # the engine restarted: its cache is empty
+    assert index.synced and index.cached == set(hash_blocks(TOKENS[:16], BLOCK))
+
+
+def test_what_shoals_chain_cannot_name_is_left_unmapped() -> None:
+    view, index = VllmCacheView(), PrefixIndex()
+    chain = vllm_chain(TOKENS)
+    ours = hash_blocks(TOKENS, BLOCK)
+    partial = stored([b"partial"], chain[0], TOKENS[16:24], block_size=8)  # a hybrid model's fine-grained entry
+    salted = stored([b"salted"], None, TOKENS[:16], extra_keys=[["a-cache-salt"]])
+    short = stored(chain[1:3], chain[0], TOKENS[16:36])  # tokens that do not fill its blocks
+    orphan = stored(chain[3:4], b"unknown parent", TOKENS[48:64])
+    follow(view, index, 0, stored(chain[:1], None, TOKENS[:16]), partial, salted, short, orphan)
+    assert index.cached == {ours[0]} and view.block_size == BLOCK
+
+
+def test_a_lora_adapters_blocks_carry_its_extra_key() -> None:
+    view, index = VllmCacheView(), PrefixIndex()
+    event = stored([b"l1"], None, TOKENS[:16], lora_id=1, lora_name="sql", extra_keys=[["sql"]])
+    follow(view, index, 0, event)
+    assert index.cached == set(hash_blocks(TOKENS[:16], BLOCK, adapter_extra_key("sql")))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"\xc1", msgpack.packb({"ts": 1}), msgpack.packb([1.0, [{"type": "BlockStored", "block_hashes": "x"}]])],
+    ids=["not-msgpack", "not-an-array", "bad-hashes"],
+)
+def test_a_batch_not_in_vllms_layout_is_refused(payload: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_batch(payload)
+
+
+def test_an_event_kind_of_a_newer_vllm_is_skipped() -> None:
+    assert decode_batch(batch({"type": "BlockPinned", "block_hashes": [b"a"]})) == []
+
+
+def test_the_follower_shows_vllms_block_size_and_desyncs_the_index_on_a_gap() -> None:
+    replica = Replica("http://127.0.0.1:1", kv_events_port=2)
+    view = VllmCacheView()
+    synced: list[bool] = []
+    chain = vllm_chain(TOKENS)
+    vllm_kv_follower.apply(
+        replica, view, frames(0, stored(chain[:1], None, TOKENS[:16])), lambda _, s: synced.append(s)
+    )
+    assert replica.index.synced and replica.block_size == BLOCK and synced[-1] is True
+    vllm_kv_follower.apply(replica, view, frames(5, removed(chain[:1])), lambda _, s: synced.append(s))
+    assert not replica.index.synced and synced[-1] is False and replica.index.cached == {hash_blocks(TOKENS, BLOCK)[0]}
+    vllm_kv_follower.apply(replica, view, [b"only one frame"], lambda _, s: synced.append(s))
+    assert not replica.index.synced
+
+
+def test_a_vllm_with_another_block_size_is_shown_and_hashed_with_its_size() -> None:
+    """vLLM's CPU default is 128 tokens: the gateway (``--block-size 16``) logs the mismatch from this size."""
+    replica = Replica("http://127.0.0.1:1", kv_events_port=2)
+    big = stored([b"big"], None, TOKENS[:32], block_size=32)
+    vllm_kv_follower.apply(replica, VllmCacheView(), frames(0, big), lambda *_: None)
+    assert replica.block_size == 32 and replica.index.cached == set(hash_blocks(TOKENS[:32], 32))
+
+
+async def test_the_follower_subscribes_to_the_replicas_publisher() -> None:
+    """A stand-in publisher: a pyzmq PUB socket sending vLLM's frames, as vLLM's ZmqEventPublisher does."""
+    context = zmq.asyncio.Context.instance()
+    publisher = context.socket(zmq.PUB)
+    port = publisher.bind_to_random_port("tcp://127.0.0.1")
+    replica = Replica("http://127.0.0.1:1", kv_events_port=port)
+    follower = asyncio.create_task(vllm_kv_follower.follow(replica, lambda *_: None))
+    try:
+        chain = vllm_chain(TOKENS)
+        for _ in range(200):  # PUB drops what it sends before the subscription arrives: send until followed
+            await publisher.send_multipart(frames(0, stored(chain, None, TOKENS)))
+            if replica.index.synced:
+                break
+            await asyncio.sleep(0.05)
+        assert replica.index.cached == set(hash_blocks(TOKENS, BLOCK))
+        await publisher.send_multipart([b"another-topic", (1).to_bytes(8, "big"), batch(removed(chain))])
+        await publisher.send_multipart(frames(1, removed(chain[3:])))
+        for _ in range(100):
+            if len(replica.index.cached) == 3:
+                break
+            await asyncio.sleep(0.02)
+        assert replica.index.synced and replica.index.cached == set(hash_blocks(TOKENS[:48], BLOCK))
+    finally:
+        follower.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await follower
+        publisher.close(linger=0)
