@@ -7,8 +7,9 @@ the model is loaded. Metrics are on by default.
 With a ``kv_events_port`` (the operator's pods, each ``shoal up`` engine) vLLM publishes its prefix cache: a ZMQ
 PUB socket bound on that port, topic ``KV_EVENTS_TOPIC`` (``--kv-events-config``), which the gateway follows
 (``shoal.gateway.vllm_kv_follower``). Its block hashes are then mapped onto Shoal's, which needs vLLM's block size
-to be the gateway's: ``--block-size`` is then always given, ``blockSize`` or Shoal's default (vLLM's own default
-is 128 tokens on a CPU, 16 on a GPU).
+to be the one the gateway hashes with: ``--block-size`` is then always given, ``blockSize`` or vLLM's own default
+on the device (16 tokens on a GPU, 128 on a CPU, whose attention takes only multiples of 32), and the gateway is
+given the same (``EngineAdapter.block_size``).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 import json
 
 from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, no_bundled_alias, optional
-from shoal.engine_kinds.shoal_engine import DEFAULT_BLOCK_SIZE
 
 KV_EVENTS_PORT = 5557  # vLLM's default endpoint's port; the engine pods' port named KV_EVENTS_PORT_NAME
 KV_EVENTS_PORT_NAME = "kv-events"
 KV_EVENTS_TOPIC = "kv-events"
 KV_EVENTS_FLAG = "--kv-events-config"
+BLOCK_SIZES = (16, 128)  # vLLM's defaults: on a GPU, on a CPU
 
 
 def kv_events_args(port: int) -> list[str]:
@@ -38,8 +39,8 @@ def kv_events_args(port: int) -> list[str]:
 def command(s: EngineSettings) -> list[str]:
     args = ["vllm", "serve", s.model, "--served-model-name", s.served_name, "--host", s.host, "--port", str(s.port)]
     args += ["--dtype", s.dtype, *optional("--download-dir", s.download_dir)]
-    block_size = s.block_size or (DEFAULT_BLOCK_SIZE if s.kv_events_port is not None else None)
-    args += optional("--block-size", block_size) + optional("--max-model-len", s.max_model_len)
+    known = s.block_size or (BLOCK_SIZES[0 if s.gpus else 1] if s.kv_events_port is not None else None)
+    args += optional("--block-size", known) + optional("--max-model-len", s.max_model_len)
     args += optional("--max-num-seqs", s.max_num_seqs) + optional("--kv-cache-memory-bytes", s.kv_cache_bytes)
     if s.gpus > 1:
         args += ["--tensor-parallel-size", str(s.gpus)]
@@ -66,4 +67,5 @@ VLLM = EngineAdapter(
     command=command,
     refusals=(no_bundled_alias("vllm"),),
     kv_events="zmq",
+    default_block_size=BLOCK_SIZES,
 )
