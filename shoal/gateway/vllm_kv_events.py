@@ -137,7 +137,8 @@ class VllmCacheView:
         self._out_seq += 1
         return KVEvent(type=type_, seq=self._out_seq, hashes=list(hashes))
 
-    def _snapshot(self) -> KVEvent:
+    def snapshot(self) -> KVEvent:
+        """Everything the view knows the replica holds, as a snapshot that (re)starts the index's stream."""
         self._out_seq = 0
         self.synced = True
         hashes = sorted(set(self.shoal_of.values()))
@@ -152,7 +153,7 @@ class VllmCacheView:
         out: list[KVEvent] = []
         if seq == 0:
             self.shoal_of.clear()
-            out.append(self._snapshot())
+            out.append(self.snapshot())
         elif seq != self._next_seq:
             self.lose_sync()
         self._next_seq = seq + 1
@@ -165,7 +166,7 @@ class VllmCacheView:
     def _apply(self, event: VllmEvent) -> list[KVEvent]:
         if isinstance(event, Cleared):
             self.shoal_of.clear()
-            return [self._snapshot()]
+            return [self.snapshot()]
         if isinstance(event, Removed):
             gone = [self.shoal_of.pop(h) for h in event.hashes if h in self.shoal_of]
             return [self._event("removed", gone)] if gone else []

@@ -3,9 +3,10 @@
 A SUB socket on ``tcp://<replica host>:<kv_events_port>``, subscribed to ``KV_EVENTS_TOPIC``; ZMQ reconnects by
 itself when the engine restarts (its publisher then starts again at seq 0). Each batch goes through the replica's
 ``VllmCacheView`` (``shoal.gateway.vllm_kv_events``: the decoding and the hash mapping) and what comes out is
-applied to the index exactly as Shoal's own ``/kv/events`` are. A gap, a batch that does not decode, or the
-gateway ejecting the replica takes it out of sync: routing falls back to the history until vLLM's cache is known
-again. The block size of the blocks vLLM stores is the replica's (``Replica.block_size``), so a vLLM started with
+applied to the index exactly as Shoal's own ``/kv/events`` are. A gap or a batch that does not decode takes it out
+of sync: routing falls back to the history until vLLM's cache is known again. The gateway ejecting the replica
+(a failed health check) desyncs the index but not the view: the publisher's sequence numbers say whether anything
+was missed meanwhile, so the next batch in sequence restores the index from the view. The block size of the blocks vLLM stores is the replica's (``Replica.block_size``), so a vLLM started with
 another block size than the gateway's ``--block-size`` is logged and shown as a mismatch.
 """
 
@@ -34,8 +35,9 @@ def endpoint(replica: Replica) -> str:
 
 def apply(replica: Replica, view: VllmCacheView, frames: list[bytes], on_sync: Callable[[Replica, bool], None]) -> None:
     """One multipart message ``[topic, seq, payload]`` into the replica's index."""
-    if view.synced and not replica.index.synced:
-        view.lose_sync()  # the gateway desynced the index meanwhile (an ejected replica)
+    if view.synced and not replica.index.synced:  # the gateway desynced it meanwhile (an ejected replica)
+        replica.index.apply(view.snapshot())
+        on_sync(replica, True)
     was_synced = view.synced
     try:
         if len(frames) != 3:

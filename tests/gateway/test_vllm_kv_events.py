@@ -19,7 +19,7 @@ import zmq.asyncio
 from shoal.engine_kinds.vllm import KV_EVENTS_TOPIC
 from shoal.gateway import vllm_kv_follower
 from shoal.gateway.prefix_index import PrefixIndex
-from shoal.gateway.replicas import Replica
+from shoal.gateway.replicas import Fleet, Replica
 from shoal.gateway.vllm_kv_events import VllmCacheView, decode_batch
 from shoal.protocol.block_hash import adapter_extra_key, hash_blocks
 from shoal.protocol.kv_events import KVEvent
@@ -172,6 +172,18 @@ def test_the_follower_shows_vllms_block_size_and_desyncs_the_index_on_a_gap() ->
     assert not replica.index.synced and synced[-1] is False and replica.index.cached == {hash_blocks(TOKENS, BLOCK)[0]}
     vllm_kv_follower.apply(replica, view, [b"only one frame"], lambda _, s: synced.append(s))
     assert not replica.index.synced
+
+
+def test_an_ejected_replica_is_back_in_sync_at_its_next_batch_in_sequence() -> None:
+    """Ejecting (a failed health check) desyncs the index; vLLM's sequence numbers say nothing was missed."""
+    replica = Replica("http://127.0.0.1:1", kv_events_port=2)
+    view = VllmCacheView()
+    chain = vllm_chain(TOKENS)
+    vllm_kv_follower.apply(replica, view, frames(0, stored(chain[:1], None, TOKENS[:16])), lambda *_: None)
+    Fleet.eject(replica)
+    assert not replica.index.synced
+    vllm_kv_follower.apply(replica, view, frames(1, stored(chain[1:2], chain[0], TOKENS[16:32])), lambda *_: None)
+    assert replica.index.synced and replica.index.cached == set(hash_blocks(TOKENS[:32], BLOCK))
 
 
 def test_a_vllm_with_another_block_size_is_shown_and_hashed_with_its_size() -> None:
