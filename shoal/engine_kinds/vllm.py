@@ -5,8 +5,8 @@
 the model is loaded. Metrics are on by default.
 
 With a ``kv_events_port`` (the operator's pods, each ``shoal up`` engine) vLLM publishes its prefix cache: a ZMQ
-PUB socket bound on that port, topic ``KV_EVENTS_TOPIC`` (``--kv-events-config``), which the gateway follows
-(``shoal.gateway.vllm_kv_follower``). Its block hashes are then mapped onto Shoal's, which needs vLLM's block size
+PUB socket bound on that port, topic ``KV_EVENTS_TOPIC``, and its replay socket (a ROUTER that resends its last
+batches) on the next port (``--kv-events-config``), which the gateway follows (``shoal.gateway.vllm_kv_follower``). Its block hashes are then mapped onto Shoal's, which needs vLLM's block size
 to be the one the gateway hashes with: ``--block-size`` is then always given, ``blockSize`` or vLLM's own default
 on the device (16 tokens on a GPU, 128 on a CPU, whose attention takes only multiples of 32), and the gateway is
 given the same (``EngineAdapter.block_size``).
@@ -20,17 +20,20 @@ from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap,
 
 KV_EVENTS_PORT = 5557  # vLLM's default endpoint's port; the engine pods' port named KV_EVENTS_PORT_NAME
 KV_EVENTS_PORT_NAME = "kv-events"
+KV_REPLAY_PORT_NAME = "kv-replay"  # always the events port + 1
 KV_EVENTS_TOPIC = "kv-events"
 KV_EVENTS_FLAG = "--kv-events-config"
 BLOCK_SIZES = (16, 128)  # vLLM's defaults: on a GPU, on a CPU
 
 
 def kv_events_args(port: int) -> list[str]:
-    """vLLM's flag publishing its KV cache events on ``port`` (every interface), topic ``KV_EVENTS_TOPIC``."""
+    """vLLM's flag publishing its KV cache events on ``port`` (every interface), topic ``KV_EVENTS_TOPIC``, with
+    its replay socket on ``port + 1``."""
     config = {
         "enable_kv_cache_events": True,
         "publisher": "zmq",
         "endpoint": f"tcp://*:{port}",
+        "replay_endpoint": f"tcp://*:{port + 1}",
         "topic": KV_EVENTS_TOPIC,
     }
     return [KV_EVENTS_FLAG, json.dumps(config, separators=(",", ":"))]

@@ -9,9 +9,11 @@ needs: the blocks' tokens and their parent. ``VllmCacheView`` keeps, per replica
 hash (``shoal.protocol.block_hash``): a first block's parent is ``ROOT_HASH``, a later one's is the mapped parent.
 
 The law, per batch: seq 0 is a fresh publisher (a started or restarted engine: its cache starts empty), so the
-view starts over, in sync, with an empty snapshot; the next seq continues; any other seq is a gap (or a follower
-that joined late) and the view falls out of sync: the replica is routed on the gateway's history until its cache
-is known again (a seq 0, or ``AllBlocksCleared``). Out of sync the mapping is still kept, so chains stay known.
+view starts over, in sync, with an empty snapshot; the next seq continues; any other seq means batches were missed
+(a gap, a follower that joined late, a restart whose first batches went by): ``MissedBatches`` names the first one,
+and the follower asks vLLM's replay socket for them (it keeps its last 10,000 batches). If the replay does not
+bring them, the view gives up: the replica is routed on the gateway's history until its cache is known again (a
+seq 0, or ``AllBlocksCleared``), the mapping still kept meanwhile so chains stay known.
 
 The replica's block size is that of the blocks starting a chain (a stored event without a parent: always whole
 blocks); the gateway hashes prompts for the replica with it and shows it as a mismatch when it is not its
@@ -123,14 +125,24 @@ def shoal_chain(event: Stored, parent: int) -> list[int]:
     return chain
 
 
+class MissedBatches(Exception):
+    """Batches from ``start`` on never arrived: the follower replays them from vLLM's buffer, or gives up."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__(f"kv event batches from seq {start} on were missed")
+        self.start = start
+
+
 class VllmCacheView:
     """One replica's vLLM cache as Shoal's KV events (see the module docstring)."""
 
     def __init__(self) -> None:
         self.shoal_of: dict[VllmHash, int] = {}
         self.synced = False
+        self.lost = False  # given up: only a fresh publisher or a cleared cache brings it back
         self.block_size: int | None = None  # of the blocks that start chains
         self._next_seq: int | None = None
+        self._replay_start: int | None = None
         self._out_seq = 0
 
     def _event(self, type_: KVEventType, hashes: Sequence[int]) -> KVEvent:
@@ -140,22 +152,33 @@ class VllmCacheView:
     def snapshot(self) -> KVEvent:
         """Everything the view knows the replica holds, as a snapshot that (re)starts the index's stream."""
         self._out_seq = 0
-        self.synced = True
+        self.synced, self.lost = True, False
         hashes = sorted(set(self.shoal_of.values()))
         return KVEvent(type="snapshot", seq=0, hashes=hashes, block_size=self.block_size, engine_id=ENGINE_ID)
 
-    def lose_sync(self) -> None:
-        """What the replica holds is no longer known (a gap, or the gateway gave up on it)."""
-        self.synced = False
+    def give_up(self) -> None:
+        """What the replica holds is not known (batches missed for good): the history stands in."""
+        self.synced, self.lost = False, True
+        self._next_seq = None  # the next batch is taken as it comes
+
+    def replaying(self, start: int) -> None:
+        """The batches from ``start`` on are about to be replayed: they may then arrive live too."""
+        self._replay_start = start
 
     def receive(self, seq: int, events: Sequence[VllmEvent]) -> list[KVEvent]:
-        """Shoal's events for one batch: for the prefix index while in sync, nothing otherwise."""
+        """Shoal's events for one batch: for the prefix index while in sync, nothing otherwise. Raises
+        ``MissedBatches`` at a gap while the view is not lost (nothing of the batch is applied then)."""
         out: list[KVEvent] = []
-        if seq == 0:
+        expected = self._next_seq
+        if seq == 0:  # a fresh publisher: its cache starts empty
             self.shoal_of.clear()
             out.append(self.snapshot())
-        elif seq != self._next_seq:
-            self.lose_sync()
+        elif expected is not None and seq < expected:
+            if not self.lost and self._replay_start is not None and seq >= self._replay_start:
+                return []  # a replayed batch, live too
+            raise MissedBatches(0)  # the publisher started over and its first batches went by
+        elif not self.lost and seq != expected:
+            raise MissedBatches(expected or 0)
         self._next_seq = seq + 1
         for event in events:
             produced = self._apply(event)  # the mapping is kept in or out of sync

@@ -6,7 +6,8 @@ a Deployment and a kubelet would.
 - **start** an engine on a free loopback port (``LocalProcess``, dying with its parent); it is ``starting``
   until its readiness path (``/ready``; the kind's) answers 200, then ``ready``. Only ready engines are written to the backends file the
   gateway follows (``shoal gateway --backends-file``), so nothing is routed to an engine still loading. A kind that
-  publishes its KV cache on a ZMQ port (vLLM) gets a free one of its own too, written beside its URL.
+  publishes its KV cache on a ZMQ port (vLLM) gets a free one of its own too (and the next, for its replay socket),
+  written beside its URL.
 - **crash**: an engine that exits (or is not ready within ``startup_timeout_s``) goes to ``backoff`` with the
   last line of its log as the reason, and is started again after a doubling delay (``RESTART_BACKOFF``, :mod:`shoal.protocol.backoff`).
 - **drain**: an engine to remove leaves the backends file first, gets SIGTERM once the gateway has re-read the
@@ -31,7 +32,7 @@ import httpx
 
 from shoal.engine_kinds.vllm import kv_events_args
 from shoal.gateway.discovery import Backend
-from shoal.local.process import LocalProcess, free_port
+from shoal.local.process import LocalProcess, free_port_pair
 from shoal.protocol.backoff import Backoff
 
 Phase = Literal["starting", "ready", "draining", "backoff"]
@@ -136,7 +137,7 @@ class EngineFleet:
         log_path = self.launch.log_dir / f"{replica.name}{suffix}.log"
         argv = self.launch.argv
         if self.launch.kv_events:
-            replica.kv_events_port = free_port()
+            replica.kv_events_port = free_port_pair()
             argv = [*argv, *kv_events_args(replica.kv_events_port)]
         replica.process = LocalProcess(argv, log_path, self.launch.env, die_with_parent=True)
         replica.phase, replica.since = "starting", now

@@ -20,7 +20,7 @@ from shoal.engine_kinds.vllm import KV_EVENTS_TOPIC
 from shoal.gateway import vllm_kv_follower
 from shoal.gateway.prefix_index import PrefixIndex
 from shoal.gateway.replicas import Fleet, Replica
-from shoal.gateway.vllm_kv_events import VllmCacheView, decode_batch
+from shoal.gateway.vllm_kv_events import MissedBatches, VllmCacheView, decode_batch
 from shoal.protocol.block_hash import adapter_extra_key, hash_blocks
 from shoal.protocol.kv_events import KVEvent
 
@@ -103,26 +103,43 @@ def test_integer_hashes_map_as_bytes_do() -> None:
     assert index.cached == set(hash_blocks(TOKENS[:48], BLOCK))
 
 
-def test_a_gap_falls_back_to_the_history_until_the_cache_is_known_again() -> None:
+def test_missed_batches_are_named_and_a_replay_overlapping_the_live_stream_is_applied_once() -> None:
     view, index = VllmCacheView(), PrefixIndex()
     chain = vllm_chain(TOKENS)
     follow(view, index, 0, stored(chain[:1], None, TOKENS[:16]))
-    assert follow(view, index, 2, stored(chain[1:2], chain[0], TOKENS[16:32])) == []  # seq 1 was lost
-    assert not view.synced
-    index.desync()  # what the follower does when the view falls out of sync
-    follow(view, index, 3, stored(chain[2:3], chain[1], TOKENS[32:48]))
-    assert not index.synced  # routed on the history meanwhile
-    assert set(view.shoal_of) == set(chain[:3])  # chains still known while out of sync
-    follow(view, index, 4, {"type": "AllBlocksCleared"}, stored(chain[:1], None, TOKENS[:16]))
-    assert index.synced and index.cached == set(hash_blocks(TOKENS[:16], BLOCK))
+    with pytest.raises(MissedBatches) as missed:
+        follow(view, index, 2, stored(chain[2:3], chain[1], TOKENS[32:48]))  # seq 1 went by
+    assert missed.value.start == 1 and view.synced and set(view.shoal_of) == set(chain[:1])  # nothing applied
+    view.replaying(1)
+    follow(view, index, 1, stored(chain[1:2], chain[0], TOKENS[16:32]))  # from vLLM's replay socket
+    follow(view, index, 2, stored(chain[2:3], chain[1], TOKENS[32:48]))
+    assert follow(view, index, 2, stored(chain[2:3], chain[1], TOKENS[32:48])) == []  # the same batch, live
+    assert index.synced and index.cached == set(hash_blocks(TOKENS[:48], BLOCK))
 
 
-def test_a_follower_joining_late_waits_for_a_restart_and_a_restart_starts_over() -> None:
+def test_a_follower_joining_late_asks_for_everything_and_a_missed_restart_too() -> None:
     view, index = VllmCacheView(), PrefixIndex()
     chain = vllm_chain(TOKENS)
-    assert follow(view, index, 41, stored(chain[:2], None, TOKENS[:32])) == []
-    assert not view.synced
-    follow(view, index, 0, stored(chain[:1], None, TOKENS[:16]))  # the engine restarted: its cache is empty
+    with pytest.raises(MissedBatches) as late:
+        follow(view, index, 41, stored(chain[:2], None, TOKENS[:32]))
+    assert late.value.start == 0
+    follow(view, index, 0, stored(chain[:1], None, TOKENS[:16]))
+    follow(view, index, 1, removed(chain[:1]))
+    with pytest.raises(MissedBatches) as restarted:  # a lower seq, not replayed: a new publisher's first went by
+        follow(view, index, 1, stored(chain[:1], None, TOKENS[:16]))
+    assert restarted.value.start == 0
+
+
+def test_given_up_the_history_stands_in_until_the_cache_is_known_again() -> None:
+    view, index = VllmCacheView(), PrefixIndex()
+    chain = vllm_chain(TOKENS)
+    follow(view, index, 0, stored(chain[:1], None, TOKENS[:16]))
+    view.give_up()  # the replay did not bring the missed batches back
+    index.desync()  # as the follower does
+    assert follow(view, index, 7, stored(chain[1:3], chain[0], TOKENS[16:48])) == []
+    follow(view, index, 9, stored(chain[3:4], chain[2], TOKENS[48:64]))  # gaps no longer matter
+    assert not index.synced and set(view.shoal_of) == set(chain)  # chains still known meanwhile
+    follow(view, index, 10, {"type": "AllBlocksCleared"}, stored(chain[:1], None, TOKENS[:16]))
     assert index.synced and index.cached == set(hash_blocks(TOKENS[:16], BLOCK))
 
 
@@ -159,7 +176,7 @@ def test_an_event_kind_of_a_newer_vllm_is_skipped() -> None:
     assert decode_batch(batch({"type": "BlockPinned", "block_hashes": [b"a"]})) == []
 
 
-def test_the_follower_shows_vllms_block_size_and_desyncs_the_index_on_a_gap() -> None:
+def test_the_follower_shows_vllms_block_size_and_gives_up_on_a_batch_it_cannot_read() -> None:
     replica = Replica("http://127.0.0.1:1", kv_events_port=2)
     view = VllmCacheView()
     synced: list[bool] = []
@@ -168,10 +185,11 @@ def test_the_follower_shows_vllms_block_size_and_desyncs_the_index_on_a_gap() ->
         replica, view, frames(0, stored(chain[:1], None, TOKENS[:16])), lambda _, s: synced.append(s)
     )
     assert replica.index.synced and replica.block_size == BLOCK and synced[-1] is True
-    vllm_kv_follower.apply(replica, view, frames(5, removed(chain[:1])), lambda _, s: synced.append(s))
-    assert not replica.index.synced and synced[-1] is False and replica.index.cached == {hash_blocks(TOKENS, BLOCK)[0]}
+    with pytest.raises(MissedBatches):
+        vllm_kv_follower.apply(replica, view, frames(5, removed(chain[:1])), lambda _, s: synced.append(s))
+    assert replica.index.synced  # until the replay says whether they can be had
     vllm_kv_follower.apply(replica, view, [b"only one frame"], lambda _, s: synced.append(s))
-    assert not replica.index.synced
+    assert not replica.index.synced and synced[-1] is False and view.lost
 
 
 def test_an_ejected_replica_is_back_in_sync_at_its_next_batch_in_sequence() -> None:
@@ -221,3 +239,52 @@ async def test_the_follower_subscribes_to_the_replicas_publisher() -> None:
         with pytest.raises(asyncio.CancelledError):
             await follower
         publisher.close(linger=0)
+
+
+async def test_a_follower_subscribing_late_replays_what_vllm_published_before() -> None:
+    """A stand-in vLLM: a PUB socket and its replay ROUTER on the next port, answering as vLLM's
+    ``ZmqEventPublisher._service_replay`` does (``[id, "", topic, seq, payload]`` per batch, then seq -1)."""
+    context = zmq.asyncio.Context.instance()
+    publisher, router = context.socket(zmq.PUB), context.socket(zmq.ROUTER)
+    while True:
+        port = publisher.bind_to_random_port("tcp://127.0.0.1")
+        try:
+            router.bind(f"tcp://127.0.0.1:{port + 1}")
+            break
+        except zmq.ZMQError:
+            publisher.unbind(f"tcp://127.0.0.1:{port}")
+    chain = vllm_chain(TOKENS)
+    published = [
+        frames(0, stored(chain[:2], None, TOKENS[:32])),
+        frames(1, stored(chain[2:3], chain[1], TOKENS[32:48])),
+    ]
+    for message in published:  # before anyone subscribes: gone from the live stream
+        await publisher.send_multipart(message)
+
+    async def serve_replays() -> None:
+        while True:
+            client, _, start = await router.recv_multipart()
+            for topic, seq, payload in published:
+                if int.from_bytes(seq, "big") >= int.from_bytes(start, "big"):
+                    await router.send_multipart([client, b"", topic, seq, payload])
+            await router.send_multipart([client, b"", b"", vllm_kv_follower.END_SEQ, b""])
+
+    replica = Replica("http://127.0.0.1:1", kv_events_port=port)
+    tasks = [
+        asyncio.create_task(serve_replays()),
+        asyncio.create_task(vllm_kv_follower.follow(replica, lambda *_: None)),
+    ]
+    try:
+        published.append(frames(2, stored(chain[3:4], chain[2], TOKENS[48:64])))
+        for _ in range(200):  # the same batch again until it is heard (PUB drops it before the subscription)
+            await publisher.send_multipart(published[-1])
+            if replica.index.synced:
+                break
+            await asyncio.sleep(0.05)
+        assert replica.index.cached == set(hash_blocks(TOKENS, BLOCK))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        publisher.close(linger=0)
+        router.close(linger=0)

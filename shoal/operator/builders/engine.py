@@ -4,7 +4,7 @@ server: ``shoal.engine_kinds``) and a headless Service.
 The Service is headless because nothing should load-balance engines blindly: the gateway discovers each pod
 through the Service's EndpointSlices and routes by prefix and load. A kind that publishes its KV cache over ZMQ
 (vLLM) binds it on ``KV_EVENTS_PORT``, a second port of the pod and the Service named ``kv-events``, which the
-gateway finds in the same slices and follows. Probes follow the engine server's contract
+gateway finds in the same slices and follows, and its replay socket on the next port (``kv-replay``). Probes follow the engine server's contract
 (the kind's paths): Shoal's ``/ready`` only once the model is loaded (the startup probe waits for it, up to
 ``engine.startupSeconds``), then ``/health`` for liveness, so a slow model load is never mistaken for a hung
 process.
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.engine_kinds import EngineSettings, adapter
-from shoal.engine_kinds.vllm import KV_EVENTS_PORT, KV_EVENTS_PORT_NAME
+from shoal.engine_kinds.vllm import KV_EVENTS_PORT, KV_EVENTS_PORT_NAME, KV_REPLAY_PORT_NAME
 from shoal.operator.builders.gateway import gateway_image
 from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, shoal_reads_fetched
 from shoal.operator.builders.placement import container_env, core, pod_metadata, pod_placement
@@ -62,10 +62,11 @@ def publishes_zmq_events(spec: InferenceDeploymentSpec) -> bool:
 
 
 def engine_ports(spec: InferenceDeploymentSpec) -> list[dict[str, Any]]:
-    """The container's ports: the API, and the KV-event publisher's where the kind has one."""
+    """The container's ports: the API, and the KV-event publisher's and its replay socket's where the kind has them."""
     ports = [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}]
     if publishes_zmq_events(spec):
         ports.append({"name": KV_EVENTS_PORT_NAME, "containerPort": KV_EVENTS_PORT, "protocol": "TCP"})
+        ports.append({"name": KV_REPLAY_PORT_NAME, "containerPort": KV_EVENTS_PORT + 1, "protocol": "TCP"})
     return ports
 
 
