@@ -151,6 +151,7 @@ class Gateway:
             self._spawn(self._check(replica))
             follower = self._follower(replica)
             if follower is not None:
+                self.metrics.kv_synced.labels(replica.url).set(0)  # until its first snapshot
                 self._followers[replica.url] = asyncio.create_task(follower)
 
     def _follower(self, replica: Replica) -> Coroutine[Any, Any, None] | None:

@@ -2,7 +2,7 @@
 
 The batches are built with msgpack in the layout vLLM 0.32 publishes (``vllm/distributed/kv_events.py``: an
 ``EventBatch`` array ``[ts, events, dp_rank]``, each event a map tagged ``type``, sent as ``[topic, seq, payload]``
-on a PUB socket); the real vLLM CPU server publishing them is in ``tests/local/test_vllm_kv_routing.py``.
+on a PUB socket); the real vLLM CPU server publishing them is in ``tests/gateway/test_vllm_kv_routing.py``.
 """
 
 from __future__ import annotations
