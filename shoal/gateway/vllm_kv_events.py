@@ -142,7 +142,7 @@ class VllmCacheView:
         self.lost = False  # given up: only a fresh publisher or a cleared cache brings it back
         self.block_size: int | None = None  # of the blocks that start chains
         self._next_seq: int | None = None
-        self._replay_start: int | None = None
+        self._replayed = range(0)  # replayed batches that may still arrive live, until a later one does
         self._out_seq = 0
 
     def _event(self, type_: KVEventType, hashes: Sequence[int]) -> KVEvent:
@@ -161,9 +161,9 @@ class VllmCacheView:
         self.synced, self.lost = False, True
         self._next_seq = None  # the next batch is taken as it comes
 
-    def replaying(self, start: int) -> None:
-        """The batches from ``start`` on are about to be replayed: they may then arrive live too."""
-        self._replay_start = start
+    def replayed(self, start: int) -> None:
+        """The batches from ``start`` on were just replayed: the live stream may still bring them, once."""
+        self._replayed = range(start, self._next_seq or start)
 
     def receive(self, seq: int, events: Sequence[VllmEvent]) -> list[KVEvent]:
         """Shoal's events for one batch: for the prefix index while in sync, nothing otherwise. Raises
@@ -174,12 +174,13 @@ class VllmCacheView:
             self.shoal_of.clear()
             out.append(self.snapshot())
         elif expected is not None and seq < expected:
-            if not self.lost and self._replay_start is not None and seq >= self._replay_start:
+            if seq in self._replayed:
                 return []  # a replayed batch, live too
             raise MissedBatches(0)  # the publisher started over and its first batches went by
         elif not self.lost and seq != expected:
             raise MissedBatches(expected or 0)
         self._next_seq = seq + 1
+        self._replayed = range(0)
         for event in events:
             produced = self._apply(event)  # the mapping is kept in or out of sync
             if self.synced:

@@ -100,9 +100,9 @@ async def _catch_up(
 ) -> None:
     """Replays what was missed, then applies the live batch that showed it; gives up if the replay falls short."""
     try:
-        view.replaying(missed)
         for frames in await replay(context, replica, missed):
             apply(replica, view, frames, on_sync)
+        view.replayed(missed)
         apply(replica, view, live, on_sync)
     except (MissedBatches, TimeoutError, ValueError, zmq.ZMQError) as exc:
         _give_up(replica, view, on_sync, f"{exc} and vLLM's replay socket did not bring them back")

@@ -110,11 +110,15 @@ def test_missed_batches_are_named_and_a_replay_overlapping_the_live_stream_is_ap
     with pytest.raises(MissedBatches) as missed:
         follow(view, index, 2, stored(chain[2:3], chain[1], TOKENS[32:48]))  # seq 1 went by
     assert missed.value.start == 1 and view.synced and set(view.shoal_of) == set(chain[:1])  # nothing applied
-    view.replaying(1)
     follow(view, index, 1, stored(chain[1:2], chain[0], TOKENS[16:32]))  # from vLLM's replay socket
     follow(view, index, 2, stored(chain[2:3], chain[1], TOKENS[32:48]))
+    view.replayed(1)
     assert follow(view, index, 2, stored(chain[2:3], chain[1], TOKENS[32:48])) == []  # the same batch, live
     assert index.synced and index.cached == set(hash_blocks(TOKENS[:48], BLOCK))
+    follow(view, index, 3, removed(chain[2:3]))  # the live stream goes on: the replayed window closes
+    with pytest.raises(MissedBatches) as restarted:  # so a low seq now is a publisher that started over
+        follow(view, index, 2, stored(chain[:1], None, TOKENS[:16]))
+    assert restarted.value.start == 0
 
 
 def test_a_follower_joining_late_asks_for_everything_and_a_missed_restart_too() -> None:
