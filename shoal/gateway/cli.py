@@ -26,7 +26,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--port", type=int, default=8080)
     where = p.add_argument_group("backends (one source)")
     where.add_argument(
-        "--backend", action="append", default=[], metavar="URL", help="an engine replica's base URL (repeatable)"
+        "--backend",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an engine replica's base URL (repeatable); 'URL kv-events=PORT' for a vLLM publishing its KV events",
     )
     where.add_argument("--backends-file", metavar="PATH", help="a file of replica URLs, one a line; re-read on change")
     where.add_argument(
@@ -172,7 +176,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("give exactly one of --backend (repeatable), --backends-file or --kube-service")
     discovery: Discovery
     if args.backend:
-        discovery = static(args.backend)
+        try:
+            discovery = static(args.backend)
+        except ValueError as exc:
+            raise SystemExit(f"--backend: {exc}") from None
     elif args.backends_file:
         discovery = from_file(args.backends_file)
     else:

@@ -37,9 +37,12 @@ Publish = Callable[[list[Backend]], None]
 Discovery = Callable[[Publish], Awaitable[None]]
 
 
-def static(urls: list[str]) -> Discovery:
+def static(lines: list[str]) -> Discovery:
+    """Backends given once, each as a backends file's line (``--backend``)."""
+    backends = [parse_line(line) for line in lines]
+
     async def run(publish: Publish) -> None:
-        publish([Backend(url) for url in urls])
+        publish(list(backends))
 
     return run
 
@@ -51,7 +54,7 @@ def parse_line(line: str) -> Backend:
     for option in options:
         key, sep, value = option.partition("=")
         if key != KV_EVENTS_KEY or not sep or not value.isdigit() or not 0 < int(value) < 65536:
-            raise ValueError(f"backends file line {line!r}: expected URL [{KV_EVENTS_KEY}=PORT]")
+            raise ValueError(f"backend {line!r}: expected URL [{KV_EVENTS_KEY}=PORT], PORT in 1-65535")
         port = int(value)
     return Backend(url, port)
 

@@ -10,7 +10,7 @@ import pytest
 from gateway_harness import ByteTokenizer
 from support.polling import eventually
 
-from shoal.gateway.discovery import Backend, from_file
+from shoal.gateway.discovery import Backend, from_file, parse_line
 from shoal.protocol.block_hash import hash_blocks
 
 pytestmark = pytest.mark.timeout(60)
@@ -49,6 +49,12 @@ def test_two_gateways_following_the_same_kv_events_choose_the_same_replica(fake_
     fresh = "A different system prompt that no replica has seen before, long enough for blocks. " * 2
     first, second = (served_by(h.url, "tiny", fresh) for h in pair)
     assert first == second
+
+
+@pytest.mark.parametrize("line", ["http://e:8000 kv-events=0", "http://e:8000 kv-events=x", "http://e:8000 port=1"])
+def test_a_backend_line_other_than_url_and_kv_events_port_is_refused_naming_it(line: str) -> None:
+    with pytest.raises(ValueError, match=f"backend '{line}': expected URL \\[kv-events=PORT\\]"):
+        parse_line(line)
 
 
 async def test_a_backends_file_is_followed_as_it_changes(tmp_path: Path) -> None:
