@@ -1,6 +1,6 @@
 """Engine kinds: Shoal's engine, vLLM, SGLang and llama.cpp, each as one pure adapter (``docs/engines.md``)."""
 
-from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, Refusal, message
+from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, KVEventsForm, MetricMap, Refusal, message
 from shoal.engine_kinds.kinds import ADAPTERS, DEFAULT_KIND, ENGINE_KINDS, EngineKind, UnknownEngineKind, adapter
 from shoal.engine_kinds.shoal_engine import DEFAULT_BLOCK_SIZE, ONE_GPU_MESSAGE
 
@@ -13,6 +13,7 @@ __all__ = [
     "EngineAdapter",
     "EngineKind",
     "EngineSettings",
+    "KVEventsForm",
     "MetricMap",
     "Refusal",
     "UnknownEngineKind",

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
+
+from shoal.protocol.block_hash import DEFAULT_BLOCK_SIZE
+
+KVEventsForm = Literal["sse", "zmq"]  # Shoal's GET /kv/events; vLLM's ZMQ publisher (shoal.engine_kinds.vllm)
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,7 @@ class EngineSettings:
     kv_cache_bytes: int | None = None
     gpus: int = 0
     download_dir: str | None = None
+    kv_events_port: int | None = None  # where a kind that publishes its KV cache over ZMQ (vLLM) binds it
 
 
 @dataclass(frozen=True)
@@ -88,9 +94,15 @@ class EngineAdapter:
     metrics: MetricMap
     command: Callable[[EngineSettings], list[str]]
     refusals: tuple[Refusal, ...] = field(default_factory=tuple)
-    kv_events: bool = False  # serves Shoal's /kv/events (the gateway follows each replica's cache)
+    kv_events: KVEventsForm | None = None  # how it publishes its prefix cache (the gateway follows each replica's)
     gateway_validates: bool = False  # the gateway's request models are this engine's (else the engine judges)
     image_binary: str | None = None  # the binary's path in the kind's images when it is not on their PATH
+    default_block_size: tuple[int, int] = (DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE)  # its own, (on a GPU, on a CPU)
+
+    def block_size(self, given: int | None, gpus: int) -> int:
+        """The KV block size the engine runs with (``blockSize``, else its own default on that device): the one
+        the gateway hashes prompts with."""
+        return given or self.default_block_size[0 if gpus else 1]
 
     def refused(self, spec: dict[str, dict[str, object]]) -> list[str]:
         """The messages of the refusals ``spec`` (the spec's wire dict, camelCase) breaks."""

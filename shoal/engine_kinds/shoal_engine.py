@@ -43,6 +43,6 @@ SHOAL = EngineAdapter(
     ),
     command=command,
     refusals=(at_most_one_gpu(ONE_GPU_MESSAGE),),
-    kv_events=True,
+    kv_events="sse",
     gateway_validates=True,
 )

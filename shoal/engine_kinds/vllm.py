@@ -3,20 +3,52 @@
 ``kvCacheMemory`` is ``--kv-cache-memory-bytes``, which the CPU build honours too (it is what its
 ``VLLM_CPU_KVCACHE_SPACE`` sets). ``/health`` answers 200 once the engine core is up; the port opens only after
 the model is loaded. Metrics are on by default.
+
+With a ``kv_events_port`` (the operator's pods, each ``shoal up`` engine) vLLM publishes its prefix cache: a ZMQ
+PUB socket bound on that port, topic ``KV_EVENTS_TOPIC``, and its replay socket (a ROUTER that resends its last
+batches) on the next port (``--kv-events-config``), which the gateway follows (``shoal.gateway.vllm_kv_follower``). Its block hashes are then mapped onto Shoal's, which needs vLLM's block size
+to be the one the gateway hashes with: ``--block-size`` is then always given, ``blockSize`` or vLLM's own default
+on the device (16 tokens on a GPU, 128 on a CPU, whose attention takes only multiples of 32), and the gateway is
+given the same (``EngineAdapter.block_size``).
 """
 
 from __future__ import annotations
 
+import json
+
 from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, no_bundled_alias, optional
+
+KV_EVENTS_PORT = 5557  # vLLM's default endpoint's port; the engine pods' port named KV_EVENTS_PORT_NAME
+KV_EVENTS_PORT_NAME = "kv-events"
+KV_REPLAY_PORT_NAME = "kv-replay"  # always the events port + 1
+KV_EVENTS_TOPIC = "kv-events"
+KV_EVENTS_FLAG = "--kv-events-config"
+BLOCK_SIZES = (16, 128)  # vLLM's defaults: on a GPU, on a CPU
+
+
+def kv_events_args(port: int) -> list[str]:
+    """vLLM's flag publishing its KV cache events on ``port`` (every interface), topic ``KV_EVENTS_TOPIC``, with
+    its replay socket on ``port + 1``."""
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{port}",
+        "replay_endpoint": f"tcp://*:{port + 1}",
+        "topic": KV_EVENTS_TOPIC,
+    }
+    return [KV_EVENTS_FLAG, json.dumps(config, separators=(",", ":"))]
 
 
 def command(s: EngineSettings) -> list[str]:
     args = ["vllm", "serve", s.model, "--served-model-name", s.served_name, "--host", s.host, "--port", str(s.port)]
     args += ["--dtype", s.dtype, *optional("--download-dir", s.download_dir)]
-    args += optional("--block-size", s.block_size) + optional("--max-model-len", s.max_model_len)
+    known = s.block_size or (BLOCK_SIZES[0 if s.gpus else 1] if s.kv_events_port is not None else None)
+    args += optional("--block-size", known) + optional("--max-model-len", s.max_model_len)
     args += optional("--max-num-seqs", s.max_num_seqs) + optional("--kv-cache-memory-bytes", s.kv_cache_bytes)
     if s.gpus > 1:
         args += ["--tensor-parallel-size", str(s.gpus)]
+    if s.kv_events_port is not None:
+        args += kv_events_args(s.kv_events_port)
     return args
 
 
@@ -37,4 +69,6 @@ VLLM = EngineAdapter(
     ),
     command=command,
     refusals=(no_bundled_alias("vllm"),),
+    kv_events="zmq",
+    default_block_size=BLOCK_SIZES,
 )

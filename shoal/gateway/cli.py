@@ -26,7 +26,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--port", type=int, default=8080)
     where = p.add_argument_group("backends (one source)")
     where.add_argument(
-        "--backend", action="append", default=[], metavar="URL", help="an engine replica's base URL (repeatable)"
+        "--backend",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an engine replica's base URL (repeatable); 'URL kv-events=PORT' for a vLLM publishing its KV events",
     )
     where.add_argument("--backends-file", metavar="PATH", help="a file of replica URLs, one a line; re-read on change")
     where.add_argument(
@@ -58,7 +62,7 @@ def register(subparsers: Any) -> None:
         "--engine-kind",
         choices=ENGINE_KINDS,
         default=DEFAULT_KIND,
-        help="the engines' kind: their health path, and whether they publish /kv/events (docs/engines.md)",
+        help="the engines' kind: their health path, and how they publish their KV caches (docs/engines.md)",
     )
     p.add_argument(
         "--tokenizer",
@@ -124,7 +128,7 @@ def register(subparsers: Any) -> None:
         help="a whole request; clients may ask for less with the X-Request-Timeout header",
     )
     p.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
-    p.add_argument("--no-kv-events", action="store_true", help="do not follow the engines' /kv/events")
+    p.add_argument("--no-kv-events", action="store_true", help="do not follow the engines' KV events")
     p.add_argument(
         "--dashboard-data",
         metavar="PATH",
@@ -172,7 +176,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("give exactly one of --backend (repeatable), --backends-file or --kube-service")
     discovery: Discovery
     if args.backend:
-        discovery = static(args.backend)
+        try:
+            discovery = static(args.backend)
+        except ValueError as exc:
+            raise SystemExit(f"--backend: {exc}") from None
     elif args.backends_file:
         discovery = from_file(args.backends_file)
     else:
@@ -199,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         ignore_unknown_fields=args.ignore_unknown_fields,
         max_attempts=args.max_attempts,
         health_interval_s=args.health_interval,
-        follow_kv_events=not args.no_kv_events and adapter(args.engine_kind).kv_events,
+        kv_events=None if args.no_kv_events else adapter(args.engine_kind).kv_events,
         ready_path=adapter(args.engine_kind).ready_path,
         validate_fields=adapter(args.engine_kind).gateway_validates,
         hold_queue_size=args.hold_queue_size,

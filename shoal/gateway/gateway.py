@@ -2,9 +2,10 @@
 
 ``Gateway`` is what the HTTP app and the CLI share. ``start()`` opens the request path's pool of keep-alive
 upstream connections (``upstream``), an aiohttp session for the health checks and KV-event streams, and starts
-three kinds of tasks: discovery publishing the set of replica URLs,
-a health loop that checks every replica each ``health_interval``, and one ``/kv/events`` follower per replica
-(started when the replica appears, cancelled when it goes). Routing decisions are made per request by the
+three kinds of tasks: discovery publishing the set of replicas,
+a health loop that checks every replica each ``health_interval``, and one KV-event follower per replica (started
+when the replica appears, cancelled when it goes): Shoal's ``/kv/events`` (``kv_follower``), or vLLM's ZMQ
+publisher where discovery names its port (``vllm_kv_follower``). Routing decisions are made per request by the
 model's policy over the healthy replicas serving that model.
 """
 
@@ -19,9 +20,10 @@ from typing import Any
 
 import aiohttp
 
-from shoal.gateway import block_size, health, kv_follower
+from shoal.engine_kinds import KVEventsForm
+from shoal.gateway import block_size, health, kv_follower, vllm_kv_follower
 from shoal.gateway.auth import ApiKeys
-from shoal.gateway.discovery import Discovery
+from shoal.gateway.discovery import Backend, Discovery
 from shoal.gateway.hold_queue import HoldQueue
 from shoal.gateway.metrics import GatewayMetrics
 from shoal.gateway.prompts import PromptReader
@@ -60,7 +62,7 @@ class GatewayConfig:
     health_timeout_s: float = 2.0
     fail_threshold: int = 2
     unavailable_retry_after_s: int = 2
-    follow_kv_events: bool = True  # Shoal's engines publish /kv/events; other kinds route on the history alone
+    kv_events: KVEventsForm | None = "sse"  # how the engines publish their caches (the kind's); None: history alone
     ready_path: str = "/ready"  # the engine kind's readiness path (shoal.engine_kinds)
     validate_fields: bool = True  # every field as Shoal's engine would; else only routing's (another kind judges)
     hold_queue_size: int = 0  # requests held while a model has no ready replica; 0 answers 503 at once
@@ -132,9 +134,9 @@ class Gateway:
     async def _discover(self) -> None:
         await self.discovery(self.publish)
 
-    def publish(self, urls: list[str]) -> None:
-        """Discovery's callback: the complete current set of replica URLs."""
-        added, removed = self.fleet.set_urls(urls)
+    def publish(self, backends: list[Backend]) -> None:
+        """Discovery's callback: the complete current set of replicas."""
+        added, removed = self.fleet.set_backends(backends)
         for replica in removed:
             log.info("replica %s removed by discovery", replica.url)
             for gauge in (self.metrics.backend_up, self.metrics.kv_synced, self.metrics.block_size_mismatch):
@@ -147,12 +149,19 @@ class Gateway:
         for replica in added:
             log.info("replica %s discovered", replica.url)
             self._spawn(self._check(replica))
-            if self.config.follow_kv_events:
-                self._followers[replica.url] = asyncio.create_task(self._follow(replica))
+            follower = self._follower(replica)
+            if follower is not None:
+                self.metrics.kv_synced.labels(replica.url).set(0)  # until its first snapshot
+                self._followers[replica.url] = asyncio.create_task(follower)
 
-    async def _follow(self, replica: Replica) -> None:
-        assert self.session is not None
-        await kv_follower.follow(self.session, replica, self._on_sync)
+    def _follower(self, replica: Replica) -> Coroutine[Any, Any, None] | None:
+        """What follows this replica's cache: the kind's form of KV events, where the replica publishes them."""
+        if self.config.kv_events == "sse":
+            assert self.session is not None
+            return kv_follower.follow(self.session, replica, self._on_sync)
+        if self.config.kv_events == "zmq" and replica.kv_events_port is not None:
+            return vllm_kv_follower.follow(replica, self._on_sync)
+        return None
 
     def _on_sync(self, replica: Replica, synced: bool) -> None:
         self.metrics.kv_synced.labels(replica.url).set(1 if synced else 0)

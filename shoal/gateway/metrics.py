@@ -32,7 +32,7 @@ class GatewayMetrics:
         )
         self.kv_synced = Gauge(
             "shoal_gateway_backend_kv_events_synced",
-            "1 while the backend's /kv/events stream is followed in sync.",
+            "1 while the backend's KV events (/kv/events, or vLLM's ZMQ publisher) are followed in sync.",
             ["backend"],
             registry=r,
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from shoal.gateway.discovery import Backend
 from shoal.gateway.prefix_index import PrefixIndex
 from shoal.gateway.routing import Capacity, ReplicaView, RouteRequest
 
@@ -32,6 +33,7 @@ class Replica:
     load_tokens: int = 0
     in_flight: int = 0
     index: PrefixIndex = field(default_factory=PrefixIndex)
+    kv_events_port: int | None = None  # its ZMQ KV-event publisher (vLLM's), as discovery found it
 
     def view(self) -> ReplicaView:
         return ReplicaView(self.url, self.load_tokens, self.index, self.in_flight, self.capacity, self.index.homes)
@@ -53,11 +55,16 @@ class Fleet:
     def __init__(self) -> None:
         self.replicas: dict[str, Replica] = {}
 
-    def set_urls(self, urls: Iterable[str]) -> tuple[list[Replica], list[Replica]]:
-        """Makes the fleet exactly ``urls``; returns the replicas added and removed."""
-        wanted = {url.rstrip("/") for url in urls}
-        removed = [self.replicas.pop(url) for url in list(self.replicas) if url not in wanted]
-        added = [Replica(url) for url in sorted(wanted - self.replicas.keys())]
+    def set_backends(self, backends: Iterable[Backend]) -> tuple[list[Replica], list[Replica]]:
+        """Makes the fleet exactly ``backends``; returns the replicas added and removed (a replica whose KV-event
+        port changed is both: its follower starts over)."""
+        wanted = {b.url.rstrip("/"): b.kv_events_port for b in backends}
+        removed = [
+            self.replicas.pop(url)
+            for url, replica in list(self.replicas.items())
+            if url not in wanted or wanted[url] != replica.kv_events_port
+        ]
+        added = [Replica(url, kv_events_port=wanted[url]) for url in sorted(wanted.keys() - self.replicas.keys())]
         for replica in added:
             self.replicas[replica.url] = replica
         return added, removed

@@ -12,6 +12,7 @@ import os
 import shutil
 
 from shoal.engine_kinds import EngineSettings, adapter
+from shoal.engine_kinds.vllm import KV_EVENTS_FLAG
 from shoal.fetch import cached_path, default_download_dir
 from shoal.operator.quantity import quantity_bytes
 from shoal.operator.spec import InferenceDeploymentSpec
@@ -54,7 +55,7 @@ def _model_path(source: str) -> str:
 
 def foreign_argv(spec: InferenceDeploymentSpec, binary: str, threads: int) -> list[str]:
     """The kind's own command line for this machine: loopback, CPU, its binary first (``--port`` comes last,
-    from the fleet)."""
+    from the fleet, and so does the KV-event publisher's flag, each engine on a port of its own)."""
     engine = spec.engine
     settings = EngineSettings(
         model=_model_path(spec.model.source),
@@ -67,10 +68,13 @@ def foreign_argv(spec: InferenceDeploymentSpec, binary: str, threads: int) -> li
         max_num_seqs=engine.max_num_seqs,
         kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
         gpus=0,
+        kv_events_port=0 if adapter(engine.kind).kv_events == "zmq" else None,
     )
     argv = adapter(engine.kind).command(settings)
-    at = argv.index("--port")
-    del argv[at : at + 2]  # the fleet gives each engine its own port
+    for flag in ("--port", KV_EVENTS_FLAG):  # the fleet gives each engine its own ports
+        if flag in argv:
+            at = argv.index(flag)
+            del argv[at : at + 2]
     if engine.kind == "llamacpp":
         argv += ["--threads", str(threads), "--threads-batch", str(threads)]
     return [binary, *argv[1:], *engine.extra_args]

@@ -5,7 +5,9 @@ a Deployment and a kubelet would.
 
 - **start** an engine on a free loopback port (``LocalProcess``, dying with its parent); it is ``starting``
   until its readiness path (``/ready``; the kind's) answers 200, then ``ready``. Only ready engines are written to the backends file the
-  gateway follows (``shoal gateway --backends-file``), so nothing is routed to an engine still loading.
+  gateway follows (``shoal gateway --backends-file``), so nothing is routed to an engine still loading. A kind that
+  publishes its KV cache on a ZMQ port (vLLM) gets a free one of its own too (and the next, for its replay socket),
+  written beside its URL.
 - **crash**: an engine that exits (or is not ready within ``startup_timeout_s``) goes to ``backoff`` with the
   last line of its log as the reason, and is started again after a doubling delay (``RESTART_BACKOFF``, :mod:`shoal.protocol.backoff`).
 - **drain**: an engine to remove leaves the backends file first, gets SIGTERM once the gateway has re-read the
@@ -28,7 +30,9 @@ from typing import Literal
 
 import httpx
 
-from shoal.local.process import LocalProcess
+from shoal.engine_kinds.vllm import kv_events_args
+from shoal.gateway.discovery import Backend
+from shoal.local.process import LocalProcess, free_port_pair
 from shoal.protocol.backoff import Backoff
 
 Phase = Literal["starting", "ready", "draining", "backoff"]
@@ -55,6 +59,7 @@ class EngineLaunch:
     log_dir: Path
     startup_timeout_s: float
     ready_path: str = "/ready"
+    kv_events: bool = False  # each engine publishes its KV cache on a ZMQ port of its own (vLLM's flag)
 
 
 @dataclass
@@ -69,6 +74,7 @@ class EngineReplica:
     retry_at: float = 0.0
     term_at: float | None = None
     signalled: bool = False
+    kv_events_port: int | None = None
 
     @property
     def url(self) -> str | None:
@@ -100,7 +106,7 @@ class EngineFleet:
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
     ever_ready: bool = False
     _next_index: int = 0
-    _written: list[str] | None = None
+    _written: list[Backend] | None = None
 
     def emit(self, now: float, level: Literal["info", "warning", "error"], text: str) -> None:
         event = Event(now, level, text)
@@ -115,8 +121,8 @@ class EngineFleet:
         """The replicas that count toward ``desired``: all but the draining ones."""
         return [r for r in self.replicas if r.phase != "draining"]
 
-    def ready_urls(self) -> list[str]:
-        return [r.url for r in self.replicas if r.phase == "ready" and r.url is not None]
+    def ready_backends(self) -> list[Backend]:
+        return [Backend(r.url, r.kv_events_port) for r in self.replicas if r.phase == "ready" and r.url is not None]
 
     async def tick(self, now: float, client: httpx.AsyncClient) -> None:
         await self._observe(now, client)
@@ -129,7 +135,11 @@ class EngineFleet:
         replica.starts += 1
         suffix = "" if replica.starts == 1 else f".restart{replica.restarts}"
         log_path = self.launch.log_dir / f"{replica.name}{suffix}.log"
-        replica.process = LocalProcess(self.launch.argv, log_path, self.launch.env, die_with_parent=True)
+        argv = self.launch.argv
+        if self.launch.kv_events:
+            replica.kv_events_port = free_port_pair()
+            argv = [*argv, *kv_events_args(replica.kv_events_port)]
+        replica.process = LocalProcess(argv, log_path, self.launch.env, die_with_parent=True)
         replica.phase, replica.since = "starting", now
 
     def _crashed(self, replica: EngineReplica, now: float, why: str) -> None:
@@ -204,13 +214,13 @@ class EngineFleet:
         self.emit(now, "info", f"{replica.name} removed while {replica.phase}")
 
     def _write_backends(self) -> None:
-        urls = self.ready_urls()
-        if urls == self._written:
+        backends = self.ready_backends()
+        if backends == self._written:
             return
         temporary = self.backends_file.with_suffix(".tmp")
-        temporary.write_text("".join(f"{url}\n" for url in urls))
+        temporary.write_text("".join(f"{backend.line()}\n" for backend in backends))
         os.replace(temporary, self.backends_file)
-        self._written = urls
+        self._written = backends
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM every engine (each drains its in-flight requests), then SIGKILL whatever is left."""

@@ -30,6 +30,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_port_pair() -> int:
+    """A loopback port nobody listens on right now whose next port is free too (vLLM's KV events and replay)."""
+    while True:
+        port = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+
+
 _PR_SET_PDEATHSIG = 1
 
 

@@ -84,7 +84,7 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
         argv = foreign_argv(spec, engine_binary(kind.kind), threads)
         if kind.kind == "vllm":  # each engine its share of the cores, not all of them pinned from core 0
             env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads), **env}
-        return EngineLaunch(argv, env, log_dir, startup, kind.ready_path)
+        return EngineLaunch(argv, env, log_dir, startup, kind.ready_path, kv_events=kind.kv_events == "zmq")
     args = serve_args(spec)
     if "--attention-backend" in args:  # a GPU spec's Triton: here the CPU's default (the C kernel, else torch's)
         at = args.index("--attention-backend")
@@ -105,7 +105,9 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
 
 def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Path, dashboard: Path) -> list[str]:
     """The flags the operator puts in the gateway's ConfigMap (:func:`gateway_flags`), with the backends file for
-    discovery and the model's own source for its tokenizer."""
+    discovery and the model's own source for its tokenizer; the block size the engines run with here, on the CPU."""
+    flags = gateway_flags(spec)
+    flags["--block-size"] = str(adapter(spec.engine.kind).block_size(spec.engine.block_size, gpus=0))
     argv = shoal_command(
         "gateway",
         "--host",
@@ -116,7 +118,7 @@ def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Pa
         str(dashboard),
         "--tokenizer",
         f"{spec.served_name}={spec.model.source}",
-        *(arg for pair in gateway_flags(spec).items() for arg in pair),
+        *(arg for pair in flags.items() for arg in pair),
         "--log-level",
         "warning",
     )

@@ -10,7 +10,7 @@ import pytest
 from gateway_harness import ByteTokenizer
 from support.polling import eventually
 
-from shoal.gateway.discovery import from_file
+from shoal.gateway.discovery import Backend, from_file, parse_line
 from shoal.protocol.block_hash import hash_blocks
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,18 +51,24 @@ def test_two_gateways_following_the_same_kv_events_choose_the_same_replica(fake_
     assert first == second
 
 
+@pytest.mark.parametrize("line", ["http://e:8000 kv-events=0", "http://e:8000 kv-events=x", "http://e:8000 port=1"])
+def test_a_backend_line_other_than_url_and_kv_events_port_is_refused_naming_it(line: str) -> None:
+    with pytest.raises(ValueError, match=f"backend '{line}': expected URL \\[kv-events=PORT\\]"):
+        parse_line(line)
+
+
 async def test_a_backends_file_is_followed_as_it_changes(tmp_path: Path) -> None:
     path = tmp_path / "backends.txt"
-    path.write_text("# engines\nhttp://127.0.0.1:9001\n\nhttp://127.0.0.1:9002  # second\n")
-    published: list[list[str]] = []
+    path.write_text("# engines\nhttp://127.0.0.1:9001\n\nhttp://127.0.0.1:9002 kv-events=5601  # second\n")
+    published: list[list[Backend]] = []
     task = asyncio.create_task(from_file(path, interval=0.05)(published.append))
     try:
         while not published:
             await asyncio.sleep(0.01)
-        assert published[-1] == ["http://127.0.0.1:9001", "http://127.0.0.1:9002"]
+        assert published[-1] == [Backend("http://127.0.0.1:9001"), Backend("http://127.0.0.1:9002", 5601)]
         await asyncio.sleep(0.05)
         path.write_text("http://127.0.0.1:9003\n")
-        while published[-1] != ["http://127.0.0.1:9003"]:
+        while published[-1] != [Backend("http://127.0.0.1:9003")]:
             await asyncio.sleep(0.01)
     finally:
         task.cancel()

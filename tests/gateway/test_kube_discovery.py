@@ -14,17 +14,23 @@ import yaml
 from kubernetes_asyncio import client, config
 from support.cuttable_relay import CuttableRelay
 
+from shoal.gateway.discovery import Backend
 from shoal.gateway.kube_discovery import SERVICE_LABEL, endpoint_slices
 from shoal.protocol.backoff import Backoff
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
 
-def endpoint_slice(name: str, service: str, endpoints: dict[str, bool], port: int = 8000) -> client.V1EndpointSlice:
+def endpoint_slice(
+    name: str, service: str, endpoints: dict[str, bool], port: int = 8000, kv_events_port: int | None = None
+) -> client.V1EndpointSlice:
+    ports = [client.DiscoveryV1EndpointPort(name="http", port=port, protocol="TCP")]
+    if kv_events_port is not None:  # a vLLM engine's KV-event publisher, as the operator's Service names it
+        ports.append(client.DiscoveryV1EndpointPort(name="kv-events", port=kv_events_port, protocol="TCP"))
     return client.V1EndpointSlice(
         metadata=client.V1ObjectMeta(name=name, labels={SERVICE_LABEL: service}),
         address_type="IPv4",
-        ports=[client.DiscoveryV1EndpointPort(name="http", port=port, protocol="TCP")],
+        ports=ports,
         endpoints=[
             client.V1Endpoint(addresses=[ip], conditions=client.V1EndpointConditions(ready=ready))
             for ip, ready in endpoints.items()
@@ -39,8 +45,8 @@ async def test_ready_endpoints_of_the_service_are_published_as_they_change(kube_
     published: list[list[str]] = []
     changed = asyncio.Event()
 
-    def publish(urls: list[str]) -> None:
-        published.append(urls)
+    def publish(backends: list[Backend]) -> None:
+        published.append([backend.line() for backend in backends])
         changed.set()
 
     async def next_set(expected: list[str]) -> None:
@@ -57,13 +63,13 @@ async def test_ready_endpoints_of_the_service_are_published_as_they_change(kube_
     try:
         await next_set(["http://10.1.0.1:8000"])
         await api.create_namespaced_endpoint_slice(
-            namespace, endpoint_slice("engines-b", "engines", {"10.1.0.3": True}, port=9000)
+            namespace, endpoint_slice("engines-b", "engines", {"10.1.0.3": True}, port=9000, kv_events_port=5557)
         )
-        await next_set(["http://10.1.0.1:8000", "http://10.1.0.3:9000"])
+        await next_set(["http://10.1.0.1:8000", "http://10.1.0.3:9000 kv-events=5557"])
         await api.replace_namespaced_endpoint_slice(
             "engines-a", namespace, endpoint_slice("engines-a", "engines", {"10.1.0.1": False, "10.1.0.2": True})
         )
-        await next_set(["http://10.1.0.2:8000", "http://10.1.0.3:9000"])
+        await next_set(["http://10.1.0.2:8000", "http://10.1.0.3:9000 kv-events=5557"])
         await api.delete_namespaced_endpoint_slice("engines-b", namespace)
         await next_set(["http://10.1.0.2:8000"])
         assert all("10.9.0.1" not in url for urls in published for url in urls)
@@ -92,7 +98,9 @@ async def test_a_watch_cut_mid_stream_is_resumed(kube_apiserver, tmp_path) -> No
     namespace = "default"
     await api.create_namespaced_endpoint_slice(namespace, endpoint_slice("cut-a", "cut", {"10.2.0.1": True}))
     task = asyncio.create_task(
-        endpoint_slices(namespace, "cut", "http", str(relayed), Backoff(0.1, 1.0))(published.append)
+        endpoint_slices(namespace, "cut", "http", str(relayed), Backoff(0.1, 1.0))(
+            lambda backends: published.append([b.url for b in backends])
+        )
     )
 
     async def published_eventually(expected: list[str]) -> None:

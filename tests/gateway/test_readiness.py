@@ -52,7 +52,7 @@ def test_a_backend_of_another_engine_kind_is_checked_on_its_own_health_path(fake
     ((engine, server),) = fake_engines(1)
     engine.ready_route = False
     shoal_checked = gateways([server.url])
-    kind_checked = gateways([server.url], ready_path=adapter("vllm").ready_path, follow_kv_events=False)
+    kind_checked = gateways([server.url], ready_path=adapter("vllm").ready_path, kv_events=None)
     kind_checked.wait_healthy(1)
     assert httpx.get(kind_checked.url + "/ready").json()["ready"] is True
     assert httpx.get(shoal_checked.url + "/ready").status_code == 503

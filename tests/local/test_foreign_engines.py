@@ -293,6 +293,18 @@ def test_vllm_serves_chat_and_streams_through_the_gateway_and_a_cancel_stops_it(
     assert series("vllm:generation_tokens_total") == generated, "vLLM kept generating for a client that left"
     snapshot = vllm_fleet.snapshot()
     assert snapshot is not None and "MetricsMissing" not in vllm_fleet.output()
+    long_prompt = "A long prompt about the sea, its tides and its ships, written to fill whole KV blocks. " * 20
+    client.completions.create(model=MODEL, prompt=long_prompt, max_tokens=1)  # vLLM stores whole 128-token blocks
+
+    def gateway_series(name: str) -> list[float]:
+        return [v for _, v in samples_named(httpx.get(vllm_fleet.url + "/metrics", timeout=5).text, name)]
+
+    eventually(  # vLLM's KV events followed by the gateway (through the kv-events port shoal up gave it), in sync
+        lambda: gateway_series("shoal_gateway_backend_kv_events_synced") == [1.0],
+        timeout=20,
+        what="the gateway in step with vLLM's KV events",
+    )
+    assert gateway_series("shoal_gateway_backend_block_size_mismatch") == [0.0]
 
 
 @pytest.mark.vllm  # about 5 min for both on 2 cores (vLLM's start-up and compile)

@@ -3,6 +3,7 @@ the fields a kind cannot honour refused by the apiserver and by the models in th
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from operator_harness import REPO, OperatorProcess, apply, children_of, conditio
 from pydantic import ValidationError
 from support.kube_testbed import ControlPlane
 
+from shoal.engine_kinds.vllm import KV_EVENTS_PORT, KV_EVENTS_TOPIC
 from shoal.operator.builders import build_children
 from shoal.operator.diagnosis import diagnose
 from shoal.operator.naming import ENGINE_PORT, Owner
@@ -44,6 +46,36 @@ def test_a_vllm_engine_runs_vllm_serve_sharded_over_its_gpus_with_its_health_pat
         assert container[probe]["httpGet"]["path"] == "/health", probe
     assert container["image"] == DEFAULT_ENGINE_IMAGES["vllm"][0]  # the GPU build
     assert gateway["SHOAL_GATEWAY_ENGINE_KIND"] == "vllm"
+
+
+def test_a_vllm_engine_publishes_its_kv_cache_on_a_port_the_gateway_finds_and_may_reach() -> None:
+    objects = build_children(OWNER, InferenceDeploymentSpec.model_validate(VLLM), 1, prometheus_operator=False)
+    by = {(c["kind"], c["metadata"]["name"]): c for c in objects}
+    (container,) = by[("Deployment", "chat-engine")]["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    config = json.loads(args[args.index("--kv-events-config") + 1])
+    assert config == {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{KV_EVENTS_PORT}",
+        "replay_endpoint": f"tcp://*:{KV_EVENTS_PORT + 1}",
+        "topic": KV_EVENTS_TOPIC,
+    }
+    assert args[args.index("--block-size") + 1] == "16"  # vLLM's own on a GPU, given: the gateway hashes with it
+    assert {"name": "kv-events", "containerPort": KV_EVENTS_PORT, "protocol": "TCP"} in container["ports"]
+    assert {"name": "kv-replay", "containerPort": KV_EVENTS_PORT + 1, "protocol": "TCP"} in container["ports"]
+    service_ports = by[("Service", "chat-engine")]["spec"]["ports"]
+    assert {"name": "kv-events", "port": KV_EVENTS_PORT, "targetPort": "kv-events", "protocol": "TCP"} in service_ports
+    from_gateway = by[("NetworkPolicy", "chat-engine")]["spec"]["ingress"][0]
+    assert from_gateway["from"][0]["podSelector"]["matchLabels"] == OWNER.selector("gateway")
+    assert {"protocol": "TCP", "port": KV_EVENTS_PORT} in from_gateway["ports"]
+    assert {"protocol": "TCP", "port": KV_EVENTS_PORT + 1} in from_gateway["ports"]
+    on_cpu, gateway = built({**VLLM, "engine": {"kind": "vllm", "resources": {"gpus": 0}}})
+    assert on_cpu["args"][on_cpu["args"].index("--block-size") + 1] == "128"  # vLLM's CPU attention: multiples of 32
+    assert gateway["SHOAL_GATEWAY_BLOCK_SIZE"] == "128"  # the gateway hashes prompts as vLLM names its blocks
+    shoal_spec = InferenceDeploymentSpec.model_validate({**VLLM, "engine": {}})
+    shoal = build_children(OWNER, shoal_spec, 1, prometheus_operator=False)
+    assert "kv-events" not in json.dumps(shoal) and str(KV_EVENTS_PORT) not in json.dumps(shoal)
 
 
 def test_the_image_is_the_specs_then_the_operators_for_the_kind_then_the_default() -> None:
@@ -158,6 +190,8 @@ def test_the_operator_runs_a_vllm_fleet_with_vllms_command_and_probes(
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["vllm"] and container["args"][:2] == ["serve", "/models/smollm2"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    service = get(installed_chart, namespace, "service", "vllm-engine")
+    assert service is not None and "kv-events" in [p["name"] for p in service["spec"]["ports"]]
     config = get(installed_chart, namespace, "configmap", "vllm-gateway")
     assert config is not None and config["data"]["SHOAL_GATEWAY_ENGINE_KIND"] == "vllm"
     infd = wait_ready(installed_chart, namespace, "vllm")  # the test bed's pods pass any probe

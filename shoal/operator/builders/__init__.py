@@ -44,7 +44,7 @@ def build_children(
         role(owner),
         role_binding(owner),
         engine_network_policy(owner, spec),
-        engine_service(owner),
+        engine_service(owner, spec),
         engine,
         gateway_config_map(owner, spec),
         gateway_deployment(owner, spec, gateway_image),

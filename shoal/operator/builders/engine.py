@@ -2,7 +2,9 @@
 server: ``shoal.engine_kinds``) and a headless Service.
 
 The Service is headless because nothing should load-balance engines blindly: the gateway discovers each pod
-through the Service's EndpointSlices and routes by prefix and load. Probes follow the engine server's contract
+through the Service's EndpointSlices and routes by prefix and load. A kind that publishes its KV cache over ZMQ
+(vLLM) binds it on ``KV_EVENTS_PORT``, a second port of the pod and the Service named ``kv-events``, which the
+gateway finds in the same slices and follows, and its replay socket on the next port (``kv-replay``). Probes follow the engine server's contract
 (the kind's paths): Shoal's ``/ready`` only once the model is loaded (the startup probe waits for it, up to
 ``engine.startupSeconds``), then ``/health`` for liveness, so a slow model load is never mistaken for a hung
 process.
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.engine_kinds import EngineSettings, adapter
+from shoal.engine_kinds.vllm import KV_EVENTS_PORT, KV_EVENTS_PORT_NAME, KV_REPLAY_PORT_NAME
 from shoal.operator.builders.gateway import gateway_image
 from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, shoal_reads_fetched
 from shoal.operator.builders.placement import container_env, core, pod_metadata, pod_placement
@@ -49,7 +52,22 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
         gpus=engine.resources.gpus,
         download_dir=CACHE_DIR if shoal_reads_fetched(spec) else None,
+        kv_events_port=KV_EVENTS_PORT if publishes_zmq_events(spec) else None,
     )
+
+
+def publishes_zmq_events(spec: InferenceDeploymentSpec) -> bool:
+    """The kind publishes its KV cache on a ZMQ port of its own (vLLM), which the gateway follows."""
+    return adapter(spec.engine.kind).kv_events == "zmq"
+
+
+def engine_ports(spec: InferenceDeploymentSpec) -> list[dict[str, Any]]:
+    """The container's ports: the API, and the KV-event publisher's and its replay socket's where the kind has them."""
+    ports = [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}]
+    if publishes_zmq_events(spec):
+        ports.append({"name": KV_EVENTS_PORT_NAME, "containerPort": KV_EVENTS_PORT, "protocol": "TCP"})
+        ports.append({"name": KV_REPLAY_PORT_NAME, "containerPort": KV_EVENTS_PORT + 1, "protocol": "TCP"})
+    return ports
 
 
 def engine_argv(spec: InferenceDeploymentSpec) -> list[str]:
@@ -99,7 +117,7 @@ def engine_container(
         "imagePullPolicy": engine.image_pull_policy,
         "command": [kind.image_binary or argv[0]],
         "args": argv[1:],
-        "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "ports": engine_ports(spec),
         "env": container_env(engine, SCRATCH_ENV),
         **({"envFrom": [core(e) for e in engine.env_from]} if engine.env_from else {}),
         "resources": engine.resources.container(),
@@ -162,8 +180,8 @@ def engine_deployment(
     }
 
 
-def engine_service(owner: Owner) -> dict[str, Any]:
-    """Headless: its EndpointSlices list each ready engine pod for the gateway."""
+def engine_service(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    """Headless: its EndpointSlices list each ready engine pod (and its KV-event port) for the gateway."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -171,6 +189,9 @@ def engine_service(owner: Owner) -> dict[str, Any]:
         "spec": {
             "clusterIP": "None",
             "selector": owner.selector(COMPONENT),
-            "ports": [{"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [
+                {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
+                for p in engine_ports(spec)
+            ],
         },
     }

@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-from shoal.engine_kinds import DEFAULT_BLOCK_SIZE
+from shoal.engine_kinds import adapter
 from shoal.operator.builders.api_keys import api_key_secret_ref
 from shoal.operator.builders.model import gateway_model, gateway_tokenizer_settings
 from shoal.operator.builders.placement import container_env, core, pod_metadata, pod_placement
@@ -58,7 +58,7 @@ def gateway_flags(spec: InferenceDeploymentSpec) -> dict[str, str]:
     flags = {
         "--policy": gateway.routing_policy,
         "--bound-factor": f"{gateway.bound_factor:g}",
-        "--block-size": str(spec.engine.block_size or DEFAULT_BLOCK_SIZE),
+        "--block-size": str(adapter(spec.engine.kind).block_size(spec.engine.block_size, spec.engine.resources.gpus)),
         "--engine-kind": spec.engine.kind,
         "--hold-queue-size": str(gateway.hold_queue.size),
         "--hold-seconds": str(gateway.hold_queue.wait_seconds),

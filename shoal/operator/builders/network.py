@@ -1,6 +1,7 @@
 """Who may reach the engines: a NetworkPolicy admitting the fleet's own gateway pods and, for ``/metrics``, the
 Prometheus pods (by label, in any namespace) and, when its autoscaler scrapes the engines directly
-(``autoscaling.metrics.source: scrape``), the operator's pods, to the engine port, and nothing else. Clients go
+(``autoscaling.metrics.source: scrape``), the operator's pods, to the engine port, and nothing else; the gateway
+also to the KV-event and replay ports of a kind that publishes its KV cache (vLLM). Clients go
 through the gateway, whose API keys and quotas the engines' unauthenticated API would otherwise bypass. Enforced
 by any CNI that implements NetworkPolicy (Calico, Cilium, kind's kindnet); ignored by one that does not."""
 
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shoal.engine_kinds.vllm import KV_EVENTS_PORT
+from shoal.operator.builders.engine import publishes_zmq_events
 from shoal.operator.naming import COMPONENT_LABEL, ENGINE_PORT, Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -24,8 +27,10 @@ def engine_network_policy(owner: Owner, spec: InferenceDeploymentSpec) -> dict[s
         "namespaceSelector": {},
         "podSelector": {"matchLabels": dict(spec.network_policy.prometheus_pod_labels)},
     }
+    events = [{"protocol": "TCP", "port": KV_EVENTS_PORT + offset} for offset in (0, 1)]  # publisher, replay
+    gateway_ports = port + (events if publishes_zmq_events(spec) else [])
     ingress = [
-        {"from": [{"podSelector": {"matchLabels": owner.selector("gateway")}}], "ports": port},
+        {"from": [{"podSelector": {"matchLabels": owner.selector("gateway")}}], "ports": gateway_ports},
         {"from": [scrapers], "ports": port},
     ]
     if spec.autoscaling.enabled and spec.autoscaling.metrics.source == "scrape":  # the autoscaler reads /metrics
