@@ -27,6 +27,7 @@ class EngineSettings:
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     kv_cache_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
     gpus: int = 0
     download_dir: str | None = None
 

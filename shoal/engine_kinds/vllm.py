@@ -15,6 +15,7 @@ def command(s: EngineSettings) -> list[str]:
     args += ["--dtype", s.dtype, *optional("--download-dir", s.download_dir)]
     args += optional("--block-size", s.block_size) + optional("--max-model-len", s.max_model_len)
     args += optional("--max-num-seqs", s.max_num_seqs) + optional("--kv-cache-memory-bytes", s.kv_cache_bytes)
+    args += optional("--gpu-memory-utilization", s.gpu_memory_utilization)
     if s.gpus > 1:
         args += ["--tensor-parallel-size", str(s.gpus)]
     return args

@@ -246,7 +246,17 @@ class EngineSpec(PodFields):
     )
     max_model_len: int | None = Field(None, ge=16, description="Context length cap; the model's own if unset.")
     max_num_seqs: int = Field(64, ge=1, le=4096, description="Sequences batched at once per engine.")
-    kv_cache_memory: Quantity | None = Field(None, description="Memory for the paged KV cache, e.g. '8Gi'.")
+    kv_cache_memory: Quantity | None = Field(
+        None, description="Memory for the paged KV cache, e.g. '8Gi'; overrides gpuMemoryUtilization."
+    )
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="The fraction of the GPU's memory an engine may use, in (0, 1]; the KV cache takes what the "
+        "weights and activations leave of it (vLLM's --gpu-memory-utilization; the engine's default if unset, "
+        "0.9 for shoal and vllm). No effect on a CPU.",
+    )
     startup_seconds: int = Field(
         600, ge=30, le=7200, description="How long model loading may take before the pod is restarted."
     )

@@ -22,6 +22,7 @@ import torch
 from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.errors import InvalidRequestError
+from shoal.engine.core.gpu_memory import Baseline, profile, weight_bytes
 from shoal.engine.core.grammar import GrammarCompiler
 from shoal.engine.core.hardware_plan import HardwarePlan, log_plan, plan_hardware
 from shoal.engine.core.kv_budget import kv_budget
@@ -33,7 +34,7 @@ from shoal.engine.core.sampling_params import SamplingParams
 from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.core.stop_checker import TextState, token_stop
-from shoal.engine.loader import load_model
+from shoal.engine.loader import load_config, load_model
 from shoal.engine.lora import LoRAAdapter, LoRAError, LoRAManager, read_adapter
 from shoal.engine.model import allocate_kv_cache
 from shoal.engine.model_config import ModelConfig
@@ -105,10 +106,21 @@ class EngineCore:
         tokenizer = Tokenizer.from_source(source)
         plan = plan_hardware(config, source)
         log_plan(plan)
-        model = load_model(
-            source, plan.dtype, get_ops(config.attention_backend, plan.device), plan.device, plan.quantization
-        )
-        budget = kv_budget(config, model.config, plan.dtype)
+        ops = get_ops(config.attention_backend, plan.device)
+        baseline = None
+        if plan.device == "cuda":
+            baseline = Baseline.measure()
+            baseline.check_fits(weight_bytes(load_config(source), plan.dtype, ops))
+        model = load_model(source, plan.dtype, ops, plan.device, plan.quantization)
+        lora = None
+        if config.enable_lora:
+            lora = LoRAManager.wrap(model, config.max_loras, config.max_lora_rank, plan.dtype, plan.device)
+        sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, plan.device)
+        card = None
+        if baseline is not None and not (config.num_kv_blocks or config.kv_cache_bytes):
+            tokens = min(config.max_num_batched_tokens, config.max_model_len or model.config.max_position_embeddings)
+            card, _ = profile(model, plan.dtype, baseline, tokens, config.block_size, sampler, lora)
+        budget = kv_budget(config, model.config, plan.dtype, card)
         log.info("%s", budget.summary())
         if budget.warning:
             log.warning("%s", budget.warning)
@@ -116,10 +128,6 @@ class EngineCore:
         block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching, model.config.window_of_every_layer
         )
-        lora = None
-        if config.enable_lora:
-            lora = LoRAManager.wrap(model, config.max_loras, config.max_lora_rank, plan.dtype, plan.device)
-        sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, plan.device)
         kv_caches = allocate_kv_cache(
             model.config, block_manager.num_cache_blocks, config.block_size, plan.dtype, plan.device
         )

@@ -86,6 +86,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_num_seqs=args.max_num_seqs,
         num_kv_blocks=args.num_kv_blocks,
         kv_cache_bytes=args.kv_cache_bytes,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
         enable_prefix_caching=args.enable_prefix_caching,
         attention_backend=args.attention_backend,

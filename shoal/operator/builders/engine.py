@@ -47,6 +47,7 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         max_model_len=engine.max_model_len,
         max_num_seqs=engine.max_num_seqs,
         kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
+        gpu_memory_utilization=engine.gpu_memory_utilization,
         gpus=engine.resources.gpus,
         download_dir=CACHE_DIR if shoal_reads_fetched(spec) else None,
     )
