@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from shoal.engine import LLM
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.gpu_memory import weight_bytes
 from shoal.engine.core.kv_budget import DEFAULT_KV_CACHE_BYTES, CardMemory, check_weights_fit, kv_budget
@@ -74,14 +73,6 @@ def test_an_explicit_length_the_cache_cannot_hold_is_an_error_naming_both_number
     assert kv_budget(engine(kv_cache_bytes=2 * per_block, max_model_len=32), CONFIG, torch.float32).max_model_len == 32
     with pytest.raises(ValueError, match="exceeds the model's context length"):
         kv_budget(engine(max_model_len=65), CONFIG, torch.float32)
-
-
-def test_the_engine_logs_its_budget_at_start_up(tiny_llama_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("INFO", logger="shoal.engine.core.engine_core"):
-        LLM(str(tiny_llama_dir), dtype="float32", num_kv_blocks=8, block_size=16)
-    lines = [r.getMessage() for r in caplog.records if r.name == "shoal.engine.core.engine_core"]
-    assert "kv cache 8 blocks of 16 tokens = 128 tokens" in lines[0] and "max_model_len 128" in lines[0]
-    assert lines[1].startswith("max_model_len cut from the model's context length 256 to the 128 tokens")
 
 
 GIB = 2**30

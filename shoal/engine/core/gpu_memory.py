@@ -9,7 +9,6 @@ The arithmetic on these numbers is ``kv_budget``'s, pure and tested on a CPU; on
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -43,13 +42,12 @@ class Baseline:
     non_torch: int
 
     @classmethod
-    def measure(cls) -> Baseline:
+    def before_loading(cls, model_config: ModelConfig, dtype: torch.dtype, ops: KernelOps) -> Baseline:
+        """Measures the card; ``ValueError`` with both sizes when the model's weights exceed its free memory."""
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info()
+        check_weights_fit(weight_bytes(model_config, dtype, ops), free)
         return cls(total, free, total - free - torch.cuda.memory_reserved())
-
-    def check_fits(self, weights: int) -> None:
-        check_weights_fit(weights, self.free)
 
 
 def profile(
@@ -60,9 +58,8 @@ def profile(
     block_size: int,
     sampler: Sampler,
     lora: LoRAManager | None,
-) -> tuple[CardMemory, float]:
-    """Runs the profiling forward over ``tokens`` dummy tokens; returns the card's memory and the seconds taken."""
-    start = time.perf_counter()
+) -> CardMemory:
+    """Runs the profiling forward over ``tokens`` dummy tokens; returns the card's memory."""
     config = model.config
     weights = torch.cuda.memory_allocated()
     num_blocks = -(-tokens // block_size)
@@ -79,5 +76,4 @@ def profile(
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()
     non_torch = max(total - free - torch.cuda.memory_reserved() - baseline.non_torch, 0)
-    card = CardMemory(total=baseline.total, weights=weights, activations=max(activations, 0), non_torch=non_torch)
-    return card, time.perf_counter() - start
+    return CardMemory(total=baseline.total, weights=weights, activations=max(activations, 0), non_torch=non_torch)

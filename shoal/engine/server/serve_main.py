@@ -21,8 +21,8 @@ import uvicorn
 from shoal.cpu_features import cpu_info
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.engine_core import EngineCore
-from shoal.engine.core.hardware_plan import plan_hardware
 from shoal.engine.core.heap import load_then_freeze
+from shoal.engine.core.startup_plan import plan_hardware
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.hardware import choose_threads, threads_per_step
 from shoal.engine.server.app import ServerSettings, build_app
