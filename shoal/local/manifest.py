@@ -95,6 +95,8 @@ def ignored_locally(spec: InferenceDeploymentSpec) -> list[str]:
         notes.append(
             "spec.model.credentialsSecret: a Kubernetes Secret; credentials come from this shell's environment"
         )
+    if spec.engine.kernel_cache is not None:
+        notes.append("spec.engine.kernelCache: compiled kernels stay in this machine's own caches")
     if spec.model.cache is not None:
         notes.append("spec.model.cache: a node's or a claim's directory on a cluster")
     if gateway.image != type(gateway)().image:
