@@ -51,8 +51,8 @@ def test_the_default_budget_holds_the_models_context_and_says_how_many_fit() -> 
     assert budget.warning is None
     assert budget.summary() == (
         f"kv cache {budget.num_blocks} blocks of 16 tokens = {budget.tokens} tokens, 512 MiB (the default 512 MiB "
-        f"on a CPU; --kv-cache-bytes / kvCacheMemory sets it); max_model_len 64: {budget.tokens // 64} requests of that "
-        "length at once"
+        "on a CPU, where --gpu-memory-utilization has no effect; --kv-cache-bytes sets it); "
+        f"max_model_len 64: {budget.tokens // 64} requests of that length at once"
     )
 
 

@@ -120,7 +120,7 @@ def kv_budget(
             )
     else:
         num_blocks = max(DEFAULT_KV_CACHE_BYTES // per_block, 1)
-        source = "the default 512 MiB on a CPU; --kv-cache-bytes / kvCacheMemory sets it"
+        source = "the default 512 MiB on a CPU, where --gpu-memory-utilization has no effect; --kv-cache-bytes sets it"
     tokens = num_blocks * config.block_size
     context = model_config.max_position_embeddings
     if config.max_model_len is not None:
