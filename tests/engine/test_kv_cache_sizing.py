@@ -76,7 +76,7 @@ def test_an_explicit_length_the_cache_cannot_hold_is_an_error_naming_both_number
 
 
 GIB = 2**30
-H100 = CardMemory(total=80 * GIB, weights=16 * GIB, activations=2 * GIB, non_torch=GIB)
+H100 = CardMemory(total=80 * GIB, free=79 * GIB, weights=16 * GIB, activations=2 * GIB, non_torch=GIB)
 
 
 def test_on_a_gpu_the_cache_takes_what_the_utilization_leaves_after_weights_and_activations() -> None:
@@ -115,7 +115,9 @@ def test_a_utilization_that_leaves_nothing_after_the_weights_names_the_numbers()
 
 def test_a_utilization_too_small_for_one_request_of_max_model_len_names_both_numbers() -> None:
     per_block = kv_cache_bytes_per_block(CONFIG, 16, torch.bfloat16)
-    tight = CardMemory(total=100 * per_block, weights=60 * per_block, activations=0, non_torch=0)  # 2 blocks at 0.62
+    tight = CardMemory(
+        total=100 * per_block, free=100 * per_block, weights=60 * per_block, activations=0, non_torch=0
+    )  # 2 blocks at 0.62
     with pytest.raises(ValueError) as error:
         kv_budget(engine(gpu_memory_utilization=0.62, max_model_len=64), CONFIG, torch.bfloat16, tight)
     message = str(error.value)
@@ -123,6 +125,16 @@ def test_a_utilization_too_small_for_one_request_of_max_model_len_names_both_num
     assert "--gpu-memory-utilization 0.62" in message and "raise --gpu-memory-utilization" in message
     cut = kv_budget(engine(gpu_memory_utilization=0.62), CONFIG, torch.bfloat16, tight)  # the default is cut
     assert cut.max_model_len == 32 and "raise --gpu-memory-utilization (gpuMemoryUtilization)" in str(cut.warning)
+
+
+def test_a_utilization_more_than_was_free_at_start_up_is_refused_naming_both() -> None:
+    shared = CardMemory(total=80 * GIB, free=40 * GIB, weights=16 * GIB, activations=2 * GIB, non_torch=GIB)
+    with pytest.raises(ValueError) as error:
+        kv_budget(engine(gpu_memory_utilization=0.9), CONFIG, torch.bfloat16, shared)
+    assert str(error.value).startswith(
+        "--gpu-memory-utilization 0.9 asks for 72.00 GiB of the 80.00 GiB GPU, but only 40.00 GiB was free at start-up"
+    )
+    assert kv_budget(engine(gpu_memory_utilization=0.5), CONFIG, torch.bfloat16, shared).num_blocks > 0
 
 
 def test_a_model_larger_than_the_free_memory_is_refused_with_both_sizes() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kv_invariants import assert_all_free, assert_consistent
+
 from shoal.engine import LLM, SamplingParams
 from shoal.engine.core.engine_core import BatchRunner
 from shoal.engine.core.outputs import SampleLogprobs
@@ -39,7 +41,9 @@ def test_warm_up_runs_its_batches_and_leaves_the_cache_and_counters_as_they_were
     # the prefill alone, then 16 one-token prompts, then decode steps of 16, 4, 2 and 1
     assert recording.batches == [(1, 100), (16, 16), (16, 16), (4, 4), (2, 2), (1, 1)]
     blocks = engine.block_manager
-    assert blocks.num_free_blocks == blocks.num_blocks and blocks.enable_prefix_caching
+    assert_all_free(blocks)
+    assert_consistent(blocks, [])
+    assert blocks.enable_prefix_caching
     assert engine.kv_snapshot() == cached and engine.drain_kv_events() == []  # nothing named, nothing evicted
     stats = engine.stats()
     assert (stats.prompt_tokens, stats.generation_tokens, stats.finished_by_reason) == (0, 0, {})
@@ -50,6 +54,7 @@ def test_warm_up_runs_its_batches_and_leaves_the_cache_and_counters_as_they_were
 
 def test_a_fresh_engine_starts_with_every_block_free_and_nothing_cached(tiny_llama_dir: Path) -> None:
     engine = LLM(str(tiny_llama_dir), dtype="float32", num_kv_blocks=64).engine
-    assert engine.block_manager.num_free_blocks == 64
+    assert_all_free(engine.block_manager)
+    assert engine.block_manager.num_free_blocks == 64 and engine.block_manager.cached == {}
     assert engine.kv_snapshot() == [] and engine.drain_kv_events() == []
     assert engine.stats().generation_tokens == 0

@@ -76,4 +76,6 @@ def profile(
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()
     non_torch = max(total - free - torch.cuda.memory_reserved() - baseline.non_torch, 0)
-    return CardMemory(total=baseline.total, weights=weights, activations=max(activations, 0), non_torch=non_torch)
+    return CardMemory(
+        total=baseline.total, free=baseline.free, weights=weights, activations=max(activations, 0), non_torch=non_torch
+    )

@@ -8,7 +8,8 @@ The budget, first rule that applies:
        kv bytes = total * gpu_memory_utilization - (weights + peak activations + non-torch memory)
 
    the peak measured by a profiling forward at ``max_num_batched_tokens`` after the weights load (``CardMemory``,
-   gathered by ``shoal.engine.core.gpu_memory``).
+   gathered by ``shoal.engine.core.gpu_memory``). As in vLLM, the fraction must have been free at start-up:
+   memory other processes hold is not taken from them.
 3. On a CPU, 512 MiB (``DEFAULT_KV_CACHE_BYTES``): host memory is shared with everything else on the machine,
    so the engine takes a fixed, documented amount rather than a fraction.
 
@@ -36,6 +37,7 @@ class CardMemory:
     """A GPU's memory in bytes, measured after the weights loaded and the profiling forward ran."""
 
     total: int
+    free: int  # before the weights loaded: what other processes leave
     weights: int
     activations: int  # peak torch memory of the profiling forward beyond the weights
     non_torch: int  # what the process holds outside torch's allocator (CUDA context, NCCL, ...)
@@ -87,6 +89,12 @@ def card_kv_bytes(utilization: float, card: CardMemory) -> int:
     """The KV cache's bytes on a GPU (rule 2); ``ValueError`` naming the numbers when nothing is left."""
     check_utilization(utilization)
     allowed = int(card.total * utilization)
+    if allowed > card.free:
+        raise ValueError(
+            f"{UTILIZATION_FLAG} {utilization} asks for {gib(allowed)} of the {gib(card.total)} GPU, but only "
+            f"{gib(card.free)} was free at start-up (other processes hold the rest): lower {UTILIZATION_FLAG} "
+            "or free the GPU"
+        )
     used = card.weights + card.activations + card.non_torch
     if allowed <= used:
         raise ValueError(
