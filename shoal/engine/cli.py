@@ -32,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--quantization", default="auto", choices=("auto", "none", "int4", "int8"))
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="on a GPU, the fraction of its memory the engine may use (vLLM's meaning); no effect on a CPU",
+    )
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
     parser.set_defaults(func=_generate)
 
@@ -53,7 +59,13 @@ def _generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             max_tokens=args.max_tokens,
         )
-        llm = LLM(model, dtype=args.dtype, device=args.device, quantization=args.quantization)
+        llm = LLM(
+            model,
+            dtype=args.dtype,
+            device=args.device,
+            quantization=args.quantization,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+        )
         if args.chat:
             (output,) = llm.chat([{"role": "user", "content": args.prompt}], params)
         else:

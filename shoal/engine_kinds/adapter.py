@@ -32,6 +32,7 @@ class EngineSettings:
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     kv_cache_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
     gpus: int = 0
     download_dir: str | None = None
     kv_events_port: int | None = None  # where a kind that publishes its KV cache over ZMQ (vLLM) binds it

@@ -1,7 +1,7 @@
 """llama.cpp's ``llama-server``: one GGUF, ``maxNumSeqs`` parallel slots (``-np``) of ``maxModelLen`` tokens each
 (``-c`` is the context of all slots together). It runs the GGUF's own types and has no KV block size, byte
-budget or tensor parallelism, so ``dtype`` other than auto, ``blockSize``, ``kvCacheMemory`` and ``gpus`` > 1
-are refused. ``/health`` answers 503 while the model loads; ``/metrics`` needs ``--metrics``, and exports
+budget, memory fraction or tensor parallelism, so ``dtype`` other than auto, ``blockSize``, ``kvCacheMemory``,
+``gpuMemoryUtilization``, ``kernelCache`` (it compiles nothing at start-up) and ``gpus`` > 1 are refused. ``/health`` answers 503 while the model loads; ``/metrics`` needs ``--metrics``, and exports
 neither a TTFT histogram, nor a finished-request counter, nor KV use: those signals stay missing.
 """
 
@@ -54,6 +54,11 @@ LLAMACPP = EngineAdapter(
             "kvCacheMemory",
             "llama-server sizes its KV cache in tokens: maxModelLen per slot times maxNumSeqs slots",
         ),
+        unset(
+            "gpuMemoryUtilization",
+            "llama-server has no GPU-memory fraction: its KV cache is maxModelLen tokens per slot times maxNumSeqs",
+        ),
+        unset("kernelCache", "llama-server's kernels are built into its binary: it compiles none at start-up"),
         at_most_one_gpu("llama-server offloads layers to one GPU here, with no tensor parallelism"),
     ),
 )

@@ -1,6 +1,6 @@
 """SGLang's server (``python3 -m sglang.launch_server``): ``gpus`` > 1 is tensor parallelism (``--tp-size``),
 ``blockSize`` its ``--page-size``. It sizes its KV pool as a fraction of GPU memory or in tokens, never in bytes,
-so ``kvCacheMemory`` is refused. ``/health`` answers 503 until the server is up; metrics need
+so ``kvCacheMemory`` is refused; ``gpuMemoryUtilization`` is that fraction (``--mem-fraction-static``). ``/health`` answers 503 until the server is up; metrics need
 ``--enable-metrics``.
 """
 
@@ -14,6 +14,7 @@ def command(s: EngineSettings) -> list[str]:
     args += ["--host", s.host, "--port", str(s.port), "--dtype", s.dtype, "--enable-metrics"]
     args += optional("--download-dir", s.download_dir) + optional("--page-size", s.block_size)
     args += optional("--context-length", s.max_model_len) + optional("--max-running-requests", s.max_num_seqs)
+    args += optional("--mem-fraction-static", s.gpu_memory_utilization)
     if s.gpus > 1:
         args += ["--tp-size", str(s.gpus)]
     if s.gpus == 0:
@@ -42,7 +43,7 @@ SGLANG = EngineAdapter(
         unset(
             "kvCacheMemory",
             "SGLang sizes its KV pool as a fraction of GPU memory (--mem-fraction-static) or in tokens "
-            "(--max-total-tokens), not in bytes; pass either in engine.extraArgs",
+            "(--max-total-tokens), not in bytes; set gpuMemoryUtilization, or pass --max-total-tokens in engine.extraArgs",
         ),
     ),
 )

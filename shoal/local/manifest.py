@@ -81,6 +81,8 @@ def ignored_locally(spec: InferenceDeploymentSpec) -> list[str]:
         notes.append("spec.engine.image / imagePullPolicy: engines run from this checkout, not an image")
     if engine.resources.gpus:
         notes.append(f"spec.engine.resources.gpus ({engine.resources.gpus}): engines run on this machine's CPU")
+    if engine.gpu_memory_utilization is not None:
+        notes.append("spec.engine.gpuMemoryUtilization: engines run on this machine's CPU")
     if engine.resources.memory or engine.resources.requests or engine.resources.limits:
         notes.append("spec.engine.resources.memory / requests / limits: only a CPU limit applies to local processes")
     for section, fields in (("engine", engine), ("gateway", gateway)):
@@ -93,6 +95,8 @@ def ignored_locally(spec: InferenceDeploymentSpec) -> list[str]:
         notes.append(
             "spec.model.credentialsSecret: a Kubernetes Secret; credentials come from this shell's environment"
         )
+    if spec.engine.kernel_cache is not None:
+        notes.append("spec.engine.kernelCache: compiled kernels stay in this machine's own caches")
     if spec.model.cache is not None:
         notes.append("spec.model.cache: a node's or a claim's directory on a cluster")
     if gateway.image != type(gateway)().image:

@@ -9,7 +9,7 @@ snake_case in Python.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonDict, JsonValue
@@ -63,20 +63,17 @@ class ModelVolume(Wire):
     mount_path: str = Field("/models", pattern=r"^/", description="Where the claim is mounted in the pods.")
 
 
-class ModelCache(Wire):
-    """Where an hf:// or s3:// model is fetched to, mounted at /model-cache in the engine pods."""
+class CacheVolume(Wire):
+    """A directory the engine pods keep across restarts: a node's or a claim's, exactly one of the two."""
 
-    model_config = cel(
-        ("has(self.hostPath) != has(self.claimName)", "spec.model.cache takes one of hostPath or claimName")
-    )
+    FIELD: ClassVar[str]
 
     host_path: str | None = Field(
         None,
         pattern=r"^/",
-        description="A directory on each node (hostPath, DirectoryOrCreate) shared by the engines on that node: a "
-        "model is fetched once per node (a file lock makes concurrent fetches one download) and kept across pod "
-        "restarts. It must be writable by the pods' user (uid 65532), and the namespace's Pod Security level must "
-        "allow hostPath volumes (privileged).",
+        description="A directory on each node (hostPath, DirectoryOrCreate) shared by the engines on that node and "
+        "kept across pod restarts. It must be writable by the pods' user (uid 65532), and the namespace's Pod "
+        "Security level must allow hostPath volumes (privileged).",
     )
     claim_name: str | None = Field(
         None,
@@ -86,10 +83,31 @@ class ModelCache(Wire):
     )
 
     @model_validator(mode="after")
-    def _one(self) -> ModelCache:
+    def _one(self) -> CacheVolume:
         if (self.host_path is None) == (self.claim_name is None):
-            raise ValueError("spec.model.cache takes one of hostPath or claimName")
+            raise ValueError(one_of_rule(self.FIELD)[1])
         return self
+
+
+def one_of_rule(field: str) -> tuple[str, str]:
+    return "has(self.hostPath) != has(self.claimName)", f"{field} takes one of hostPath or claimName"
+
+
+class ModelCache(CacheVolume):
+    """Where an hf:// or s3:// model is fetched to, mounted at /model-cache in the engine pods; on a node's
+    directory a model is fetched once per node (a file lock makes concurrent fetches one download)."""
+
+    FIELD = "spec.model.cache"
+    model_config = cel(one_of_rule(FIELD))
+
+
+class KernelCache(CacheVolume):
+    """Where the engine keeps its compiled kernels (Triton's cache, TRITON_CACHE_DIR; Shoal's C kernels,
+    SHOAL_CACHE), mounted at /kernel-cache: a replica that restarts or starts beside another on the node loads
+    them instead of compiling them again."""
+
+    FIELD = "spec.engine.kernelCache"
+    model_config = cel(one_of_rule(FIELD))
 
 
 class ModelSpec(Wire):
@@ -246,7 +264,22 @@ class EngineSpec(PodFields):
     )
     max_model_len: int | None = Field(None, ge=16, description="Context length cap; the model's own if unset.")
     max_num_seqs: int = Field(64, ge=1, le=4096, description="Sequences batched at once per engine.")
-    kv_cache_memory: Quantity | None = Field(None, description="Memory for the paged KV cache, e.g. '8Gi'.")
+    kv_cache_memory: Quantity | None = Field(
+        None, description="Memory for the paged KV cache, e.g. '8Gi'; overrides gpuMemoryUtilization."
+    )
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="The fraction of the GPU's memory an engine may use, in (0, 1]; the KV cache takes what the "
+        "weights and activations leave of it (vLLM's --gpu-memory-utilization; the engine's default if unset, "
+        "0.9 for shoal and vllm). No effect on a CPU.",
+    )
+    kernel_cache: KernelCache | None = Field(
+        None,
+        description="A node directory (hostPath) or a claim (claimName) for compiled kernels that outlives the pod; "
+        "unset: the pod's scratch emptyDir, so every new pod compiles them again.",
+    )
     startup_seconds: int = Field(
         600, ge=30, le=7200, description="How long model loading may take before the pod is restarted."
     )

@@ -16,10 +16,10 @@ from tiny_checkpoints import save_tokenizer, train_tokenizer
 
 from shoal.engine.core import EngineConfig, EngineCore, RequestOutput, SamplingParams
 from shoal.engine.core.block_manager import BlockManager
-from shoal.engine.core.hardware_plan import HardwarePlan
 from shoal.engine.core.outputs import SampleLogprobs
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
+from shoal.engine.core.startup_plan import HardwarePlan
 from shoal.engine.model_config import ModelConfig
 from shoal.tokenizer import Tokenizer
 

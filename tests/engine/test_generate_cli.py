@@ -33,6 +33,10 @@ def test_generate_answers_paris_with_the_bundled_model() -> None:
         (["--top-p", "1.5", "hi"], "top_p"),
         (["--device", "cuda", "hi"], "--device cuda"),
         (["--quantization", "int8", "--dtype", "float32", "hi"], "--quantization"),
+        (
+            ["--gpu-memory-utilization", "0", "hi"],
+            "gpu_memory_utilization (--gpu-memory-utilization) must be in (0, 1]",
+        ),
     ],
 )
 def test_generate_reports_bad_arguments_by_name(args: list[str], message: str) -> None:

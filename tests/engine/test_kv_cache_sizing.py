@@ -8,11 +8,14 @@ import pytest
 import torch
 from support.devices import TEST_DEVICE
 
-from shoal.engine import LLM
 from shoal.engine.core.engine_config import EngineConfig
-from shoal.engine.core.kv_budget import DEFAULT_KV_CACHE_BYTES, kv_budget
+from shoal.engine.core.gpu_memory import weight_bytes
+from shoal.engine.core.kv_budget import DEFAULT_KV_CACHE_BYTES, CardMemory, check_weights_fit, kv_budget
+from shoal.engine.loader import load_config, load_model
 from shoal.engine.model import allocate_kv_cache, kv_cache_bytes_per_block
 from shoal.engine.model_config import ModelConfig
+from shoal.kernels import get_ops
+from shoal.model_registry import resolve_model
 
 CONFIG = ModelConfig(
     architecture="llama",
@@ -48,9 +51,9 @@ def test_the_default_budget_holds_the_models_context_and_says_how_many_fit() -> 
     assert budget.num_blocks == DEFAULT_KV_CACHE_BYTES // per_block and budget.max_model_len == 64
     assert budget.warning is None
     assert budget.summary() == (
-        f"kv cache {budget.num_blocks} blocks of 16 tokens = {budget.tokens} tokens, 512 MiB (the default 512 MiB; "
-        f"--kv-cache-bytes / kvCacheMemory sets it); max_model_len 64: {budget.tokens // 64} requests of that "
-        "length at once"
+        f"kv cache {budget.num_blocks} blocks of 16 tokens = {budget.tokens} tokens, 512 MiB (the default 512 MiB "
+        "on a CPU, where --gpu-memory-utilization has no effect; --kv-cache-bytes sets it); "
+        f"max_model_len 64: {budget.tokens // 64} requests of that length at once"
     )
 
 
@@ -73,9 +76,78 @@ def test_an_explicit_length_the_cache_cannot_hold_is_an_error_naming_both_number
         kv_budget(engine(max_model_len=65), CONFIG, torch.float32)
 
 
-def test_the_engine_logs_its_budget_at_start_up(tiny_llama_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("INFO", logger="shoal.engine.core.engine_core"):
-        LLM(str(tiny_llama_dir), dtype="float32", num_kv_blocks=8, block_size=16, device=TEST_DEVICE)
-    lines = [r.getMessage() for r in caplog.records if r.name == "shoal.engine.core.engine_core"]
-    assert "kv cache 8 blocks of 16 tokens = 128 tokens" in lines[0] and "max_model_len 128" in lines[0]
-    assert lines[1].startswith("max_model_len cut from the model's context length 256 to the 128 tokens")
+GIB = 2**30
+H100 = CardMemory(total=80 * GIB, free=79 * GIB, weights=16 * GIB, activations=2 * GIB, non_torch=GIB)
+
+
+def test_on_a_gpu_the_cache_takes_what_the_utilization_leaves_after_weights_and_activations() -> None:
+    per_block = kv_cache_bytes_per_block(CONFIG, 16, torch.bfloat16)
+    budget = kv_budget(engine(gpu_memory_utilization=0.9), CONFIG, torch.bfloat16, H100)
+    assert budget.num_blocks == (int(80 * GIB * 0.9) - 19 * GIB) // per_block
+    assert "--gpu-memory-utilization 0.9 of the 80.00 GiB card: weights 16.00 GiB, activations 2.00 GiB" in (
+        budget.summary()
+    )
+    half = kv_budget(engine(gpu_memory_utilization=0.5), CONFIG, torch.bfloat16, H100)
+    assert half.num_blocks == (40 * GIB - 19 * GIB) // per_block
+
+
+def test_explicit_sizes_override_the_utilization() -> None:
+    per_block = kv_cache_bytes_per_block(CONFIG, 16, torch.bfloat16)
+    assert kv_budget(engine(num_kv_blocks=7), CONFIG, torch.bfloat16, H100).num_blocks == 7
+    assert kv_budget(engine(kv_cache_bytes=5 * per_block), CONFIG, torch.bfloat16, H100).num_blocks == 5
+
+
+@pytest.mark.parametrize("value", [0, -0.5, 1.01])
+def test_a_utilization_outside_zero_to_one_is_refused_naming_it(value: float) -> None:
+    with pytest.raises(
+        ValueError, match=rf"gpu_memory_utilization \(--gpu-memory-utilization\) must be in \(0, 1\], got {value}"
+    ):
+        engine(gpu_memory_utilization=value)
+
+
+def test_a_utilization_that_leaves_nothing_after_the_weights_names_the_numbers() -> None:
+    with pytest.raises(ValueError) as error:
+        kv_budget(engine(gpu_memory_utilization=0.2), CONFIG, torch.bfloat16, H100)
+    assert str(error.value).startswith(
+        "--gpu-memory-utilization 0.2 allows 16.00 GiB of the 80.00 GiB card: weights 16.00 GiB, activations "
+        "2.00 GiB, non-torch 1.00 GiB: 19.00 GiB is taken before any KV cache"
+    )
+
+
+def test_a_utilization_too_small_for_one_request_of_max_model_len_names_both_numbers() -> None:
+    per_block = kv_cache_bytes_per_block(CONFIG, 16, torch.bfloat16)
+    tight = CardMemory(
+        total=100 * per_block, free=100 * per_block, weights=60 * per_block, activations=0, non_torch=0
+    )  # 2 blocks at 0.62
+    with pytest.raises(ValueError) as error:
+        kv_budget(engine(gpu_memory_utilization=0.62, max_model_len=64), CONFIG, torch.bfloat16, tight)
+    message = str(error.value)
+    assert message.startswith("max_model_len 64 is longer than the KV cache holds (32 tokens = 2 blocks of 16")
+    assert "--gpu-memory-utilization 0.62" in message and "raise --gpu-memory-utilization" in message
+    cut = kv_budget(engine(gpu_memory_utilization=0.62), CONFIG, torch.bfloat16, tight)  # the default is cut
+    assert cut.max_model_len == 32 and "raise --gpu-memory-utilization (gpuMemoryUtilization)" in str(cut.warning)
+
+
+def test_a_utilization_more_than_was_free_at_start_up_is_refused_naming_both() -> None:
+    shared = CardMemory(total=80 * GIB, free=40 * GIB, weights=16 * GIB, activations=2 * GIB, non_torch=GIB)
+    with pytest.raises(ValueError) as error:
+        kv_budget(engine(gpu_memory_utilization=0.9), CONFIG, torch.bfloat16, shared)
+    assert str(error.value).startswith(
+        "--gpu-memory-utilization 0.9 asks for 72.00 GiB of the 80.00 GiB GPU, but only 40.00 GiB was free at start-up"
+    )
+    assert kv_budget(engine(gpu_memory_utilization=0.5), CONFIG, torch.bfloat16, shared).num_blocks > 0
+
+
+def test_a_model_larger_than_the_free_memory_is_refused_with_both_sizes() -> None:
+    with pytest.raises(ValueError, match=r"its weights take 16.00 GiB but the GPU has 12.50 GiB free"):
+        check_weights_fit(16 * GIB, int(12.5 * GIB))
+    check_weights_fit(16 * GIB, 16 * GIB)
+
+
+def test_the_weights_size_is_known_before_loading(tiny_llama_dir: Path) -> None:
+    """What the fit check compares with the free memory: the loaded model's parameters, byte for byte."""
+    source = resolve_model(str(tiny_llama_dir))
+    ops = get_ops(None, "cpu")
+    model = load_model(source, torch.float32, ops, "cpu", "none")
+    loaded = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert weight_bytes(load_config(source), torch.float32, ops) == loaded

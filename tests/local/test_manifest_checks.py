@@ -108,6 +108,8 @@ def test_cluster_only_fields_are_ignored_locally_not_refused(tmp_path: Path) -> 
             "resources": {"gpus": 1, "cpu": "2"},
             "nodeSelector": {"pool": "gpu"},
             "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            "gpuMemoryUtilization": 0.8,
+            "kernelCache": {"hostPath": "/var/lib/shoal/kernels"},
         },
         gateway={"replicas": 2, "apiKeySecret": {"name": "keys"}},
         autoscaling={"enabled": True, "metrics": {"source": "prometheus", "prometheusUrl": "http://prom:9090"}},
@@ -121,6 +123,8 @@ def test_cluster_only_fields_are_ignored_locally_not_refused(tmp_path: Path) -> 
         "gateway.replicas",
         "apiKeySecret",
         "autoscaling.metrics",
+        "engine.gpuMemoryUtilization",
+        "engine.kernelCache",
     ):
         assert field in ignored
     assert all(note.endswith("(ignored locally)") for note in loaded.ignored)

@@ -104,6 +104,28 @@ def test_llama_server_and_sglang_containers() -> None:
     assert sglang["args"][sglang["args"].index("--tp-size") + 1] == "2"
 
 
+@pytest.mark.parametrize(
+    ("kind", "source", "flag"),
+    [
+        ("shoal", "smollm2-135m", "--gpu-memory-utilization"),
+        ("vllm", "/models/m", "--gpu-memory-utilization"),
+        ("sglang", "/models/m", "--mem-fraction-static"),
+    ],
+)
+def test_gpu_memory_utilization_is_each_kinds_own_flag(kind: str, source: str, flag: str) -> None:
+    engine = {"kind": kind, "resources": {"gpus": 1}, "gpuMemoryUtilization": 0.85}
+    args = built({"model": {"source": source}, "engine": engine})[0]["args"]
+    assert args[args.index(flag) + 1] == "0.85"
+    unset = built({"model": {"source": source}, "engine": {"kind": kind, "resources": {"gpus": 1}}})[0]["args"]
+    assert flag not in unset  # the engine's own default
+
+
+@pytest.mark.parametrize("value", [0, -0.1, 1.01])
+def test_the_models_refuse_a_gpu_memory_utilization_outside_zero_to_one(value: float) -> None:
+    with pytest.raises(ValidationError, match=r"engine\.gpuMemoryUtilization"):
+        InferenceDeploymentSpec.model_validate({"model": {"source": "/m"}, "engine": {"gpuMemoryUtilization": value}})
+
+
 REFUSED = [
     (
         {"kind": "shoal", "resources": {"gpus": 2}},
@@ -127,6 +149,11 @@ REFUSED = [
         "/models/m",
         "engine.kind sglang cannot honour spec.engine.kvCacheMemory",
     ),
+    (
+        {"kind": "llamacpp", "gpuMemoryUtilization": 0.8},
+        "/m.gguf",
+        "engine.kind llamacpp cannot honour spec.engine.gpuMemoryUtilization",
+    ),
     ({"kind": "vllm"}, "smollm2-135m", "engine.kind vllm cannot honour spec.model.source"),
 ]
 IDS = [
@@ -136,6 +163,7 @@ IDS = [
     "llamacpp-block",
     "llamacpp-kv",
     "sglang-kv",
+    "llamacpp-gpu-memory-utilization",
     "vllm-alias",
 ]
 

@@ -43,6 +43,16 @@ pytestmark = pytest.mark.kube
             "engine.kind shoal cannot honour spec.engine.resources.gpus: more than 1 GPU: Shoal's engine runs a "
             "model on one GPU",
         ),
+        (
+            {"engine": {"gpuMemoryUtilization": 0}},
+            "spec.engine.gpuMemoryUtilization: Invalid value: 0: spec.engine.gpuMemoryUtilization in body should be "
+            "greater than 0",
+        ),
+        (
+            {"engine": {"gpuMemoryUtilization": 1.5}},
+            "spec.engine.gpuMemoryUtilization: Invalid value: 1.5: spec.engine.gpuMemoryUtilization in body should "
+            "be less than or equal to 1",
+        ),
     ],
     ids=[
         "min-over-max",
@@ -53,6 +63,8 @@ pytestmark = pytest.mark.kube
         "unknown-autoscaling-mode",
         "missing-model",
         "gpus-beyond-one",
+        "zero-gpu-memory-utilization",
+        "gpu-memory-utilization-over-one",
     ],
 )
 def test_apiserver_rejects(installed_chart: ControlPlane, spec: dict[str, Any], message: str) -> None:

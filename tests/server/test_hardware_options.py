@@ -18,6 +18,8 @@ NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a machine that has one
         (["--device", "cuda"], "--device cuda"),
         (["--quantization", "int8", "--dtype", "float32"], "--quantization"),
         (["--threads", "0"], "--threads"),
+        (["--gpu-memory-utilization", "0"], "gpu_memory_utilization (--gpu-memory-utilization) must be in (0, 1]"),
+        (["--gpu-memory-utilization", "1.5"], "must be in (0, 1], got 1.5"),
     ],
 )
 def test_impossible_hardware_options_exit_naming_the_option(

@@ -7,14 +7,22 @@ from dataclasses import dataclass
 from shoal.engine.hardware import DEVICES, QUANTIZATIONS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+UTILIZATION_FLAG = "--gpu-memory-utilization"
+
+
+def check_utilization(value: float) -> None:
+    """``ValueError`` naming the flag unless ``0 < value <= 1`` (a fraction of the card, as in vLLM)."""
+    if not 0 < value <= 1:
+        raise ValueError(f"gpu_memory_utilization ({UTILIZATION_FLAG}) must be in (0, 1], got {value}")
 
 
 @dataclass
 class EngineConfig:
     """How to build an engine.
 
-    The KV budget is ``num_kv_blocks`` when given, else ``kv_cache_bytes`` (default 512 MiB) divided by the
-    size of one block. ``max_model_len`` defaults to the model's context length, cut (with a warning) to what
+    The KV budget is ``num_kv_blocks`` when given, else ``kv_cache_bytes`` divided by the size of one block,
+    else on a GPU what ``gpu_memory_utilization`` of the card leaves after the weights and activations (vLLM's
+    meaning), else on a CPU 512 MiB. ``max_model_len`` defaults to the model's context length, cut (with a warning) to what
     the KV cache holds; an explicit one the cache cannot hold is an error. Any admitted request can then always
     run alone (the scheduler relies on it); ``shoal.engine.core.kv_budget``.
     ``device``, ``dtype`` and ``quantization`` default to ``auto``: chosen for the hardware at start-up
@@ -29,6 +37,7 @@ class EngineConfig:
     max_num_seqs: int = 128
     num_kv_blocks: int | None = None
     kv_cache_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
     attention_backend: str | None = None
@@ -53,6 +62,7 @@ class EngineConfig:
             raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
         if self.kv_cache_bytes is not None and self.kv_cache_bytes < 1:
             raise ValueError(f"kv_cache_bytes must be >= 1, got {self.kv_cache_bytes}")
+        check_utilization(self.gpu_memory_utilization)
         if self.lora_modules and not self.enable_lora:
             raise ValueError("lora_modules needs enable_lora")
         if self.max_model_len is not None and self.max_model_len < 2:

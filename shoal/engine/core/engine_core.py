@@ -4,8 +4,8 @@ Single-threaded by design: the HTTP server drives it from its own step thread, t
 ``step()`` until nothing is left. Requests are validated completely in ``add_request`` before anything
 changes, so a bad request is refused with an error naming the field and never disturbs its batch mates.
 
-``EngineCore.from_config`` does the slow, hardware-bound part (resolve and load the model, choose device and
-dtype, size and allocate the KV cache); the constructor takes those parts ready-made, so ``step()`` runs the
+``EngineCore.from_config`` does the slow, hardware-bound part (resolve and load the model, decide the start-up
+plan: device, dtype, KV size, warm-up; allocate the KV cache, warm up); the constructor takes those parts ready-made, so ``step()`` runs the
 same in tests with a stand-in runner that picks the tokens (``tests/engine/test_engine_step.py``).
 """
 
@@ -22,18 +22,26 @@ import torch
 from shoal.engine.core.block_manager import BlockManager
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.errors import InvalidRequestError
+from shoal.engine.core.gpu_memory import Baseline, profile
 from shoal.engine.core.grammar import GrammarCompiler
-from shoal.engine.core.hardware_plan import HardwarePlan, log_plan, plan_hardware
-from shoal.engine.core.kv_budget import kv_budget
 from shoal.engine.core.model_runner import ModelRunner
 from shoal.engine.core.outputs import EngineStats, RequestOutput, SampleLogprobs
 from shoal.engine.core.request import Request, RequestStatus
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.sampling_params import SamplingParams
 from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
+from shoal.engine.core.startup_plan import (
+    HardwarePlan,
+    Phases,
+    log_startup_plan,
+    needs_profile,
+    plan_hardware,
+    plan_startup,
+)
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.core.stop_checker import TextState, token_stop
-from shoal.engine.loader import load_model
+from shoal.engine.core.warm_up import run_warm_up
+from shoal.engine.loader import load_config, load_model
 from shoal.engine.lora import LoRAAdapter, LoRAError, LoRAManager, read_adapter
 from shoal.engine.model import allocate_kv_cache
 from shoal.engine.model_config import ModelConfig
@@ -99,50 +107,65 @@ class EngineCore:
 
     @classmethod
     def from_config(cls, config: EngineConfig, step_threads: StepThreads | None = None) -> EngineCore:
-        """Resolves and loads the model on the hardware chosen for it, sizes and allocates its KV cache;
-        ``step_threads`` (a server's) sets torch's thread count per step."""
+        """Loads the model on the hardware chosen for it, sizes and allocates its KV cache as the start-up plan
+        says, and warms it up; ``step_threads`` (a server's) sets torch's thread count per step."""
+        phases = Phases()
         source = resolve_model(config.model)
         tokenizer = Tokenizer.from_source(source)
-        plan = plan_hardware(config, source)
-        log_plan(plan)
-        model = load_model(
-            source, plan.dtype, get_ops(config.attention_backend, plan.device), plan.device, plan.quantization
-        )
-        budget = kv_budget(config, model.config, plan.dtype)
-        log.info("%s", budget.summary())
-        if budget.warning:
-            log.warning("%s", budget.warning)
-        num_blocks, length = budget.num_blocks, budget.max_model_len
-        block_manager = BlockManager(
-            num_blocks, config.block_size, config.enable_prefix_caching, model.config.window_of_every_layer
-        )
+        hardware = plan_hardware(config, source)
+        ops = get_ops(config.attention_backend, hardware.device)
+        profiled = needs_profile(config, hardware)
+        with phases.timed("loading"):
+            baseline = Baseline.before_loading(load_config(source), hardware.dtype, ops) if profiled else None
+            model = load_model(source, hardware.dtype, ops, hardware.device, hardware.quantization)
         lora = None
         if config.enable_lora:
-            lora = LoRAManager.wrap(model, config.max_loras, config.max_lora_rank, plan.dtype, plan.device)
-        sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, plan.device)
+            lora = LoRAManager.wrap(model, config.max_loras, config.max_lora_rank, hardware.dtype, hardware.device)
+        sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, hardware.device)
+        card = None
+        with phases.timed("profiling"):  # on a GPU whose KV size is not given, else nothing to measure
+            if baseline is not None:
+                tokens = min(
+                    config.max_num_batched_tokens, config.max_model_len or model.config.max_position_embeddings
+                )
+                card = profile(model, hardware.dtype, baseline, tokens, config.block_size, sampler, lora)
+        plan = plan_startup(config, hardware, model.config, card)
+        log_startup_plan(plan)
+        block_manager = BlockManager(
+            plan.kv.num_blocks, config.block_size, config.enable_prefix_caching, model.config.window_of_every_layer
+        )
         kv_caches = allocate_kv_cache(
-            model.config, block_manager.num_cache_blocks, config.block_size, plan.dtype, plan.device
+            model.config, block_manager.num_cache_blocks, config.block_size, hardware.dtype, hardware.device
+        )
+        scheduler = Scheduler(
+            block_manager, config.max_num_batched_tokens, config.max_num_seqs, lora.slots if lora else None
         )
         core = cls(
             config,
             model_name=source.served_name,
             tokenizer=tokenizer,
             model_config=model.config,
-            plan=plan,
-            max_model_len=length,
-            scheduler=Scheduler(
-                block_manager,
-                config.max_num_batched_tokens,
-                config.max_num_seqs,
-                lora.slots if lora is not None else None,
-            ),
+            plan=hardware,
+            max_model_len=plan.kv.max_model_len,
+            scheduler=scheduler,
             sampler=sampler,
-            runner=ModelRunner(model, kv_caches, config.block_size, sampler, plan.device, step_threads, lora),
+            runner=ModelRunner(model, kv_caches, config.block_size, sampler, hardware.device, step_threads, lora),
             lora=lora,
         )
+        with phases.timed("warming"):
+            run_warm_up(core, plan.warm_up)
+        log.info("%s", phases.summary())
         for name, path in config.lora_modules:
             core.add_lora(core.read_lora(name, path))
         return core
+
+    def clear_counters(self) -> None:
+        """Starts the request and token counters from zero (after warm-up, whose requests are not traffic)."""
+        self._prompt_tokens = self._generation_tokens = 0
+        self._finished_by_reason = {}
+        self.scheduler.num_preemptions = 0
+        blocks = self.block_manager
+        blocks.prefix_queried_tokens = blocks.prefix_hit_tokens = 0
 
     @property
     def device(self) -> str:

@@ -60,7 +60,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--max-num-batched-tokens", type=int, default=2048)
     engine.add_argument("--max-num-seqs", type=int, default=128)
     engine.add_argument("--num-kv-blocks", type=int, default=None)
-    engine.add_argument("--kv-cache-bytes", type=int, default=None)
+    engine.add_argument(
+        "--kv-cache-bytes", type=int, default=None, help="the KV cache's size, overriding --gpu-memory-utilization"
+    )
+    engine.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="on a GPU, the fraction of its memory the engine may use: the KV cache takes what the weights and a "
+        "profiling forward at --max-num-batched-tokens leave of it (vLLM's meaning); no effect on a CPU, "
+        "whose KV cache is 512 MiB unless --kv-cache-bytes says otherwise",
+    )
     engine.add_argument("--max-model-len", type=int, default=None)
     engine.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
     engine.add_argument("--attention-backend", default=None, choices=("torch", "cpu", "triton"))

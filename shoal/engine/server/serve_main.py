@@ -21,8 +21,8 @@ import uvicorn
 from shoal.cpu_features import cpu_info
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.engine_core import EngineCore
-from shoal.engine.core.hardware_plan import plan_hardware
 from shoal.engine.core.heap import load_then_freeze
+from shoal.engine.core.startup_plan import plan_hardware
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.hardware import choose_threads, threads_per_step
 from shoal.engine.server.app import ServerSettings, build_app
@@ -86,6 +86,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_num_seqs=args.max_num_seqs,
         num_kv_blocks=args.num_kv_blocks,
         kv_cache_bytes=args.kv_cache_bytes,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
         enable_prefix_caching=args.enable_prefix_caching,
         attention_backend=args.attention_backend,

@@ -19,6 +19,7 @@ from typing import Any
 from shoal.engine_kinds import EngineSettings, adapter
 from shoal.engine_kinds.vllm import KV_EVENTS_PORT, KV_EVENTS_PORT_NAME, KV_REPLAY_PORT_NAME
 from shoal.operator.builders.gateway import gateway_image
+from shoal.operator.builders.kernel_cache import kernel_cache
 from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, shoal_reads_fetched
 from shoal.operator.builders.placement import container_env, core, pod_metadata, pod_placement
 from shoal.operator.builders.security import (
@@ -50,6 +51,7 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         max_model_len=engine.max_model_len,
         max_num_seqs=engine.max_num_seqs,
         kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
+        gpu_memory_utilization=engine.gpu_memory_utilization,
         gpus=engine.resources.gpus,
         download_dir=CACHE_DIR if shoal_reads_fetched(spec) else None,
         kv_events_port=KV_EVENTS_PORT if publishes_zmq_events(spec) else None,
@@ -111,6 +113,7 @@ def engine_container(
     engine = spec.engine
     kind = adapter(engine.kind)
     argv = engine_argv(spec)
+    _, kernel_mounts, kernel_env = kernel_cache(engine)
     container: dict[str, Any] = {
         "name": COMPONENT,
         "image": engine_image(spec, images),
@@ -118,7 +121,7 @@ def engine_container(
         "command": [kind.image_binary or argv[0]],
         "args": argv[1:],
         "ports": engine_ports(spec),
-        "env": container_env(engine, SCRATCH_ENV),
+        "env": container_env(engine, SCRATCH_ENV + kernel_env),
         **({"envFrom": [core(e) for e in engine.env_from]} if engine.env_from else {}),
         "resources": engine.resources.container(),
         "terminationMessagePolicy": "FallbackToLogsOnError",  # a crash's last log lines reach the status
@@ -129,7 +132,7 @@ def engine_container(
         "readinessProbe": _probe(kind.ready_path, 5, 2),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}},
         "securityContext": container_security_context(),
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT, *model_mounts],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT, *model_mounts, *kernel_mounts],
     }
     return container
 
@@ -147,7 +150,13 @@ def engine_deployment(
     init_containers, model_volumes, model_mounts = engine_model(
         spec, engine_image(spec, images), gateway_image(spec, default_gateway_image)
     )
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, SCRATCH_VOLUME, *model_volumes]
+    kernel_volumes, _, _ = kernel_cache(spec.engine)
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        SCRATCH_VOLUME,
+        *model_volumes,
+        *kernel_volumes,
+    ]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

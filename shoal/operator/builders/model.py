@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from shoal.operator import model_source
+from shoal.operator.builders.cache_volume import cache_volume
 from shoal.operator.builders.placement import container_env
 from shoal.operator.builders.security import SCRATCH_ENV, SCRATCH_MOUNT, container_security_context
 from shoal.operator.spec import InferenceDeploymentSpec
@@ -73,15 +74,6 @@ def _claim(spec: InferenceDeploymentSpec) -> tuple[dict[str, Any], dict[str, Any
     return None
 
 
-def _cache_volume(spec: InferenceDeploymentSpec) -> dict[str, Any]:
-    cache = spec.model.cache
-    if cache is None:
-        return {"name": CACHE_VOLUME, "emptyDir": {}}
-    if cache.host_path is not None:
-        return {"name": CACHE_VOLUME, "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
-    return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim_name}}
-
-
 def _fetch_container(
     spec: InferenceDeploymentSpec, name: str, image: str, args: list[str], mounts: Objects
 ) -> dict[str, Any]:
@@ -126,10 +118,10 @@ def engine_model(
     if shoal_reads_fetched(spec):
         init = _fetch_container(spec, FETCH_CONTAINER, engine_image, args, [mount])
         init["imagePullPolicy"] = spec.engine.image_pull_policy
-        return [init], [_cache_volume(spec)], [mount]
+        return [init], [cache_volume(CACHE_VOLUME, spec.model.cache)], [mount]
     link = {"name": LINK_VOLUME, "mountPath": LINK_DIR}
     init = _fetch_container(spec, FETCH_CONTAINER, gateway_image, [*args, "--link", MODEL_LINK], [mount, link])
-    volumes = [_cache_volume(spec), {"name": LINK_VOLUME, "emptyDir": {}}]
+    volumes = [cache_volume(CACHE_VOLUME, spec.model.cache), {"name": LINK_VOLUME, "emptyDir": {}}]
     return [init], volumes, [{**mount, "readOnly": True}, {**link, "readOnly": True}]
 
 
