@@ -31,6 +31,7 @@ from shoal.engine.core.request import Request, RequestStatus
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.sampling_params import SamplingParams
 from shoal.engine.core.scheduler import Scheduler, SchedulerOutput
+from shoal.engine.core.step_inputs import StepInputs
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.core.stop_checker import TextState, token_stop
 from shoal.engine.loader import load_model
@@ -123,6 +124,7 @@ class EngineCore:
         kv_caches = allocate_kv_cache(
             model.config, block_manager.num_cache_blocks, config.block_size, plan.dtype, plan.device
         )
+        inputs = StepInputs(config.max_num_seqs, config.max_num_batched_tokens, length, config.block_size, plan.device)
         core = cls(
             config,
             model_name=source.served_name,
@@ -137,7 +139,7 @@ class EngineCore:
                 lora.slots if lora is not None else None,
             ),
             sampler=sampler,
-            runner=ModelRunner(model, kv_caches, config.block_size, sampler, plan.device, step_threads, lora),
+            runner=ModelRunner(model, kv_caches, inputs, sampler, plan.device, step_threads, lora),
             lora=lora,
         )
         for name, path in config.lora_modules:
