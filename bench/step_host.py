@@ -5,7 +5,7 @@ Builds the offline engine (``shoal.engine.LLM``, device cpu, one torch thread) o
 that many requests with distinct prompts, prefills them, and times ``--steps`` steps in which every request
 decodes one token. The model's ``forward`` is wrapped with a timer: what a step costs beyond it is the host's
 work (scheduling, block bookkeeping, step metadata, sampling, detokenizing, stop checks), which on a GPU is
-time the device waits. Times are wall seconds of the step thread and its CPU seconds (``time.thread_time``);
+time the device waits. Times are wall seconds of the step thread and its CPU seconds (``time.process_time``);
 the median step is reported beside the mean (a shared machine's neighbours show in the mean). Every step of one
 decode is also counted in aten ops (a ``TorchDispatchMode``), in all and outside the forward. JSON on stdout.
 
@@ -47,14 +47,14 @@ class _ForwardTimer:
         forward = model.forward
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            wall, cpu = time.perf_counter(), time.thread_time()
+            wall, cpu = time.perf_counter(), time.process_time()
             self.inside = True
             try:
                 return forward(*args, **kwargs)
             finally:
                 self.inside = False
                 self.wall += time.perf_counter() - wall
-                self.cpu += time.thread_time() - cpu
+                self.cpu += time.process_time() - cpu
 
         model.forward = timed  # type: ignore[method-assign]
 
@@ -112,10 +112,10 @@ def measure(model: str, batch: int, steps: int, prompt_len: int, profile: bool) 
         timer.reset()
         if profiler is not None:
             profiler.enable()
-        wall, cpu = time.perf_counter(), time.thread_time()
+        wall, cpu = time.perf_counter(), time.process_time()
         engine.step()
         walls.append(time.perf_counter() - wall)
-        cpus.append(time.thread_time() - cpu)
+        cpus.append(time.process_time() - cpu)
         if profiler is not None:
             profiler.disable()
         forwards.append(timer.wall)

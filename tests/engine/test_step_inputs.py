@@ -102,7 +102,7 @@ def test_a_step_copies_its_metadata_to_the_device_once() -> None:
             step = inputs.prepare(batch)
         assert moved.ops == ["aten.copy_.default"], f"step {step_number}"
         arena = inputs.device_buffer
-        start, end = arena.data_ptr(), arena.data_ptr() + arena.numel()
+        start, end = arena.data_ptr(), arena.data_ptr() + arena.numel() * arena.element_size()
         fields = (step.input_ids, step.positions, step.logits_indices, *_meta_tensors(step.meta))
         assert all(start <= t.data_ptr() < end for t in fields if t.numel()), "every field is a view of the copy"
         _finish_step(scheduler, batch, step, token=5)
