@@ -5,9 +5,11 @@ Builds the offline engine (``shoal.engine.LLM``, device cpu, one torch thread) o
 that many requests with distinct prompts, prefills them, and times ``--steps`` steps in which every request
 decodes one token. The model's ``forward`` is wrapped with a timer: what a step costs beyond it is the host's
 work (scheduling, block bookkeeping, step metadata, sampling, detokenizing, stop checks), which on a GPU is
-time the device waits. Times are wall seconds of the step thread and its CPU seconds (``time.process_time``);
-the median step is reported beside the mean (a shared machine's neighbours show in the mean). Every step of one
-decode is also counted in aten ops (a ``TorchDispatchMode``), in all and outside the forward. JSON on stdout.
+time the device waits. Times are wall seconds and the process's CPU seconds (``time.process_time``: the work
+done, less the neighbours' load on a shared machine), the median step (the mean beside it for wall time). One
+decode step is also counted in aten ops that compute or move data (a ``TorchDispatchMode``; views left out): in
+all, outside the forward, and the copies of host data into tensors among those (each a host-to-device copy on a
+GPU). JSON on stdout.
 
     .venv/bin/python bench/step_host.py [--batches 1 64 256] [--steps 64] [--prompt-len 16] [--profile]
     .venv/bin/python bench/step_host.py --smoke   # batches 1 and 4, 4 steps: checks that it runs
@@ -63,17 +65,24 @@ class _ForwardTimer:
 
 
 class _OpCounter(TorchDispatchMode):
-    """Counts the aten ops dispatched, and those dispatched outside the timed forward."""
+    """Counts the aten ops that compute or move data (views left out), in all and outside the timed forward, and
+    among those outside it the ones that bring host data into a tensor (a copy, a cast, a list made a tensor):
+    on a GPU each of those is a host-to-device copy."""
 
     def __init__(self, timer: _ForwardTimer) -> None:
         super().__init__()
         self.timer = timer
         self.total = 0
         self.outside = 0
+        self.copies = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.total += 1
-        self.outside += not self.timer.inside
+        name = func.overloadpacket.__name__
+        copy = name in ("copy_", "_to_copy", "lift_fresh")
+        if copy or not func.is_view:
+            self.total += 1
+            self.outside += not self.timer.inside
+            self.copies += copy and not self.timer.inside
         return func(*args, **(kwargs or {}))
 
 
@@ -134,6 +143,7 @@ def measure(model: str, batch: int, steps: int, prompt_len: int, profile: bool) 
         "host_cpu_us_per_seq": round(statistics.median(host_cpu) * 1e6 / batch, 2),
         "aten_ops_per_step": counter.total,
         "aten_ops_outside_forward": counter.outside,
+        "host_copies_outside_forward": counter.copies,  # the metadata's, and on a CPU the sampler's argmax
     }
     if profiler is not None:
         stats = pstats.Stats(profiler, stream=sys.stderr)
