@@ -73,26 +73,30 @@ class StepInputs:
         for request_id in batch.released:
             table.release(request_id)
         token_ids: list[int] = []
+        decode_slots: list[int] = []  # the slot of each one-token request's token (all of them in a decode batch)
         starts: list[int] = []
         query_lens: list[int] = []
         rows: list[int] = []
         sampled_rows: list[int] = []
         sampling: list[Request] = []
         width = 1
+        size = self.block_size
         counts = batch.num_scheduled_tokens
         for i, request in enumerate(batch.scheduled):
             start = request.num_computed_tokens
             n = counts[request.request_id]
             end = start + n
+            block_ids = request.block_ids
             if n == 1:
                 token_ids.append(request.all_token_ids[start])
+                decode_slots.append(block_ids[start // size] * size + start % size)
             else:
                 token_ids.extend(request.all_token_ids[start:end])
             starts.append(start)
             query_lens.append(n)
             rows.append(table.sync(request))
-            if len(request.block_ids) > width:
-                width = len(request.block_ids)
+            if len(block_ids) > width:
+                width = len(block_ids)
             if end == len(request.all_token_ids):
                 sampled_rows.append(i)
                 sampling.append(request)
@@ -107,24 +111,24 @@ class StepInputs:
         tables = host32[base + 2 * s + 1 : end].reshape(s, width)
 
         ids[:] = token_ids
-        positions_of_seqs = positions if t == s else np.asarray(starts)
         np.take(table.rows[:, :width], rows, axis=0, out=tables)
         if t == s:  # decodes only: token i is sequence i's one new token
             positions[:] = starts
+            slots[:] = decode_slots
             query_start_loc[:] = self._arange32[: s + 1]
-            owner = arange[:s]
+            np.add(positions, 1, out=seq_lens, casting="unsafe")
         else:  # token j of sequence i sits at starts[i] + j - query_start_loc[i]
             query_start_loc[0] = 0
             np.cumsum(query_lens, out=query_start_loc[1:])
+            first = np.asarray(starts)
             owner = np.repeat(arange[:s], query_lens)
-            positions[:] = arange[:t] + (positions_of_seqs - query_start_loc[:-1])[owner]
-        np.add(positions_of_seqs, query_lens if t != s else 1, out=seq_lens, casting="unsafe")
-        size = self.block_size
-        slots[:] = tables[owner, positions // size]
-        slots *= size
-        slots += positions % size
-        if sampled == s and t == s:
-            logits_indices[:] = arange[:s]
+            positions[:] = arange[:t] + (first - query_start_loc[:-1])[owner]
+            np.add(first, query_lens, out=seq_lens, casting="unsafe")
+            slots[:] = tables[owner, positions // size]
+            slots *= size
+            slots += positions % size
+        if sampled == t:  # every token is sampled: a decode batch
+            logits_indices[:] = arange[:t]
         else:
             np.subtract(query_start_loc[1:][sampled_rows], 1, out=logits_indices)
 
