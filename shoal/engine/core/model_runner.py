@@ -3,9 +3,9 @@
 Every scheduled request contributes the slice ``all_token_ids[computed : computed + n]`` of its tokens; the
 model only computes logits for the last token of the requests whose chunk reaches the end of what they know
 (a prefill chunk in the middle of a prompt samples nothing). The inputs and attention metadata are written into
-persistent host buffers and reach the device in one copy (``StepInputs``). In a server, ``StepThreads`` picks torch's thread count for each
-batch from its kind and the times earlier batches of that kind took (measured here, around the forward pass and
-sampling).
+persistent host buffers and reach the device in one copy (``StepInputs``). In a server, ``StepThreads`` picks
+torch's thread count for each batch from its kind and the times earlier batches of that kind took (measured
+here, around the forward pass and sampling).
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ through numpy views, packed back to back::
     query_start_loc [S + 1], seq_lens [S], block_tables [S, W] int32
 
 then copies that one contiguous prefix to the device arena with a single ``copy_`` and hands the model views of
-it. No per-step ``torch.tensor(list)``, no nested lists: per request the loop gathers five numbers and its new
-token ids, and positions, sequence lengths, slot mapping and logits rows are computed with numpy over the whole
-batch. The block tables come from ``BlockTable``'s persistent rows, one gather, as wide as the batch's longest
+it. No per-step ``torch.tensor(list)``, no nested lists: one loop over the requests gathers each one's start,
+length, row and new token ids (and a decode's slot), and each field is then one numpy write; a batch with prefill
+chunks computes its positions and slots with numpy over the whole batch. The block tables come from ``BlockTable``'s persistent rows, one gather, as wide as the batch's longest
 (what ``AttentionMetadata.build`` makes). A field's place depends only on the step's counts (T tokens, S
 sequences, L sampled rows; the table, last, only grows), so a decode batch of a given size finds its inputs at the
 same device addresses every step, which is what replaying a captured CUDA graph needs.
@@ -55,12 +55,11 @@ class StepInputs:
         self, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int, block_size: int, device: str
     ) -> None:
         self.block_size = block_size
-        self.device = torch.device(device)
         self.block_table = BlockTable(max_num_seqs, -(-max_model_len // block_size))
         size = _int32_end(max_num_batched_tokens, max_num_seqs, max_num_seqs, self.block_table.rows.shape[1])
         size += size % 2  # a whole number of int64s
-        self.host = torch.zeros(size, dtype=torch.int32, pin_memory=self.device.type == "cuda")
-        self.device_buffer = torch.zeros(size, dtype=torch.int32, device=self.device)
+        self.host = torch.zeros(size, dtype=torch.int32, pin_memory=torch.device(device).type == "cuda")
+        self.device_buffer = torch.zeros(size, dtype=torch.int32, device=device)
         self._device64 = self.device_buffer.view(torch.int64)
         self._host32 = self.host.numpy()
         self._host64 = self._host32.view(np.int64)
