@@ -144,7 +144,7 @@ def measure(model: str, batch: int, steps: int, prompt_len: int, profile: bool) 
         "host_cpu_us_per_seq": round(statistics.median(host_cpu) * 1e6 / batch, 2),
         "aten_ops_per_step": counter.total,
         "aten_ops_outside_forward": counter.outside,
-        "host_copies_outside_forward": counter.copies,  # the metadata's, and on a CPU the sampler's argmax
+        "host_copies_outside_forward": counter.copies,
     }
     if profiler is not None:
         stats = pstats.Stats(profiler, stream=sys.stderr)
