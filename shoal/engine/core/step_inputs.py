@@ -100,36 +100,16 @@ class StepInputs:
                 sampled_rows.append(i)
                 sampling.append(request)
         t, s, sampled = len(token_ids), len(starts), len(sampling)
-        host64, host32, arange = self._host64, self._host32, self._arange
-        ids, positions, slots = host64[:t], host64[t : 2 * t], host64[2 * t : 3 * t]
-        logits_indices = host64[3 * t : 3 * t + sampled]
+        host64, host32 = self._host64, self._host32
         base = 2 * (3 * t + sampled)  # where the int32 fields begin, in int32s
-        query_start_loc = host32[base : base + s + 1]
-        seq_lens = host32[base + s + 1 : base + 2 * s + 1]
         end = base + 2 * s + 1 + s * width
         tables = host32[base + 2 * s + 1 : end].reshape(s, width)
-
-        ids[:] = token_ids
         np.take(table.rows[:, :width], rows, axis=0, out=tables)
-        if t == s:  # decodes only: token i is sequence i's one new token
-            positions[:] = starts
-            slots[:] = decode_slots
-            query_start_loc[:] = self._arange32[: s + 1]
-            np.add(positions, 1, out=seq_lens, casting="unsafe")
-        else:  # token j of sequence i sits at starts[i] + j - query_start_loc[i]
-            query_start_loc[0] = 0
-            np.cumsum(query_lens, out=query_start_loc[1:])
-            first = np.asarray(starts)
-            owner = np.repeat(arange[:s], query_lens)
-            positions[:] = arange[:t] + (first - query_start_loc[:-1])[owner]
-            np.add(first, query_lens, out=seq_lens, casting="unsafe")
-            slots[:] = tables[owner, positions // size]
-            slots *= size
-            slots += positions % size
-        if sampled == t:  # every token is sampled: a decode batch
-            logits_indices[:] = arange[:t]
+        if t == s:  # decodes only: token i is sequence i's one new token, and logits row j is sequence j's
+            host64[: 3 * t + sampled] = token_ids + starts + decode_slots + sampled_rows
+            host32[base : base + 2 * s + 1] = [*range(s + 1), *[start + 1 for start in starts]]
         else:
-            np.subtract(query_start_loc[1:][sampled_rows], 1, out=logits_indices)
+            self._fill_mixed(t, s, sampled, token_ids, starts, query_lens, sampled_rows, tables)
 
         self.device_buffer[:end].copy_(self.host[:end], non_blocking=True)
         device32, device64 = self.device_buffer, self._device64  # slices, not split(): a third of the cost
@@ -146,6 +126,36 @@ class StepInputs:
         return StepBatch(
             device64[:t], device64[t : 2 * t], device64[logits_at : logits_at + sampled], meta, sampling, query_lens
         )
+
+    def _fill_mixed(
+        self,
+        t: int,
+        s: int,
+        sampled: int,
+        token_ids: list[int],
+        starts: list[int],
+        query_lens: list[int],
+        sampled_rows: list[int],
+        tables: np.ndarray,
+    ) -> None:
+        """The fields of a batch with prefill chunks, with numpy over the whole batch: token j of sequence i sits at
+        ``starts[i] + j``, and its slot is read from the sequence's block-table row."""
+        host64, host32, arange, size = self._host64, self._host32, self._arange, self.block_size
+        base = 2 * (3 * t + sampled)
+        query_start_loc = host32[base : base + s + 1]
+        query_start_loc[0] = 0
+        np.cumsum(query_lens, out=query_start_loc[1:])
+        first = np.asarray(starts)
+        np.add(first, query_lens, out=host32[base + s + 1 : base + 2 * s + 1], casting="unsafe")
+        owner = np.repeat(arange[:s], query_lens)
+        positions = host64[t : 2 * t]
+        positions[:] = arange[:t] + (first - query_start_loc[:-1])[owner]
+        host64[:t] = token_ids
+        slots = host64[2 * t : 3 * t]
+        slots[:] = tables[owner, positions // size]
+        slots *= size
+        slots += positions % size
+        np.subtract(query_start_loc[1:][sampled_rows], 1, out=host64[3 * t : 3 * t + sampled])
 
 
 def _int32_end(num_tokens: int, num_seqs: int, num_sampled: int, width: int) -> int:
