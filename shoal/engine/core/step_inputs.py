@@ -11,11 +11,14 @@ through numpy views, packed back to back::
 
 then copies that one contiguous prefix to the device arena with a single ``copy_`` and hands the model views of
 it. No per-step ``torch.tensor(list)``, no nested lists: one loop over the requests gathers each one's start,
-length, row and new token ids (and a decode's slot), and each field is then one numpy write; a batch with prefill
-chunks computes its positions and slots with numpy over the whole batch. The block tables come from ``BlockTable``'s persistent rows, one gather, as wide as the batch's longest
-(what ``AttentionMetadata.build`` makes). A field's place depends only on the step's counts (T tokens, S
-sequences, L sampled rows; the table, last, only grows), so a decode batch of a given size finds its inputs at the
-same device addresses every step, which is what replaying a captured CUDA graph needs.
+length, row and new token ids (and a decode's slot); a decode batch's fields are then two numpy writes (every
+int64 field from one list, every int32 one from another), and a batch with prefill chunks computes its positions
+and slots with numpy over the whole batch. Few calls matter more than few operations: after a forward pass has
+evicted the caches, each numpy or torch call costs several microseconds. The block tables come from
+``BlockTable``'s persistent rows, one gather, as wide as the batch's longest (what ``AttentionMetadata.build``
+makes). A field's place depends only on the step's counts (T tokens, S sequences, L sampled rows; the table,
+last, only grows), so a decode batch of a given size finds its inputs at the same device addresses every step,
+which is what replaying a captured CUDA graph needs.
 
 The host arena is rewritten by the next step while the device may still be reading the last copy only if a step
 returned before its device work finished; every step ends by bringing its sampled tokens to the host, which waits
