@@ -20,9 +20,9 @@ makes). A field's place depends only on the step's counts (T tokens, S sequences
 last, only grows), so a decode batch of a given size finds its inputs at the same device addresses every step,
 which is what replaying a captured CUDA graph needs.
 
-The host arena is rewritten by the next step while the device may still be reading the last copy only if a step
-returned before its device work finished; every step ends by bringing its sampled tokens to the host, which waits
-for the device, so it never does.
+On a GPU the copy is asynchronous, and a step that samples nothing (a prefill chunk in the middle of a prompt)
+returns without waiting for the device: before the next step rewrites the host arena it waits for an event
+recorded after the last copy (only the copy, not the forward behind it).
 """
 
 from __future__ import annotations
@@ -61,8 +61,10 @@ class StepInputs:
         self.block_table = BlockTable(max_num_seqs, -(-max_model_len // block_size))
         size = _int32_end(max_num_batched_tokens, max_num_seqs, max_num_seqs, self.block_table.rows.shape[1])
         size += size % 2  # a whole number of int64s
-        self.host = torch.zeros(size, dtype=torch.int32, pin_memory=torch.device(device).type == "cuda")
+        cuda = torch.device(device).type == "cuda"
+        self.host = torch.zeros(size, dtype=torch.int32, pin_memory=cuda)
         self.device_buffer = torch.zeros(size, dtype=torch.int32, device=device)
+        self._copied = torch.cuda.Event() if cuda else None  # the last copy has read the host arena
         self._device64 = self.device_buffer.view(torch.int64)
         self._host32 = self.host.numpy()
         self._host64 = self._host32.view(np.int64)
@@ -71,6 +73,8 @@ class StepInputs:
 
     def prepare(self, batch: SchedulerOutput) -> StepBatch:
         """Fills the host arena for ``batch``, copies it to the device once, and returns views of the copy."""
+        if self._copied is not None:
+            self._copied.synchronize()
         table = self.block_table
         for request_id in batch.released:
             table.release(request_id)
@@ -115,6 +119,8 @@ class StepInputs:
             self._fill_mixed(t, s, sampled, token_ids, starts, query_lens, sampled_rows, tables)
 
         self.device_buffer[:end].copy_(self.host[:end], non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
         device32, device64 = self.device_buffer, self._device64  # slices, not split(): a third of the cost
         tables_at = base + 2 * s + 1
         meta = AttentionMetadata(
