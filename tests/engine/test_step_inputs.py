@@ -43,8 +43,8 @@ def _engine_parts(num_blocks: int, sliding_window: int | None = None) -> tuple[S
     return Scheduler(blocks, max_num_batched_tokens=24, max_num_seqs=6), StepInputs(6, 24, MAX_MODEL_LEN, BLOCK, "cpu")
 
 
-def _request(prompt: list[int], max_tokens: int = 1000) -> Request:
-    params = SamplingParams(max_tokens=max_tokens)
+def _request(prompt: list[int]) -> Request:
+    params = SamplingParams(max_tokens=MAX_MODEL_LEN)
     return Request(f"r{next(_ids)}", prompt, params, arrival_time=0.0, max_output_tokens=MAX_MODEL_LEN - len(prompt))
 
 
