@@ -14,7 +14,14 @@ from support.devices import TEST_DEVICE
 
 from shoal.engine.core import EngineConfig, EngineCore, SamplingParams
 from shoal.engine.core.request import Request, RequestStatus
-from shoal.engine.core.sampler import Sampler, apply_min_p, apply_penalties, apply_top_k_top_p, row_argmax
+from shoal.engine.core.sampler import (
+    Sampler,
+    apply_min_p,
+    apply_penalties,
+    apply_top_k_top_p,
+    row_argmax,
+    row_argmax_ids,
+)
 from shoal.engine.core.stop_checker import token_stop
 
 VOCAB = 50
@@ -238,3 +245,4 @@ def test_row_argmax_is_torch_argmax_ties_and_nan_included(rows: list[list[float]
     """The sampler's CPU argmax (numpy's, many times faster here) picks the same index as torch's."""
     x = torch.tensor(rows, dtype=torch.float32)
     assert torch.equal(row_argmax(x), x.argmax(dim=-1))
+    assert row_argmax_ids(x) == x.argmax(dim=-1).tolist()

@@ -124,6 +124,12 @@ class BlockManager:
         """
         if self.sliding_window is not None:
             self._release_outside_window(request)
+        total = request.num_computed_tokens + num_new_tokens
+        if not computed_blocks and total <= len(request.block_ids) * self.block_size:
+            # most decode steps: the new token fits the last block; only a block it fills gets a name
+            if self.enable_prefix_caching and total // self.block_size > request.num_named_blocks:
+                self._cache_full_blocks(request, total)
+            return True
         computed_blocks = computed_blocks or []
         reused_free = sum(1 for b in computed_blocks if self.blocks[b].ref_count == 0)
         num_computed = request.num_computed_tokens + len(computed_blocks) * self.block_size

@@ -38,6 +38,7 @@ from shoal.engine.core.startup_plan import (
     plan_hardware,
     plan_startup,
 )
+from shoal.engine.core.step_inputs import StepInputs
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.core.stop_checker import TextState, token_stop
 from shoal.engine.core.warm_up import run_warm_up
@@ -140,6 +141,13 @@ class EngineCore:
         scheduler = Scheduler(
             block_manager, config.max_num_batched_tokens, config.max_num_seqs, lora.slots if lora else None
         )
+        inputs = StepInputs(
+            config.max_num_seqs,
+            config.max_num_batched_tokens,
+            plan.kv.max_model_len,
+            config.block_size,
+            hardware.device,
+        )
         core = cls(
             config,
             model_name=source.served_name,
@@ -149,7 +157,7 @@ class EngineCore:
             max_model_len=plan.kv.max_model_len,
             scheduler=scheduler,
             sampler=sampler,
-            runner=ModelRunner(model, kv_caches, config.block_size, sampler, hardware.device, step_threads, lora),
+            runner=ModelRunner(model, kv_caches, inputs, sampler, hardware.device, step_threads, lora),
             lora=lora,
         )
         with phases.timed("warming"):

@@ -19,6 +19,7 @@ from shoal.engine.core.request import Request
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.sampling_params import SamplingParams
 from shoal.engine.core.scheduler import SchedulerOutput
+from shoal.engine.core.step_inputs import StepInputs
 from shoal.engine.lora.manager import LoRAManager
 from shoal.engine.model import Model, allocate_kv_cache, build_model, kv_cache_bytes_per_block
 from shoal.engine.model_config import ModelConfig
@@ -66,7 +67,9 @@ def profile(
     kv_caches = allocate_kv_cache(config, num_blocks, block_size, dtype, "cuda")
     request = Request("profile", [0] * tokens, SamplingParams(temperature=0.0, max_tokens=1), arrival_time=0.0)
     request.block_ids = list(range(num_blocks))
-    runner = ModelRunner(model, kv_caches, block_size, sampler, "cuda", None, lora)
+    runner = ModelRunner(
+        model, kv_caches, StepInputs(1, tokens, tokens, block_size, "cuda"), sampler, "cuda", None, lora
+    )
     torch.cuda.reset_peak_memory_stats()
     runner.execute(SchedulerOutput([request], {"profile": tokens}))
     torch.cuda.synchronize()

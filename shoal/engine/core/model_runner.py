@@ -2,10 +2,10 @@
 
 Every scheduled request contributes the slice ``all_token_ids[computed : computed + n]`` of its tokens; the
 model only computes logits for the last token of the requests whose chunk reaches the end of what they know
-(a prefill chunk in the middle of a prompt samples nothing). Host-side metadata is built once per step from
-plain lists and turned into tensors in one go. In a server, ``StepThreads`` picks torch's thread count for each
-batch from its kind and the times earlier batches of that kind took (measured here, around the forward pass and
-sampling).
+(a prefill chunk in the middle of a prompt samples nothing). The inputs and attention metadata are written into
+persistent host buffers and reach the device in one copy (``StepInputs``). In a server, ``StepThreads`` picks
+torch's thread count for each batch from its kind and the times earlier batches of that kind took (measured
+here, around the forward pass and sampling).
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ import time
 import torch
 
 from shoal.engine.core.outputs import SampleLogprobs
-from shoal.engine.core.request import Request
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.scheduler import SchedulerOutput
+from shoal.engine.core.step_inputs import StepInputs
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.lora.manager import LoRAManager
 from shoal.engine.model import Model
-from shoal.kernels import AttentionMetadata
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ class ModelRunner:
         self,
         model: Model,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-        block_size: int,
+        inputs: StepInputs,
         sampler: Sampler,
         device: str = "cpu",
         step_threads: StepThreads | None = None,
@@ -42,7 +41,7 @@ class ModelRunner:
     ) -> None:
         self.model = model
         self.kv_caches = kv_caches
-        self.block_size = block_size
+        self.inputs = inputs
         self.sampler = sampler
         self.device = device
         self.step_threads = step_threads
@@ -76,39 +75,16 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _execute(self, batch: SchedulerOutput) -> tuple[dict[str, int], dict[str, SampleLogprobs]]:
-        input_ids: list[int] = []
-        positions: list[int] = []
-        query_lens: list[int] = []
-        seq_lens: list[int] = []
-        block_tables: list[list[int]] = []
-        logits_indices: list[int] = []
-        sampling: list[Request] = []
-        for request in batch.scheduled:
-            start = request.num_computed_tokens
-            end = start + batch.num_scheduled_tokens[request.request_id]
-            input_ids.extend(request.all_token_ids[start:end])
-            positions.extend(range(start, end))
-            query_lens.append(end - start)
-            seq_lens.append(end)
-            block_tables.append(request.block_ids)
-            if end == request.num_tokens:
-                sampling.append(request)
-                logits_indices.append(len(input_ids) - 1)
-        meta = AttentionMetadata.build(query_lens, seq_lens, block_tables, self.block_size, self.device)
+        step = self.inputs.prepare(batch)
         if self.lora is not None:
             slots = self.lora.slots
             row_slots = [
                 (None if r.lora_name is None else slots.slot_of(r.lora_name), n)
-                for r, n in zip(batch.scheduled, query_lens, strict=True)
+                for r, n in zip(batch.scheduled, step.query_lens, strict=True)
             ]
             self.lora.prepare(row_slots, self.device)
-        logits = self.model(
-            torch.tensor(input_ids, dtype=torch.long, device=self.device),
-            torch.tensor(positions, dtype=torch.long, device=self.device),
-            self.kv_caches,
-            meta,
-            torch.tensor(logits_indices, dtype=torch.long, device=self.device),
-        )
+        logits = self.model(step.input_ids, step.positions, self.kv_caches, step.meta, step.logits_indices)
+        sampling = step.sampling
         if not sampling:
             return {}, {}
         token_ids, logprobs = self.sampler.sample(logits, sampling)

@@ -52,7 +52,7 @@ class Sampler:
             self.bitmask.apply(logits, [i for i, _ in grammars], [g for _, g in grammars])
         params = [r.params for r in requests]
         if all(_argmax_only(r) for r in requests):  # nothing to build but one argmax (greedy streams)
-            return row_argmax(logits).tolist(), [None] * len(requests)
+            return row_argmax_ids(logits), [None] * len(requests)
         penalized = [i for i, p in enumerate(params) if p.has_penalties]
         banned = [
             (i, self._banned_tokens(r)) for i, r in enumerate(requests) if r.num_output_tokens < r.params.min_tokens
@@ -141,6 +141,13 @@ def row_argmax(x: torch.Tensor) -> torch.Tensor:
     if x.device.type != "cpu":
         return x.argmax(dim=-1)
     return torch.from_numpy(x.numpy().argmax(axis=-1))
+
+
+def row_argmax_ids(x: torch.Tensor) -> list[int]:
+    """``row_argmax(x).tolist()``; on the CPU without making a tensor of the indices (a greedy step's tokens)."""
+    if x.device.type != "cpu":
+        return x.argmax(dim=-1).tolist()
+    return x.numpy().argmax(axis=-1).tolist()
 
 
 def _argmax_only(request: Request) -> bool:

@@ -36,6 +36,7 @@ class SchedulerOutput:
     scheduled: list[Request] = field(default_factory=list)
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
     preempted: list[Request] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)  # ids whose blocks were freed since the last batch
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -63,6 +64,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.waiting = RequestQueue()
         self.num_preemptions = 0
+        self._released: list[str] = []  # finished or preempted since the last batch handed out
 
     @property
     def num_running(self) -> int:
@@ -85,6 +87,7 @@ class Scheduler:
             self._release_lora(request)
         self.waiting.remove(request)
         self.block_manager.free(request)
+        self._released.append(request.request_id)
         request.status = status
 
     def schedule(self) -> SchedulerOutput:
@@ -107,7 +110,7 @@ class Scheduler:
                 budget -= num_new
                 i += 1
         if out.preempted:
-            return out
+            return self._hand_out(out)
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting.peek()
             computed_blocks, num_cached = blocks.get_computed_blocks(request)
@@ -124,7 +127,7 @@ class Scheduler:
             out.scheduled.append(request)
             out.num_scheduled_tokens[request.request_id] = num_new
             budget -= num_new
-        return out
+        return self._hand_out(out)
 
     def update_from_output(self, output: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
         """Advances computed counters and appends the sampled tokens; returns the requests that got one."""
@@ -136,6 +139,13 @@ class Scheduler:
                 request.append_token(token)
                 got_token.append(request)
         return got_token
+
+    def _hand_out(self, out: SchedulerOutput) -> SchedulerOutput:
+        """A batch that runs carries the ids released since the last one (the runner drops their block-table rows);
+        an empty batch never reaches the runner, so they wait for the next."""
+        if out.scheduled:
+            out.released, self._released = self._released, []
+        return out
 
     def _acquire_lora(self, request: Request) -> bool:
         if request.lora_name is None:
@@ -151,6 +161,7 @@ class Scheduler:
         self.running.remove(request)
         self._release_lora(request)
         self.block_manager.free(request)
+        self._released.append(request.request_id)
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED
         self.num_preemptions += 1
