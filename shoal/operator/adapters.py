@@ -46,31 +46,30 @@ SOURCE_RULES: tuple[Rule, ...] = (
 )
 
 _SERVED = "(has(self.model.servedName) ? self.model.servedName : self.model.source)"
-_DUPLICATE = "self.adapters.filter(a, !self.adapters.exists_one(b, b.name == a.name))[0].name"
 
 
 @dataclass(frozen=True)
 class ListRule:
-    """A rule across ``spec.adapters`` (``self`` the spec): CEL, its message as a CEL expression, and in Python
-    the message for a spec that breaks it (``None`` when it holds)."""
+    """A rule across ``spec.adapters`` (``self`` the spec): CEL, its message (or a CEL expression for it), and in
+    Python the message for a spec that breaks it (``None`` when it holds)."""
 
     cel: str
-    message_expression: str
-    fallback: str  # the apiserver's message should the expression fail
+    message: str  # the apiserver's words; with a message_expression, only its fallback
     problem: Callable[[Sequence[str], str], str | None]  # (adapter names, served name) -> message
+    message_expression: str | None = None
 
     def validation(self) -> JsonDict:
-        return {
-            "rule": f"!has(self.adapters) || {self.cel}",
-            "messageExpression": self.message_expression,
-            "message": self.fallback,
-            "fieldPath": ".adapters",
-        }
+        entry: JsonDict = {"rule": f"!has(self.adapters) || {self.cel}", "message": self.message}
+        if self.message_expression is not None:
+            entry["messageExpression"] = self.message_expression
+        return entry | {"fieldPath": ".adapters"}
+
+
+_UNIQUE = "spec.adapters: two adapters have the same name; a name is what a request sends as model, so it is unique"
 
 
 def _duplicate(names: Sequence[str], _: str) -> str | None:
-    twice = next((n for n in names if names.count(n) > 1), None)
-    return None if twice is None else f"spec.adapters: the name '{twice}' is given to more than one adapter"
+    return None if len(set(names)) == len(names) else _UNIQUE
 
 
 def _served(names: Sequence[str], served: str) -> str | None:
@@ -80,18 +79,13 @@ def _served(names: Sequence[str], served: str) -> str | None:
 
 
 LIST_RULES: tuple[ListRule, ...] = (
-    ListRule(
-        "self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
-        f"'spec.adapters: the name \\'' + {_DUPLICATE} + '\\' is given to more than one adapter'",
-        "spec.adapters: a name is given to more than one adapter",
-        _duplicate,
-    ),
+    ListRule("self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))", _UNIQUE, _duplicate),
     ListRule(
         f"self.adapters.all(a, a.name != {_SERVED})",
-        f"'spec.adapters: adapter \\'' + {_SERVED} + '\\' has the served model\\'s name; requests could not tell "
-        "them apart'",
         "spec.adapters: an adapter has the served model's name",
         _served,
+        f"'spec.adapters: adapter \\'' + {_SERVED} + '\\' has the served model\\'s name; requests could not tell "
+        "them apart'",
     ),
 )
 

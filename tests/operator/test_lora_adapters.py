@@ -136,7 +136,7 @@ REFUSED = [
                 {"name": "sql", "source": "/c"},
             ]
         },
-        "spec.adapters: the name 'sql' is given to more than one adapter",
+        "spec.adapters: two adapters have the same name; a name is what a request sends as model, so it is unique",
     ),
     (
         {"adapters": [{"name": "smollm2", "source": "/a"}]},
