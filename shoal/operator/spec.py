@@ -621,6 +621,14 @@ class ScalingDecisionStatus(Wire):
     applied: bool = True
 
 
+class AdapterStatus(Wire):
+    """One adapter of ``spec.adapters``: loaded on ``loadedReplicas`` of the ``replicas`` engine pods."""
+
+    name: str
+    loaded_replicas: int = Field(description="Ready engine pods that loaded it.")
+    replicas: int = Field(description="Engine pods (not terminating).")
+
+
 class InferenceDeploymentStatus(Wire):
     """``status``: written only by the operator (and, through its hook, the autoscaler)."""
 
@@ -636,3 +644,4 @@ class InferenceDeploymentStatus(Wire):
     last_decision: ScalingDecisionStatus | None = None
     history: list[ScalingRecord] = Field(default_factory=list, max_length=MAX_SCALING_HISTORY)
     selector: str | None = None
+    adapters: list[AdapterStatus] | None = Field(None, description="Per adapter of spec.adapters, where it is loaded.")

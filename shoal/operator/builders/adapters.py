@@ -25,6 +25,12 @@ from shoal.operator.builders.model import (
 from shoal.operator.spec import InferenceDeploymentSpec
 
 FETCH_PREFIX = "fetch-adapter-"
+ANNOTATION = "shoal.dev/adapters"  # on the engine pods: the names their command line loads, in order
+
+
+def pod_annotations(spec: InferenceDeploymentSpec) -> dict[str, str]:
+    """What tells the status which adapters a pod loads (:mod:`shoal.operator.adapters_ready`)."""
+    return {ANNOTATION: ",".join(a.name for a in spec.adapters)} if spec.adapters else {}
 
 
 def adapter_link(index: int) -> str:

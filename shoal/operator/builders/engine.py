@@ -18,7 +18,7 @@ from typing import Any
 
 from shoal.engine_kinds import EngineSettings, adapter
 from shoal.engine_kinds.vllm import KV_EVENTS_PORT, KV_EVENTS_PORT_NAME, KV_REPLAY_PORT_NAME
-from shoal.operator.builders.adapters import adapter_paths, engine_adapters
+from shoal.operator.builders.adapters import adapter_paths, engine_adapters, pod_annotations
 from shoal.operator.builders.gateway import gateway_image
 from shoal.operator.builders.kernel_cache import kernel_cache
 from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, shoal_reads_fetched
@@ -179,6 +179,7 @@ def engine_deployment(
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(ENGINE_PORT),
                         "prometheus.io/path": "/metrics",
+                        **pod_annotations(spec),
                     },
                 ),
                 "spec": {
