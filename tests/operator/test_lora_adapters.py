@@ -203,6 +203,17 @@ def test_the_operator_writes_engines_that_fetch_and_load_the_adapters(
     pod = get(plane, namespace, "deployment", "tuned-engine")["spec"]["template"]["spec"]  # type: ignore[index]
     assert [c["name"] for c in pod["initContainers"]] == ["fetch-adapter-0"]
 
+    def adapters_status() -> list[dict[str, Any]] | None:
+        status = (get(plane, namespace, "infd", "tuned") or {}).get("status") or {}
+        ready = next((c for c in status.get("conditions", []) if c["type"] == "AdaptersReady"), {})
+        return status.get("adapters") if ready.get("status") == "True" else None
+
+    # kwok runs the pod and marks it ready: every adapter it names counts as loaded there
+    assert eventually(adapters_status, 90, "AdaptersReady") == [
+        {"name": "sql", "loadedReplicas": 1, "replicas": 1},
+        {"name": "local", "loadedReplicas": 1, "replicas": 1},
+    ]
+
     changed = {**spec, "adapters": [LOCAL]}
     assert apply(plane, namespace, {**example("tuned"), "spec": changed}).returncode == 0
     args = eventually(
