@@ -4,6 +4,8 @@ containers and named on every engine's command line; a change rolls the engines.
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +13,9 @@ from operator_harness import OperatorProcess, apply, eventually, example, get
 from pydantic import ValidationError
 from support.kube_testbed import ControlPlane
 
+from shoal.local.process import LocalProcess, shoal_command
 from shoal.operator.builders import build_children
+from shoal.operator.builders.engine import serve_args
 from shoal.operator.naming import Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -111,6 +115,38 @@ def test_without_adapters_the_engine_runs_without_lora() -> None:
 def test_changing_the_adapters_changes_the_pod_template_so_the_engines_roll() -> None:
     model = {"source": "smollm2-135m"}
     assert engine_pod(model, [SQL]) != engine_pod(model, [{**SQL, "source": "hf://acme/sql-lora@v3"}])
+
+
+def test_a_shoal_engine_serves_the_adapters_on_the_operators_command_line(tmp_path: Path) -> None:
+    """The operator's ``shoal serve`` arguments run as a real engine: it loads every adapter at start and lists
+    each with the base model as ``parent`` (what the gateway learns the names from), and answers for it."""
+    import openai
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+    from lora_adapters import write_adapter
+    from tiny_checkpoints import build_checkpoint
+
+    base = build_checkpoint(tmp_path / "base", "llama", seed=7)
+    sql = write_adapter(base, tmp_path / "sql", 1, r=4, target_modules=["q_proj", "v_proj"])
+    chat = write_adapter(base, tmp_path / "chat", 2, r=8, target_modules=["o_proj"])
+    spec = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"source": str(base), "servedName": "tiny"},
+            "engine": {"resources": {"gpus": 0}, "maxLoraRank": 8},
+            "adapters": [{"name": "sql", "source": str(sql)}, {"name": "chat", "source": str(chat)}],
+        }
+    )
+    # the pod's own --host and --port, overridden for this machine (the last flag given wins)
+    engine = LocalProcess(shoal_command(*serve_args(spec), "--host", "127.0.0.1"), tmp_path / "engine.log")
+    try:
+        engine.wait_ready()
+        client = openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused")
+        cards = {m.id: getattr(m, "parent", None) for m in client.models.list().data}
+        assert cards == {"tiny": None, "sql": "tiny", "chat": "tiny"}
+        reply = client.completions.create(model="chat", prompt="hello", max_tokens=4, temperature=0)
+        assert reply.model == "chat" and reply.usage is not None and reply.usage.completion_tokens > 0
+    finally:
+        engine.stop()
 
 
 REFUSED = [
