@@ -36,6 +36,9 @@ class EngineSettings:
     gpus: int = 0
     download_dir: str | None = None
     kv_events_port: int | None = None  # where a kind that publishes its KV cache over ZMQ (vLLM) binds it
+    lora_modules: tuple[tuple[str, str], ...] = ()  # LoRA adapters loaded at start: (name, path)
+    max_loras: int | None = None  # adapter slots; one per adapter if unset
+    max_lora_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,25 @@ def no_bundled_alias(kind: str) -> Refusal:
         f"{kind} serves an absolute path, pvc://CLAIM/PATH, or a fetched hf:// or s3:// source; "
         "the bundled aliases are resolved by Shoal's engine only",
     )
+
+
+def no_adapters(why: str) -> Refusal:
+    """``spec.adapters`` must be empty for this kind."""
+    return Refusal("adapters", "!has(self.adapters) || size(self.adapters) == 0", lambda s: not s.get("adapters"), why)
+
+
+def lora_args(
+    s: EngineSettings,
+    slots: str = "--max-loras",
+    modules: str = "--lora-modules",
+    enable: tuple[str, ...] = ("--enable-lora",),
+) -> list[str]:
+    """The LoRA flags (vLLM's names by default, which Shoal's engine shares): every adapter loaded at start as
+    ``NAME=PATH``, a slot each unless ``max_loras`` says fewer."""
+    if not s.lora_modules:
+        return []
+    args = [*enable, slots, str(s.max_loras or len(s.lora_modules)), *optional("--max-lora-rank", s.max_lora_rank)]
+    return [*args, modules, *(f"{name}={path}" for name, path in s.lora_modules)]
 
 
 def optional(flag: str, value: object | None) -> list[str]:

@@ -13,6 +13,7 @@ from shoal.engine_kinds.adapter import (
     MetricMap,
     at_most_one_gpu,
     dtype_auto,
+    no_adapters,
     no_bundled_alias,
     optional,
     unset,
@@ -60,5 +61,9 @@ LLAMACPP = EngineAdapter(
         ),
         unset("kernelCache", "llama-server's kernels are built into its binary: it compiles none at start-up"),
         at_most_one_gpu("llama-server offloads layers to one GPU here, with no tensor parallelism"),
+        no_adapters(
+            "llama-server loads LoRA adapters as GGUF files (--lora) chosen per request by index, not PEFT "
+            "directories each served under a model name of its own"
+        ),
     ),
 )

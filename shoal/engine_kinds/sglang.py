@@ -6,7 +6,15 @@ so ``kvCacheMemory`` is refused; ``gpuMemoryUtilization`` is that fraction (``--
 
 from __future__ import annotations
 
-from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, no_bundled_alias, optional, unset
+from shoal.engine_kinds.adapter import (
+    EngineAdapter,
+    EngineSettings,
+    MetricMap,
+    no_adapters,
+    no_bundled_alias,
+    optional,
+    unset,
+)
 
 
 def command(s: EngineSettings) -> list[str]:
@@ -44,6 +52,10 @@ SGLANG = EngineAdapter(
             "kvCacheMemory",
             "SGLang sizes its KV pool as a fraction of GPU memory (--mem-fraction-static) or in tokens "
             "(--max-total-tokens), not in bytes; set gpuMemoryUtilization, or pass --max-total-tokens in engine.extraArgs",
+        ),
+        no_adapters(
+            "SGLang's OpenAI API names an adapter as BASE:ADAPTER in model (or lora_path), not by the adapter's own "
+            "name, which is what the gateway routes; pass --lora-paths in engine.extraArgs to use them that way"
         ),
     ),
 )

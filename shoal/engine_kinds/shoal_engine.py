@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, at_most_one_gpu, optional
+from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, at_most_one_gpu, lora_args, optional
 
 ONE_GPU_MESSAGE = (
     "more than 1 GPU: Shoal's engine runs a model on one GPU and does not yet shard it across several (tensor "
@@ -21,7 +21,7 @@ def command(s: EngineSettings) -> list[str]:
         args += ["--attention-backend", "triton"]
     # a CPU engine keeps its default attention: shoal's C kernel where it builds, else torch's (one warning)
     args += optional("--max-model-len", s.max_model_len) + optional("--kv-cache-bytes", s.kv_cache_bytes)
-    return args + optional("--gpu-memory-utilization", s.gpu_memory_utilization)
+    return args + optional("--gpu-memory-utilization", s.gpu_memory_utilization) + lora_args(s)
 
 
 SHOAL = EngineAdapter(

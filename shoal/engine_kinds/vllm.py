@@ -16,7 +16,14 @@ from __future__ import annotations
 
 import json
 
-from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, no_bundled_alias, optional
+from shoal.engine_kinds.adapter import (
+    EngineAdapter,
+    EngineSettings,
+    MetricMap,
+    lora_args,
+    no_bundled_alias,
+    optional,
+)
 
 KV_EVENTS_PORT = 5557  # vLLM's default endpoint's port; the engine pods' port named KV_EVENTS_PORT_NAME
 KV_EVENTS_PORT_NAME = "kv-events"
@@ -50,7 +57,7 @@ def command(s: EngineSettings) -> list[str]:
         args += ["--tensor-parallel-size", str(s.gpus)]
     if s.kv_events_port is not None:
         args += kv_events_args(s.kv_events_port)
-    return args
+    return args + lora_args(s)
 
 
 VLLM = EngineAdapter(

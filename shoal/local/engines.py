@@ -69,6 +69,9 @@ def foreign_argv(spec: InferenceDeploymentSpec, binary: str, threads: int) -> li
         kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
         gpus=0,
         kv_events_port=0 if adapter(engine.kind).kv_events == "zmq" else None,
+        lora_modules=tuple((a.name, _model_path(a.source)) for a in spec.adapters),
+        max_loras=engine.max_loras,
+        max_lora_rank=engine.max_lora_rank,
     )
     argv = adapter(engine.kind).command(settings)
     for flag in ("--port", KV_EVENTS_FLAG):  # the fleet gives each engine its own ports

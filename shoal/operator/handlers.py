@@ -27,6 +27,7 @@ from aiohttp import web
 from shoal.operator import alert_receiver
 from shoal.operator.autoscaler import FleetAutoscaler
 from shoal.operator.builders import DIGEST_ANNOTATION
+from shoal.operator.builders.adapters import ANNOTATION as ADAPTERS_ANNOTATION
 from shoal.operator.kube import KubeClient
 from shoal.operator.metrics import serve_metrics
 from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
@@ -217,6 +218,7 @@ def _register_indices(registry: kopf.OperatorRegistry) -> None:
                 "name": name,
                 "creationTimestamp": meta.get("creationTimestamp"),
                 "deletionTimestamp": meta.get("deletionTimestamp"),
+                "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k == ADAPTERS_ANNOTATION},
             },
             "status": dict(body.get("status") or {}),
         }

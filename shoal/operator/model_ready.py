@@ -34,10 +34,11 @@ def _record(terminated: Mapping[str, Any]) -> dict[str, Any]:
     return {"error": message or f"exit code {terminated.get('exitCode')} ({terminated.get('reason', 'Error')})"}
 
 
-def fetch_state(pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """One pod's fetch: ("failed" | "fetched" | "fetching", the fetcher's record where one was written)."""
+def fetch_state(pod: Mapping[str, Any], container: str = FETCH_CONTAINER) -> tuple[str, dict[str, Any]]:
+    """One pod's fetch by its ``container`` (the model's fetcher unless named): ("failed" | "fetched" |
+    "fetching", the fetcher's record where one was written)."""
     status: Mapping[str, Any] = next(
-        (s for s in (pod.get("status") or {}).get("initContainerStatuses", []) if s.get("name") == FETCH_CONTAINER),
+        (s for s in (pod.get("status") or {}).get("initContainerStatuses", []) if s.get("name") == container),
         {},
     )
     now = (status.get("state") or {}).get("terminated")

@@ -20,12 +20,12 @@ from pydantic.json_schema import JsonDict
 SourceKind = Literal["hf", "s3", "pvc", "alias", "path"]
 FETCHED_KINDS: tuple[SourceKind, ...] = ("hf", "s3")
 
-_NAME = "[A-Za-z0-9][A-Za-z0-9._-]*"
-REPO_ID = f"^{_NAME}/{_NAME}$"
-HF = f"^hf://{_NAME}/{_NAME}(@{_NAME})?(/([A-Za-z0-9._-]+/)*[A-Za-z0-9._-]+[.]gguf)?$"
+NAME_PART = "[A-Za-z0-9][A-Za-z0-9._-]*"
+REPO_ID = f"^{NAME_PART}/{NAME_PART}$"
+HF = f"^hf://{NAME_PART}/{NAME_PART}(@{NAME_PART})?(/([A-Za-z0-9._-]+/)*[A-Za-z0-9._-]+[.]gguf)?$"
 S3 = "^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^ ]*)?$"
 PVC = "^pvc://[a-z0-9]([a-z0-9.-]*[a-z0-9])?(/[^ ]*)?$"
-ALIAS = f"^{_NAME}$"
+ALIAS = f"^{NAME_PART}$"
 ANY_SCHEME = "^[A-Za-z][A-Za-z0-9+.-]*://"
 KNOWN_SCHEME = "^(hf|s3|pvc)://"
 FETCHED_SCHEME = "^(hf|s3)://"
@@ -35,7 +35,7 @@ FORMS = (
 )
 
 
-def _matches(pattern: str, text: str) -> bool:
+def matches(pattern: str, text: str) -> bool:
     return re.search(pattern, text) is not None
 
 
@@ -47,7 +47,7 @@ def kind(source: str) -> SourceKind:
         return "s3"
     if source.startswith("pvc://"):
         return "pvc"
-    return "alias" if _matches(ALIAS, source) else "path"
+    return "alias" if matches(ALIAS, source) else "path"
 
 
 def pvc_parts(source: str) -> tuple[str, str]:
@@ -56,27 +56,29 @@ def pvc_parts(source: str) -> tuple[str, str]:
     return claim, path.strip("/")
 
 
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One admission rule on ``spec.model``: its CEL text, its message (``{source}`` stands for the source, which
-    the apiserver fills in through a CEL ``messageExpression``) and the same check in Python."""
+    """One admission rule on an object holding a source (``spec.model``, an item of ``spec.adapters``): its CEL
+    text, its message (``{source}``, ``{name}``: that field of the object, which the apiserver fills in through a
+    CEL ``messageExpression``) and the same check in Python."""
 
     cel: str
     message: str
     check: Callable[[dict[str, object]], bool]
 
-    def text(self, model: dict[str, object]) -> str:
-        """The message for ``model`` exactly as the apiserver writes it."""
-        return self.message.replace("{source}", str(model.get("source", "")))
+    def text(self, obj: dict[str, object]) -> str:
+        """The message for ``obj`` exactly as the apiserver writes it."""
+        return _PLACEHOLDER.sub(lambda m: str(obj.get(m.group(1), "")), self.message)
 
     def validation(self) -> JsonDict:
         """The rule as an ``x-kubernetes-validations`` entry (``message`` is only the apiserver's fallback)."""
-        entry: JsonDict = {"rule": self.cel, "message": self.message.replace("{source}", "...")}
-        if "{source}" in self.message:
-            literals = self.message.split("{source}")
-            terms = ["'" + literals[0].replace("'", "\\'") + "'"]
-            for literal in literals[1:]:
-                terms += ["self.source"] + (["'" + literal.replace("'", "\\'") + "'"] if literal else [])
+        entry: JsonDict = {"rule": self.cel, "message": _PLACEHOLDER.sub("...", self.message)}
+        parts = _PLACEHOLDER.split(self.message)  # literal, field, literal, ...
+        if len(parts) > 1:
+            terms = [f"self.{p}" if i % 2 else "'" + p.replace("'", "\\'") + "'" for i, p in enumerate(parts) if p]
             entry["messageExpression"] = " + ".join(terms)
         return entry
 
@@ -93,28 +95,28 @@ RULES: tuple[Rule, ...] = (
     Rule(
         f"!self.source.matches('{REPO_ID}')",
         "spec.model.source '{source}' looks like a Hugging Face repo id: write hf://{source}",
-        lambda m: not _matches(REPO_ID, _src(m)),
+        lambda m: not matches(REPO_ID, _src(m)),
     ),
     Rule(
         f"!self.source.matches('{ANY_SCHEME}') || self.source.matches('{KNOWN_SCHEME}')",
         "spec.model.source '{source}': unsupported scheme; supported: " + FORMS,
-        lambda m: not _matches(ANY_SCHEME, _src(m)) or _matches(KNOWN_SCHEME, _src(m)),
+        lambda m: not matches(ANY_SCHEME, _src(m)) or matches(KNOWN_SCHEME, _src(m)),
     ),
     Rule(
         f"!self.source.startsWith('hf://') || self.source.matches('{HF}')",
         "spec.model.source '{source}': an hf:// source is hf://ORG/REPO[@REVISION][/FILE.gguf]",
-        lambda m: not _src(m).startswith("hf://") or _matches(HF, _src(m)),
+        lambda m: not _src(m).startswith("hf://") or matches(HF, _src(m)),
     ),
     Rule(
         f"!self.source.startsWith('s3://') || self.source.matches('{S3}')",
         "spec.model.source '{source}': an s3:// source is s3://BUCKET/PREFIX (a bucket name of 3 to 63 "
         "lowercase letters, digits, dots and hyphens)",
-        lambda m: not _src(m).startswith("s3://") or _matches(S3, _src(m)),
+        lambda m: not _src(m).startswith("s3://") or matches(S3, _src(m)),
     ),
     Rule(
         f"!self.source.startsWith('pvc://') || self.source.matches('{PVC}')",
         "spec.model.source '{source}': a pvc:// source is pvc://CLAIM/PATH (CLAIM a PersistentVolumeClaim's name)",
-        lambda m: not _src(m).startswith("pvc://") or _matches(PVC, _src(m)),
+        lambda m: not _src(m).startswith("pvc://") or matches(PVC, _src(m)),
     ),
     Rule(
         f"self.source.matches('{ANY_SCHEME}') || self.source.startsWith('/') || self.source.matches('{ALIAS}') "
@@ -122,10 +124,10 @@ RULES: tuple[Rule, ...] = (
         "spec.model.source '{source}' is a relative path: give " + FORMS,
         lambda m: any(
             (
-                _matches(ANY_SCHEME, _src(m)),
+                matches(ANY_SCHEME, _src(m)),
                 _src(m).startswith("/"),
-                _matches(ALIAS, _src(m)),
-                _matches(REPO_ID, _src(m)),
+                matches(ALIAS, _src(m)),
+                matches(REPO_ID, _src(m)),
             )
         ),
     ),
@@ -133,7 +135,7 @@ RULES: tuple[Rule, ...] = (
         f"!has(self.credentialsSecret) || self.source.matches('{FETCHED_SCHEME}')",
         "spec.model.credentialsSecret is used only to fetch hf:// and s3:// sources (it becomes the environment of "
         "the fetch init container); this source is not fetched",
-        lambda m: not _has("credentialsSecret")(m) or _matches(FETCHED_SCHEME, _src(m)),
+        lambda m: not _has("credentialsSecret")(m) or matches(FETCHED_SCHEME, _src(m)),
     ),
     Rule(
         "!has(self.s3Endpoint) || self.source.startsWith('s3://')",
@@ -143,17 +145,18 @@ RULES: tuple[Rule, ...] = (
     Rule(
         f"!has(self.cache) || self.source.matches('{FETCHED_SCHEME}')",
         "spec.model.cache is where hf:// and s3:// sources are fetched to; this source is not fetched",
-        lambda m: not _has("cache")(m) or _matches(FETCHED_SCHEME, _src(m)),
+        lambda m: not _has("cache")(m) or matches(FETCHED_SCHEME, _src(m)),
     ),
     Rule(
         f"!has(self.volume) || !self.source.matches('{KNOWN_SCHEME}')",
         "spec.model.volume mounts a claim for a path source; an hf:// or s3:// source is fetched (spec.model.cache "
         "says where) and a pvc:// source mounts its own claim",
-        lambda m: not _has("volume")(m) or not _matches(KNOWN_SCHEME, _src(m)),
+        lambda m: not _has("volume")(m) or not matches(KNOWN_SCHEME, _src(m)),
     ),
 )
 
 
-def problem(model: dict[str, object]) -> str | None:
-    """The first rule ``model`` (``spec.model`` as on the wire: camelCase) breaks, as the apiserver words it."""
-    return next((rule.text(model) for rule in RULES if not rule.check(model)), None)
+def problem(obj: dict[str, object], rules: tuple[Rule, ...] = RULES) -> str | None:
+    """The first of ``rules`` that ``obj`` (``spec.model`` as on the wire, camelCase, unless other rules are given)
+    breaks, as the apiserver words it."""
+    return next((rule.text(obj) for rule in rules if not rule.check(obj)), None)

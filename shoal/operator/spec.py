@@ -17,6 +17,7 @@ from pydantic.json_schema import JsonDict, JsonValue
 from shoal import __version__
 from shoal.engine_kinds import ADAPTERS, DEFAULT_KIND, EngineKind
 from shoal.engine_kinds import message as refusal_message
+from shoal.operator import adapters as adapter_rules
 from shoal.operator import model_source
 from shoal.operator.core_api import EXTENDED_RESOURCE, REQUESTS_WITHIN_LIMITS, ResourceRequirements
 from shoal.operator.pod_fields import PodFields, blocking_rule
@@ -284,6 +285,20 @@ class EngineSpec(PodFields):
         600, ge=30, le=7200, description="How long model loading may take before the pod is restarted."
     )
     extra_args: list[str] = Field(default_factory=list, description="Appended to the engine's command.")
+    max_loras: int | None = Field(
+        None,
+        ge=1,
+        le=adapter_rules.MAX_ADAPTERS,
+        description="Adapter slots per engine: the most spec.adapters one batch mixes (vLLM's --max-loras); "
+        "unset: one per adapter. With spec.adapters only.",
+    )
+    max_lora_rank: int | None = Field(
+        None,
+        ge=1,
+        le=512,
+        description="The highest adapter rank an engine accepts; each slot is sized for it (vLLM's "
+        "--max-lora-rank; the engine's default if unset, 16 for shoal and vllm). With spec.adapters only.",
+    )
 
 
 class ReplicasSpec(Wire):
@@ -458,6 +473,35 @@ class NetworkPolicySpec(Wire):
     )
 
 
+class AdapterSpec(Wire):
+    """One LoRA adapter of the served model, loaded by every engine at start (docs/lora.md)."""
+
+    model_config = Wire.model_config | ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [rule.validation() for rule in adapter_rules.SOURCE_RULES]}
+    )
+
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=adapter_rules.NAME,
+        description="The model name a request sends to use the adapter; unique, and not the served model's name.",
+    )
+    source: str = Field(
+        min_length=1,
+        max_length=1024,
+        description=f"The adapter's PEFT directory: {adapter_rules.FORMS} (under /model-cache, the model's claim, or "
+        "in the image). hf:// and s3:// are fetched by an init container into spec.model.cache, with "
+        "spec.model.credentialsSecret and s3Endpoint.",
+    )
+
+    @model_validator(mode="after")
+    def _source_rules(self) -> AdapterSpec:
+        broken = model_source.problem(self.model_dump(by_alias=True), adapter_rules.SOURCE_RULES)
+        if broken is not None:
+            raise ValueError(broken)
+        return self
+
+
 def _kind_rule(kind: str, cel: str, text: str) -> JsonDict:
     """A refusal of ``kind``'s as a rule on the whole spec: it holds for every other kind."""
     of_kind = f"(has(self.engine.kind) ? self.engine.kind : '{DEFAULT_KIND}') == '{kind}'"
@@ -488,6 +532,8 @@ class InferenceDeploymentSpec(Wire):
                     "message": ENGINE_BLOCKING,
                     "fieldPath": ".engine.podDisruptionBudget.minAvailable",
                 },
+                *(rule.validation() for rule in adapter_rules.LIST_RULES),
+                {"rule": adapter_rules.SLOTS_RULE[0], "message": adapter_rules.SLOTS_RULE[1], "fieldPath": ".engine"},
             ]
         }
     )
@@ -500,6 +546,12 @@ class InferenceDeploymentSpec(Wire):
     network_policy: NetworkPolicySpec = Field(
         default_factory=NetworkPolicySpec, description="Who may reach the engines."
     )
+    adapters: list[AdapterSpec] = Field(
+        default_factory=list,
+        max_length=adapter_rules.MAX_ADAPTERS,
+        description="LoRA adapters of the model, each served under its own name; every engine loads them all at "
+        "start, so a change rolls the engines (docs/lora.md). Engine kinds shoal and vllm.",
+    )
 
     @model_validator(mode="after")
     def _kind_refusals(self) -> InferenceDeploymentSpec:
@@ -507,6 +559,17 @@ class InferenceDeploymentSpec(Wire):
         broken = ADAPTERS[self.engine.kind].refused(self.model_dump(by_alias=True, exclude_none=True))
         if broken:
             raise ValueError(broken[0])
+        return self
+
+    @model_validator(mode="after")
+    def _adapter_list(self) -> InferenceDeploymentSpec:
+        """Adapter names unique and not the model's; slot sizes only with adapters."""
+        broken = adapter_rules.problem([a.name for a in self.adapters], self.served_name)
+        if broken is not None:
+            raise ValueError(broken)
+        sized = self.engine.max_loras is not None or self.engine.max_lora_rank is not None
+        if sized and not self.adapters:
+            raise ValueError(adapter_rules.SLOTS_RULE[1])
         return self
 
     @model_validator(mode="after")
@@ -558,6 +621,14 @@ class ScalingDecisionStatus(Wire):
     applied: bool = True
 
 
+class AdapterStatus(Wire):
+    """One adapter of ``spec.adapters``: loaded on ``loadedReplicas`` of the ``replicas`` engine pods."""
+
+    name: str
+    loaded_replicas: int = Field(description="Ready engine pods that loaded it.")
+    replicas: int = Field(description="Engine pods (not terminating).")
+
+
 class InferenceDeploymentStatus(Wire):
     """``status``: written only by the operator (and, through its hook, the autoscaler)."""
 
@@ -573,3 +644,4 @@ class InferenceDeploymentStatus(Wire):
     last_decision: ScalingDecisionStatus | None = None
     history: list[ScalingRecord] = Field(default_factory=list, max_length=MAX_SCALING_HISTORY)
     selector: str | None = None
+    adapters: list[AdapterStatus] | None = Field(None, description="Per adapter of spec.adapters, where it is loaded.")

@@ -2,7 +2,8 @@
 
 Conditions follow the Kubernetes conventions: ``Ready`` (the fleet serves now), ``Progressing`` (a rollout or
 scale is under way), ``Degraded`` (something the operator cannot fix by waiting; the reason and message say
-what), ``ModelReady`` (the engine pods have the model: :mod:`.model_ready`) and, while autoscaling is on,
+what), ``ModelReady`` (the engine pods have the model: :mod:`.model_ready`), with ``spec.adapters``
+``AdaptersReady`` (and ``adapters``, where each is loaded: :mod:`.adapters_ready`) and, while autoscaling is on,
 ``ScalingLimited`` (the autoscaler's wish was clamped, or metrics are missing). Every condition comes from :func:`condition`, so each carries ``observedGeneration`` and a
 ``lastTransitionTime`` that changes only when its status does; the scaling history grows only when the desired
 count does. Recomputing an unchanged world therefore yields an identical status: the reconciler then writes
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from shoal.operator.adapters_ready import adapters_ready, loaded
 from shoal.operator.diagnosis import Problem
 from shoal.operator.model_ready import model_ready
 from shoal.operator.replicas import ScaleDecision
@@ -83,6 +85,9 @@ def compute_status(
         "Degraded": (True, problem.reason, problem.message) if problem else (False, "AsExpected", ""),
         "ModelReady": model_ready(spec.model.source, engine_pods),
     }
+    adapters = loaded([a.name for a in spec.adapters], engine_pods) if spec.adapters else None
+    if adapters is not None:
+        verdicts["AdaptersReady"] = adapters_ready(adapters, engine_pods)
     if spec.autoscaling.enabled:
         verdicts |= {"ScalingLimited": _scaling_limited(spec, decision), "MetricsAvailable": _metrics(proposal)}
     old_conditions = list(previous.get("conditions", []))
@@ -98,6 +103,7 @@ def compute_status(
         "history": history,
         "last_scale_time": last_scale_time,
         **_observed(proposal or decision),
+        **({"adapters": adapters} if adapters is not None else {}),
     }
     if spec.autoscaling.enabled and proposal is not None:
         fields["last_decision"] = _last_decision(

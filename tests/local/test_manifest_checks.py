@@ -193,6 +193,18 @@ def test_a_gpu_spec_runs_its_engines_on_the_cpu_with_the_cpus_default_attention(
     assert argv[last_device + 1] == "cpu"
 
 
+def test_local_shoal_engines_fetch_their_adapters_themselves(tmp_path: Path) -> None:
+    """No init container here: the engine is given each adapter's source (it fetches hf:// and s3:// at start)."""
+    from shoal.local.up import engine_launch
+
+    adapters = [{"name": "sql", "source": "hf://acme/sql-lora"}, {"name": "chat", "source": "/adapters/chat"}]
+    spec = load_manifest(write_manifest(tmp_path, manifest("smollm2-135m", adapters=adapters))).spec
+    argv = engine_launch(spec, tmp_path).argv
+    at = argv.index("--lora-modules")
+    assert argv[at + 1 : at + 3] == ["sql=hf://acme/sql-lora", "chat=/adapters/chat"]
+    assert argv[argv.index("--max-loras") + 1] == "2"
+
+
 def test_a_cluster_model_source_is_refused_or_noted_in_the_crds_words(tmp_path: Path) -> None:
     assert (
         "spec.model: spec.model.source 'Qwen/Qwen3-8B' looks like a Hugging Face repo id: write hf://Qwen/Qwen3-8B"

@@ -18,6 +18,7 @@ from typing import Any
 
 from shoal.engine_kinds import EngineSettings, adapter
 from shoal.engine_kinds.vllm import KV_EVENTS_PORT, KV_EVENTS_PORT_NAME, KV_REPLAY_PORT_NAME
+from shoal.operator.builders.adapters import adapter_paths, engine_adapters, pod_annotations
 from shoal.operator.builders.gateway import gateway_image
 from shoal.operator.builders.kernel_cache import kernel_cache
 from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, shoal_reads_fetched
@@ -55,6 +56,9 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         gpus=engine.resources.gpus,
         download_dir=CACHE_DIR if shoal_reads_fetched(spec) else None,
         kv_events_port=KV_EVENTS_PORT if publishes_zmq_events(spec) else None,
+        lora_modules=adapter_paths(spec),
+        max_loras=engine.max_loras,
+        max_lora_rank=engine.max_lora_rank,
     )
 
 
@@ -147,9 +151,11 @@ def engine_deployment(
     """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here); ``images``:
     the operator's engine image per kind; another kind's model is fetched by the gateway's image."""
     images = images or {}
-    init_containers, model_volumes, model_mounts = engine_model(
-        spec, engine_image(spec, images), gateway_image(spec, default_gateway_image)
-    )
+    fetcher_images = (engine_image(spec, images), gateway_image(spec, default_gateway_image))
+    init_containers, model_volumes, model_mounts = engine_model(spec, *fetcher_images)
+    adapter_inits, adapter_volumes, adapter_mounts = engine_adapters(spec, fetcher_images, model_volumes, model_mounts)
+    init_containers, model_volumes = init_containers + adapter_inits, model_volumes + adapter_volumes
+    model_mounts = model_mounts + adapter_mounts
     kernel_volumes, _, _ = kernel_cache(spec.engine)
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
@@ -173,6 +179,7 @@ def engine_deployment(
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(ENGINE_PORT),
                         "prometheus.io/path": "/metrics",
+                        **pod_annotations(spec),
                     },
                 ),
                 "spec": {

@@ -40,6 +40,7 @@ TOKENIZER_DIR = "/tokenizer"
 TOKENIZER_VOLUME = "tokenizer"
 FETCH_RECORD = f"{TOKENIZER_DIR}/fetch-record.json"
 TERMINATION_LOG = "/dev/termination-log"
+FETCH_ARGS = ("--download-dir", CACHE_DIR, "--termination-message-path", TERMINATION_LOG)
 
 Objects = list[dict[str, Any]]
 
@@ -74,10 +75,11 @@ def _claim(spec: InferenceDeploymentSpec) -> tuple[dict[str, Any], dict[str, Any
     return None
 
 
-def _fetch_container(
-    spec: InferenceDeploymentSpec, name: str, image: str, args: list[str], mounts: Objects
+def fetch_container(
+    spec: InferenceDeploymentSpec, name: str, image: str, args: list[str], mounts: Objects, source: str | None = None
 ) -> dict[str, Any]:
-    """A ``shoal fetch-model`` init container: the only container that sees the credentials Secret."""
+    """A ``shoal fetch-model`` init container for ``source`` (the model's unless given): the only container that
+    sees the credentials Secret."""
     model = spec.model
     env = container_env(spec.engine, SCRATCH_ENV)
     if model.s3_endpoint is not None:
@@ -86,7 +88,7 @@ def _fetch_container(
         "name": name,
         "image": image,
         "command": ["shoal"],
-        "args": ["fetch-model", model.source, *args],
+        "args": ["fetch-model", source or model.source, *args],
         "env": env,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": container_security_context(),
@@ -103,6 +105,17 @@ def shoal_reads_fetched(spec: InferenceDeploymentSpec) -> bool:
     return fetched(spec) and spec.engine.kind == "shoal"
 
 
+def engine_fetcher(
+    spec: InferenceDeploymentSpec, name: str, images: tuple[str, str], args: list[str], mounts: Objects, source: str
+) -> dict[str, Any]:
+    """An engine pod's fetcher: in the engine's image (``images``: the engine's, the gateway's) when that is
+    Shoal's, with its pull policy, else in the gateway's (Shoal's CLI without torch)."""
+    if spec.engine.kind != "shoal":
+        return fetch_container(spec, name, images[1], args, mounts, source)
+    init = fetch_container(spec, name, images[0], args, mounts, source)
+    return {**init, "imagePullPolicy": spec.engine.image_pull_policy}
+
+
 def engine_model(
     spec: InferenceDeploymentSpec, engine_image: str, gateway_image: str
 ) -> tuple[Objects, Objects, Objects]:
@@ -114,13 +127,13 @@ def engine_model(
     if not fetched(spec):
         return [], [], []  # a bundled alias, or a path inside the image
     mount = {"name": CACHE_VOLUME, "mountPath": CACHE_DIR}
-    args = ["--download-dir", CACHE_DIR, "--termination-message-path", TERMINATION_LOG]
+    args = list(FETCH_ARGS)
+    images, source = (engine_image, gateway_image), spec.model.source
     if shoal_reads_fetched(spec):
-        init = _fetch_container(spec, FETCH_CONTAINER, engine_image, args, [mount])
-        init["imagePullPolicy"] = spec.engine.image_pull_policy
+        init = engine_fetcher(spec, FETCH_CONTAINER, images, args, [mount], source)
         return [init], [cache_volume(CACHE_VOLUME, spec.model.cache)], [mount]
     link = {"name": LINK_VOLUME, "mountPath": LINK_DIR}
-    init = _fetch_container(spec, FETCH_CONTAINER, gateway_image, [*args, "--link", MODEL_LINK], [mount, link])
+    init = engine_fetcher(spec, FETCH_CONTAINER, images, [*args, "--link", MODEL_LINK], [mount, link], source)
     volumes = [cache_volume(CACHE_VOLUME, spec.model.cache), {"name": LINK_VOLUME, "emptyDir": {}}]
     return [init], volumes, [{**mount, "readOnly": True}, {**link, "readOnly": True}]
 
@@ -151,5 +164,5 @@ def gateway_model(spec: InferenceDeploymentSpec, image: str) -> tuple[Objects, O
     volume = {"name": TOKENIZER_VOLUME, "emptyDir": {}}
     mount = {"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR}
     args = ["--download-dir", TOKENIZER_DIR, "--tokenizer-only", "--termination-message-path", FETCH_RECORD]
-    init = _fetch_container(spec, TOKENIZER_CONTAINER, image, args, [mount])
+    init = fetch_container(spec, TOKENIZER_CONTAINER, image, args, [mount])
     return [init], [volume], [{**mount, "readOnly": True}]
