@@ -28,7 +28,7 @@ from shoal.operator import alert_receiver
 from shoal.operator.autoscaler import FleetAutoscaler
 from shoal.operator.builders import DIGEST_ANNOTATION
 from shoal.operator.builders.adapters import ANNOTATION as ADAPTERS_ANNOTATION
-from shoal.operator.kube import KubeClient
+from shoal.operator.kube import KubeClient, KubeError
 from shoal.operator.metrics import serve_metrics
 from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
 from shoal.operator.reconciler import Children, Reconciler, Trigger
@@ -38,6 +38,7 @@ from shoal.protocol.backoff import Backoff
 ANNOTATION_PREFIX = GROUP
 OWNED = {MANAGED_BY_LABEL: FIELD_MANAGER}
 UNREACHABLE_RETRY = Backoff(initial_s=1.0, cap_s=30.0)  # passes while the apiserver cannot be reached
+APISERVER_NOT_SERVING = frozenset({429, 500, 502, 503, 504})  # answers of an apiserver that is up but not serving
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,8 @@ async def run(
 ) -> None:
     """One kopf-driven pass; it also keeps the live index views and the time of the last pass for the alert pass.
 
-    An apiserver that cannot be reached (restarting, a network cut) fails the pass with a retry 1, 2, 4 ... 30 s
+    An apiserver that cannot be reached (restarting, a network cut), or that answers but cannot serve yet (a 503
+    while it installs its paths after a restart, a 429 or another 5xx), fails the pass with a retry 1, 2, 4 ... 30 s
     later: kopf would retry any other exception after 60 s, a minute's delay of a change after a blip of seconds."""
     if state.stopping:
         return
@@ -284,9 +286,20 @@ async def run(
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
     try:
         await state.reconciler.reconcile(body, patch, _children(indices, ns, name), trigger=trigger, old_spec=old)
-    except httpx.TransportError as error:
-        delay = UNREACHABLE_RETRY.base(retry + 1)
-        raise kopf.TemporaryError(f"the apiserver could not be reached ({error!r})", delay=delay) from error
+    except (httpx.TransportError, KubeError) as error:
+        why = apiserver_unavailable(error)
+        if why is None:
+            raise
+        raise kopf.TemporaryError(why, delay=UNREACHABLE_RETRY.base(retry + 1)) from error
+
+
+def apiserver_unavailable(error: Exception) -> str | None:
+    """Why a pass failed for want of an apiserver (retried within seconds), or None for any other failure."""
+    if isinstance(error, httpx.TransportError):
+        return f"the apiserver could not be reached ({error!r})"
+    if isinstance(error, KubeError) and error.status in APISERVER_NOT_SERVING:
+        return f"the apiserver could not serve the pass yet ({error})"
+    return None
 
 
 async def evaluate_alert(state: OperatorState, namespace: str, name: str) -> float | None:
