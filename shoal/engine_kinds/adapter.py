@@ -29,6 +29,7 @@ class EngineSettings:
     kv_cache_bytes: int | None = None
     gpus: int = 0
     download_dir: str | None = None
+    shutdown_grace_s: int | None = None  # how long the engine drains on SIGTERM (shoal's --shutdown-grace)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ def command(s: EngineSettings) -> list[str]:
     if s.gpus:
         args += ["--attention-backend", "triton"]
     # a CPU engine keeps its default attention: shoal's C kernel where it builds, else torch's (one warning)
-    return args + optional("--max-model-len", s.max_model_len) + optional("--kv-cache-bytes", s.kv_cache_bytes)
+    args += optional("--max-model-len", s.max_model_len) + optional("--kv-cache-bytes", s.kv_cache_bytes)
+    return args + optional("--shutdown-grace", s.shutdown_grace_s)
 
 
 SHOAL = EngineAdapter(
