@@ -23,7 +23,10 @@ EXIT_SECONDS = 10  # after the drain: abort the rest, close the streams, stop th
 DRAIN_MARGIN = 1.2  # a slower step under a full batch than the observed average
 GRACE_CAP_SECONDS = 900  # past this a stuck request holds a node's capacity longer than it is worth
 MIN_GRACE_SECONDS = PRESTOP_SLEEP_SECONDS + EXIT_SECONDS + 1  # an explicit grace leaves a drain of at least 1 s
-DEFAULT_TPOT_SECONDS = {"cpu": 0.1, "gpu": 0.03}  # a small model's decode step, per device, until one is observed
+# Per device, until one is observed: a full batch's decode step, on the slow side (SmolLM2-135M on two shared
+# cores took 0.18 s a token with four streams: tests/local/test_lossless_scale_in.py), since a short grace loses
+# requests and a long one only keeps a pod that takes no new work a little longer.
+DEFAULT_TPOT_SECONDS = {"cpu": 0.25, "gpu": 0.05}
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,6 @@ def termination(
         grace = GRACE_CAP_SECONDS
     else:
         tpot = tpot_s if tpot_s is not None and tpot_s > 0 else DEFAULT_TPOT_SECONDS["gpu" if gpus else "cpu"]
-        drain = math.ceil(max_model_len * tpot * DRAIN_MARGIN)
+        drain = math.ceil(round(max_model_len * tpot * DRAIN_MARGIN, 6))  # 120.00000000000001 is 120
         grace = min(PRESTOP_SLEEP_SECONDS + drain + EXIT_SECONDS, GRACE_CAP_SECONDS)
     return Termination(grace, grace - PRESTOP_SLEEP_SECONDS - EXIT_SECONDS)

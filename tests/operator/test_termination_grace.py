@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -53,8 +54,8 @@ def test_a_longer_context_or_a_slower_token_waits_longer() -> None:
 
 def test_without_an_observed_pace_the_devices_default_is_used() -> None:
     cpu, gpu = termination(1000, None, 0, None), termination(1000, None, 1, None)
-    assert cpu.drain_s == round(1000 * DEFAULT_TPOT_SECONDS["cpu"] * DRAIN_MARGIN)
-    assert gpu.drain_s == round(1000 * DEFAULT_TPOT_SECONDS["gpu"] * DRAIN_MARGIN)
+    assert cpu.drain_s == math.ceil(1000 * DEFAULT_TPOT_SECONDS["cpu"] * DRAIN_MARGIN - 1e-6)
+    assert gpu.drain_s == math.ceil(1000 * DEFAULT_TPOT_SECONDS["gpu"] * DRAIN_MARGIN - 1e-6)
     assert termination(1000, 0.0, 0, None) == cpu  # a pace of zero is no observation
 
 
