@@ -1,0 +1,97 @@
+"""A replica that drains refuses new work with a 503 and an OpenAI-style body, and the gateway re-routes what it
+refused to another replica before any byte reached the client; the draining replica's own in-flight request still
+finishes whole. Real ``shoal serve`` engines with the real SmolLM2 model, the official ``openai`` client."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from gateway_harness import EngineProcess, GatewayHandle
+from support.polling import eventually
+
+from shoal.local.metrics import metric_values
+
+pytestmark = pytest.mark.timeout(600)
+
+MODEL = "smollm2"
+LONG_TOKENS = 400  # with ignore_eos: seconds on a CPU, so the engine stays draining while the test sends
+
+
+@pytest.fixture
+def two_engines(tmp_path: Path) -> Iterator[list[EngineProcess]]:
+    started = [
+        EngineProcess("smollm2-135m", tmp_path / f"engine-{i}.log", MODEL, "--max-model-len", "512", *grace)
+        for i, grace in enumerate((["--shutdown-grace", "120"], []))
+    ]
+    try:
+        yield [engine.wait_ready(timeout=300) for engine in started]
+    finally:
+        for engine in started:
+            engine.stop()
+
+
+def test_requests_refused_by_a_draining_replica_are_served_by_another(two_engines, gateways) -> None:
+    draining, other = two_engines
+    # Round-robin sends every other request to the draining replica; no health check in the test's window
+    # stands for the time a cluster takes to drop a terminating pod from its EndpointSlices.
+    handle: GatewayHandle = gateways(
+        [draining.url, other.url],
+        byte_tokenized=(),
+        tokenizers={MODEL: "smollm2-135m"},
+        policy="round-robin",
+        health_interval_s=3600,
+    )
+    handle.wait_healthy(2, timeout=60)
+    api = openai.OpenAI(base_url=f"{handle.url}/v1", api_key="unused", max_retries=0, timeout=120)
+    direct = openai.OpenAI(base_url=f"{draining.url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+    in_flight: list[object] = []
+
+    def long_request() -> None:
+        chunks = direct.chat.completions.create(
+            model=MODEL,
+            max_tokens=LONG_TOKENS,
+            messages=[{"role": "user", "content": "Tell me about the sea."}],
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+        in_flight.extend(chunks)
+
+    runner = threading.Thread(target=long_request, daemon=True)
+    runner.start()
+    eventually(lambda: in_flight or _running(draining.url) >= 1, 60, "the long request running")
+    draining.terminate()
+    eventually(lambda: httpx.get(draining.url + "/ready", timeout=5).status_code == 503, 30, "the engine draining")
+
+    refused = httpx.post(
+        f"{draining.url}/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=30,
+    )
+    assert refused.status_code == 503 and refused.headers["retry-after"]
+    assert refused.json()["error"]["type"] and refused.json()["error"]["message"]
+
+    replies = [
+        api.chat.completions.create(model=MODEL, max_tokens=4, messages=[{"role": "user", "content": f"hi {i}"}])
+        for i in range(6)
+    ]
+    assert all(r.choices[0].finish_reason in ("stop", "length") for r in replies)
+    rejected = metric_values(draining.url, "shoal_engine_requests_rejected_total")
+    assert sum(v for labels, v in rejected.items() if 'reason="draining"' in labels) >= 3 + 1  # 3 routed + direct
+    retries = metric_values(handle.url, "shoal_gateway_upstream_retries_total")
+    assert sum(v for labels, v in retries.items() if 'cause="unavailable"' in labels) >= 3
+
+    runner.join(timeout=300)
+    finish = [c.choices[0].finish_reason for c in in_flight if c.choices and c.choices[0].finish_reason]  # type: ignore[attr-defined]
+    assert finish == ["length"] and in_flight[-1].usage.completion_tokens == LONG_TOKENS  # type: ignore[attr-defined]
+    assert draining.process.wait(timeout=60) == 0
+
+
+def _running(url: str) -> float:
+    return sum(metric_values(url, "shoal_engine_requests_running").values())
