@@ -5,7 +5,8 @@ client, and the draining replica's own in-flight request still finishes whole. R
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,23 @@ def two_engines(tmp_path: Path) -> Iterator[list[EngineProcess]]:
             engine.stop()
 
 
-def test_requests_refused_by_a_draining_replica_are_served_by_another(two_engines, gateways) -> None:
+@dataclass
+class Pair:
+    """Two engines behind a gateway: ``draining`` (one sequence at a time, so a second request waits; a grace of
+    120 s) and another; clients through the gateway (``api``) and straight to ``draining`` (``direct``)."""
+
+    draining: EngineProcess
+    handle: GatewayHandle
+    api: openai.OpenAI
+    direct: openai.OpenAI
+
+
+@pytest.fixture
+def pair(two_engines: list[EngineProcess], gateways: Callable[..., GatewayHandle]) -> Pair:
     draining, other = two_engines
     # Round-robin sends every other request to the draining replica; no health check in the test's window
     # stands for the time a cluster takes to drop a terminating pod from its EndpointSlices.
-    handle: GatewayHandle = gateways(
+    handle = gateways(
         [draining.url, other.url],
         byte_tokenized=(),
         tokenizers={MODEL: "smollm2-135m"},
@@ -50,7 +63,11 @@ def test_requests_refused_by_a_draining_replica_are_served_by_another(two_engine
     handle.wait_healthy(2, timeout=60)
     api = openai.OpenAI(base_url=f"{handle.url}/v1", api_key="unused", max_retries=0, timeout=120)
     direct = openai.OpenAI(base_url=f"{draining.url}/v1", api_key="unused", max_retries=0, timeout=300)
+    return Pair(draining, handle, api, direct)
 
+
+def test_requests_refused_by_a_draining_replica_are_served_by_another(pair: Pair) -> None:
+    draining, handle, api, direct = pair.draining, pair.handle, pair.api, pair.direct
     in_flight, runner = _long_request(direct, draining.url)
     draining.terminate()
     eventually(lambda: httpx.get(draining.url + "/ready", timeout=5).status_code == 503, 30, "the engine draining")
@@ -77,18 +94,8 @@ def test_requests_refused_by_a_draining_replica_are_served_by_another(two_engine
     assert draining.process.wait(timeout=60) == 0
 
 
-def test_a_request_queued_on_a_draining_replica_is_served_by_another(two_engines, gateways) -> None:
-    draining, other = two_engines  # the draining one runs one sequence at a time: the next one waits
-    handle: GatewayHandle = gateways(
-        [draining.url, other.url],
-        byte_tokenized=(),
-        tokenizers={MODEL: "smollm2-135m"},
-        policy="round-robin",
-        health_interval_s=3600,
-    )
-    handle.wait_healthy(2, timeout=60)
-    api = openai.OpenAI(base_url=f"{handle.url}/v1", api_key="unused", max_retries=0, timeout=120)
-    direct = openai.OpenAI(base_url=f"{draining.url}/v1", api_key="unused", max_retries=0, timeout=300)
+def test_a_request_queued_on_a_draining_replica_is_served_by_another(pair: Pair) -> None:
+    draining, handle, api, direct = pair.draining, pair.handle, pair.api, pair.direct
     in_flight, runner = _long_request(direct, draining.url)
 
     streams = [_stream(api, 8) for _ in range(2)]  # round-robin: one of them waits on the draining replica

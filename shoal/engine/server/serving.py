@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -32,6 +32,7 @@ from shoal.protocol.sse import DONE, sse_event
 from shoal.tokenizer import Tokenizer
 
 request_log = logging.getLogger("shoal.engine.server.requests")
+T = TypeVar("T")
 
 
 @dataclass
@@ -266,14 +267,8 @@ async def _first_batch(request: Request, generation: Generation) -> list[Delta] 
     """The first output, awaited before any header goes out (None if the client left first; an engine failure
     is returned, for the stream to report), so that a request refused while it waited (``StreamRefused``) can
     still be answered 503, which a gateway retries on another replica."""
-    work = asyncio.ensure_future(anext(aiter(generation)))
-    watch = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (work, watch):
-            task.cancel()
-    if not work.done() or work.cancelled():
+    work = await _unless_disconnected(request, anext(aiter(generation)))
+    if work is None:
         return None
     try:
         return work.result()
@@ -281,6 +276,18 @@ async def _first_batch(request: Request, generation: Generation) -> list[Delta] 
         raise
     except StreamFailed as failed:
         return failed
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> asyncio.Future[T] | None:
+    """Runs ``work`` to its end, returned as a finished future, or None as soon as the client disconnects."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, watch):
+            pending.cancel()
+    return task if task.done() and not task.cancelled() else None
 
 
 async def _disconnected(request: Request) -> None:
@@ -328,14 +335,8 @@ async def _collect_unless_disconnected(request: Request, generation: Generation,
             for delta in batch:
                 outcome.update(delta)
 
-    work = asyncio.ensure_future(collect())
-    watch = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (work, watch):
-            task.cancel()
-    if work.done() and not work.cancelled():
-        work.result()  # re-raises StreamFailed
-        return True
-    return False
+    work = await _unless_disconnected(request, collect())
+    if work is None:
+        return False
+    work.result()  # re-raises StreamFailed
+    return True
