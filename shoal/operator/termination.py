@@ -2,7 +2,7 @@
 
 The law::
 
-    drain = max_model_len x tpot x DRAIN_MARGIN      the longest a request admitted just before SIGTERM can run
+    drain = max_model_len x tpot x DRAIN_MARGIN      the longest a request streaming at SIGTERM can still run
     grace = PRESTOP_SLEEP_SECONDS + drain + EXIT_SECONDS, at most GRACE_CAP_SECONDS
 
 ``tpot`` is the time per output token: the fleet's observed one when the caller has it, else the device's default
@@ -10,7 +10,8 @@ The law::
 The pod's ``terminationGracePeriodSeconds`` is ``grace``; the engine is given ``drain`` (``shoal serve
 --shutdown-grace``) so it aborts what is left, with a clean end to each stream, before the kubelet's SIGKILL.
 ``spec.engine.terminationGracePeriodSeconds`` replaces ``grace``; the drain is then what it leaves after the
-preStop sleep and the exit.
+preStop sleep and the exit. Requests with no output yet need no time here: the draining engine refuses them (503)
+and the gateway sends them to another replica.
 """
 
 from __future__ import annotations
