@@ -39,6 +39,7 @@ class EngineSettings:
     lora_modules: tuple[tuple[str, str], ...] = ()  # LoRA adapters loaded at start: (name, path)
     max_loras: int | None = None  # adapter slots; one per adapter if unset
     max_lora_rank: int | None = None
+    shutdown_grace_s: int | None = None  # how long the engine drains on SIGTERM (shoal's --shutdown-grace)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,12 @@ def command(s: EngineSettings) -> list[str]:
         args += ["--attention-backend", "triton"]
     # a CPU engine keeps its default attention: shoal's C kernel where it builds, else torch's (one warning)
     args += optional("--max-model-len", s.max_model_len) + optional("--kv-cache-bytes", s.kv_cache_bytes)
-    return args + optional("--gpu-memory-utilization", s.gpu_memory_utilization) + lora_args(s)
+    return (
+        args
+        + optional("--gpu-memory-utilization", s.gpu_memory_utilization)
+        + optional("--shutdown-grace", s.shutdown_grace_s)
+        + lora_args(s)
+    )
 
 
 SHOAL = EngineAdapter(

@@ -37,7 +37,7 @@ from shoal.local.process import LocalProcess, shoal_command
 from shoal.local.snapshot import FleetSnapshot, Timeline, take
 from shoal.local.threads import threads_per_engine, usable_cores
 from shoal.local.view import event_line, render, summary_line
-from shoal.operator.builders.engine import serve_args
+from shoal.operator.builders.engine import engine_termination, serve_args
 from shoal.operator.builders.gateway import gateway_flags
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -155,7 +155,12 @@ class Up:
         self.backends.write_text("")
         self.dashboard = self.log_dir / "dashboard.json"
         self.url = f"http://{'127.0.0.1' if options.host in ('0.0.0.0', '') else options.host}:{options.port}"
-        self.fleet = EngineFleet(engine_launch(spec, self.log_dir), self.backends, on_event=self._on_event)
+        self.fleet = EngineFleet(
+            engine_launch(spec, self.log_dir),
+            self.backends,
+            drain_timeout_s=engine_termination(spec).grace_s,  # the pod's grace: the engine's drain, then its exit
+            on_event=self._on_event,
+        )
         self.autoscaler = (
             LocalAutoscaler(policy, act=spec.autoscaling.mode == "Act")
             if policy is not None and spec.autoscaling.enabled

@@ -21,6 +21,7 @@ from shoal.operator import adapters as adapter_rules
 from shoal.operator import model_source
 from shoal.operator.core_api import EXTENDED_RESOURCE, REQUESTS_WITHIN_LIMITS, ResourceRequirements
 from shoal.operator.pod_fields import PodFields, blocking_rule
+from shoal.operator.termination import GRACE_CAP_SECONDS, MIN_GRACE_SECONDS
 from shoal.operator.wire import Quantity, Wire, cel
 from shoal.protocol.gateway_timeouts import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -283,6 +284,13 @@ class EngineSpec(PodFields):
     )
     startup_seconds: int = Field(
         600, ge=30, le=7200, description="How long model loading may take before the pod is restarted."
+    )
+    termination_grace_period_seconds: int | None = Field(
+        None,
+        ge=MIN_GRACE_SECONDS,
+        le=GRACE_CAP_SECONDS,
+        description="How long a stopping engine pod may take (preStop, drain, exit); sized from maxModelLen and "
+        "the time per output token if unset (docs/operator.md, Lossless scale-in).",
     )
     extra_args: list[str] = Field(default_factory=list, description="Appended to the engine's command.")
     max_loras: int | None = Field(

@@ -16,7 +16,8 @@ request fails, ``/health`` turns 503 and ``on_dead`` tells the process to exit.
 
 An HTTP request becomes a ``Generation`` of ``n`` x prompts child requests (ids ``<request id>-<k>``), each
 feeding choice ``k`` of one stream. Admission is bounded: when more children wait for the batch than
-``max_waiting``, or the server drains, ``submit`` refuses with 503 and ``Retry-After``.
+``max_waiting``, or the server drains, ``submit`` refuses with 503 and ``Retry-After``; when the drain begins,
+admitted requests with no output yet are refused the same way (their HTTP response has not begun).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from shoal.engine.core.outputs import EngineStats, RequestOutput
 from shoal.engine.core.sampling_params import SamplingParams
 from shoal.engine.server.kv_event_hub import Follower, KVEventHub
 from shoal.engine.server.metrics import ServerMetrics
-from shoal.engine.server.output_stream import Delta, RequestStream, StreamFailed
+from shoal.engine.server.output_stream import Delta, RequestStream, StreamFailed, StreamRefused
 from shoal.engine.server.request_params import engine_error
 from shoal.protocol.errors import invalid_request, service_unavailable
 
@@ -164,8 +165,10 @@ class AsyncEngine:
         return self.core
 
     async def drain(self, grace_s: float) -> None:
-        """Refuses new requests, lets in-flight ones finish for ``grace_s``, then aborts the rest."""
+        """Refuses new requests and those with no output yet, lets the others finish for ``grace_s``, then aborts
+        the rest."""
         self.draining = True
+        self._refuse_unstarted()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout=grace_s)
         except TimeoutError:
@@ -178,6 +181,20 @@ class AsyncEngine:
         self.kv_hub.close_all()
 
     # ---- requests (event loop) -------------------------------------------------------------------------
+
+    def _refuse_unstarted(self) -> None:
+        """Requests that have no output yet (queued, or in their prefill) leave with a 503: a gateway sends them to
+        another replica, where they start sooner than behind this one's running batch, and the grace period only
+        has to cover the requests already streaming (``shoal.operator.termination``)."""
+        unstarted: dict[int, tuple[RequestStream, list[str]]] = {}
+        for cid, (stream, _) in self._routes.items():
+            if not stream.started:
+                unstarted.setdefault(id(stream), (stream, []))[1].append(cid)
+        for stream, child_ids in unstarted.values():
+            self._forget(child_ids)
+            self.abort(child_ids)
+            self.metrics.observe_rejected("draining")
+            stream.fail(StreamRefused("The server is shutting down."))
 
     async def submit(self, request_id: str, children: list[Child]) -> Generation:
         """Admits one HTTP request's children, or raises ``APIError`` (503 full/draining, 400 invalid)."""

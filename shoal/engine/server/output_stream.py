@@ -64,6 +64,10 @@ class StreamFailed(Exception):
     """The engine could not finish this request (it crashed or refused it after admission)."""
 
 
+class StreamRefused(StreamFailed):
+    """The server drains and this request had no output yet: it is answered 503, which a gateway retries elsewhere."""
+
+
 @dataclass
 class RequestStream:
     """Pending deltas of every choice of one HTTP request, bounded and coalescing."""
@@ -74,6 +78,7 @@ class RequestStream:
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
     _unfinished: set[int] = field(default_factory=set)
     _error: BaseException | None = None
+    started: bool = False  # a delta has arrived: the response may have begun
 
     def __post_init__(self) -> None:
         self._unfinished = set(range(self.num_choices))
@@ -87,6 +92,7 @@ class RequestStream:
 
     def put(self, delta: Delta) -> None:
         """Adds a delta without ever blocking; merges once ``capacity`` deltas are pending."""
+        self.started = True
         if delta.finished:
             self._unfinished.discard(delta.index)
         if len(self._pending) >= self.capacity:
@@ -99,7 +105,7 @@ class RequestStream:
         self._ready.set()
 
     def fail(self, error: BaseException) -> None:
-        """The engine died: the reader's next ``get`` raises once the pending deltas are taken."""
+        """The engine died (or refused it): the reader's next ``get`` raises once the pending deltas are taken."""
         self._error = error
         self._ready.set()
 
@@ -109,6 +115,8 @@ class RequestStream:
     async def get(self) -> list[Delta]:
         """Waits for, then takes, every pending delta (oldest first); raises if the engine failed it."""
         while not self._pending:
+            if isinstance(self._error, StreamFailed):  # a refusal (``StreamRefused``) stays one
+                raise self._error
             if self._error is not None:
                 raise StreamFailed(str(self._error)) from self._error
             self._ready.clear()

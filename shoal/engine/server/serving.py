@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -23,15 +23,16 @@ from starlette.types import Receive, Scope, Send
 
 from shoal.engine.core.outputs import RequestMetrics, SampleLogprobs
 from shoal.engine.server.async_engine import Child, Generation
-from shoal.engine.server.output_stream import Delta, StreamFailed
+from shoal.engine.server.output_stream import Delta, StreamFailed, StreamRefused
 from shoal.engine.server.request_params import OpenAIRequest, SamplingRequest
 from shoal.engine.tool_parsers import ToolCallPlan
-from shoal.protocol.errors import internal_error
+from shoal.protocol.errors import internal_error, service_unavailable
 from shoal.protocol.openai_api import PromptTokensDetails, UsageInfo
 from shoal.protocol.sse import DONE, sse_event
 from shoal.tokenizer import Tokenizer
 
 request_log = logging.getLogger("shoal.engine.server.requests")
+T = TypeVar("T")
 
 
 @dataclass
@@ -232,14 +233,26 @@ async def respond(
 ) -> Response:
     outcome = Outcome(prepared)
     if stream:
+        try:
+            first = await _first_batch(request, generation)
+        except StreamRefused as refused:
+            outcome.status = "refused"
+            finish(generation, outcome)
+            raise service_unavailable(str(refused), retry_after_s=1) from None
+        if first is None:
+            finish(generation, outcome)
+            return Response(status_code=499)  # nobody is listening; the status only shows in access logs
         return ClosingStreamingResponse(
-            _events(generation, outcome, formatter),
+            _events(generation, outcome, formatter, first),
             on_close=lambda: finish(generation, outcome),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
     try:
         finished = await _collect_unless_disconnected(request, generation, outcome)
+    except StreamRefused as refused:
+        outcome.status = "refused"
+        raise service_unavailable(str(refused), retry_after_s=1) from None
     except StreamFailed:
         outcome.status = "error"
         raise internal_error() from None
@@ -250,13 +263,55 @@ async def respond(
     return JSONResponse(formatter.response(outcome).model_dump(), headers={"Server-Timing": outcome.server_timing()})
 
 
-async def _events(generation: Generation, outcome: Outcome, formatter: Formatter) -> AsyncIterator[str]:
-    """The stream's events. The opening events go out with the first token, not before it, so that a stream's
-    first byte is its first token: what a gateway's time-to-first-token limit watches, and until which it may
-    still retry the request elsewhere."""
+async def _first_batch(request: Request, generation: Generation) -> list[Delta] | StreamFailed | None:
+    """The first output, awaited before any header goes out (None if the client left first; an engine failure
+    is returned, for the stream to report), so that a request refused while it waited (``StreamRefused``) can
+    still be answered 503, which a gateway retries on another replica."""
+    work = await _unless_disconnected(request, anext(aiter(generation)))
+    if work is None:
+        return None
+    try:
+        return work.result()
+    except StreamRefused:
+        raise
+    except StreamFailed as failed:
+        return failed
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> asyncio.Future[T] | None:
+    """Runs ``work`` to its end, returned as a finished future, or None as soon as the client disconnects."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, watch):
+            pending.cancel()
+    return task if task.done() and not task.cancelled() else None
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _from(first: list[Delta] | StreamFailed, generation: Generation) -> AsyncIterator[list[Delta]]:
+    if isinstance(first, StreamFailed):
+        raise first
+    yield first
+    async for batch in generation:
+        yield batch
+
+
+async def _events(
+    generation: Generation, outcome: Outcome, formatter: Formatter, first: list[Delta] | StreamFailed
+) -> AsyncIterator[str]:
+    """The stream's events from its first output on. The response, headers and opening events included, starts
+    with the first token, not before it, so that a stream's first byte is its first token: what a gateway's
+    time-to-first-token limit watches, and until which it may still retry the request elsewhere."""
     opening = formatter.opening(outcome)
     try:
-        async for batch in generation:
+        async for batch in _from(first, generation):
             for delta in batch:
                 choice = outcome.update(delta)
                 chunk = formatter.chunk(delta, choice)
@@ -280,18 +335,8 @@ async def _collect_unless_disconnected(request: Request, generation: Generation,
             for delta in batch:
                 outcome.update(delta)
 
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    work = asyncio.ensure_future(collect())
-    watch = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (work, watch):
-            task.cancel()
-    if work.done() and not work.cancelled():
-        work.result()  # re-raises StreamFailed
-        return True
-    return False
+    work = await _unless_disconnected(request, collect())
+    if work is None:
+        return False
+    work.result()  # re-raises StreamFailed
+    return True

@@ -33,10 +33,9 @@ from shoal.operator.builders.security import (
 from shoal.operator.naming import ENGINE_PORT, Owner
 from shoal.operator.quantity import quantity_bytes
 from shoal.operator.spec import DEFAULT_ENGINE_IMAGES, InferenceDeploymentSpec
+from shoal.operator.termination import PRESTOP_SLEEP_SECONDS, Termination, termination
 
 COMPONENT = "engine"
-TERMINATION_GRACE_SECONDS = 60  # the engine drains in-flight requests on SIGTERM
-PRESTOP_SLEEP_SECONDS = 5  # let EndpointSlices drop the pod before it stops accepting
 STARTUP_PERIOD_SECONDS = 10
 
 
@@ -59,6 +58,7 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         lora_modules=adapter_paths(spec),
         max_loras=engine.max_loras,
         max_lora_rank=engine.max_lora_rank,
+        shutdown_grace_s=engine_termination(spec).drain_s,
     )
 
 
@@ -74,6 +74,13 @@ def engine_ports(spec: InferenceDeploymentSpec) -> list[dict[str, Any]]:
         ports.append({"name": KV_EVENTS_PORT_NAME, "containerPort": KV_EVENTS_PORT, "protocol": "TCP"})
         ports.append({"name": KV_REPLAY_PORT_NAME, "containerPort": KV_EVENTS_PORT + 1, "protocol": "TCP"})
     return ports
+
+
+def engine_termination(spec: InferenceDeploymentSpec) -> Termination:
+    """The pod's grace period and the engine's drain (``shoal.operator.termination``): the spec's override, else
+    sized from ``maxModelLen`` and the device's time per output token."""
+    engine = spec.engine
+    return termination(engine.max_model_len, None, engine.resources.gpus, engine.termination_grace_period_seconds)
 
 
 def engine_argv(spec: InferenceDeploymentSpec) -> list[str]:
@@ -185,7 +192,7 @@ def engine_deployment(
                 "spec": {
                     "automountServiceAccountToken": False,
                     "securityContext": pod_security_context(),
-                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                    "terminationGracePeriodSeconds": engine_termination(spec).grace_s,
                     **({"initContainers": init_containers} if init_containers else {}),
                     "containers": [engine_container(spec, model_mounts, images)],
                     "volumes": volumes,

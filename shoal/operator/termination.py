@@ -1,0 +1,53 @@
+"""How long an engine pod may take to stop, so that a scale-in loses no request in flight.
+
+The law::
+
+    drain = max_model_len x tpot x DRAIN_MARGIN      the longest a request streaming at SIGTERM can still run
+    grace = PRESTOP_SLEEP_SECONDS + drain + EXIT_SECONDS, at most GRACE_CAP_SECONDS
+
+``tpot`` is the time per output token: the fleet's observed one when the caller has it, else the device's default
+(``DEFAULT_TPOT_SECONDS``). An unknown ``max_model_len`` (the engine's own default, not known here) takes the cap.
+The pod's ``terminationGracePeriodSeconds`` is ``grace``; the engine is given ``drain`` (``shoal serve
+--shutdown-grace``) so it aborts what is left, with a clean end to each stream, before the kubelet's SIGKILL.
+``spec.engine.terminationGracePeriodSeconds`` replaces ``grace``; the drain is then what it leaves after the
+preStop sleep and the exit. Requests with no output yet need no time here: the draining engine refuses them (503)
+and the gateway sends them to another replica.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+PRESTOP_SLEEP_SECONDS = 5  # let EndpointSlices (and so the gateway) drop the pod before it stops accepting
+EXIT_SECONDS = 10  # after the drain: abort the rest, close the streams, stop the server
+DRAIN_MARGIN = 1.2  # a slower step under a full batch than the observed average
+GRACE_CAP_SECONDS = 900  # past this a stuck request holds a node's capacity longer than it is worth
+MIN_GRACE_SECONDS = PRESTOP_SLEEP_SECONDS + EXIT_SECONDS + 1  # an explicit grace leaves a drain of at least 1 s
+# Per device, until one is observed: a full batch's decode step, on the slow side (SmolLM2-135M on two shared
+# cores took 0.18 s a token with four streams: tests/local/test_lossless_scale_in.py), since a short grace loses
+# requests and a long one only keeps a pod that takes no new work a little longer.
+DEFAULT_TPOT_SECONDS = {"cpu": 0.25, "gpu": 0.05}
+
+
+@dataclass(frozen=True)
+class Termination:
+    """The pod's grace period and the engine's drain inside it, both in whole seconds."""
+
+    grace_s: int
+    drain_s: int
+
+
+def termination(
+    max_model_len: int | None, tpot_s: float | None, gpus: int, explicit_grace_s: int | None
+) -> Termination:
+    """The law above; ``explicit_grace_s`` (the spec's override, at least ``MIN_GRACE_SECONDS``) wins."""
+    if explicit_grace_s is not None:
+        grace = explicit_grace_s
+    elif max_model_len is None:
+        grace = GRACE_CAP_SECONDS
+    else:
+        tpot = tpot_s if tpot_s is not None and tpot_s > 0 else DEFAULT_TPOT_SECONDS["gpu" if gpus else "cpu"]
+        drain = math.ceil(round(max_model_len * tpot * DRAIN_MARGIN, 6))  # 120.00000000000001 is 120
+        grace = min(PRESTOP_SLEEP_SECONDS + drain + EXIT_SECONDS, GRACE_CAP_SECONDS)
+    return Termination(grace, grace - PRESTOP_SLEEP_SECONDS - EXIT_SECONDS)

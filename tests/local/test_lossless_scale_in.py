@@ -1,0 +1,150 @@
+"""Lossless scale-in, counted: ``shoal up``'s own fleet and gateway (the ``Up`` object ``shoal up`` runs, here in
+the test's process so the test can resize it) serving the real SmolLM2 model from two engine processes, a steady
+streaming load from the official ``openai`` client, and a scale-down to one engine through ``EngineFleet.scale_to``,
+the call the autoscaler makes. Every request must end with a ``finish_reason`` and its usage chunk: zero failed,
+zero truncated."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from up_harness import manifest, write_manifest
+
+from shoal.engine_kinds import adapter
+from shoal.local import free_port, metric
+from shoal.local.fleet import EngineReplica
+from shoal.local.manifest import load_manifest
+from shoal.local.signals import autoscaling
+from shoal.local.up import Up, UpOptions
+
+pytestmark = pytest.mark.timeout(900)
+
+MODEL = "smollm2"
+RUNNING, WAITING = adapter("shoal").metrics.running, adapter("shoal").metrics.waiting
+MAX_TOKENS = 400  # with ignore_eos: seconds a stream here, longer than the gateway takes to drop the engine
+
+
+@dataclass
+class StreamLoad:
+    """``clients`` threads streaming chats back to back until stopped; each outcome is counted."""
+
+    url: str
+    clients: int
+    completed: int = 0
+    failures: list[str] = field(default_factory=list)
+    finished_at: list[float] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(self.clients)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self) -> None:
+        api = openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=120)
+        while not self._stop.is_set():
+            self._one(api)
+
+    def _one(self, api: openai.OpenAI) -> None:
+        """A stream is whole when its one choice ends with finish_reason ``length`` after all ``max_tokens``
+        tokens (``ignore_eos``) and the usage chunk follows; anything else (an exception, an error event, a stream
+        cut short) is a failure."""
+        try:
+            chunks = list(
+                api.chat.completions.create(
+                    model=MODEL,
+                    max_tokens=MAX_TOKENS,
+                    messages=[{"role": "user", "content": "Tell me about the sea."}],
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    extra_body={"ignore_eos": True},
+                )
+            )
+            reasons = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+            usage = chunks[-1].usage if chunks else None
+            if reasons != ["length"] or usage is None or usage.completion_tokens != MAX_TOKENS:
+                self.failures.append(f"truncated: finish_reasons {reasons}, usage {usage}")
+                return
+            self.completed += 1
+            self.finished_at.append(time.monotonic())
+        except Exception as error:  # noqa: BLE001 - every failure is the finding
+            self.failures.append(repr(error))
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=180)
+
+
+async def _until(check, timeout: float, what: str, up: Up) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            events = "\n".join(e.text for e in up.fleet.events)
+            raise AssertionError(f"{what}: not after {timeout} s; fleet events:\n{events}")
+        await asyncio.sleep(0.5)
+
+
+async def _in_flight_until_signalled(victim: EngineReplica) -> float:
+    """The engine's running + waiting requests last seen before ``shoal up`` sent it SIGTERM."""
+    url, seen = victim.url or "", 0.0
+    while not victim.signalled:
+        with contextlib.suppress(httpx.HTTPError):
+            seen = await asyncio.to_thread(lambda: metric(url, RUNNING) + metric(url, WAITING))
+        await asyncio.sleep(0.2)
+    return seen
+
+
+def test_a_scale_down_under_streaming_load_loses_no_request(tmp_path: Path) -> None:
+    document = manifest(
+        "smollm2-135m",
+        model={"source": "smollm2-135m", "servedName": MODEL},
+        engine={"maxModelLen": 512, "maxNumSeqs": 4, "startupSeconds": 300},
+        replicas={"min": 1, "max": 2, "count": 2},
+        autoscaling={"enabled": False},
+        gateway={"routingPolicy": "round-robin"},  # both engines busy: prefix-aware would keep one prompt on one
+    )
+    local = load_manifest(write_manifest(tmp_path, document))
+    _, source = autoscaling(local.spec)
+    up = Up(local, UpOptions(port=free_port(), tui=False, log_dir=tmp_path), None, source, lambda line: None)
+    load = StreamLoad(up.url, clients=4)
+
+    async def scenario() -> None:
+        running = asyncio.create_task(up.run(None))
+        try:
+            await _until(lambda: len(up.fleet.ready_urls()) == 2, 600, "two ready engines", up)
+            await asyncio.sleep(up.fleet.discovery_delay_s * 2)  # the gateway has read both
+            load.start()
+            await _until(lambda: load.completed >= 4, 240, "the load flowing through both engines", up)
+            up.fleet.scale_to(1)  # what the autoscaler does (LocalAutoscaler.step)
+            await _until(lambda: any(r.phase == "draining" for r in up.fleet.replicas), 30, "a draining engine", up)
+            victim = next(r for r in up.fleet.replicas if r.phase == "draining")
+            in_flight_at_sigterm = await _in_flight_until_signalled(victim)
+            await _until(
+                lambda: victim not in up.fleet.replicas, up.fleet.drain_timeout_s + 30, "the drained engine gone", up
+            )
+            drained_at = time.monotonic()
+            await _until(lambda: load.completed >= 4 + 8, 240, "requests after the scale-down", up)
+            assert any(t > drained_at for t in load.finished_at)
+            assert in_flight_at_sigterm > 0, "the drained engine had nothing in flight: the test proved nothing"
+        finally:
+            await asyncio.to_thread(load.stop)
+            up.stopping.set()
+            await running
+
+    asyncio.run(scenario())
+    texts = [e.text for e in up.fleet.events]
+    assert any(t.endswith("drained and stopped") for t in texts), texts
+    assert load.failures == [], (
+        f"{len(load.failures)} failed of {load.completed + len(load.failures)}: {load.failures[:5]}"
+    )
+    assert load.completed >= 12
