@@ -121,7 +121,7 @@ def test_a_scale_down_under_streaming_load_loses_no_request(tmp_path: Path) -> N
     async def scenario() -> None:
         running = asyncio.create_task(up.run(None))
         try:
-            await _until(lambda: len(up.fleet.ready_urls()) == 2, 600, "two ready engines", up)
+            await _until(lambda: len(up.fleet.ready_backends()) == 2, 600, "two ready engines", up)
             await asyncio.sleep(up.fleet.discovery_delay_s * 2)  # the gateway has read both
             load.start()
             await _until(lambda: load.completed >= 4, 240, "the load flowing through both engines", up)
