@@ -8,7 +8,7 @@ engine does not export is ``None`` here, never zero. Read with the shared parser
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shoal.engine_kinds import ADAPTERS, MetricMap
 from shoal.protocol.prom_text import PromTextError, samples
@@ -23,8 +23,9 @@ class PageError(ValueError):
 @dataclass(frozen=True)
 class EnginePage:
     """Gauges as read (``max_num_seqs`` None from an engine that does not export it); counters (``ended``:
-    finished plus turned away for a full queue) and TTFT buckets cumulative since the engine started, for the
-    source to difference between scrapes. ``ended`` and ``generated`` are None from an engine without them."""
+    finished plus turned away for a full queue) and the TTFT and inter-token latency buckets cumulative since the
+    engine started, for the source to difference between scrapes. ``ended`` and ``generated`` are None from an
+    engine without them; a histogram the engine lacks has no buckets."""
 
     waiting: float
     running: float
@@ -33,6 +34,7 @@ class EnginePage:
     generated: float | None
     ttft_buckets: dict[float, float]
     max_num_seqs: float | None = None
+    itl_buckets: dict[float, float] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> float:
@@ -55,7 +57,7 @@ def parse_engine_page(text: str, metrics: MetricMap = SHOAL_METRICS) -> EnginePa
     """The signals ``metrics`` names, summed over label sets (one engine may report per model or per rank)."""
     gauges: dict[str, float] = {}
     counters: dict[str, float] = {}
-    buckets: dict[float, float] = {}
+    histograms: dict[str, dict[float, float]] = {name: {} for name in (metrics.ttft, metrics.itl) if name}
     gauge_names = {metrics.waiting, metrics.running, metrics.kv_usage, metrics.max_num_seqs} - {None}
     try:
         for sample in samples(text):
@@ -63,8 +65,8 @@ def parse_engine_page(text: str, metrics: MetricMap = SHOAL_METRICS) -> EnginePa
                 gauges[sample.family] = gauges.get(sample.family, 0.0) + sample.value
             elif sample.name.endswith("_total") and _counted(metrics, sample.family, sample.labels):
                 counters[sample.family] = counters.get(sample.family, 0.0) + sample.value
-            elif sample.family == metrics.ttft and sample.name.endswith("_bucket"):
-                bound = float(sample.labels["le"])
+            elif sample.family in histograms and sample.name.endswith("_bucket"):
+                buckets, bound = histograms[sample.family], float(sample.labels["le"])
                 buckets[bound] = buckets.get(bound, 0.0) + sample.value
     except PromTextError as error:
         raise PageError(str(error)) from error
@@ -89,6 +91,12 @@ def parse_engine_page(text: str, metrics: MetricMap = SHOAL_METRICS) -> EnginePa
         _finite(gauges.get(metrics.kv_usage) if metrics.kv_usage else None),
         ended,
         generated,
-        buckets if math.inf in buckets else {},
+        _complete(histograms.get(metrics.ttft or "")),
         limit if limit is not None and limit > 0 else None,
+        _complete(histograms.get(metrics.itl or "")),
     )
+
+
+def _complete(buckets: dict[float, float] | None) -> dict[float, float]:
+    """A histogram's buckets, or none when it lacks the ``+Inf`` bucket every quantile needs."""
+    return buckets if buckets and math.inf in buckets else {}

@@ -48,6 +48,8 @@ def queries(metrics: MetricMap, sel: str, by: str, w: str) -> dict[str, str]:
         q["max_num_seqs"] = f"max by ({by}) ({metrics.max_num_seqs}{{{sel}}})"
     if metrics.ttft is not None:
         q["ttft"] = f"histogram_quantile(0.95, sum by (le) (rate({metrics.ttft}_bucket{{{sel}}}[{w}])))"
+    if metrics.itl is not None:
+        q["tpot"] = f"histogram_quantile(0.90, sum by (le) (rate({metrics.itl}_bucket{{{sel}}}[{w}])))"
     if metrics.finished is not None:
         q["finished"] = f"sum(rate({metrics.finished}_total{{{sel}}}[{w}]))"
     if metrics.rejected is not None:
@@ -109,12 +111,14 @@ class PrometheusSource:
             total = sum(answers[k].get("", 0.0) for k in parts if k in answers)
             arrival = max(total, 0.0) if math.isfinite(total) else None
         ttft = answers["ttft"].get("") if "ttft" in answers else None
+        tpot = answers["tpot"].get("") if "tpot" in answers else None
         generated = answers["generated"].get("", 0.0) if "generated" in answers else None
         return FleetSignals(
             time=now,
             desired=desired,
             replicas=per_replica,
             ttft_p95_seconds=ttft,
+            tpot_p90_seconds=tpot,
             arrival_rate=arrival,
             output_tokens_per_second=generated,
         )

@@ -9,6 +9,7 @@ scrape of the same engine:
   demand it is failing to serve;
 - **TTFT P95**: the TTFT histogram's bucket increments of all engines summed over ``ttft_window_seconds``, and
   the quantile taken as ``histogram_quantile`` would (None when no first token was produced in the window);
+- **time per output token P90**: the same over the inter-token latency histogram (what a drain must allow);
 - **output tokens/s**: generated-token increments over the rate window.
 
 A counter that went down means the engine restarted: its increment is its new value, as Prometheus's ``rate``
@@ -42,10 +43,17 @@ class _Increment:
     arrivals: float | None
     generated: float | None
     ttft_buckets: dict[float, float]
+    itl_buckets: dict[float, float]
 
 
 def _grew(now: float, before: float) -> float:
     return now - before if now >= before else now
+
+
+def _add_growth(total: dict[float, float], now: dict[float, float], before: dict[float, float]) -> None:
+    """Adds one engine's bucket increments since its previous scrape to ``total``."""
+    for bound, count in now.items():
+        total[bound] = total.get(bound, 0.0) + _grew(count, before.get(bound, 0.0))
 
 
 def _add(total: float | None, now: float | None, before: float | None, extra: float = 0.0) -> float | None:
@@ -85,12 +93,15 @@ class ScrapeSource:
         self._remember(now, read, {r.name for r in replicas})
         failures = [f"{r.name}: {page}" for r, page in zip(ready, pages, strict=True) if isinstance(page, str)]
         missing = f"no engine answered /metrics ({'; '.join(failures)})" if ready and not read else None
-        arrival, generated, ttft = self._rates(now)
+        arrival, generated = self._rates(now)
+        ttft = self._quantile(now, 0.95, "ttft_buckets")
+        tpot = self._quantile(now, 0.90, "itl_buckets")
         return FleetSignals(
             time=now,
             desired=desired,
             replicas=tuple(self._replica(r, read.get(r.name)) for r in replicas),
             ttft_p95_seconds=ttft,
+            tpot_p90_seconds=tpot,
             arrival_rate=arrival,
             output_tokens_per_second=generated,
             missing=missing,
@@ -132,7 +143,8 @@ class ScrapeSource:
         """Records the increments since each engine's previous scrape, keeps this scrape for the next."""
         arrivals: float | None = 0.0
         generated: float | None = 0.0
-        buckets: dict[float, float] = {}
+        ttft: dict[float, float] = {}
+        itl: dict[float, float] = {}
         start = now
         for name, page in read.items():
             previous = self._previous.get(name)
@@ -142,11 +154,11 @@ class ScrapeSource:
             start = min(start, then)
             arrivals = _add(arrivals, page.ended, before.ended, page.in_flight - before.in_flight)
             generated = _add(generated, page.generated, before.generated)
-            for bound, count in page.ttft_buckets.items():
-                buckets[bound] = buckets.get(bound, 0.0) + _grew(count, before.ttft_buckets.get(bound, 0.0))
+            _add_growth(ttft, page.ttft_buckets, before.ttft_buckets)
+            _add_growth(itl, page.itl_buckets, before.itl_buckets)
         if start < now:
             self._increments.append(
-                _Increment(start, now, None if arrivals is None else max(arrivals, 0.0), generated, buckets)
+                _Increment(start, now, None if arrivals is None else max(arrivals, 0.0), generated, ttft, itl)
             )
         # an engine not read this time is differenced against its last good scrape later; gone ones are dropped
         kept = {name: last for name, last in self._previous.items() if name in known and name not in read}
@@ -155,17 +167,21 @@ class ScrapeSource:
         while self._increments and self._increments[0].end <= horizon:
             self._increments.popleft()
 
-    def _rates(self, now: float) -> tuple[float | None, float | None, float | None]:
-        """(arrival rate, output tokens/s, TTFT P95) over their windows; None before two scrapes."""
+    def _rates(self, now: float) -> tuple[float | None, float | None]:
+        """(arrival rate, output tokens/s) over the rate window; None before two scrapes."""
         rate_window = [i for i in self._increments if i.end > now - self.rate_window_seconds]
         arrival = generated = None
         if rate_window:
             span = now - min(i.start for i in rate_window)
             arrival = _rate([i.arrivals for i in rate_window], span)
             generated = _rate([i.generated for i in rate_window], span)
+        return arrival, generated
+
+    def _quantile(self, now: float, q: float, histogram: str) -> float | None:
+        """A latency quantile over ``ttft_window_seconds`` (None when nothing was observed in it)."""
         buckets: dict[float, float] = {}
         for increment in self._increments:
             if increment.end > now - self.ttft_window_seconds:
-                for bound, count in increment.ttft_buckets.items():
+                for bound, count in getattr(increment, histogram).items():
                     buckets[bound] = buckets.get(bound, 0.0) + count
-        return arrival, generated, bucket_quantile(0.95, buckets) if buckets else None
+        return bucket_quantile(q, buckets) if buckets else None

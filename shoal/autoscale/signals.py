@@ -35,8 +35,10 @@ class FleetSignals:
     ``desired`` is the replica count last applied (pods not created yet are in it but not in ``replicas``);
     ``held_requests`` are requests the gateway holds because no replica is ready (scale from zero);
     ``missing`` says why the source could not observe the fleet (stale, down, NaN), None when it could.
-    ``ttft_p90_seconds`` and ``tpot_p90_seconds`` (time per output token after the first, per finished request)
-    are what the peers' SLO laws read (llm-d's SLO-aware scaler, Dynamo's planner); Shoal's policy does not.
+    ``ttft_p90_seconds`` and ``tpot_p90_seconds`` (time per output token after the first: per finished request in
+    the simulator, the engines' inter-token latency histogram from the sources) are what the peers' SLO laws read
+    (llm-d's SLO-aware scaler, Dynamo's planner); Shoal's policy does not, the operator checks the engines'
+    termination grace against the latter (:mod:`shoal.operator.termination`).
     """
 
     time: float

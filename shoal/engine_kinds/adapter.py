@@ -58,6 +58,7 @@ class MetricMap:
     prefix_query_tokens: str | None
     max_num_seqs: str | None = None
     rejected: tuple[str, str, str] | None = None  # (counter, label, value): requests turned away, unmet demand
+    itl: str | None = None  # inter-token latency histogram: the time per output token a drain must allow
 
     def families(self) -> tuple[str, ...]:
         """Every series named, for the docs' table and the parser's filter."""
@@ -72,6 +73,7 @@ class MetricMap:
             self.prefix_query_tokens,
             self.max_num_seqs,
             self.rejected[0] if self.rejected else None,
+            self.itl,
         )
         return tuple(n for n in named if n is not None)
 

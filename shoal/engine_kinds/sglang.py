@@ -40,6 +40,7 @@ SGLANG = EngineAdapter(
         running="sglang:num_running_reqs",
         kv_usage="sglang:token_usage",
         ttft="sglang:time_to_first_token_seconds",
+        itl="sglang:inter_token_latency_seconds",
         finished="sglang:num_requests",
         generated="sglang:generation_tokens",
         prefix_hit_tokens="sglang:cached_tokens",

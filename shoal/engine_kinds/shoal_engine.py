@@ -39,6 +39,7 @@ SHOAL = EngineAdapter(
         running="shoal_engine_requests_running",
         kv_usage="shoal_engine_kv_cache_usage_ratio",
         ttft="shoal_engine_time_to_first_token_seconds",
+        itl="shoal_engine_inter_token_latency_seconds",
         finished="shoal_engine_requests_finished",
         generated="shoal_engine_generation_tokens",
         prefix_hit_tokens="shoal_engine_prefix_cache_hits_tokens",

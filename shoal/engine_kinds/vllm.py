@@ -70,6 +70,7 @@ VLLM = EngineAdapter(
         running="vllm:num_requests_running",
         kv_usage="vllm:kv_cache_usage_perc",  # a 0-1 ratio despite its name (before v0.10: gpu_cache_usage_perc)
         ttft="vllm:time_to_first_token_seconds",
+        itl="vllm:inter_token_latency_seconds",
         finished="vllm:request_success",
         generated="vllm:generation_tokens",
         prefix_hit_tokens="vllm:prefix_cache_hits",

@@ -141,6 +141,7 @@ class FleetAutoscaler:
             rule=rule,
             values=values,
             missing=signals.missing,
+            tpot_p90_seconds=_rounded(signals.tpot_p90_seconds),
         )
 
     def alert(self, key: FleetKey, fingerprint: str, firing: bool) -> bool:

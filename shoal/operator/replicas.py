@@ -30,6 +30,7 @@ class ScaleDecision:
     rule: str | None = None
     values: Mapping[str, float] = field(default_factory=dict)
     missing: str | None = None
+    tpot_p90_seconds: float | None = None
 
 
 def decide_replicas(

@@ -646,6 +646,11 @@ class InferenceDeploymentStatus(Wire):
     desired_replicas: int = 0
     queue_depth: float | None = None
     ttft_p95_seconds: float | None = None
+    tpot_p90_seconds: float | None = Field(
+        None,
+        description="The last observed P90 time per output token (the engines' inter-token latency): what the "
+        "termination grace must allow for maxModelLen tokens (the DrainFits condition).",
+    )
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
     last_scale_time: str | None = None

@@ -4,7 +4,9 @@ Conditions follow the Kubernetes conventions: ``Ready`` (the fleet serves now), 
 scale is under way), ``Degraded`` (something the operator cannot fix by waiting; the reason and message say
 what), ``ModelReady`` (the engine pods have the model: :mod:`.model_ready`), with ``spec.adapters``
 ``AdaptersReady`` (and ``adapters``, where each is loaded: :mod:`.adapters_ready`) and, while autoscaling is on,
-``ScalingLimited`` (the autoscaler's wish was clamped, or metrics are missing). Every condition comes from :func:`condition`, so each carries ``observedGeneration`` and a
+``ScalingLimited`` (the autoscaler's wish was clamped, or metrics are missing) and ``DrainFits`` (the engines'
+termination grace lets a request of ``maxModelLen`` tokens finish at the observed time per output token:
+:func:`.termination.drain_verdict`). Every condition comes from :func:`condition`, so each carries ``observedGeneration`` and a
 ``lastTransitionTime`` that changes only when its status does; the scaling history grows only when the desired
 count does. Recomputing an unchanged world therefore yields an identical status: the reconciler then writes
 nothing. The status is built as the typed :class:`.InferenceDeploymentStatus` (the model the CRD's schema is
@@ -29,6 +31,7 @@ from shoal.operator.spec import (
     ScalingDecisionStatus,
     ScalingRecord,
 )
+from shoal.operator.termination import drain_verdict
 
 Status = dict[str, Any]
 Verdict = tuple[bool, str, str]  # a condition's (status, reason, message)
@@ -88,8 +91,13 @@ def compute_status(
     adapters = loaded([a.name for a in spec.adapters], engine_pods) if spec.adapters else None
     if adapters is not None:
         verdicts["AdaptersReady"] = adapters_ready(adapters, engine_pods)
+    observed = _observed(proposal or decision, previous)
     if spec.autoscaling.enabled:
-        verdicts |= {"ScalingLimited": _scaling_limited(spec, decision), "MetricsAvailable": _metrics(proposal)}
+        verdicts |= {
+            "ScalingLimited": _scaling_limited(spec, decision),
+            "MetricsAvailable": _metrics(proposal),
+            "DrainFits": _drain_fits(spec, observed.get("tpot_p90_seconds")),
+        }
     old_conditions = list(previous.get("conditions", []))
     history, last_scale_time = _history(previous, decision, proposal, spec, problem, stamp)
     fields: dict[str, Any] = {
@@ -102,7 +110,7 @@ def compute_status(
         "selector": selector,
         "history": history,
         "last_scale_time": last_scale_time,
-        **_observed(proposal or decision),
+        **observed,
         **({"adapters": adapters} if adapters is not None else {}),
     }
     if spec.autoscaling.enabled and proposal is not None:
@@ -174,10 +182,20 @@ def _metrics(proposal: ScaleDecision | None) -> Verdict:
     return True, "Observed", "the metrics source observed the fleet"
 
 
-def _observed(observed: ScaleDecision) -> dict[str, float]:
-    """The demand the count was decided on (the printer columns), where it was measured."""
-    fields = {"queue_depth": observed.queue_depth, "ttft_p95_seconds": observed.ttft_p95_seconds}
+def _observed(observed: ScaleDecision, previous: Mapping[str, Any]) -> dict[str, float]:
+    """The demand the count was decided on (the printer columns), where it was measured, and the last observed time
+    per output token (kept through windows without tokens, so an idle fleet's ``DrainFits`` does not flap)."""
+    fields = {
+        "queue_depth": observed.queue_depth,
+        "ttft_p95_seconds": observed.ttft_p95_seconds,
+        "tpot_p90_seconds": observed.tpot_p90_seconds or previous.get("tpotP90Seconds"),
+    }
     return {key: value for key, value in fields.items() if value is not None}
+
+
+def _drain_fits(spec: InferenceDeploymentSpec, tpot_s: float | None) -> Verdict:
+    engine = spec.engine
+    return drain_verdict(engine.max_model_len, tpot_s, engine.resources.gpus, engine.termination_grace_period_seconds)
 
 
 def _history(

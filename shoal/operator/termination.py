@@ -12,6 +12,11 @@ The pod's ``terminationGracePeriodSeconds`` is ``grace``; the engine is given ``
 ``spec.engine.terminationGracePeriodSeconds`` replaces ``grace``; the drain is then what it leaves after the
 preStop sleep and the exit. Requests with no output yet need no time here: the draining engine refuses them (503)
 and the gateway sends them to another replica.
+
+The pod template carries the grace sized from the device default, never from the observed TPOT: a new grace in
+the template rolls every engine, and the rollout's own scale-in would run under the old, shorter grace. The observed
+TPOT is checked against it instead (:func:`drain_verdict`, the ``DrainFits`` condition), which names the field to
+raise when a request of ``maxModelLen`` tokens could outlast the drain.
 """
 
 from __future__ import annotations
@@ -51,3 +56,32 @@ def termination(
         drain = math.ceil(round(max_model_len * tpot * DRAIN_MARGIN, 6))  # 120.00000000000001 is 120
         grace = min(PRESTOP_SLEEP_SECONDS + drain + EXIT_SECONDS, GRACE_CAP_SECONDS)
     return Termination(grace, grace - PRESTOP_SLEEP_SECONDS - EXIT_SECONDS)
+
+
+def drain_verdict(
+    max_model_len: int | None, tpot_s: float | None, gpus: int, explicit_grace_s: int | None
+) -> tuple[bool, str, str]:
+    """Whether the engines' drain lets a request of ``max_model_len`` tokens finish at the observed ``tpot_s``:
+    ``DrainFits``'s (status, reason, message)."""
+    applied = termination(max_model_len, None, gpus, explicit_grace_s)
+    drain = f"the engines' drain is {applied.drain_s} s (grace {applied.grace_s} s)"
+    if tpot_s is None or tpot_s <= 0:
+        default = DEFAULT_TPOT_SECONDS["gpu" if gpus else "cpu"]
+        basis = (
+            "as spec.engine.terminationGracePeriodSeconds sets it" if explicit_grace_s else f"for {default:g} s a token"
+        )
+        return True, "AssumedTPOT", f"no time per output token observed yet; {drain}, {basis}"
+    if max_model_len is None:
+        why = f"{drain}, the cap; set spec.engine.maxModelLen to check it against the observed {tpot_s:.3g} s a token"
+        return True, "MaxModelLenUnset", why
+    need = math.ceil(round(max_model_len * tpot_s * DRAIN_MARGIN, 6))
+    said = f"a {max_model_len}-token request streams for up to {need} s at the observed {tpot_s:.3g} s a token (P90)"
+    if need <= applied.drain_s:
+        return True, "WithinGrace", f"{said}; {drain}"
+    grace = PRESTOP_SLEEP_SECONDS + need + EXIT_SECONDS
+    fix = (
+        f"set spec.engine.terminationGracePeriodSeconds to {grace}"
+        if grace <= GRACE_CAP_SECONDS
+        else f"it is past the {GRACE_CAP_SECONDS} s cap: lower spec.engine.maxModelLen"
+    )
+    return False, "GraceTooShort", f"{said}, but {drain}: a scale-in can cut such a request; {fix}"

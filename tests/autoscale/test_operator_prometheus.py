@@ -112,6 +112,13 @@ def test_a_burst_scales_up_through_prometheus_and_down_only_after_its_window(
             )
             row = plane.kubectl("get", "infd", "burst", "-n", namespace, "--no-headers").stdout.split()
             assert row[4] != "<none>" and float(row[5]) > 0, row  # Queue and TTFT-P95 filled
+            # the real engines' inter-token latency reached the status, and the drain is checked against it
+            drain = eventually(
+                lambda: (i := get(plane, namespace, "infd", "burst"))["status"].get("tpotP90Seconds") and i,
+                30,
+                "the observed time per output token in the status",
+            )
+            assert condition(drain, "DrainFits")["reason"] in ("WithinGrace", "GraceTooShort", "MaxModelLenUnset")
 
             idle_since = time.monotonic()
             scaled = engines(plane, namespace, "burst") or 0

@@ -74,6 +74,7 @@ async def test_a_burst_shows_per_replica_queues_ttft_and_arrivals(scraped_fleet:
             )
         assert not load.failures, load.failures
         assert signals.output_tokens_per_second and signals.output_tokens_per_second > 0
+        assert signals.tpot_p90_seconds is not None and 0.0 < signals.tpot_p90_seconds <= max(load.latencies)
     finally:
         await asyncio.get_running_loop().run_in_executor(None, lambda: eventually(drained, 60, "an idle engine-0"))
 
@@ -95,6 +96,7 @@ async def test_an_empty_histogram_is_no_ttft(scraped_fleet: ScrapedFleet) -> Non
     assert [sample["value"][1] for sample in raw] == ["NaN"]  # what Prometheus answers: the NaN case is real
     signals = await observe(scraped_fleet, selector=idle)
     assert signals.missing is None and signals.ttft_p95_seconds is None and signals.arrival_rate == 0.0
+    assert signals.tpot_p90_seconds is None
 
 
 async def test_prometheus_down_slow_or_not_prometheus_is_missing_with_the_reason(scraped_fleet: ScrapedFleet) -> None:

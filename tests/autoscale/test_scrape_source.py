@@ -32,6 +32,7 @@ async def test_idle_engines_report_empty_queues_and_no_first_tokens(scraped_flee
         second = await source.observe(time.time(), 2, scraped_fleet.targets())
         assert second.arrival_rate == 0.0 and second.output_tokens_per_second == 0.0
         assert second.ttft_p95_seconds is None  # an empty histogram window is no TTFT, not a TTFT of zero
+        assert second.tpot_p90_seconds is None  # nor a time per output token
 
 
 async def test_a_burst_shows_as_a_queue_then_as_arrivals_and_a_ttft_p95(scraped_fleet: ScrapedFleet) -> None:
@@ -56,6 +57,9 @@ async def test_a_burst_shows_as_a_queue_then_as_arrivals_and_a_ttft_p95(scraped_
     assert signals.output_tokens_per_second * (end - start) == pytest.approx(6 * 32)
     assert signals.ttft_p95_seconds is not None
     assert 0.0 < signals.ttft_p95_seconds <= max(latencies) * 1.5  # bucket interpolation, never beyond a bucket
+    # a token's interval is a slice of its request's latency (the inter-token histogram, read for the drain's check)
+    assert signals.tpot_p90_seconds is not None
+    assert 0.0 < signals.tpot_p90_seconds <= max(latencies)
 
 
 async def test_a_hanging_replica_is_missing_not_idle(scraped_fleet: ScrapedFleet) -> None:

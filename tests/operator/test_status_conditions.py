@@ -110,6 +110,21 @@ def test_metrics_and_limits_show_while_autoscaling() -> None:
     assert "ScalingLimited" not in conditions(status({}))
 
 
+def test_drain_fits_checks_the_observed_pace_and_remembers_it() -> None:
+    auto = SPEC.model_validate(
+        {"model": {"source": "smollm2-135m"}, "engine": {"maxModelLen": 1000}, "autoscaling": {"enabled": True}}
+    )
+    before = status({}, spec=auto, decision=ScaleDecision(2, "steady"))
+    assert conditions(before)["DrainFits"] == ("True", "AssumedTPOT") and "tpotP90Seconds" not in before
+    slow = ScaleDecision(2, "steady", tpot_p90_seconds=0.4)  # 1000 tokens x 0.4 s x 1.2 = 480 s > the 300 s drain
+    s = status(before, spec=auto, decision=slow, proposal=slow)
+    assert conditions(s)["DrainFits"] == ("False", "GraceTooShort") and s["tpotP90Seconds"] == 0.4
+    # a window without tokens (an idle fleet) keeps the last pace seen, so the condition does not flap
+    idle = status(s, spec=auto, decision=ScaleDecision(2, "idle"), proposal=ScaleDecision(2, "idle"))
+    assert conditions(idle)["DrainFits"] == ("False", "GraceTooShort") and idle["tpotP90Seconds"] == 0.4
+    assert "DrainFits" not in conditions(status({}))  # measured only while autoscaling runs
+
+
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=40))
 def test_history_records_each_change_and_stays_bounded(wishes: list[int]) -> None:
     current: dict[str, Any] = {}

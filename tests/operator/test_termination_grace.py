@@ -7,6 +7,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from shoal.operator.builders import build_children
@@ -20,6 +22,7 @@ from shoal.operator.termination import (
     GRACE_CAP_SECONDS,
     MIN_GRACE_SECONDS,
     PRESTOP_SLEEP_SECONDS,
+    drain_verdict,
     termination,
 )
 
@@ -88,3 +91,38 @@ def test_the_spec_overrides_the_grace_with_the_core_api_name() -> None:
 def test_a_grace_outside_what_the_pod_allows_is_refused_naming_the_field(bad: int) -> None:
     with pytest.raises(ValidationError, match="terminationGracePeriodSeconds"):
         spec(terminationGracePeriodSeconds=bad)
+
+
+def test_an_observed_pace_the_drain_allows_fits() -> None:
+    fits, reason, message = drain_verdict(1000, 0.2, gpus=0, explicit_grace_s=None)  # needs 240 s of the default 300
+    assert (fits, reason) == (True, "WithinGrace")
+    assert "240 s" in message and "drain is 300 s" in message
+
+
+def test_a_pace_slower_than_the_drain_allows_names_the_grace_to_set() -> None:
+    fits, reason, message = drain_verdict(1000, 0.4, gpus=0, explicit_grace_s=None)  # 480 s > the 300 s drain
+    assert (fits, reason) == (False, "GraceTooShort")
+    assert f"terminationGracePeriodSeconds to {PRESTOP_SLEEP_SECONDS + 480 + EXIT_SECONDS}" in message
+    # the same pace under an explicit grace long enough fits
+    assert drain_verdict(1000, 0.4, 0, PRESTOP_SLEEP_SECONDS + 480 + EXIT_SECONDS)[0]
+
+
+def test_past_the_cap_the_fix_is_a_shorter_context() -> None:
+    fits, reason, message = drain_verdict(32768, 0.1, gpus=1, explicit_grace_s=None)
+    assert (fits, reason) == (False, "GraceTooShort")
+    assert f"{GRACE_CAP_SECONDS} s cap" in message and "maxModelLen" in message
+
+
+def test_without_an_observation_or_a_length_the_grace_is_assumed() -> None:
+    assert drain_verdict(1000, None, 0, None)[:2] == (True, "AssumedTPOT")
+    assert "terminationGracePeriodSeconds" in drain_verdict(1000, None, 0, 120)[2]
+    assert drain_verdict(None, 0.3, 0, None)[:2] == (True, "MaxModelLenUnset")
+
+
+@given(st.integers(16, 65536), st.floats(0.001, 2.0), st.integers(0, 8))
+def test_the_verdict_agrees_with_the_law(max_model_len: int, tpot: float, gpus: int) -> None:
+    """It fits when the drain sized from the observed pace is shorter than the one applied, never when longer."""
+    applied = termination(max_model_len, None, gpus, None).drain_s
+    sized = termination(max_model_len, tpot, gpus, None).drain_s
+    fits = drain_verdict(max_model_len, tpot, gpus, None)[0]
+    assert (sized <= applied) if fits else (sized >= applied)
