@@ -1,6 +1,7 @@
 // Builds the Prometheus Operator for the test bed (hack/prometheus-operator/build.sh). Its own go.mod replaces its
 // nested modules (pkg/apis/monitoring, pkg/client) with local paths, so `go install ...@version` refuses it; this
-// module requires the three published modules at one tag instead.
+// module requires the three published modules at one tag instead. To move the pin, edit the three versions and run
+// `go mod tidy -e` (a test-only import in Prometheus' dependencies is ambiguous; the build never reaches it).
 module shoal.dev/hack/prometheus-operator
 
 go 1.26.0
