@@ -42,7 +42,7 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: install system-deps kube-testbin moto peers lint
+test: install system-deps kube-testbin prometheus-operator moto peers lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The GPU lane: every test marked gpu (compiled Triton kernels in fp32, fp16 and bf16 against the torch reference,

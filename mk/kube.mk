@@ -4,12 +4,17 @@ KUBE_TESTBIN_BUILD := hack/kube-testbin/build.sh
 KUBE_UP_DIR ?= $(SHOAL_CACHE)/kube-up
 KUBE_UP := PYTHONPATH=tests $(PY) -m support.kube_up
 
-.PHONY: kube-testbin kube-up kube-down kube-env
+.PHONY: kube-testbin prometheus-operator kube-up kube-down kube-env
 
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler, etcd, helm and kwok once into
 # $(SHOAL_CACHE)/kube-testbin/<version-stamp>/bin; a no-op when the pinned versions are already built.
 kube-testbin:
 	@bash $(KUBE_TESTBIN_BUILD)
+
+# Builds the Prometheus Operator (the version hack/prometheus-operator/go.mod pins) and copies its CRDs into
+# $(SHOAL_CACHE)/prometheus-operator/<version-stamp>/, once; tests/operator/test_kube_prometheus_stack.py runs it.
+prometheus-operator:
+	@bash hack/prometheus-operator/build.sh
 
 # Starts etcd, kube-apiserver, controller-manager, scheduler and kwok (2 fake GPU nodes) in the background.
 # KUBE_UP_ARGS=--minimal starts etcd and kube-apiserver only.

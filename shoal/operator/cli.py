@@ -90,6 +90,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="The gateway image where spec.gateway.image names none (the chart passes its own image, or its "
         "gatewayImage); default: the release's image, ghcr.io/shoal-dev/shoal at this version.",
     )
+    op.add_argument(
+        "--manage-crd",
+        action="store_true",
+        help="At start-up, server-side apply this version's InferenceDeployment CRD when the installed one is older "
+        "(its shoal.dev/crd-version annotation); never a newer one (the chart's crds.manage: helm upgrade never "
+        "updates crds/).",
+    )
     op.add_argument("--liveness", default=None, help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
     op.add_argument("-v", "--verbose", action="store_true")
     op.set_defaults(func=run_operator)
@@ -130,6 +137,7 @@ def run_operator(args: argparse.Namespace) -> int:
         monitoring_labels=labels,
         metrics_port=args.metrics_port,
         gateway_image=args.gateway_image,
+        manage_crd=args.manage_crd,
         resync_seconds=args.resync_seconds,
         discovery_seconds=args.discovery_seconds,
         autoscaler=operator_autoscaler(args.prometheus_url, args.metrics_timeout),

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from shoal import __version__
 from shoal.operator.spec import (
     CATEGORIES,
     GROUP,
@@ -26,7 +27,11 @@ from shoal.operator.spec import (
     InferenceDeploymentStatus,
 )
 
+CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
+# The release that generated a CRD: the operator's --manage-crd updates an installed CRD only when it is older
+# (shoal/operator/crd_upgrade.py).
+VERSION_ANNOTATION = f"{GROUP}/crd-version"
 _DROPPED_KEYS = {"title", "additionalProperties", "$defs"}
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
@@ -166,7 +171,11 @@ def build_crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "shoal"}},
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/part-of": "shoal"},
+            "annotations": {VERSION_ANNOTATION: __version__},
+        },
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",

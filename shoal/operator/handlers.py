@@ -28,6 +28,7 @@ from shoal.operator import alert_receiver
 from shoal.operator.autoscaler import FleetAutoscaler
 from shoal.operator.builders import DIGEST_ANNOTATION
 from shoal.operator.builders.adapters import ANNOTATION as ADAPTERS_ANNOTATION
+from shoal.operator.crd_upgrade import upgrade_crd
 from shoal.operator.kube import KubeClient, KubeError
 from shoal.operator.metrics import serve_metrics
 from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
@@ -61,6 +62,7 @@ class OperatorConfig:
     metrics_port: int = 0  # serve /metrics on this port; 0: not served (--metrics-port)
     metrics_host: str = "0.0.0.0"
     gateway_image: str | None = None  # the gateway image where a spec names none (--gateway-image)
+    manage_crd: bool = False  # bring an older InferenceDeployment CRD up to this version at start-up (--manage-crd)
 
 
 @dataclass
@@ -92,7 +94,7 @@ def credentials(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInf
 
 
 def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    """Login, startup (settings, shared state, the alert receiver) and cleanup."""
+    """Login, startup (settings, shared state, the CRD with --manage-crd, the alert receiver) and cleanup."""
     kopf.on.login(id="login", registry=registry)(credentials)
 
     @kopf.on.startup(id="configure", registry=registry)
@@ -117,6 +119,18 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
             gateway_image=config.gateway_image,
         )
         memo.shoal = OperatorState(config, reconciler)
+
+    @kopf.on.startup(id="crd", registry=registry)
+    async def manage_crd(memo: kopf.Memo, **_: Any) -> None:
+        if not config.manage_crd:
+            return
+        log = logging.getLogger(__name__)
+        try:
+            decision = await upgrade_crd(memo.shoal.reconciler.client)
+        except (KubeError, httpx.HTTPError) as error:  # the operator still serves the CRD it finds
+            log.warning("could not update the InferenceDeployment CRD: %s", error)
+            return
+        log.info("%s", decision.reason)
 
     @kopf.on.startup(id="metrics", registry=registry)
     async def start_metrics(memo: kopf.Memo, **_: Any) -> None:

@@ -7,19 +7,20 @@ outside), so the operator authenticates one way for both. Server-side apply with
 (no new resourceVersion, no watch event), so re-running a reconcile writes nothing.
 
 Why a client of our own rather than ``kubernetes_asyncio`` (already the gateway's dependency) or lightkube: the
-operator needs exactly six calls, all generic over the kind: server-side apply with the ``shoal-operator``
-field manager and ``force`` for eleven kinds, two of them the Prometheus Operator's custom resources; a merge patch
-of the status subresource (the alert pass, outside kopf's handlers); create-unless-exists for the generated
-API-key Secret (never a read of it); a merge patch of one Deployment's replicas; an Event; API discovery.
-Here each is one HTTP request, authenticated with kopf's own :class:`kopf.ConnectionInfo`, so the watches and
-the writes share one credential path and one source of truth for it. ``kubernetes_asyncio`` has a typed method
-per kind and API group (custom objects through a separate API), takes server-side apply only through a
-content-type override, and loads credentials its own way (writing kubeconfig certificate data to temporary files
-too); lightkube would fit the calls better but is a new dependency with its own config loading, to be mapped from
-kopf's. The restart that writes nothing (``tests/operator/test_operator_restart.py``) is the reconciler's doing
-(it applies only on drift), not the client's: replacing this module would have to keep that test green. Its one
-cost: the ``ssl`` module loads a client certificate only from a file, so certificate data is written to a 0700
-temporary directory, removed on :meth:`KubeClient.close`.
+operator needs exactly six calls, all generic over the kind: server-side apply with the ``shoal-operator`` field
+manager and ``force`` for eleven kinds, two of them the Prometheus Operator's custom resources (and the
+InferenceDeployment CRD itself, with ``--manage-crd``); a merge patch of the status subresource (the alert pass,
+outside kopf's handlers); create-unless-exists for the generated API-key Secret (never a read of it); a merge patch
+of one Deployment's replicas; an Event; API discovery. Here each is one HTTP request, authenticated with kopf's own
+:class:`kopf.ConnectionInfo`, so the watches and the writes share one credential path and one source of truth for
+it. ``kubernetes_asyncio`` has a typed method per kind and API group (custom objects through a separate API), takes
+server-side apply only through a content-type override, and loads credentials its own way (writing kubeconfig
+certificate data to temporary files too); lightkube would fit the calls better but is a new dependency with its own
+config loading, to be mapped from kopf's. The restart that writes nothing
+(``tests/operator/test_operator_restart.py``) is the reconciler's doing (it applies only on drift), not the
+client's: replacing this module would have to keep that test green. Its one cost: the ``ssl`` module loads a client
+certificate only from a file, so certificate data is written to a 0700 temporary directory, removed on
+:meth:`KubeClient.close`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ PLURALS: dict[str, str] = {
     "NetworkPolicy": "networkpolicies",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "Secret": "secrets",
+    "CustomResourceDefinition": "customresourcedefinitions",  # its own, with --manage-crd
 }
 
 
@@ -61,9 +63,11 @@ class KubeError(RuntimeError):
 
 
 def collection_path(obj: Mapping[str, Any]) -> str:
+    """Where ``obj``'s kind is listed: in its namespace, or cluster-wide for a cluster-scoped object (the CRD)."""
     api_version, kind = obj["apiVersion"], obj["kind"]
     prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    return f"{prefix}/namespaces/{obj['metadata']['namespace']}/{PLURALS[kind]}"
+    namespace = obj["metadata"].get("namespace")
+    return f"{prefix}/namespaces/{namespace}/{PLURALS[kind]}" if namespace else f"{prefix}/{PLURALS[kind]}"
 
 
 def object_path(obj: Mapping[str, Any]) -> str:

@@ -6,6 +6,7 @@ A permission the chart grants and nothing uses fails, and so does a use the char
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -15,6 +16,7 @@ from test_helm_chart import helm
 from shoal.operator.builders import build_children
 from shoal.operator.builders.access import role
 from shoal.operator.builders.api_keys import generated_api_key_secret
+from shoal.operator.crd import CRD_NAME, build_crd
 from shoal.operator.handlers import OperatorConfig, build_registry
 from shoal.operator.kube import PLURALS
 from shoal.operator.naming import Owner
@@ -64,16 +66,22 @@ def used_by_the_operator() -> set[Permission]:
             uses |= {(GROUP, resource, "patch"), (GROUP, f"{resource}/status", "patch")}
     for rule in role(OWNER)["rules"]:
         uses |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    crd = build_crd()  # --manage-crd (crds.manage, on by default): its own CRD read, then server-side applied
+    uses |= {(_group(crd["apiVersion"]), PLURALS[crd["kind"]], verb) for verb in ("get", "patch")}
     return uses
 
 
-def granted_by_the_chart(tmp: Path) -> set[Permission]:
-    result = helm("template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, tmp=tmp)
+def cluster_role_rules(tmp: Path, *values: str) -> list[dict[str, Any]]:
+    result = helm("template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *values, tmp=tmp)
     assert result.returncode == 0, result.stderr
     (cluster_role,) = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] in ("ClusterRole", "Role")]
+    return list(cluster_role["rules"])
+
+
+def granted_by_the_chart(tmp: Path) -> set[Permission]:
     return {
         (g, r, v)
-        for rule in cluster_role["rules"]
+        for rule in cluster_role_rules(tmp)
         for g in rule["apiGroups"]
         for r in rule["resources"]
         for v in rule["verbs"]
@@ -89,3 +97,15 @@ def test_the_chart_grants_exactly_what_the_operator_uses(tmp_path: Path) -> None
 def test_the_operator_never_reads_or_deletes_secrets(tmp_path: Path) -> None:
     secrets = {verb for group, resource, verb in granted_by_the_chart(tmp_path) if (group, resource) == ("", "secrets")}
     assert secrets == {"create"}
+
+
+def test_crd_management_reaches_its_own_crd_only(tmp_path: Path) -> None:
+    def crd_writes(*values: str) -> list[dict[str, Any]]:
+        rules = cluster_role_rules(tmp_path, *values)
+        return [
+            r for r in rules if "customresourcedefinitions" in r["resources"] and set(r["verbs"]) & {"get", "patch"}
+        ]
+
+    (rule,) = crd_writes()
+    assert rule["resourceNames"] == [CRD_NAME] and sorted(rule["verbs"]) == ["get", "patch"]
+    assert crd_writes("--set", "crds.manage=false") == []
