@@ -8,6 +8,7 @@ engine's own. The real CUDA graphs are tested in the GPU lane (``test_decode_gra
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from graph_stand_in import StandInGraphs
 from hypothesis import given
 from hypothesis import strategies as st
 from kv_invariants import assert_all_free
+from lora_adapters import write_adapter
 from support.devices import TEST_DEVICE
 
 from shoal.engine.core import EngineConfig, EngineCore, SamplingParams
@@ -55,7 +57,7 @@ def test_graphs_are_planned_on_cuda_only_and_never_under_enforce_eager_or_for_ex
     assert plan_graphs(False, True, True, 4, 512).sizes == ()
 
 
-def _engine(path: Path, graphs: StandInGraphs | None) -> EngineCore:
+def _engine(path: Path, graphs: StandInGraphs | None, **options: Any) -> EngineCore:
     config = EngineConfig(
         model=str(path),
         dtype="float32",
@@ -64,15 +66,19 @@ def _engine(path: Path, graphs: StandInGraphs | None) -> EngineCore:
         max_cudagraph_capture_size=LARGEST,
         enforce_eager=graphs is None,
         device=TEST_DEVICE,
+        **options,
     )
     return EngineCore.from_config(config, make_graph=graphs)
 
 
-def _generate(core: EngineCore, prompts: list[list[int]], late: list[int] | None = None) -> dict[str, list[int]]:
-    """Greedy tokens per request; ``late`` joins after two steps, so its prefill shares a step with decodes."""
+def _generate(
+    core: EngineCore, prompts: list[list[int]], late: list[int] | None = None, lora: str | None = None
+) -> dict[str, list[int]]:
+    """Greedy tokens per request; ``late`` joins after two steps, so its prefill shares a step with decodes;
+    ``lora``: the adapter the first request uses."""
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     for i, prompt in enumerate(prompts):
-        core.add_request(f"r{i}", prompt, params)
+        core.add_request(f"r{i}", prompt, params, lora_name=lora if i == 0 else None)
     tokens: dict[str, list[int]] = {}
     steps = 0
     while core.has_unfinished():
@@ -143,3 +149,17 @@ def test_pad_rows_write_only_the_scratch_block(tiny_gqa_llama_dir: Path) -> None
         assert changed - slots <= set(scratch), f"layer {layer}: pad rows wrote {sorted(changed - slots)}"
         assert changed & set(scratch), f"layer {layer}: the pad row wrote nothing to the scratch block"
         assert slots <= changed
+
+
+def test_a_batch_with_a_lora_row_runs_eagerly_and_a_base_batch_replays(
+    tiny_gqa_llama_dir: Path, tmp_path: Path
+) -> None:
+    adapter = write_adapter(tiny_gqa_llama_dir, tmp_path / "all", seed=2, r=8, lora_alpha=16, target_modules=["q_proj"])
+    lora = {"enable_lora": True, "max_lora_rank": 8, "lora_modules": (("all", str(adapter)),)}
+    graphs = StandInGraphs()
+    replaying, eager = _engine(tiny_gqa_llama_dir, graphs, **lora), _engine(tiny_gqa_llama_dir, None, **lora)
+    prompts = _prompts(3, eager.model_config.vocab_size)
+    assert _generate(replaying, prompts, lora="all") == _generate(eager, prompts, lora="all")
+    assert graphs.replays == 0  # the adapter's row was in every decode step
+    assert _generate(replaying, prompts) == _generate(eager, prompts)
+    assert graphs.replays == MAX_TOKENS - 1

@@ -32,6 +32,7 @@ module with a stand-in that records the forward and re-runs it on the static buf
 from __future__ import annotations
 
 import bisect
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -153,10 +154,14 @@ class DecodeGraphs:
 
     def capture(self) -> None:
         """Records the forward at every size, largest first, on pad rows only (they write the scratch block)."""
-        for size in reversed(self.sizes):
-            graph = self.make_graph()
-            graph.capture(self._forward(size))
-            self.graphs[size] = graph
+        gc.freeze()  # torch.cuda.graph collects before each capture: a walk of the whole heap each, unless frozen
+        try:
+            for size in reversed(self.sizes):
+                graph = self.make_graph()
+                graph.capture(self._forward(size))
+                self.graphs[size] = graph
+        finally:
+            gc.unfreeze()
 
     def replay(self, step: StepBatch) -> torch.Tensor | None:
         """The sampled rows' logits of a decode-only step that fits a bucket, by replay; None: run it eagerly."""
