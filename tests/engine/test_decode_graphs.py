@@ -163,3 +163,17 @@ def test_a_batch_with_a_lora_row_runs_eagerly_and_a_base_batch_replays(
     assert graphs.replays == 0  # the adapter's row was in every decode step
     assert _generate(replaying, prompts) == _generate(eager, prompts)
     assert graphs.replays == MAX_TOKENS - 1
+
+
+def test_the_plan_lists_the_sizes_and_the_start_up_line_times_the_capture(
+    tiny_gqa_llama_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    graphs = StandInGraphs()
+    with caplog.at_level("INFO", logger="shoal.engine.core"):
+        _engine(tiny_gqa_llama_dir, graphs)
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("shoal.engine.core")]
+    plan = next(m for m in messages if m.startswith("start-up plan:"))
+    assert "\n  cuda graphs for decode batch sizes 1, 2, 4, 8 (captured before ready;" in plan
+    phases = next(m for m in messages if m.startswith("start-up took"))
+    assert phases.split(", ")[-1].startswith("capturing ") and "warming" in phases
+    assert len(graphs.made) == 4 and all(g.forward is not None for g in graphs.made)

@@ -172,7 +172,7 @@ class DecodeGraphs:
         size = bucket_for(self.sizes, s)
         if size is None:
             return None
-        self.tokens[:, :s].copy_(step.token_fields.view(3, s))  # the arena's ids, positions and slots, back to back
+        self.tokens[:, :s].copy_(step.arena[: 3 * s].view(3, s))  # the arena's ids, positions and slots, back to back
         self.seq_lens[:s].copy_(meta.seq_lens)
         self.block_tables[:s, : meta.block_tables.shape[1]].copy_(meta.block_tables)
         if self._real_rows > s:

@@ -45,7 +45,7 @@ class StepBatch:
 
     input_ids: torch.Tensor
     positions: torch.Tensor
-    token_fields: torch.Tensor  # [3 * T]: input ids, positions, slot mapping back to back (one copy for a graph)
+    arena: torch.Tensor  # the device arena as int64, whose first 3T hold input ids, positions and slot mapping
     logits_indices: torch.Tensor
     meta: AttentionMetadata
     sampling: list[Request]
@@ -136,7 +136,7 @@ class StepInputs:
         return StepBatch(
             device64[:t],
             device64[t : 2 * t],
-            device64[:logits_at],
+            device64,
             device64[logits_at : logits_at + sampled],
             meta,
             sampling,
