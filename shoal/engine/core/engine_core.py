@@ -5,8 +5,9 @@ Single-threaded by design: the HTTP server drives it from its own step thread, t
 changes, so a bad request is refused with an error naming the field and never disturbs its batch mates.
 
 ``EngineCore.from_config`` does the slow, hardware-bound part (resolve and load the model, decide the start-up
-plan: device, dtype, KV size, warm-up, graphs; allocate the KV cache, warm up, capture the decode graphs); the constructor takes those parts ready-made, so ``step()`` runs the
-same in tests with a stand-in runner that picks the tokens (``tests/engine/test_engine_step.py``).
+plan: device, dtype, KV size, warm-up, graphs; allocate the KV cache, warm up, capture the decode graphs); the
+constructor takes those parts ready-made, so ``step()`` runs the same in tests with a stand-in runner that picks
+the tokens (``tests/engine/test_engine_step.py``).
 """
 
 from __future__ import annotations
