@@ -132,9 +132,11 @@ def test_pad_rows_write_only_the_scratch_block(tiny_gqa_llama_dir: Path) -> None
     runner = core.runner
     graphs = runner.graphs
     assert graphs is not None and graphs.scratch_block == core.block_manager.num_cache_blocks
+    vocab = core.model_config.vocab_size
+    _generate(core, _prompts(LARGEST, vocab))  # leaves real slots in rows 3-7, which must turn back into pads
     params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
-    for i, prompt in enumerate(_prompts(3, core.model_config.vocab_size)):
-        core.add_request(f"r{i}", prompt, params)
+    for i, prompt in enumerate(_prompts(3, vocab)):
+        core.add_request(f"s{i}", prompt, params)
     core.step()  # the prefills; the next step decodes 3 rows in the graph of 4
     requests = list(core.scheduler.running)
     size = core.block_manager.block_size
