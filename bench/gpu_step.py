@@ -6,6 +6,8 @@ Measures, each against a baseline taken in the same run on the same card:
 - the batch-1 decode step of a Llama-3-8B-shaped bf16 model with random weights (``bench/shaped_checkpoint.py``)
   on the offline engine (``bench/decode_step.py``'s loop), against the time to read its weights once at that
   bandwidth (the floor; target at most 1.4x);
+- the decode step replaying the engine's CUDA graphs against the same engine with its graphs set aside (eager), at
+  batch 1 and 64 (on a CPU there are no graphs: the eager time alone);
 - output tokens/s with 1, 64 and 256 sequences in flight (offline engine, ``ignore_eos``);
 - prefill attention against SDPA's flash attention (target 0.7x its TFLOP/s) and decode attention, 1 x 8,192
   tokens, against the copy bandwidth (target 50%), through ``bench/kernels.py``'s measurements;
@@ -44,6 +46,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 TARGETS = {"decode_step_vs_floor": 1.4, "prefill_vs_sdpa": 0.7, "decode_attention_vs_copy": 0.5}
 CONCURRENCY = (1, 64, 256)
+GRAPH_BATCHES = (1, 64)
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,30 @@ def decode_step(llm: Any, plan: Plan, bandwidth: float) -> dict[str, Any]:
     }
 
 
+def graphs_vs_eager(llm: Any, plan: Plan) -> dict[str, Any]:
+    """The decode step's wall time replaying CUDA graphs and eagerly, on the same engine (its graphs set aside)."""
+    from decode_step import time_decode_steps
+
+    runner = llm.engine.runner
+    graphs = runner.graphs
+    rows = []
+    for batch in GRAPH_BATCHES:
+        row: dict[str, Any] = {"batch": batch}
+        if graphs is not None:
+            _, wall = time_decode_steps(llm.engine, batch, plan.prompt_len, plan.decode_steps)
+            row["graph_step_ms"] = round(wall / plan.decode_steps * 1e3, 3)
+        runner.graphs = None
+        try:
+            _, wall = time_decode_steps(llm.engine, batch, plan.prompt_len, plan.decode_steps)
+        finally:
+            runner.graphs = graphs
+        row["eager_step_ms"] = round(wall / plan.decode_steps * 1e3, 3)
+        if graphs is not None:
+            row["eager_vs_graph"] = round(row["eager_step_ms"] / row["graph_step_ms"], 2)
+        rows.append(row)
+    return {"captured": list(graphs.sizes) if graphs is not None else None, "steps": rows}
+
+
 def throughput(llm: Any, plan: Plan) -> list[dict[str, Any]]:
     """Output tokens/s with each of ``CONCURRENCY`` sequences in flight (distinct prompts, no shared prefix)."""
     from shoal.engine import SamplingParams
@@ -265,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or write_checkpoint(plan, args.work_dir, args.tokenizer)
     llm, report["startup"] = start_engine(model, args.device, dtype, plan)
     report["decode_step"] = decode_step(llm, plan, bandwidth)
+    report["graphs_vs_eager"] = graphs_vs_eager(llm, plan)
     report["throughput"] = throughput(llm, plan)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -38,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0.9,
         help="on a GPU, the fraction of its memory the engine may use (vLLM's meaning); no effect on a CPU",
     )
+    parser.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="no CUDA graphs for decode steps (vLLM's meaning); no effect on a CPU, which never uses them",
+    )
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
     parser.set_defaults(func=_generate)
 
@@ -65,6 +70,7 @@ def _generate(args: argparse.Namespace) -> int:
             device=args.device,
             quantization=args.quantization,
             gpu_memory_utilization=args.gpu_memory_utilization,
+            enforce_eager=args.enforce_eager,
         )
         if args.chat:
             (output,) = llm.chat([{"role": "user", "content": args.prompt}], params)

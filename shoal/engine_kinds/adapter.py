@@ -33,6 +33,7 @@ class EngineSettings:
     max_num_seqs: int | None = None
     kv_cache_bytes: int | None = None
     gpu_memory_utilization: float | None = None
+    enforce_eager: bool = False  # no CUDA graphs (vLLM's --enforce-eager)
     gpus: int = 0
     download_dir: str | None = None
     kv_events_port: int | None = None  # where a kind that publishes its KV cache over ZMQ (vLLM) binds it
@@ -189,3 +190,18 @@ def lora_args(
 
 def optional(flag: str, value: object | None) -> list[str]:
     return [] if value is None else [flag, str(value)]
+
+
+def flag(name: str, on: bool) -> list[str]:
+    """A switch given only when on."""
+    return [name] if on else []
+
+
+def not_true(name: str, why: str) -> Refusal:
+    """``spec.engine.<name>``, a switch, must not be turned on for this kind (false is its default)."""
+    return Refusal(
+        f"engine.{name}",
+        f"!has(self.engine.{name}) || !self.engine.{name}",
+        lambda s: not engine_field(s, name),
+        why,
+    )

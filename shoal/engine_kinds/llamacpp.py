@@ -1,7 +1,7 @@
 """llama.cpp's ``llama-server``: one GGUF, ``maxNumSeqs`` parallel slots (``-np``) of ``maxModelLen`` tokens each
 (``-c`` is the context of all slots together). It runs the GGUF's own types and has no KV block size, byte
 budget, memory fraction or tensor parallelism, so ``dtype`` other than auto, ``blockSize``, ``kvCacheMemory``,
-``gpuMemoryUtilization``, ``kernelCache`` (it compiles nothing at start-up) and ``gpus`` > 1 are refused. ``/health`` answers 503 while the model loads; ``/metrics`` needs ``--metrics``, and exports
+``gpuMemoryUtilization``, ``enforceEager``, ``kernelCache`` (it compiles nothing at start-up) and ``gpus`` > 1 are refused. ``/health`` answers 503 while the model loads; ``/metrics`` needs ``--metrics``, and exports
 neither a TTFT histogram, nor a finished-request counter, nor KV use: those signals stay missing.
 """
 
@@ -15,6 +15,7 @@ from shoal.engine_kinds.adapter import (
     dtype_auto,
     no_adapters,
     no_bundled_alias,
+    not_true,
     optional,
     unset,
 )
@@ -58,6 +59,11 @@ LLAMACPP = EngineAdapter(
         unset(
             "gpuMemoryUtilization",
             "llama-server has no GPU-memory fraction: its KV cache is maxModelLen tokens per slot times maxNumSeqs",
+        ),
+        not_true(
+            "enforceEager",
+            "llama-server has no flag for it; its CUDA build turns its graphs off with GGML_CUDA_DISABLE_GRAPHS=1 "
+            "in engine.env",
         ),
         unset("kernelCache", "llama-server's kernels are built into its binary: it compiles none at start-up"),
         at_most_one_gpu("llama-server offloads layers to one GPU here, with no tensor parallelism"),

@@ -10,6 +10,7 @@ from shoal.engine_kinds.adapter import (
     EngineAdapter,
     EngineSettings,
     MetricMap,
+    flag,
     no_adapters,
     no_bundled_alias,
     optional,
@@ -22,7 +23,7 @@ def command(s: EngineSettings) -> list[str]:
     args += ["--host", s.host, "--port", str(s.port), "--dtype", s.dtype, "--enable-metrics"]
     args += optional("--download-dir", s.download_dir) + optional("--page-size", s.block_size)
     args += optional("--context-length", s.max_model_len) + optional("--max-running-requests", s.max_num_seqs)
-    args += optional("--mem-fraction-static", s.gpu_memory_utilization)
+    args += optional("--mem-fraction-static", s.gpu_memory_utilization) + flag("--disable-cuda-graph", s.enforce_eager)
     if s.gpus > 1:
         args += ["--tp-size", str(s.gpus)]
     if s.gpus == 0:

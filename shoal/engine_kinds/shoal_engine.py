@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from shoal.engine_kinds.adapter import EngineAdapter, EngineSettings, MetricMap, at_most_one_gpu, lora_args, optional
+from shoal.engine_kinds.adapter import (
+    EngineAdapter,
+    EngineSettings,
+    MetricMap,
+    at_most_one_gpu,
+    flag,
+    lora_args,
+    optional,
+)
 
 ONE_GPU_MESSAGE = (
     "more than 1 GPU: Shoal's engine runs a model on one GPU and does not yet shard it across several (tensor "
@@ -24,6 +32,7 @@ def command(s: EngineSettings) -> list[str]:
     return (
         args
         + optional("--gpu-memory-utilization", s.gpu_memory_utilization)
+        + flag("--enforce-eager", s.enforce_eager)
         + optional("--shutdown-grace", s.shutdown_grace_s)
         + lora_args(s)
     )

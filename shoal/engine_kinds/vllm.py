@@ -20,6 +20,7 @@ from shoal.engine_kinds.adapter import (
     EngineAdapter,
     EngineSettings,
     MetricMap,
+    flag,
     lora_args,
     no_bundled_alias,
     optional,
@@ -52,7 +53,7 @@ def command(s: EngineSettings) -> list[str]:
     known = s.block_size or (BLOCK_SIZES[0 if s.gpus else 1] if s.kv_events_port is not None else None)
     args += optional("--block-size", known) + optional("--max-model-len", s.max_model_len)
     args += optional("--max-num-seqs", s.max_num_seqs) + optional("--kv-cache-memory-bytes", s.kv_cache_bytes)
-    args += optional("--gpu-memory-utilization", s.gpu_memory_utilization)
+    args += optional("--gpu-memory-utilization", s.gpu_memory_utilization) + flag("--enforce-eager", s.enforce_eager)
     if s.gpus > 1:
         args += ["--tensor-parallel-size", str(s.gpus)]
     if s.kv_events_port is not None:

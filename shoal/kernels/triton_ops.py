@@ -4,7 +4,9 @@ Attention picks its kernel per batch: a decode-only batch (every sequence has on
 paged decode kernel, split into KV segments when there are too few sequences to fill the GPU (by the length
 it attends: a sliding window's, if shorter than the context); anything else (prefills, chunks, mixes with
 decodes) goes to the prefill kernel, which handles decode rows too. Under the interpreter there is no GPU to
-fill, so decode runs unsplit there. Both kernels mask a sliding window and soft-cap scores when asked.
+fill, so decode runs unsplit there. Both kernels mask a sliding window and soft-cap scores when asked. The split
+count follows the metadata's ``max_seq_len``, an upper bound: a captured CUDA graph's says ``max_model_len``, which
+fixes its count.
 """
 
 from __future__ import annotations

@@ -67,6 +67,7 @@ def foreign_argv(spec: InferenceDeploymentSpec, binary: str, threads: int) -> li
         max_model_len=engine.max_model_len,
         max_num_seqs=engine.max_num_seqs,
         kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
+        enforce_eager=engine.enforce_eager,
         gpus=0,
         kv_events_port=0 if adapter(engine.kind).kv_events == "zmq" else None,
         lora_modules=tuple((a.name, _model_path(a.source)) for a in spec.adapters),

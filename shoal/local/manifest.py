@@ -83,6 +83,8 @@ def ignored_locally(spec: InferenceDeploymentSpec) -> list[str]:
         notes.append(f"spec.engine.resources.gpus ({engine.resources.gpus}): engines run on this machine's CPU")
     if engine.gpu_memory_utilization is not None:
         notes.append("spec.engine.gpuMemoryUtilization: engines run on this machine's CPU")
+    if engine.enforce_eager:
+        notes.append("spec.engine.enforceEager: engines run on this machine's CPU, which never uses CUDA graphs")
     if engine.resources.memory or engine.resources.requests or engine.resources.limits:
         notes.append("spec.engine.resources.memory / requests / limits: only a CPU limit applies to local processes")
     for section, fields in (("engine", engine), ("gateway", gateway)):

@@ -277,6 +277,11 @@ class EngineSpec(PodFields):
         "weights and activations leave of it (vLLM's --gpu-memory-utilization; the engine's default if unset, "
         "0.9 for shoal and vllm). No effect on a CPU.",
     )
+    enforce_eager: bool = Field(
+        False,
+        description="Run every step eagerly (vLLM's --enforce-eager): no CUDA graphs for decode steps, which the "
+        "engine otherwise captures at start-up on a GPU. No effect on a CPU.",
+    )
     kernel_cache: KernelCache | None = Field(
         None,
         description="A node directory (hostPath) or a claim (claimName) for compiled kernels that outlives the pod; "

@@ -50,6 +50,9 @@ def test_the_smoke_run_writes_every_figure_of_the_gpu_run(tmp_path: Path) -> Non
     assert (attention["decode"]["seqs"], attention["decode"]["context"]) == (1, 80)
     assert {"gbps", "vs_copy_bandwidth", "vs_same_size_copy", "target_vs_copy"} <= attention["decode"].keys()
     assert report["startup"]["total_s"] > 0
+    graphs = report["graphs_vs_eager"]  # a CPU captures no graphs: the eager step alone
+    assert graphs["captured"] is None
+    assert [r["batch"] for r in graphs["steps"]] == [1, 64] and all(r["eager_step_ms"] > 0 for r in graphs["steps"])
 
 
 def test_asked_for_cuda_without_a_gpu_it_says_so_and_writes_nothing(tmp_path: Path) -> None:

@@ -16,7 +16,16 @@ SHOAL = Path(sys.executable).parent / "shoal"
 @pytest.mark.timeout(300)
 def test_generate_answers_paris_with_the_bundled_model() -> None:
     result = subprocess.run(
-        [str(SHOAL), "generate", "--model", "smollm2-135m", "--max-tokens", "8", "The capital of France is"],
+        [
+            str(SHOAL),
+            "generate",
+            "--model",
+            "smollm2-135m",
+            "--max-tokens",
+            "8",
+            "--enforce-eager",
+            "The capital of France is",
+        ],
         capture_output=True,
         text=True,
         timeout=280,

@@ -109,6 +109,7 @@ def test_cluster_only_fields_are_ignored_locally_not_refused(tmp_path: Path) -> 
             "nodeSelector": {"pool": "gpu"},
             "tolerations": [{"key": "gpu", "operator": "Exists"}],
             "gpuMemoryUtilization": 0.8,
+            "enforceEager": True,
             "kernelCache": {"hostPath": "/var/lib/shoal/kernels"},
         },
         gateway={"replicas": 2, "apiKeySecret": {"name": "keys"}},
@@ -124,6 +125,7 @@ def test_cluster_only_fields_are_ignored_locally_not_refused(tmp_path: Path) -> 
         "apiKeySecret",
         "autoscaling.metrics",
         "engine.gpuMemoryUtilization",
+        "engine.enforceEager",
         "engine.kernelCache",
     ):
         assert field in ignored

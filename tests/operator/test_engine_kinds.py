@@ -120,6 +120,27 @@ def test_gpu_memory_utilization_is_each_kinds_own_flag(kind: str, source: str, f
     assert flag not in unset  # the engine's own default
 
 
+@pytest.mark.parametrize(
+    ("kind", "source", "flag"),
+    [
+        ("shoal", "smollm2-135m", "--enforce-eager"),
+        ("vllm", "/models/m", "--enforce-eager"),
+        ("sglang", "/models/m", "--disable-cuda-graph"),
+    ],
+)
+def test_enforce_eager_is_each_kinds_own_switch(kind: str, source: str, flag: str) -> None:
+    engine = {"kind": kind, "resources": {"gpus": 1}, "enforceEager": True}
+    assert flag in built({"model": {"source": source}, "engine": engine})[0]["args"]
+    engine["enforceEager"] = False
+    assert flag not in built({"model": {"source": source}, "engine": engine})[0]["args"]
+    assert flag not in built({"model": {"source": source}, "engine": {"kind": kind}})[0]["args"]  # graphs by default
+
+
+def test_llamacpp_takes_enforce_eager_left_false() -> None:
+    spec = {"model": {"source": "/m.gguf"}, "engine": {"kind": "llamacpp", "enforceEager": False}}
+    assert "--enforce-eager" not in built(spec)[0]["args"]
+
+
 @pytest.mark.parametrize("value", [0, -0.1, 1.01])
 def test_the_models_refuse_a_gpu_memory_utilization_outside_zero_to_one(value: float) -> None:
     with pytest.raises(ValidationError, match=r"engine\.gpuMemoryUtilization"):
@@ -154,6 +175,11 @@ REFUSED = [
         "/m.gguf",
         "engine.kind llamacpp cannot honour spec.engine.gpuMemoryUtilization",
     ),
+    (
+        {"kind": "llamacpp", "enforceEager": True},
+        "/m.gguf",
+        "engine.kind llamacpp cannot honour spec.engine.enforceEager",
+    ),
     ({"kind": "vllm"}, "smollm2-135m", "engine.kind vllm cannot honour spec.model.source"),
 ]
 IDS = [
@@ -164,6 +190,7 @@ IDS = [
     "llamacpp-kv",
     "sglang-kv",
     "llamacpp-gpu-memory-utilization",
+    "llamacpp-enforce-eager",
     "vllm-alias",
 ]
 

@@ -38,7 +38,9 @@ def test_impossible_hardware_options_exit_naming_the_option(
 def test_chosen_hardware_is_logged_and_too_many_threads_warn(tmp_path: Path, tiny_model_dir: Path) -> None:
     cores = len(os.sched_getaffinity(0))
     # the device left to the server (no --device): hidden GPUs, it must choose the CPU and say why
-    server = ServeProcess(tiny_model_dir, tmp_path / "serve.log", "--threads", str(cores + 1), env=NO_GPU, device=None)
+    server = ServeProcess(
+        tiny_model_dir, tmp_path / "serve.log", "--threads", str(cores + 1), "--enforce-eager", env=NO_GPU, device=None
+    )
     try:
         server.wait_ready()
         log = server.log()
@@ -47,6 +49,7 @@ def test_chosen_hardware_is_logged_and_too_many_threads_warn(tmp_path: Path, tin
         assert "device cpu (no CUDA GPU) on " in log and "cpus" in log
         assert "dtype float32 (the checkpoint is float32)" in log  # the tiny checkpoint is fp32
         assert "quantization none (" in log
+        assert log.count("cuda graphs off (--enforce-eager; a CPU never uses them)") == 1  # accepted, said once
     finally:
         server.stop()
 

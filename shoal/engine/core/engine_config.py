@@ -27,7 +27,9 @@ class EngineConfig:
     run alone (the scheduler relies on it); ``shoal.engine.core.kv_budget``.
     ``device``, ``dtype`` and ``quantization`` default to ``auto``: chosen for the hardware at start-up
     (``shoal.engine.hardware``), and logged with the reason. ``enable_lora`` gives the model ``max_loras`` adapter
-    slots of rank up to ``max_lora_rank`` and loads ``lora_modules`` at start-up (docs/lora.md).
+    slots of rank up to ``max_lora_rank`` and loads ``lora_modules`` at start-up (docs/lora.md). On a GPU decode
+    steps of up to ``max_cudagraph_capture_size`` sequences replay CUDA graphs captured at start-up unless
+    ``enforce_eager`` (vLLM's names and meanings; ``shoal.engine.core.decode_graphs``); a CPU never uses them.
     """
 
     model: str
@@ -48,12 +50,21 @@ class EngineConfig:
     max_loras: int = 1
     max_lora_rank: int = 16
     lora_modules: tuple[tuple[str, str], ...] = ()  # (name, path) adapters loaded at start-up
+    enforce_eager: bool = False
+    max_cudagraph_capture_size: int = 512  # vLLM's default: decode batches above it run eagerly
 
     def __post_init__(self) -> None:
         for name, allowed in (("dtype", DTYPES), ("device", DEVICES), ("quantization", QUANTIZATIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_loras", "max_lora_rank"):
+        for name in (
+            "block_size",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "max_loras",
+            "max_lora_rank",
+            "max_cudagraph_capture_size",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.block_size & (self.block_size - 1):

@@ -5,8 +5,9 @@ Single-threaded by design: the HTTP server drives it from its own step thread, t
 changes, so a bad request is refused with an error naming the field and never disturbs its batch mates.
 
 ``EngineCore.from_config`` does the slow, hardware-bound part (resolve and load the model, decide the start-up
-plan: device, dtype, KV size, warm-up; allocate the KV cache, warm up); the constructor takes those parts ready-made, so ``step()`` runs the
-same in tests with a stand-in runner that picks the tokens (``tests/engine/test_engine_step.py``).
+plan: device, dtype, KV size, warm-up, graphs; allocate the KV cache, warm up, capture the decode graphs); the
+constructor takes those parts ready-made, so ``step()`` runs the same in tests with a stand-in runner that picks
+the tokens (``tests/engine/test_engine_step.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Protocol
 import torch
 
 from shoal.engine.core.block_manager import BlockManager
+from shoal.engine.core.decode_graphs import CudaGraphs, DecodeGraphs, GraphFactory
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.errors import InvalidRequestError
 from shoal.engine.core.gpu_memory import Baseline, profile
@@ -107,9 +109,12 @@ class EngineCore:
         self._finished_by_reason: dict[str, int] = {}
 
     @classmethod
-    def from_config(cls, config: EngineConfig, step_threads: StepThreads | None = None) -> EngineCore:
+    def from_config(
+        cls, config: EngineConfig, step_threads: StepThreads | None = None, make_graph: GraphFactory | None = None
+    ) -> EngineCore:
         """Loads the model on the hardware chosen for it, sizes and allocates its KV cache as the start-up plan
-        says, and warms it up; ``step_threads`` (a server's) sets torch's thread count per step."""
+        says, warms it up and captures its decode graphs; ``step_threads`` (a server's) sets torch's thread count
+        per step; ``make_graph`` records graphs (default: CUDA graphs on a CUDA device, none elsewhere)."""
         phases = Phases()
         source = resolve_model(config.model)
         tokenizer = Tokenizer.from_source(source)
@@ -130,14 +135,24 @@ class EngineCore:
                     config.max_num_batched_tokens, config.max_model_len or model.config.max_position_embeddings
                 )
                 card = profile(model, hardware.dtype, baseline, tokens, config.block_size, sampler, lora)
-        plan = plan_startup(config, hardware, model.config, card)
+        if make_graph is None and hardware.device == "cuda":
+            make_graph = CudaGraphs()
+        plan = plan_startup(config, hardware, model.config, card, make_graph is not None)
         log_startup_plan(plan)
         block_manager = BlockManager(
             plan.kv.num_blocks, config.block_size, config.enable_prefix_caching, model.config.window_of_every_layer
         )
-        kv_caches = allocate_kv_cache(
-            model.config, block_manager.num_cache_blocks, config.block_size, hardware.dtype, hardware.device
+        sizes = plan.graphs.sizes
+        kv_caches = allocate_kv_cache(  # with graphs, one scratch block past the engine's for their pad rows
+            model.config,
+            block_manager.num_cache_blocks + bool(sizes),
+            config.block_size,
+            hardware.dtype,
+            hardware.device,
         )
+        graphs = None
+        if make_graph is not None and sizes:
+            graphs = DecodeGraphs(model, kv_caches, sizes, plan.kv.max_model_len, make_graph)
         scheduler = Scheduler(
             block_manager, config.max_num_batched_tokens, config.max_num_seqs, lora.slots if lora else None
         )
@@ -148,6 +163,7 @@ class EngineCore:
             config.block_size,
             hardware.device,
         )
+        runner = ModelRunner(model, kv_caches, inputs, sampler, hardware.device, step_threads, lora)
         core = cls(
             config,
             model_name=source.served_name,
@@ -157,11 +173,14 @@ class EngineCore:
             max_model_len=plan.kv.max_model_len,
             scheduler=scheduler,
             sampler=sampler,
-            runner=ModelRunner(model, kv_caches, inputs, sampler, hardware.device, step_threads, lora),
+            runner=runner,
             lora=lora,
         )
         with phases.timed("warming"):
             run_warm_up(core, plan.warm_up)
+        if graphs is not None:
+            with phases.timed("capturing"):
+                runner.capture_graphs(graphs)
         log.info("%s", phases.summary())
         for name, path in config.lora_modules:
             core.add_lora(core.read_lora(name, path))

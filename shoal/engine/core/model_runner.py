@@ -5,7 +5,8 @@ model only computes logits for the last token of the requests whose chunk reache
 (a prefill chunk in the middle of a prompt samples nothing). The inputs and attention metadata are written into
 persistent host buffers and reach the device in one copy (``StepInputs``). In a server, ``StepThreads`` picks
 torch's thread count for each batch from its kind and the times earlier batches of that kind took (measured
-here, around the forward pass and sampling).
+here, around the forward pass and sampling). On a GPU a decode-only step whose batch fits a captured size replays
+its CUDA graph instead of launching the forward (``DecodeGraphs``); every other step runs eagerly.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 
 import torch
 
+from shoal.engine.core.decode_graphs import DecodeGraphs
 from shoal.engine.core.outputs import SampleLogprobs
 from shoal.engine.core.sampler import Sampler
 from shoal.engine.core.scheduler import SchedulerOutput
@@ -46,6 +48,15 @@ class ModelRunner:
         self.device = device
         self.step_threads = step_threads
         self.lora = lora
+        self.graphs: DecodeGraphs | None = None  # set once captured
+
+    @torch.inference_mode()
+    def capture_graphs(self, graphs: DecodeGraphs) -> None:
+        """Records the decode graphs (at start-up, after warm-up) with no LoRA row, then replays them."""
+        if self.lora is not None:
+            self.lora.prepare([], self.device)
+        graphs.capture()
+        self.graphs = graphs
 
     def execute(self, batch: SchedulerOutput) -> tuple[dict[str, int], dict[str, SampleLogprobs]]:
         """Runs the batch; returns the sampled token and (if asked) its logprobs per finishing request."""
@@ -76,6 +87,7 @@ class ModelRunner:
     @torch.inference_mode()
     def _execute(self, batch: SchedulerOutput) -> tuple[dict[str, int], dict[str, SampleLogprobs]]:
         step = self.inputs.prepare(batch)
+        adapted = False
         if self.lora is not None:
             slots = self.lora.slots
             row_slots = [
@@ -83,7 +95,10 @@ class ModelRunner:
                 for r, n in zip(batch.scheduled, step.query_lens, strict=True)
             ]
             self.lora.prepare(row_slots, self.device)
-        logits = self.model(step.input_ids, step.positions, self.kv_caches, step.meta, step.logits_indices)
+            adapted = any(slot is not None for slot, _ in row_slots)
+        logits = self.graphs.replay(step) if self.graphs is not None and not adapted else None
+        if logits is None:
+            logits = self.model(step.input_ids, step.positions, self.kv_caches, step.meta, step.logits_indices)
         sampling = step.sampling
         if not sampling:
             return {}, {}

@@ -1,12 +1,14 @@
-"""The engine's start-up plan: device, dtype, quantization, KV size and ``max_model_len``, and the warm-up, decided
-in one place and logged as one block of lines, each with its reason.
+"""The engine's start-up plan: device, dtype, quantization, KV size and ``max_model_len``, the warm-up and the CUDA
+graphs, decided in one place and logged as one block of lines, each with its reason.
 
 This module gathers the facts (CUDA, the CPU's flags, the checkpoint's dtype and format, the GPU's measured
 memory) and hands them to the pure choosers: ``shoal.engine.hardware`` (device, dtype, quantization),
-``kv_budget`` (KV size, ``max_model_len``) and ``warm_up`` (which forwards run before ``/ready``). It decides in
+``kv_budget`` (KV size, ``max_model_len``), ``warm_up`` (which forwards run before ``/ready``) and
+``decode_graphs`` (which decode batch sizes are captured). It decides in
 two moves because on a GPU the KV size depends on a measurement taken after the weights load: ``plan_hardware``
 before loading (``shoal serve`` calls it first, so an impossible option fails at once), ``plan_startup`` after
-the profiling forward. ``Phases`` times loading, profiling and warming for the one line that reports them.
+the profiling forward. ``Phases`` times loading, profiling, warming and capturing for the one line that reports
+them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from shoal.cpu_features import cpu_info
+from shoal.engine.core.decode_graphs import GraphPlan, plan_graphs
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.kv_budget import CardMemory, KvBudget, kv_budget
 from shoal.engine.core.warm_up import WarmUp, plan_warm_up
@@ -51,6 +54,7 @@ class StartupPlan:
     hardware: HardwarePlan
     kv: KvBudget
     warm_up: WarmUp
+    graphs: GraphPlan
 
     def lines(self) -> list[str]:
         """The plan, one line per decision with its reason."""
@@ -58,7 +62,7 @@ class StartupPlan:
         for option, choice in self.hardware.choices.items():
             suffix = f" on {self.hardware.where}" if option == "device" else ""
             lines.append(f"{option} {choice.value} ({choice.reason}){suffix}")
-        lines += [self.kv.summary(), self.warm_up.summary()]
+        lines += [self.kv.summary(), self.warm_up.summary(), self.graphs.summary()]
         return lines
 
     def warnings(self) -> list[str]:
@@ -104,13 +108,25 @@ def plan_hardware(config: EngineConfig, source: ModelSource) -> HardwarePlan:
 
 
 def plan_startup(
-    config: EngineConfig, hardware: HardwarePlan, model_config: ModelConfig, card: CardMemory | None
+    config: EngineConfig,
+    hardware: HardwarePlan,
+    model_config: ModelConfig,
+    card: CardMemory | None,
+    can_capture: bool = False,
 ) -> StartupPlan:
     """The whole plan once the weights are in (``card``: the GPU's measured memory, None on a CPU or when the KV
-    size is explicit); ``ValueError`` naming the numbers when the cache cannot be sized."""
+    size is explicit; ``can_capture``: graphs can be recorded, on CUDA); ``ValueError`` naming the numbers when
+    the cache cannot be sized."""
     kv = kv_budget(config, model_config, hardware.dtype, card)
+    graphs = plan_graphs(
+        config.enforce_eager,
+        can_capture,
+        model_config.moe is not None,
+        config.max_num_seqs,
+        config.max_cudagraph_capture_size,
+    )
     return StartupPlan(
-        hardware, kv, plan_warm_up(config.max_num_batched_tokens, config.max_num_seqs, kv, hardware.device)
+        hardware, kv, plan_warm_up(config.max_num_batched_tokens, config.max_num_seqs, kv, hardware.device), graphs
     )
 
 

@@ -17,8 +17,8 @@ and slots with numpy over the whole batch. Few calls matter more than few operat
 evicted the caches, each numpy or torch call costs several microseconds. The block tables come from
 ``BlockTable``'s persistent rows, one gather, as wide as the batch's longest (what ``AttentionMetadata.build``
 makes). A field's place depends only on the step's counts (T tokens, S sequences, L sampled rows; the table,
-last, only grows), so a decode batch of a given size finds its inputs at the same device addresses every step,
-which is what replaying a captured CUDA graph needs.
+last, only grows); a captured CUDA graph reads buffers of its own, as wide as ``max_model_len``, and a decode
+step's ids, positions and slots, back to back here, reach them in one copy (``decode_graphs``).
 
 On a GPU the copy is asynchronous, and a step that samples nothing (a prefill chunk in the middle of a prompt)
 returns without waiting for the device: before the next step rewrites the host arena it waits for an event
@@ -45,6 +45,7 @@ class StepBatch:
 
     input_ids: torch.Tensor
     positions: torch.Tensor
+    arena: torch.Tensor  # the device arena as int64, whose first 3T hold input ids, positions and slot mapping
     logits_indices: torch.Tensor
     meta: AttentionMetadata
     sampling: list[Request]
@@ -133,7 +134,13 @@ class StepInputs:
         )
         logits_at = 3 * t
         return StepBatch(
-            device64[:t], device64[t : 2 * t], device64[logits_at : logits_at + sampled], meta, sampling, query_lens
+            device64[:t],
+            device64[t : 2 * t],
+            device64,
+            device64[logits_at : logits_at + sampled],
+            meta,
+            sampling,
+            query_lens,
         )
 
     def _fill_mixed(

@@ -9,10 +9,12 @@ clients wait. So before ``/ready`` the engine runs, through its own scheduler an
   by shape (one long prefill warms that one shape only), and SmolLM2's 2,048-token chunk cost 2.6 s of every
   start on two cores for nothing a shorter chunk through the same paths does not build;
 - decode steps at batch sizes ``max_num_seqs``, 8, 4, 2 and 1 (the small ones are where the CPU's quantized
-  projections and thread counts change, and where CUDA graphs are captured), in one group: ``max_num_seqs``
+  projections and thread counts change), in one group: ``max_num_seqs``
   one-token prompts, request ``j`` generating one token more than the number of sizes above ``j``, so each decode
   step the batch shrinks to the next size. The sizes are limited by the step's token budget and the cache's
   blocks.
+
+On a GPU the decode graphs are captured after it, each size run once eagerly first (``decode_graphs``).
 
 Warm-up is not traffic: prefix caching is off while it runs (no block is named, so no cache entry or KV event is
 left), its blocks all return to the free queue, and the engine's counters start from zero afterwards.

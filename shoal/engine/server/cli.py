@@ -72,6 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "whose KV cache is 512 MiB unless --kv-cache-bytes says otherwise",
     )
     engine.add_argument("--max-model-len", type=int, default=None)
+    engine.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="run every step eagerly (vLLM's meaning): on a GPU, decode steps otherwise replay CUDA graphs captured "
+        "at start-up; a CPU never uses graphs, so there it has no effect",
+    )
     engine.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
     engine.add_argument("--attention-backend", default=None, choices=("torch", "cpu", "triton"))
     engine.add_argument("--seed", type=int, default=0)

@@ -88,6 +88,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         kv_cache_bytes=args.kv_cache_bytes,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
+        enforce_eager=args.enforce_eager,
         enable_prefix_caching=args.enable_prefix_caching,
         attention_backend=args.attention_backend,
         seed=args.seed,

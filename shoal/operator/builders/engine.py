@@ -52,6 +52,7 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         max_num_seqs=engine.max_num_seqs,
         kv_cache_bytes=None if engine.kv_cache_memory is None else quantity_bytes(engine.kv_cache_memory),
         gpu_memory_utilization=engine.gpu_memory_utilization,
+        enforce_eager=engine.enforce_eager,
         gpus=engine.resources.gpus,
         download_dir=CACHE_DIR if shoal_reads_fetched(spec) else None,
         kv_events_port=KV_EVENTS_PORT if publishes_zmq_events(spec) else None,
