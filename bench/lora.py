@@ -9,8 +9,8 @@ of each round and their ratio (the cost of the per-row LoRA deltas).
 
 On a CUDA GPU a kernel row comes first: one fused q/k/v projection's LoRA delta in bf16, the Triton kernels
 (shrink + expand, each token through its slot) against the torch path on the same GPU (masked for a decode step
-of ``--requests`` tokens, grouped by slot for a 2,048-token prefill), adapters round robin; on a CPU it says it was
-skipped. ``--kernels-only`` stops after it.
+of ``--requests`` tokens, grouped by slot for a 2,048-token prefill), adapters round robin, and the largest
+difference between the two deltas; on a CPU it says it was skipped. ``--kernels-only`` stops after it.
 
     .venv/bin/python bench/lora.py --json /tmp/lora.json
     .venv/bin/python bench/lora.py --requests 8 --adapters 2 --output-len 4   # a quick check
@@ -112,8 +112,9 @@ def kernel_row(
     prefill_tokens: int = PREFILL_TOKENS,
     repeats: int = 100,
 ) -> dict[str, object]:
-    """Microseconds per call of the q/k/v LoRA delta, Triton vs torch, for a decode step and a prefill (on a CPU
-    only under ``TRITON_INTERPRET=1``: the smoke test's tiny shapes)."""
+    """Microseconds per call of the q/k/v LoRA delta, Triton vs torch, for a decode step and a prefill, and the
+    largest difference between the two deltas (the compiled kernels' check); on a CPU only under
+    ``TRITON_INTERPRET=1`` (the smoke test's tiny shapes)."""
     if device == "cuda" and not torch.cuda.is_available():
         return {"skipped": "no CUDA GPU: the LoRA kernels run compiled on one"}
     from kernels import timed  # bench/kernels.py, beside this script
@@ -139,6 +140,7 @@ def kernel_row(
         row_slots = [(i % adapters, per_row) for i in range(tokens // per_row)]
         x = torch.randn(sum(n for _, n in row_slots), shape.in_features, device=device).to(torch.bfloat16)
         out = torch.zeros(x.shape[0], sum(shape.part_sizes), device=device, dtype=torch.bfloat16)
+        deltas = []
         for backend, ops in (("triton", get_ops("triton", device)), ("torch", TorchOps())):
             batch = LoRABatch()
             layer = LoRALinear(_FixedOutput(out), shape, adapters, rank, batch, ops, torch.bfloat16, device)
@@ -148,7 +150,16 @@ def kernel_row(
             manager.prepare(row_slots, device)
             with torch.inference_mode():
                 row[f"{step}_{x.shape[0]}_tokens_{backend}_us"] = timed(partial(layer, x), device, repeats) * 1e6
+                deltas.append(_delta(layer, out, x))
+        row[f"{step}_max_abs_delta"] = deltas[1].abs().max().item()  # the torch path's, for scale
+        row[f"{step}_max_abs_err"] = (deltas[0] - deltas[1]).abs().max().item()
     return row
+
+
+def _delta(layer: torch.nn.Module, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """One call's delta alone, in fp32: the shared output zeroed first."""
+    out.zero_()
+    return layer(x).float()
 
 
 def main() -> None:

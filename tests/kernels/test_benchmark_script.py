@@ -61,3 +61,5 @@ def test_lora_benchmark_kernel_row_runs_on_tiny_shapes(monkeypatch: pytest.Monke
         "prefill_8_tokens_triton_us",
         "prefill_8_tokens_torch_us",
     }
+    for step in ("decode", "prefill"):
+        assert 0 <= row[f"{step}_max_abs_err"] <= 0.02 * row[f"{step}_max_abs_delta"]
