@@ -3,7 +3,7 @@
 One engine serves the base model and two adapters; the tenants file caps one adapter. Its requests past the cap
 get the 429 a tenant's quota gives, naming the adapter, while the base model and the other adapter pass; the
 refusal gives back what the tenant's quota had charged for it. In memory, and shared by two gateways through a
-real redis-server.
+real redis-server. Then through a real ``shoal serve`` with two adapters loaded and the official ``openai`` client.
 """
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from __future__ import annotations
 import uuid
 
 import httpx
+import openai
 import pytest
+from gateway_harness import EngineProcess
 
 from shoal.gateway.auth import ApiKeys
 from shoal.gateway.quota import Limits
 from shoal.gateway.quota_redis import MODEL_PREFIX, RedisQuota
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(120)
 
 MODELS = ("tiny", "sql-lora", "chat-lora")
 KEY = {"Authorization": "Bearer sk-acme"}
@@ -98,3 +100,31 @@ def test_two_gateways_share_one_adapter_quota_through_redis(fake_engines, gatewa
     )
     assert beta.status_code == 429, "the adapter's quota is everyone's"
     assert _post(pair[1].url, "chat-lora").status_code == 200
+
+
+def test_a_real_engines_capped_adapter_is_refused_to_the_openai_client(gateways, tiny_model_dir, tmp_path) -> None:
+    from lora_adapters import write_adapter  # tests/engine, on the path since tiny_model_dir
+
+    modules = [
+        f"{name}={write_adapter(tiny_model_dir, tmp_path / name, seed, r=4, target_modules=['q_proj', 'v_proj'])}"
+        for seed, name in enumerate(("sql-lora", "chat-lora"))
+    ]
+    engine = EngineProcess(
+        str(tiny_model_dir), tmp_path / "engine.log", "tiny", "--num-kv-blocks", "128", "--enable-lora",
+        "--max-loras", "2", "--max-lora-rank", "4", "--lora-modules", *modules,
+    ).wait_ready()  # fmt: skip
+    try:
+        keys = ApiKeys({"acme": (["sk-acme"], Limits())}, model_limits={"sql-lora": Limits(requests_per_minute=1)})
+        handle = gateways([engine.url], byte_tokenized=(), tokenizers={"tiny": str(tiny_model_dir)}, api_keys=keys)
+        handle.wait_healthy(1)
+        client = openai.OpenAI(base_url=handle.url + "/v1", api_key="sk-acme", max_retries=0, timeout=60)
+
+        def complete(model: str) -> str:
+            return client.completions.create(model=model, prompt="Once upon", max_tokens=3).model
+
+        assert complete("sql-lora") == "sql-lora"
+        with pytest.raises(openai.RateLimitError, match="Model `sql-lora` is over its requests_per_minute quota"):
+            complete("sql-lora")
+        assert [complete(model) for model in ("tiny", "chat-lora")] == ["tiny", "chat-lora"]
+    finally:
+        engine.stop()
