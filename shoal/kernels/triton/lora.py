@@ -172,7 +172,7 @@ def lora_shrink(x: torch.Tensor, a: torch.Tensor, meta: LoRAMetadata, split_k: i
     ``[T, C]``, zeros where a token has no slot."""
     k, _, c = a.shape
     t = torch.zeros((x.shape[0], c), dtype=torch.float32, device=x.device)
-    if meta.max_slot_tokens == 0 or c == 0:
+    if meta.max_slot_tokens == 0 or c == 0 or k == 0:
         return t
     block_n = _shrink_block_n(c)
     k_per_split = triton.cdiv(triton.cdiv(k, split_k), BLOCK_K) * BLOCK_K
@@ -206,8 +206,7 @@ def lora_expand(
     y: torch.Tensor, t: torch.Tensor, b: torch.Tensor, meta: LoRAMetadata, part_sizes: tuple[int, ...]
 ) -> None:
     """Adds to ``y`` ``[T, out]``, in place, each part's ``t`` section times its tokens' slot of ``b`` ``[slots,
-    C, out]`` (validated inputs; ``part_sizes``, up to ``MAX_LORA_PARTS`` of them, split
-    ``out``; ``C = len(part_sizes) * rank``)."""
+    C, out]`` (validated inputs: up to ``MAX_LORA_PARTS`` ``part_sizes`` split ``out``, ``C = parts * rank``)."""
     parts = len(part_sizes)
     rank = b.shape[1] // parts
     if meta.max_slot_tokens == 0 or rank == 0:
