@@ -190,12 +190,14 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit("--kube-service expects NAMESPACE/NAME")
         discovery = endpoint_slices(namespace, name, args.kube_port_name, args.kubeconfig)
     quota: QuotaStore
+    model_quota: QuotaStore
     if args.redis_url:
-        from shoal.gateway.quota_redis import RedisQuota
+        from shoal.gateway.quota_redis import MODEL_PREFIX, RedisQuota
 
         quota = RedisQuota(args.redis_url, fail_open=args.quota_store_failure == "open")
+        model_quota = RedisQuota(args.redis_url, prefix=MODEL_PREFIX, fail_open=args.quota_store_failure == "open")
     else:
-        quota = MemoryQuota()
+        quota, model_quota = MemoryQuota(), MemoryQuota()
     config = GatewayConfig(
         policy=args.policy,
         bound_factor=args.bound_factor,
@@ -218,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     )
     api_keys = ApiKeys.from_file(args.api_keys) if args.api_keys else ApiKeys()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    gateway = Gateway(config, discovery, api_keys, quota)
+    gateway = Gateway(config, discovery, api_keys, quota, model_quota=model_quota)
     dashboard = Path(args.dashboard_data) if args.dashboard_data else None
     uvicorn.run(
         create_app(gateway, dashboard),

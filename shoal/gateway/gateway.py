@@ -77,11 +77,13 @@ class Gateway:
         api_keys: ApiKeys | None = None,
         quota: QuotaStore | None = None,
         prompts: PromptReader | None = None,
+        model_quota: QuotaStore | None = None,
     ) -> None:
         self.config = config
         self.discovery = discovery
         self.api_keys = api_keys or ApiKeys()
-        self.quota = quota or MemoryQuota()
+        self.quota = quota or MemoryQuota()  # tenants' counters
+        self.model_quota = model_quota or MemoryQuota()  # models' counters (api_keys.model_limits), kept apart
         self.prompts = prompts or PromptReader(config.tokenizers)
         self.metrics = GatewayMetrics()
         self.fleet = Fleet()
@@ -130,6 +132,7 @@ class Gateway:
         if self.upstreams is not None:
             self.upstreams.close()
         await self.quota.close()
+        await self.model_quota.close()
 
     async def _discover(self) -> None:
         await self.discovery(self.publish)

@@ -58,6 +58,12 @@ class GatewayMetrics:
         self.quota_rejections = Counter(
             "shoal_gateway_quota_rejections", "Requests refused by a tenant quota.", ["tenant", "limit"], registry=r
         )
+        self.model_quota_rejections = Counter(
+            "shoal_gateway_model_quota_rejections",
+            "Requests refused by a model's quota (a LoRA adapter's or a base model's), whichever tenant sent them.",
+            ["model", "limit"],
+            registry=r,
+        )
         self.quota_store_errors = Counter(
             "shoal_gateway_quota_store_errors",
             "Requests met by an unreachable quota store, by what they got "

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Counter
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
@@ -42,7 +43,7 @@ from shoal.gateway.auth import Tenant
 from shoal.gateway.block_size import hashing_block_size
 from shoal.gateway.gateway import Gateway
 from shoal.gateway.prompts import Prompt
-from shoal.gateway.quota import admission_estimate
+from shoal.gateway.quota import Admission, Limits, QuotaStore, admission_estimate
 from shoal.gateway.replicas import Fleet, Lease, Replica
 from shoal.gateway.routing import Decision, RouteRequest
 from shoal.gateway.timeouts import REQUEST_TIMEOUT_HEADER, Deadline, TimeoutCode, client_limit
@@ -334,28 +335,58 @@ async def _admit(
     prompt: Prompt,
     state: RequestState,
 ) -> None:
-    """Charges the tenant's quota for the request's estimate (429 over it, 503 if the store is down)."""
-    config = gateway.config
+    """Charges the tenant's quota, then the model's if it has one (a LoRA adapter's, say), for the request's
+    estimate: 429 over either, naming whose quota it is, 503 if the store is down. A request the model's quota
+    refuses gives the tenant's charge back (its tokens and concurrency; it still counts as one request)."""
     sequences = 1 if isinstance(body, ResponsesRequest) else body.n
     sequences *= len(body.prompts()) if isinstance(body, CompletionRequest) else 1
-    admission = await gateway.quota.admit(
-        tenant.name, tenant.limits, admission_estimate(prompt.cost_tokens, prompt.output_tokens, sequences)
+    cost = admission_estimate(prompt.cost_tokens, prompt.output_tokens, sequences)
+    metrics = gateway.metrics
+    admitted = await _charge(
+        gateway, gateway.quota, "Tenant", tenant.name, tenant.limits, cost, metrics.quota_rejections
     )
+    state.release_quota = lambda used: gateway.quota.release(admitted, used)  # from here on, whatever happens
+    model_limits = gateway.api_keys.model_limits.get(state.model)
+    if model_limits is None:
+        return
+    try:
+        for_model = await _charge(
+            gateway, gateway.model_quota, "Model", state.model, model_limits, cost, metrics.model_quota_rejections
+        )
+    except APIError:
+        state.release_quota = None
+        await gateway.quota.release(admitted, 0)
+        raise
+
+    async def release(used: int | None) -> None:
+        await gateway.quota.release(admitted, used)
+        await gateway.model_quota.release(for_model, used)
+
+    state.release_quota = release
+
+
+async def _charge(
+    gateway: Gateway, store: QuotaStore, whose: str, name: str, limits: Limits, cost: int, rejections: Counter
+) -> Admission:
+    """One quota's admission of ``cost`` tokens, or the 429 (503) that refuses it, counted in ``rejections``."""
+    admission = await store.admit(name, limits, cost)
     if admission.unmetered:
         gateway.metrics.quota_store_errors.labels("admitted" if admission.allowed else "refused").inc()
     if admission.limit == "quota_store_unavailable":
-        raise service_unavailable("The quota store is unreachable; retry later.", config.unavailable_retry_after_s)
+        raise service_unavailable(
+            "The quota store is unreachable; retry later.", gateway.config.unavailable_retry_after_s
+        )
     if not admission.allowed:
-        gateway.metrics.quota_rejections.labels(tenant.name, admission.limit).inc()
+        rejections.labels(name, admission.limit).inc()
         raise APIError(
             429,
-            f"Tenant `{tenant.name}` is over its {admission.limit} quota; retry later.",
+            f"{whose} `{name}` is over its {admission.limit} quota; retry later.",
             type="rate_limit_error",
             param=admission.limit,
             code="rate_limit_exceeded",
             headers={"Retry-After": admission.retry_after_header},
         )
-    state.release_quota = lambda used: gateway.quota.release(admission, used)
+    return admission
 
 
 def _with_usage(raw: bytes, data: dict[str, Any], body: GenerationRequest, state: RequestState) -> bytes:

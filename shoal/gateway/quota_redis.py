@@ -22,6 +22,8 @@ from redis.exceptions import RedisError
 from shoal.gateway.quota import WINDOW_SECONDS, Admission, LimitName, Limits, rejection, settlement, window_of
 
 log = logging.getLogger(__name__)
+TENANT_PREFIX = "shoal:quota"
+MODEL_PREFIX = "shoal:model-quota"  # a model's counters, apart from any tenant's whatever the names
 
 _ADMIT = """
 local now = tonumber(ARGV[1])
@@ -56,12 +58,12 @@ def _arg(limit: int | None) -> int:
 
 
 class RedisQuota:
-    """Counters in Redis under ``{prefix}:{tenant}:...``."""
+    """Counters in Redis under ``{prefix}:{tenant}:...`` (a model's, in the model store, under its name)."""
 
     def __init__(
         self,
         url: str,
-        prefix: str = "shoal:quota",
+        prefix: str = TENANT_PREFIX,
         lease_ttl: float = 900.0,
         fail_open: bool = True,
         timeout_s: float = 1.0,

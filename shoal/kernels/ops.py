@@ -17,6 +17,7 @@ from typing import Protocol
 
 import torch
 
+from shoal.kernels.lora_metadata import LoRAMetadata
 from shoal.kernels.metadata import AttentionMetadata
 
 
@@ -26,6 +27,7 @@ class KernelOps(Protocol):
     name: str
     masks_sliding_window: bool  # whether ``attention`` honours ``sliding_window``
     caps_attention_logits: bool  # whether ``attention`` honours ``softcap``
+    lora_by_token: bool  # whether the model's LoRA deltas should go through ``lora_shrink`` / ``lora_expand``
 
     def write_kv(
         self,
@@ -86,3 +88,15 @@ class KernelOps(Protocol):
         """A mixture of experts' projections: ``rows`` ``[R, K]`` sorted by expert, the first ``counts[0]`` expert
         0's, the next ``counts[1]`` expert 1's..., each run times its expert's ``weight[e]`` (``[E, N, K]``)
         transposed; returns ``[R, N]``."""
+
+    def lora_shrink(self, x: torch.Tensor, a: torch.Tensor, meta: LoRAMetadata) -> torch.Tensor:
+        """LoRA's first product, each token through its slot: ``x`` ``[T, in]`` times ``a[:, slot]`` (``a``:
+        ``[in, slots, C]``, every slot's ``A`` transposed); returns fp32 ``[T, C]``, zeros for tokens with slot
+        -1."""
+
+    def lora_expand(
+        self, y: torch.Tensor, t: torch.Tensor, b: torch.Tensor, meta: LoRAMetadata, part_sizes: tuple[int, ...]
+    ) -> None:
+        """LoRA's second product, added into ``y`` ``[T, out]`` in place: for each part ``p`` of a fused
+        projection (``part_sizes`` split ``out``), ``t``'s section ``p`` (``C / parts`` columns) times ``b[slot,
+        section p, part p]`` (``b``: ``[slots, C, out]``, ``scale * B`` transposed); rows with slot -1 untouched."""

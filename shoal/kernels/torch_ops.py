@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from shoal.kernels.lora_metadata import LoRAMetadata
 from shoal.kernels.metadata import AttentionMetadata
 
 
@@ -30,6 +31,7 @@ class TorchOps:
     name = "torch"
     masks_sliding_window = True
     caps_attention_logits = True
+    lora_by_token = False
 
     def __init__(self) -> None:
         self._rope: tuple[torch.Tensor, torch.Tensor, torch.dtype, torch.Tensor, torch.Tensor] | None = None
@@ -177,6 +179,25 @@ class TorchOps:
                 out[start : start + count] = torch.nn.functional.linear(rows[start : start + count], weight[expert])
                 start += count
         return out
+
+    def lora_shrink(self, x: torch.Tensor, a: torch.Tensor, meta: LoRAMetadata) -> torch.Tensor:
+        t = torch.zeros((x.shape[0], a.shape[2]), dtype=torch.float32, device=x.device)
+        for slot, rows in _slot_rows(meta):
+            t[rows] = x[rows].float() @ a[:, slot].float()
+        return t
+
+    def lora_expand(
+        self, y: torch.Tensor, t: torch.Tensor, b: torch.Tensor, meta: LoRAMetadata, part_sizes: tuple[int, ...]
+    ) -> None:
+        rank = b.shape[1] // len(part_sizes)
+        for slot, rows in _slot_rows(meta):
+            delta = torch.zeros((rows.numel(), y.shape[1]), dtype=torch.float32, device=y.device)
+            start = 0
+            for part, size in enumerate(part_sizes):  # each part's section of t into its slice of the output
+                section = slice(part * rank, (part + 1) * rank)
+                delta[:, start : start + size] = t[rows, section] @ b[slot, section, start : start + size].float()
+                start += size
+            y[rows] = (y[rows].float() + delta).to(y.dtype)
 
 
 def _padded_attention(
@@ -336,3 +357,10 @@ def _side_by_side(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None
     if key.data_ptr() != query.data_ptr() + heads * head_dim * query.element_size():
         return None
     return query.as_strided((tokens, heads + key.shape[1], head_dim), query.stride())
+
+
+def _slot_rows(meta: LoRAMetadata) -> list[tuple[int, torch.Tensor]]:
+    """Each used slot with the indices of its tokens."""
+    slots = meta.token_slots.long()
+    found = [(slot, (slots == slot).nonzero().squeeze(1)) for slot in range(meta.num_slots)]
+    return [(slot, rows) for slot, rows in found if rows.numel()]

@@ -14,11 +14,14 @@ from __future__ import annotations
 import torch
 
 from shoal.kernels import validation
+from shoal.kernels.lora_metadata import LoRAMetadata
 from shoal.kernels.metadata import AttentionMetadata
 from shoal.kernels.triton import (
     add_rms_norm,
     choose_num_splits,
     grouped_matmul,
+    lora_expand,
+    lora_shrink,
     paged_decode_attention,
     paged_prefill_attention,
     rms_norm,
@@ -28,6 +31,7 @@ from shoal.kernels.triton import (
     write_kv_cache,
 )
 from shoal.kernels.triton.launch import check_device
+from shoal.kernels.triton.lora import choose_split_k, shrink_column_tiles
 
 
 def _num_sms(device: torch.device) -> int:
@@ -43,6 +47,7 @@ class TritonOps:
     name = "triton"
     masks_sliding_window = True
     caps_attention_logits = True
+    lora_by_token = True
 
     def write_kv(
         self,
@@ -132,3 +137,16 @@ class TritonOps:
         validation.check_grouped_matmul(rows, weight, counts)
         check_device(rows)
         return grouped_matmul(rows, weight, counts)
+
+    def lora_shrink(self, x: torch.Tensor, a: torch.Tensor, meta: LoRAMetadata) -> torch.Tensor:
+        validation.check_lora_shrink(x, a, meta)
+        check_device(x)
+        split_k = choose_split_k(meta, a.shape[0], shrink_column_tiles(a.shape[2]), _num_sms(x.device))
+        return lora_shrink(x, a, meta, split_k)
+
+    def lora_expand(
+        self, y: torch.Tensor, t: torch.Tensor, b: torch.Tensor, meta: LoRAMetadata, part_sizes: tuple[int, ...]
+    ) -> None:
+        validation.check_lora_expand(y, t, b, meta, part_sizes)
+        check_device(y)
+        lora_expand(y, t, b, meta, part_sizes)

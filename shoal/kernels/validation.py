@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from shoal.kernels.lora_metadata import MAX_LORA_PARTS, LoRAMetadata
 from shoal.kernels.metadata import AttentionMetadata
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -208,3 +209,50 @@ def check_silu_and_mul(x: torch.Tensor) -> None:
     if x.dim() < 1 or x.shape[-1] % 2:
         raise ValueError(f"x's last dimension must hold gate and up halves of equal size, got {tuple(x.shape)}")
     _unit_last_stride("x", x)
+
+
+def check_lora_shrink(x: torch.Tensor, a: torch.Tensor, meta: LoRAMetadata) -> None:
+    _float("x", x)
+    _dims("x", x, 2, "[tokens, in]")
+    _dims("a", a, 3, "[in, slots, columns]")
+    if a.dtype != x.dtype:
+        raise ValueError(f"a dtype {a.dtype} must be x's ({x.dtype})")
+    if a.shape[0] != x.shape[1]:
+        raise ValueError(f"a takes {a.shape[0]} inputs per token, x has {x.shape[1]}")
+    _check_lora_tokens(x.shape[0], a.shape[1], meta, "a.shape[1]")
+    _unit_last_stride("x", x)
+    _unit_last_stride("a", a)
+    _same_device(x, a=a, token_slots=meta.token_slots)
+
+
+def check_lora_expand(
+    y: torch.Tensor, t: torch.Tensor, b: torch.Tensor, meta: LoRAMetadata, part_sizes: tuple[int, ...]
+) -> None:
+    _float("y", y)
+    _dims("y", y, 2, "[tokens, out]")
+    _dims("t", t, 2, "[tokens, columns]")
+    _dims("b", b, 3, "[slots, columns, out]")
+    if t.dtype != torch.float32:
+        raise ValueError(f"t dtype {t.dtype} must be float32 (lora_shrink's output)")
+    if b.dtype != y.dtype:
+        raise ValueError(f"b dtype {b.dtype} must be y's ({y.dtype})")
+    if t.shape[0] != y.shape[0] or t.shape[1] != b.shape[1]:
+        raise ValueError(f"t {tuple(t.shape)} must be [{y.shape[0]} tokens, {b.shape[1]} columns of b]")
+    if not 1 <= len(part_sizes) <= MAX_LORA_PARTS or b.shape[1] % len(part_sizes):
+        raise ValueError(
+            f"part_sizes must split the output in 1 to {MAX_LORA_PARTS} parts, each with an equal share of b's "
+            f"{b.shape[1]} columns; got {len(part_sizes)}"
+        )
+    if min(part_sizes) < 0 or sum(part_sizes) != y.shape[1] or b.shape[2] != y.shape[1]:
+        raise ValueError(f"part_sizes {part_sizes} and b's {b.shape[2]} outputs must add up to y's {y.shape[1]}")
+    _check_lora_tokens(y.shape[0], b.shape[0], meta, "b.shape[0]")
+    for name, tensor in (("y", y), ("t", t), ("b", b)):
+        _unit_last_stride(name, tensor)
+    _same_device(y, t=t, b=b, token_slots=meta.token_slots)
+
+
+def _check_lora_tokens(num_tokens: int, num_slots: int, meta: LoRAMetadata, slots_name: str) -> None:
+    if meta.num_tokens != num_tokens:
+        raise ValueError(f"token_slots has {meta.num_tokens} tokens, the input {num_tokens}")
+    if meta.num_slots != num_slots:
+        raise ValueError(f"the LoRA metadata has {meta.num_slots} slots, {slots_name} {num_slots}")

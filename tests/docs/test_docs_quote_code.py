@@ -54,6 +54,7 @@ def config_default(name: str) -> float:
 DECODE = "shoal/kernels/triton/decode_attention.py"
 PREFILL = "shoal/kernels/triton/prefill_attention.py"
 GROUPED = "shoal/kernels/triton/grouped_matmul.py"
+LORA = "shoal/kernels/triton/lora.py"
 POLICY = "shoal/autoscale/shoal_policy.py"
 
 # (page, pattern whose group 1 is the quoted number, the code's value)
@@ -70,6 +71,9 @@ QUOTES: list[tuple[str, str, Callable[[], float]]] = [
     ("kernels.md", r"cuts every run into (\d+)-row tiles", lambda: module_constants(GROUPED)["BLOCK_M"]),
     ("kernels.md", r"times a (\d+)-column slice", lambda: module_constants(GROUPED)["BLOCK_N"]),
     ("kernels.md", r"`K` in steps of (\d+)", lambda: module_constants(GROUPED)["BLOCK_K"]),
+    ("kernels.md", r"in tiles of\s+`BLOCK_M = (\d+)` tokens", lambda: module_constants(LORA)["BLOCK_M"]),
+    ("kernels.md", r"on tensor cores \(`K` in steps of (\d+); the expand", lambda: module_constants(LORA)["BLOCK_K"]),
+    ("kernels.md", r"`MAX_SPLIT_K = (\d+)` chunks", lambda: module_constants(LORA)["MAX_SPLIT_K"]),
     ("benchmarks.md", r"every figure the median\s+of (\d+) timed calls", kernel_bench_repeats),
     ("autoscaling.md", r"`queueDepthPerReplica: (\d+)`", lambda: config_default("queue_depth_per_replica")),
     ("autoscaling.md", r"`ttftP95Seconds: (\d+)`", lambda: config_default("ttft_p95_seconds")),

@@ -82,6 +82,7 @@ def make_gateway(
     byte_tokenized: tuple[str, ...] = ("tiny",),
     api_keys: ApiKeys | None = None,
     quota: QuotaStore | None = None,
+    model_quota: QuotaStore | None = None,
     **config: Any,
 ) -> Gateway:
     """A gateway over ``urls``; models in ``byte_tokenized`` (FakeEngine's) get the ByteTokenizer."""
@@ -89,7 +90,7 @@ def make_gateway(
     prompts = PromptReader(settings.get("tokenizers"))
     for model in byte_tokenized:
         prompts.add(model, ByteTokenizer())
-    return Gateway(GatewayConfig(**settings), static(urls), api_keys, quota, prompts)
+    return Gateway(GatewayConfig(**settings), static(urls), api_keys, quota, prompts, model_quota)
 
 
 class EngineProcess(LocalProcess):

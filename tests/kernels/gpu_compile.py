@@ -33,6 +33,9 @@ from shoal.kernels.triton.grouped_matmul import BLOCK_M as GROUPED_BLOCK_M
 from shoal.kernels.triton.grouped_matmul import BLOCK_N as GROUPED_BLOCK_N
 from shoal.kernels.triton.grouped_matmul import _grouped_matmul_kernel
 from shoal.kernels.triton.kv_cache import _write_kv_kernel
+from shoal.kernels.triton.lora import BLOCK_K as LORA_BLOCK_K
+from shoal.kernels.triton.lora import BLOCK_M as LORA_BLOCK_M
+from shoal.kernels.triton.lora import EXPAND_BLOCK_N, SHRINK_MAX_BLOCK_N, _lora_expand_kernel, _lora_shrink_kernel
 from shoal.kernels.triton.prefill_attention import BLOCK_N as PREFILL_BLOCK_N
 from shoal.kernels.triton.prefill_attention import _prefill_kernel, num_warps
 from shoal.kernels.triton.rms_norm import _rms_norm_kernel
@@ -153,6 +156,12 @@ def variants(dtype: str):
         {"tile_expert_ptr": "i32", "tile_start_ptr": "i32", "tile_end_ptr": "i32"},
         4,
     )
+    lora_tokens = {"sorted_ptr": "i32", "starts_ptr": "i32", "counts_ptr": "i32", "t_ptr": "fp32"}
+    shrink = dict(BLOCK_M=LORA_BLOCK_M, BLOCK_N=SHRINK_MAX_BLOCK_N, BLOCK_K=LORA_BLOCK_K, UPCAST=False, FP32_DOTS=fp32)
+    for split_k in (1, 4):
+        yield f"lora_shrink (split {split_k})", _lora_shrink_kernel, shrink | dict(SPLIT_K=split_k), lora_tokens, 4
+    expand = dict(NUM_PARTS=3, BLOCK_M=LORA_BLOCK_M, BLOCK_N=EXPAND_BLOCK_N, BLOCK_K=16, FP32_DOTS=fp32)
+    yield "lora_expand (q, k, v)", _lora_expand_kernel, expand, lora_tokens, 4
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,7 @@ decode-only steps all go through the Triton kernels; a later prompt sharing the 
 prefills after a prefix-cache hit. A Mixtral runs its experts through the grouped-matmul kernel too. A Mistral
 with a 6-token window (shorter than every prompt but one, so its blocks behind the window are released as it
 goes) and a Gemma 2 (the window on alternate layers, scores soft-capped at 2) run the kernels' window and
-soft-cap paths.
+soft-cap paths. A batch mixing the base model and two LoRA adapters runs the LoRA kernels.
 """
 
 from __future__ import annotations
@@ -94,3 +94,51 @@ def test_engine_greedy_tokens_match_between_triton_and_torch_backends(
     assert all(len(tokens) == 6 for tokens in torch_tokens)
     assert triton_tokens == torch_tokens
     assert triton_cached == torch_cached == 12  # three full 4-token blocks of the first prompt
+
+
+def _lora_greedy(model_dir: Path, backend: str, adapters: dict[str, Path]) -> list[list[int]]:
+    """Greedy tokens of one batch: the same prompt for the base model and for each adapter."""
+    from shoal.engine.core import EngineConfig, EngineCore, SamplingParams
+
+    core = EngineCore.from_config(
+        EngineConfig(
+            model=str(model_dir),
+            attention_backend=backend,
+            dtype="float32",
+            device=KERNEL_DEVICE,
+            quantization="none",
+            block_size=4,
+            max_num_batched_tokens=16,  # the 19-token prompts are chunked
+            num_kv_blocks=64,
+            enable_lora=True,
+            max_loras=len(adapters),
+            max_lora_rank=8,
+            lora_modules=tuple((name, str(path)) for name, path in adapters.items()),
+        )
+    )
+    prompt = [5, 17, 99, 3, 42, 8, 250, 61, 7, 13, 120, 33, 2, 90, 11, 64, 30, 18, 77]
+    names: list[str | None] = [None, *adapters]
+    for i, name in enumerate(names):
+        core.add_request(str(i), prompt, SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True), lora_name=name)
+    tokens: dict[str, list[int]] = {}
+    while core.has_unfinished():
+        for out in core.step():
+            tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+    return [tokens[str(i)] for i in range(len(names))]
+
+
+def test_a_lora_batch_on_triton_gives_the_torch_paths_tokens(tiny_gqa_llama_dir: Path, tmp_path: Path) -> None:
+    """The base model and two adapters (q/v at rank 4, padded to 8; every projection at rank 8) in one batch,
+    prefills chunked: the LoRA kernels give the greedy tokens of the torch path's masked and grouped products."""
+    from lora_adapters import write_adapter  # tests/engine, on sys.path since _build
+
+    every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    adapters = {
+        "qv": write_adapter(
+            tiny_gqa_llama_dir, tmp_path / "qv", 1, r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]
+        ),
+        "all": write_adapter(tiny_gqa_llama_dir, tmp_path / "all", 2, r=8, lora_alpha=16, target_modules=every),
+    }
+    torch_tokens = _lora_greedy(tiny_gqa_llama_dir, "torch", adapters)
+    assert len({tuple(tokens) for tokens in torch_tokens}) == 3, "each adapter changes the greedy tokens"
+    assert _lora_greedy(tiny_gqa_llama_dir, "triton", adapters) == torch_tokens

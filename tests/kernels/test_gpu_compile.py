@@ -1,5 +1,5 @@
 """Every kernel compiles for Hopper (sm_90) down to a cubin, attention (with and without a sliding window and
-soft-capped scores) and the experts' grouped matmul on tensor cores, nothing spilled.
+soft-capped scores), the experts' grouped matmul and LoRA's shrink and expand on tensor cores, nothing spilled.
 
 No GPU needed.
 
@@ -19,7 +19,7 @@ import pytest
 SCRIPT = Path(__file__).with_name("gpu_compile.py")
 
 
-@pytest.mark.slow  # a real compile of fifteen kernel variants: ~30 s
+@pytest.mark.slow  # a real compile of eighteen kernel variants: ~35 s
 @pytest.mark.timeout(600)
 def test_kernels_compile_for_hopper_with_tensor_core_attention_and_no_spills() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -30,9 +30,11 @@ def test_kernels_compile_for_hopper_with_tensor_core_attention_and_no_spills() -
 
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    assert len(lines) == 15 and all("cubin" in line for line in lines), result.stdout
+    assert len(lines) == 18 and all("cubin" in line for line in lines), result.stdout
     assert sum("window" in line for line in lines) == 3 and sum("soft cap" in line for line in lines) == 2
     assert all("wgmma" in line for line in lines if "prefill" in line)
     assert all(" mma," in line for line in lines if "decode" in line)
     assert any("wgmma" in line or " mma," in line for line in lines if "grouped_matmul" in line)
+    assert sum("lora_" in line for line in lines) == 3
+    assert all("wgmma" in line or " mma," in line for line in lines if "lora_" in line)
     assert all(line.endswith(" 0 bytes spilled") for line in lines), result.stdout

@@ -126,7 +126,7 @@ class EngineCore:
             model = load_model(source, hardware.dtype, ops, hardware.device, hardware.quantization)
         lora = None
         if config.enable_lora:
-            lora = LoRAManager.wrap(model, config.max_loras, config.max_lora_rank, hardware.dtype, hardware.device)
+            lora = LoRAManager.wrap(model, config.max_loras, config.max_lora_rank, ops, hardware.dtype, hardware.device)
         sampler = Sampler(sorted(stop_token_ids(tokenizer, model.config)), config.seed, hardware.device)
         card = None
         with phases.timed("profiling"):  # on a GPU whose KV size is not given, else nothing to measure

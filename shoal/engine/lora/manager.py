@@ -20,15 +20,23 @@ from shoal.engine.model.lora_linear import (
     ProjectionShape,
     add_lora_projections,
 )
+from shoal.kernels import KernelOps
+from shoal.kernels.lora_metadata import LoRAMetadata
 
 
 class LoRAManager:
     """Known adapters, their slots and the projections the slots live in."""
 
     def __init__(
-        self, projections: dict[tuple[int, str], LoRALinear], batch: LoRABatch, max_loras: int, max_rank: int
+        self,
+        projections: dict[tuple[int, str], LoRALinear],
+        batch: LoRABatch,
+        max_loras: int,
+        max_rank: int,
+        by_token: bool = False,
     ) -> None:
         self.projections = projections
+        self.by_token = by_token  # each token's slot for the backend's kernels, not masks or groups
         self.dtype = next(iter(projections.values())).b.dtype
         self.masked_max_rows = MASKED_MAX_ROWS  # up to this many rows a step, the masked way (lora_linear.py)
         self.batch = batch
@@ -40,11 +48,18 @@ class LoRAManager:
 
     @classmethod
     def wrap(
-        cls, model: torch.nn.Module, max_loras: int, max_rank: int, dtype: torch.dtype, device: torch.device | str
+        cls,
+        model: torch.nn.Module,
+        max_loras: int,
+        max_rank: int,
+        ops: KernelOps,
+        dtype: torch.dtype,
+        device: torch.device | str,
     ) -> LoRAManager:
-        """Gives ``model``'s projections ``max_loras`` slots of rank up to ``max_rank`` and manages them."""
-        projections, batch = add_lora_projections(model, max_loras, max_rank, dtype, device)
-        return cls(projections, batch, max_loras, max_rank)
+        """Gives ``model``'s projections ``max_loras`` slots of rank up to ``max_rank`` and manages them, through
+        ``ops``' LoRA kernels where the backend has them (``lora_by_token``)."""
+        projections, batch = add_lora_projections(model, max_loras, max_rank, ops, dtype, device)
+        return cls(projections, batch, max_loras, max_rank, ops.lora_by_token)
 
     @property
     def shapes(self) -> dict[tuple[int, str], ProjectionShape]:
@@ -68,9 +83,13 @@ class LoRAManager:
             if name is not None and self._written[index] != name:
                 self._write(index, self.adapters[name])
         batch = self.batch
-        batch.groups, batch.slot_mask, batch.masks = [], None, {}
+        batch.tokens, batch.groups, batch.slot_mask, batch.masks = None, [], None, {}
         num_rows = sum(count for _, count in row_slots)
         if all(slot is None for slot, _ in row_slots):
+            return
+        if self.by_token:
+            token_slots = [-1 if slot is None else slot for slot, count in row_slots for _ in range(count)]
+            batch.tokens = LoRAMetadata.build(token_slots, self.max_loras, device)
             return
         if num_rows <= self.masked_max_rows:
             mask = torch.zeros(num_rows, self.max_loras, dtype=self.dtype)

@@ -2,21 +2,26 @@
 
 With ``--enable-lora``, ``LoRAManager.wrap`` (at engine start) wraps each decoder layer's ``qkv_proj``,
 ``o_proj``, ``gate_up_proj`` and ``down_proj`` (whatever base module computes it: plain, oneDNN-packed or
-quantized) in a ``LoRALinear`` that holds ``max_loras`` adapter slots. A fused projection has one section of ``max_rank`` columns per part (q, k, v; gate,
-up): slot ``s``'s ``a[:, s]`` is ``[in, parts * max_rank]`` (each part's ``A`` transposed in its section, zeros
-past its rank) and ``b[s]`` is ``[parts * max_rank, out]`` (each part's ``scale * B`` transposed, in its section's
-rows and its part's columns), so one slot's delta for every part is ``(x @ a[:, s]) @ b[s]``. An adapter that names
-the fused projection itself (Phi-3's ``qkv_proj``) fills section 0 across every output column.
+quantized) in a ``LoRALinear`` that holds ``max_loras`` adapter slots. A fused projection has one section of
+``max_rank`` columns per part (q, k, v; gate, up): slot ``s``'s ``a[:, s]`` is ``[in, parts * max_rank]`` (each
+part's ``A`` transposed in its section, zeros past its rank) and ``b[s]`` is ``[parts * max_rank, out]`` (each
+part's ``scale * B`` transposed, in its section's rows and its part's columns), so one slot's delta for every part
+is ``(x @ a[:, s]) @ b[s]``, and ``b[s]`` is block-diagonal: section ``p`` feeds part ``p``'s columns only. An
+adapter that names the fused projection itself (Phi-3's ``qkv_proj``) keeps that shape: its ``A`` goes into every
+section and its ``B``'s columns of part ``p`` into section ``p``.
 
-Every ``LoRALinear`` of a model shares one ``LoRABatch``, which the runner fills before each step, in one of two
-ways (same sums, different cost):
+Every ``LoRALinear`` of a model shares one ``LoRABatch``, which the runner fills before each step, in one of three
+ways (same sums, different cost), chosen by the kernel backend (``KernelOps.lora_by_token``):
 
-- masked, for batches of up to ``MASKED_MAX_ROWS`` rows (decodes): every row is multiplied by every slot's ``A``
-  at once (``x @ a`` over all slots' columns), the columns of the slots a row does not use are zeroed by a mask,
-  and one ``addmm_`` adds the result times all slots' ``B``: three operations per projection whatever the number
-  of adapters in the batch, where per-slot work would cost a few small operations per adapter;
-- grouped, above it (prefills): the rows of each slot are gathered and get that slot's delta alone
-  (``index_add_``), so a long prompt pays for its own adapter only.
+- by token (Triton, on a GPU): each token's slot (``LoRAMetadata``), and two launches per projection,
+  ``lora_shrink`` (``x @ a`` through each token's slot) and ``lora_expand`` (each part's section times its slot's
+  ``b`` into that part's output columns), punica's SGMV;
+- on the torch path, masked, for batches of up to ``MASKED_MAX_ROWS`` rows (decodes): every row is multiplied by
+  every slot's ``A`` at once (``x @ a`` over all slots' columns), the columns of the slots a row does not use are
+  zeroed by a mask, and one ``addmm_`` adds the result times all slots' ``B``: three operations per projection
+  whatever the number of adapters in the batch, where per-slot work would cost a few small operations per adapter;
+- on the torch path, grouped, above it (prefills): the rows of each slot are gathered and get that slot's delta
+  alone (``index_add_``), so a long prompt pays for its own adapter only.
 
 Rows without an adapter get nothing. Without ``--enable-lora`` nothing here is built, and the model runs exactly
 its old code path.
@@ -29,6 +34,9 @@ from typing import cast
 
 import torch
 from torch import Tensor, nn
+
+from shoal.kernels import KernelOps
+from shoal.kernels.lora_metadata import LoRAMetadata
 
 # Our fused projections, by the name of the module in a decoder layer, and the part names a PEFT adapter uses.
 FUSED_PARTS: dict[str, tuple[str, ...]] = {
@@ -44,10 +52,12 @@ MASKED_MAX_ROWS = 256
 
 @dataclass
 class LoRABatch:
-    """This step's rows by adapter slot: ``groups`` (``(slot, rows)``, ``rows`` ``None`` for the whole batch) or,
-    in a masked step, ``slot_mask`` (``[rows, slots]``, 1 where the row uses the slot; ``None`` otherwise), and the
-    mask widened to each section count's columns, made on first use."""
+    """This step's rows by adapter slot: ``tokens`` (by token, for the backend's kernels), ``groups`` (``(slot,
+    rows)``, ``rows`` ``None`` for the whole batch) or, in a masked step, ``slot_mask`` (``[rows, slots]``, 1 where
+    the row uses the slot; ``None`` otherwise), and the mask widened to each section count's columns, made on
+    first use."""
 
+    tokens: LoRAMetadata | None = None
     groups: list[tuple[int, Tensor | None]] = field(default_factory=list)
     slot_mask: Tensor | None = None
     masks: dict[int, Tensor] = field(default_factory=dict)
@@ -81,11 +91,13 @@ class LoRALinear(nn.Module):
         max_loras: int,
         max_rank: int,
         batch: LoRABatch,
+        ops: KernelOps,
         dtype: torch.dtype,
         device: torch.device | str,
     ) -> None:
         super().__init__()
         self.base = base
+        self.ops = ops
         self.shape = shape
         self.max_rank = max_rank
         self.batch = batch
@@ -104,16 +116,23 @@ class LoRALinear(nn.Module):
         self.b[slot].zero_()
         sizes = self.shape.part_sizes
         for part, lora_a, lora_b in parts:
-            section = 0 if part is None else part
             rank = lora_a.shape[0]
-            cols = slice(section * self.max_rank, section * self.max_rank + rank)
-            start = 0 if part is None else sum(sizes[:part])
-            self.a[:, slot, cols] = lora_a.t().to(self.a.dtype)
-            self.b[slot, cols, start : start + lora_b.shape[0]] = lora_b.t().to(self.b.dtype)
+            for section in range(len(sizes)) if part is None else [part]:
+                cols = slice(section * self.max_rank, section * self.max_rank + rank)
+                start = sum(sizes[:section])
+                # B's rows for this part: all of them for a part's own adapter, the part's slice of a whole one's
+                rows = slice(0, sizes[section]) if part is not None else slice(start, start + sizes[section])
+                self.a[:, slot, cols] = lora_a.t().to(self.a.dtype)
+                self.b[slot, cols, start : start + sizes[section]] = lora_b[rows].t().to(self.b.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         out = self.base.forward(x)
         batch = self.batch
+        if batch.tokens is not None:
+            self.ops.lora_expand(
+                out, self.ops.lora_shrink(x, self.a, batch.tokens), self.b, batch.tokens, self.shape.part_sizes
+            )
+            return out
         if batch.slot_mask is not None:
             return out.addmm_((x @ self.a_all).mul_(batch.mask(self.columns)), self.b_all)
         for slot, rows in batch.groups:
@@ -128,7 +147,7 @@ class LoRALinear(nn.Module):
 
 
 def add_lora_projections(
-    model: nn.Module, max_loras: int, max_rank: int, dtype: torch.dtype, device: torch.device | str
+    model: nn.Module, max_loras: int, max_rank: int, ops: KernelOps, dtype: torch.dtype, device: torch.device | str
 ) -> tuple[dict[tuple[int, str], LoRALinear], LoRABatch]:
     """Wraps every LoRA-capable projection of every decoder layer; returns them by ``(layer, module path)`` and
     the batch they share. A mixture-of-experts layer's MLP has no dense projections, so only its attention gets
@@ -143,7 +162,7 @@ def add_lora_projections(
             if base is None:
                 continue
             shape = ProjectionShape(base.in_features, _part_sizes(path, owner, base.out_features))
-            lora = LoRALinear(base, shape, max_loras, max_rank, batch, dtype, device)
+            lora = LoRALinear(base, shape, max_loras, max_rank, batch, ops, dtype, device)
             setattr(owner, attr, lora)
             wrapped[(index, path)] = lora
     return wrapped, batch

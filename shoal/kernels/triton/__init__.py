@@ -4,6 +4,7 @@ from shoal.kernels.triton.activation import silu_and_mul
 from shoal.kernels.triton.decode_attention import choose_num_splits, paged_decode_attention
 from shoal.kernels.triton.grouped_matmul import grouped_matmul
 from shoal.kernels.triton.kv_cache import write_kv_cache
+from shoal.kernels.triton.lora import lora_expand, lora_shrink
 from shoal.kernels.triton.prefill_attention import paged_prefill_attention
 from shoal.kernels.triton.rms_norm import add_rms_norm, rms_norm
 from shoal.kernels.triton.rotary import rotary_embedding_
@@ -13,6 +14,8 @@ __all__ = [
     "add_rms_norm",
     "choose_num_splits",
     "grouped_matmul",
+    "lora_expand",
+    "lora_shrink",
     "paged_decode_attention",
     "paged_prefill_attention",
     "rms_norm",
