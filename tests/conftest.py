@@ -20,6 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support.kube_testbed import ControlPlane, KubeTestbinMissing, kube_testbin_dir
+from support.process_node import ProcessNode
 from support.secret_scan import SecretCatcher, scan_log_files
 from support.services import Prometheus, Service, start_alertmanager, start_prometheus, start_redis
 
@@ -55,6 +56,19 @@ def kube_cluster(kube_apiserver: ControlPlane) -> ControlPlane:
     """The same plane plus controller-manager, scheduler and kwok with 2 fake nodes of 8 `nvidia.com/gpu` each."""
     kube_apiserver.start_workloads()
     return kube_apiserver
+
+
+@pytest.fixture(scope="session")
+def process_node(kube_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessNode]:
+    """Node ``proc-node-0``, whose pods run as local processes (``support.process_node``: a kubelet stand-in);
+    a pod lands on it only with ``.placement()``'s node selector and toleration."""
+    node = ProcessNode(kube_cluster.api_client(), "proc-node-0", tmp_path_factory.mktemp("proc-node-0"))
+    _LOG_SOURCES["process_node"] = node.log_tail
+    try:
+        yield node.start()
+    finally:
+        node.stop()
+        _LOG_SOURCES.pop("process_node", None)
 
 
 @pytest.fixture(scope="session")
