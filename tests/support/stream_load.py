@@ -23,6 +23,7 @@ class StreamLoad:
     failures: list[str] = field(default_factory=list)
     finished_at: list[float] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _last_start: float | None = None  # set by ``stop(after=...)``: each client ends with a request begun after it
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> None:
@@ -33,7 +34,10 @@ class StreamLoad:
     def _run(self) -> None:
         api = openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.api_key, max_retries=0, timeout=120)
         while not self._stop.is_set():
+            began = time.monotonic()
             self._one(api)
+            if self._last_start is not None and began > self._last_start:
+                return
 
     def _one(self, api: openai.OpenAI) -> None:
         """A stream is whole when its one choice ends with finish_reason ``length`` after all ``max_tokens``
@@ -60,8 +64,12 @@ class StreamLoad:
         except Exception as error:  # noqa: BLE001 - every failure is the finding
             self.failures.append(repr(error))
 
-    def stop(self) -> None:
-        self._stop.set()
+    def stop(self, after: float | None = None) -> None:
+        """Waits for every client to end: at once after its current request, or, with ``after`` (a
+        ``time.monotonic()``), after its first request begun later than that."""
+        if after is None:
+            self._stop.set()
+        self._last_start = after
         for thread in self._threads:
             thread.join(timeout=180)
 
