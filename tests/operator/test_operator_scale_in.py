@@ -129,7 +129,7 @@ def test_a_scale_down_under_streaming_load_loses_no_request(
         f"after SIGTERM; engines ready {ready_at - applied:.0f} s after the apply; scale-in to pod deleted "
         f"{gone_at - scaled_at:.1f} s; load ran {time.monotonic() - ready_at:.0f} s"
     )
-    deployment = get(plane, namespace, "deployment", f"{NAME}-engine")
+    deployment = get(plane, namespace, "deployment", f"{NAME}-engine") or {}
     assert (deployment["spec"]["replicas"], deployment["status"]["replicas"]) == (1, 1), deployment["status"]
     assert not victim.killed, "the engine outlived its grace period and was SIGKILLed"
     assert "draining for up to" in victim.log_path.read_text(), "the engine's log shows no SIGTERM drain"

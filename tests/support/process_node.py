@@ -52,7 +52,7 @@ from shoal.local.process import shoal_command
 
 log = logging.getLogger(__name__)
 
-ADDRESS_RANGE = ipaddress.ip_network("198.18.0.0/15")
+ADDRESS_RANGE = ipaddress.IPv4Network("198.18.0.0/15")
 NODE_LABEL = "shoal.dev/process-node"  # label and NoSchedule taint: only pods that ask for this node land on it
 LEASE_SECONDS = 40
 RENEW_SECONDS = 10
@@ -92,7 +92,7 @@ def _claim_subnet() -> ipaddress.IPv4Network:
             ["ip", "route", "add", "local", str(subnet), "dev", "lo"], capture_output=True, text=True, check=False
         )
         if result.returncode == 0:
-            return subnet  # type: ignore[return-value]
+            return subnet
         if "File exists" not in result.stderr:
             raise RuntimeError(
                 f"the process node cannot make {subnet} local (`ip route add local {subnet} dev lo`: "
@@ -190,7 +190,7 @@ class ProcessNode:
 
     def _register(self) -> None:
         resources = {"cpu": "32", "memory": "256Gi", "pods": "110"}
-        node = {
+        node: Any = {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {
@@ -235,7 +235,8 @@ class ProcessNode:
             if error.status != 404:
                 raise
             metadata = {"name": self.name, "namespace": "kube-node-lease"}
-            self.leases.create_namespaced_lease("kube-node-lease", {"metadata": metadata, "spec": spec})
+            lease: Any = {"metadata": metadata, "spec": spec}
+            self.leases.create_namespaced_lease("kube-node-lease", lease)
 
     def _renew_forever(self) -> None:
         while not self._stopping.wait(RENEW_SECONDS):
@@ -257,7 +258,7 @@ class ProcessNode:
                 for event in watch.Watch().stream(
                     self.core.list_pod_for_all_namespaces,
                     field_selector=selector,
-                    resource_version=listing.metadata.resource_version,
+                    resource_version=listing.metadata.resource_version,  # type: ignore[union-attr]
                     timeout_seconds=2,
                 ):
                     if event["type"] != "DELETED":
@@ -304,8 +305,8 @@ class ProcessNode:
         record.port = next(iter(ports.values()), 80)
         env = {**os.environ, "SHOAL_CACHE": _host_cache(), "PYTHONUNBUFFERED": "1"}
         env |= {e.name: e.value for e in container.env or [] if e.value is not None}
-        command = list(container.command or [])
-        argv = [*(shoal_command() if command[:1] == ["shoal"] else command), *command[1:]]
+        command = list(container.command or ["shoal"])  # no command: the image's entrypoint, `shoal`
+        argv = [*(shoal_command() if command[0] == "shoal" else command[:1]), *command[1:]]
         argv += with_host(list(container.args or []), record.ip)
         with record.log_path.open("ab") as out:
             record.process = subprocess.Popen(
@@ -314,12 +315,18 @@ class ProcessNode:
         record.started = _now()
         self._write_status(record, pod, running=True)
         probe = container.readiness_probe
-        path, period, failures = "/", 10, 3
+        url, period, failures, timeout = record.url, 10, 3, 1
         if probe is not None and probe.http_get is not None:
-            path, period, failures = probe.http_get.path, probe.period_seconds or 10, probe.failure_threshold or 3
+            port = probe.http_get.port
+            url = f"http://{record.ip}:{ports.get(port, port)}{probe.http_get.path or '/'}"
+            period, failures, timeout = (
+                probe.period_seconds or 10,
+                probe.failure_threshold or 3,
+                probe.timeout_seconds or 1,
+            )
         failed = 0
         while not self._stopping.is_set() and record.process.poll() is None:
-            ok = self._probe(f"{record.url}{path}", probe.timeout_seconds if probe else 1)
+            ok = self._probe(url, timeout)
             failed = 0 if ok else failed + 1
             ready = ok or (record.ready and failed < failures)
             if ready != record.ready:
