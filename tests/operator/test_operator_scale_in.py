@@ -10,12 +10,15 @@ truncated."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import math
 import re
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from operator_harness import apply, example, get
 from support.kube_testbed import ControlPlane
@@ -31,7 +34,10 @@ from shoal.operator.builders.gateway import API_KEYS_DIR, gateway_args
 pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
 
 NAME, MODEL = "scalein", "smollm2"
-MAX_TOKENS = 256  # with ignore_eos: a stream outlasts the preStop sleep, so SIGTERM finds requests in flight
+MAX_MODEL_LEN = 1024
+# a stream (ignore_eos) long enough on this machine to outlast the preStop sleep (5 s), so SIGTERM finds requests
+# in flight: SINGLE_STREAM_SECONDS of tokens at a lone request's rate, more under load
+SINGLE_STREAM_SECONDS, MIN_TOKENS, MAX_TOKENS = 8.0, 128, 900
 RUNNING = adapter("shoal").metrics.running
 
 
@@ -44,7 +50,7 @@ def fleet_body(node: ProcessNode) -> dict[str, Any]:
         autoscaling={"enabled": False},
         gateway={"replicas": 1, "routingPolicy": "round-robin"},
     )
-    body["spec"]["engine"] |= {"maxModelLen": 512, "maxNumSeqs": 4, **node.placement()}
+    body["spec"]["engine"] |= {"maxModelLen": MAX_MODEL_LEN, "maxNumSeqs": 4, **node.placement()}
     return body
 
 
@@ -75,6 +81,18 @@ def running(engine: PodProcess) -> float:
         return 0.0
 
 
+def stream_tokens(url: str, api_key: str) -> int:
+    """``max_tokens`` for the load: ``SINGLE_STREAM_SECONDS`` at the rate of one timed 32-token request (its
+    time to first token included, so the rate is on the slow side), within ``MIN_TOKENS``..``MAX_TOKENS``."""
+    api = openai.OpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=120)
+    began = time.monotonic()
+    api.chat.completions.create(
+        model=MODEL, max_tokens=32, messages=[{"role": "user", "content": "Hello"}], extra_body={"ignore_eos": True}
+    )
+    per_token = (time.monotonic() - began) / 32
+    return max(MIN_TOKENS, min(MAX_TOKENS, math.ceil(SINGLE_STREAM_SECONDS / per_token)))
+
+
 def backends_up(gateway: LocalProcess) -> int:
     return int(sum(metric_values(gateway.url, "shoal_gateway_backend_up").values()))
 
@@ -87,8 +105,8 @@ def test_a_scale_down_under_streaming_load_loses_no_request(
     result = apply(plane, namespace, fleet_body(process_node))
     assert result.returncode == 0, result.stderr
     gateway, api_key = start_gateway(plane, namespace, tmp_path)
-    load = StreamLoad(gateway.url, clients=4, model=MODEL, max_tokens=MAX_TOKENS, api_key=api_key)
-    try:
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(gateway.stop)
         eventually(
             lambda: backends_up(gateway) == 2,
             240,
@@ -97,7 +115,10 @@ def test_a_scale_down_under_streaming_load_loses_no_request(
             detail=lambda: process_node.log_tail(1500) + "\n" + gateway.log(2000),
         )
         ready_at = time.monotonic()
+        max_tokens = stream_tokens(gateway.url, api_key)
+        load = StreamLoad(gateway.url, clients=4, model=MODEL, max_tokens=max_tokens, api_key=api_key)
         load.start()
+        cleanup.callback(load.stop)
         engines = [p for p in process_node.pods.values() if p.namespace == namespace]
         eventually(
             lambda: all(running(engine) > 0 for engine in engines) or load.failures,
@@ -115,18 +136,15 @@ def test_a_scale_down_under_streaming_load_loses_no_request(
         )
         eventually(lambda: victim.sigterm_at, 60, f"SIGTERM to {victim.name} after its preStop sleep", interval=0.05)
         in_flight_at_sigterm = running(victim)
-        eventually(lambda: victim.deleted, 200, f"{victim.name} drained and deleted", interval=0.5)
+        eventually(lambda: victim.deleted, 300, f"{victim.name} drained and deleted", interval=0.5)
         gone_at = time.monotonic()
         eventually(
             lambda: get(plane, namespace, "pod", victim.name) is None, 30, "the pod object gone (deleted with grace 0)"
         )
         load.stop(after=time.monotonic())  # each client ends with a request sent after the scale-in
-    finally:
-        load.stop()
-        gateway.stop()
     print(
-        f"\nscale-in under load: {load.summary()}; {in_flight_at_sigterm:.0f} streams running on {victim.name} "
-        f"after SIGTERM; engines ready {ready_at - applied:.0f} s after the apply; scale-in to pod deleted "
+        f"\nscale-in under load ({max_tokens}-token streams): {load.summary()}; {in_flight_at_sigterm:.0f} "
+        f"streams running on {victim.name} after SIGTERM; engines ready {ready_at - applied:.0f} s after the apply; scale-in to pod deleted "
         f"{gone_at - scaled_at:.1f} s; load ran {time.monotonic() - ready_at:.0f} s"
     )
     deployment = get(plane, namespace, "deployment", f"{NAME}-engine") or {}
