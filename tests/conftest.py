@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support.kube_testbed import ControlPlane, KubeTestbinMissing, kube_testbin_dir
-from support.process_node import ProcessNode
 from support.secret_scan import SecretCatcher, scan_log_files
 from support.services import Prometheus, Service, start_alertmanager, start_prometheus, start_redis
 
@@ -59,9 +59,11 @@ def kube_cluster(kube_apiserver: ControlPlane) -> ControlPlane:
 
 
 @pytest.fixture(scope="session")
-def process_node(kube_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessNode]:
-    """Node ``proc-node-0``, whose pods run as local processes (``support.process_node``: a kubelet stand-in);
-    a pod lands on it only with ``.placement()``'s node selector and toleration."""
+def process_node(kube_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Node ``proc-node-0``, whose pods run as local processes (``support.process_node.ProcessNode``: a kubelet
+    stand-in); a pod lands on it only with ``.placement()``'s node selector and toleration."""
+    from support.process_node import ProcessNode  # the kubernetes client: only for the sessions that use it
+
     node = ProcessNode(kube_cluster.api_client(), "proc-node-0", tmp_path_factory.mktemp("proc-node-0"))
     _LOG_SOURCES["process_node"] = node.log_tail
     try:
