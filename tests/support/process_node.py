@@ -135,7 +135,6 @@ class ProcessNode:
         self.pods: dict[str, PodProcess] = {}
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
         self.subnet: ipaddress.IPv4Network | None = None
         self._hosts: Any = None
 
@@ -268,27 +267,28 @@ class ProcessNode:
                 self._stopping.wait(1)
 
     def _sync(self, pod: Any) -> None:
+        """Starts a new pod, terminates a deleted one, puts back a Ready condition another writer changed (only
+        the watch thread calls it)."""
         uid = pod.metadata.uid
-        with self._lock:
-            known = self.pods.get(uid)
-            if known is None:
-                if pod.metadata.deletion_timestamp is not None:
-                    return
-                known = PodProcess(
-                    pod.metadata.namespace,
-                    pod.metadata.name,
-                    uid,
-                    str(next(self._hosts)),
-                    self.log_dir / f"{pod.metadata.namespace}.{pod.metadata.name}.log",
-                )
-                self.pods[uid] = known
-                self._spawn_thread(self._run, known, pod)
-            elif pod.metadata.deletion_timestamp is not None and not known.deleting:
-                known.deleting = True
-                self._spawn_thread(self._terminate, known, pod)
-            elif known.started and _ready_condition(pod) != known.ready and not known.deleted:
-                # another writer (the node lifecycle controller) changed it: a kubelet's status sync puts it back
-                self._write_status(known, pod, running=known.process is not None and known.process.poll() is None)
+        known = self.pods.get(uid)
+        if known is None:
+            if pod.metadata.deletion_timestamp is not None:
+                return
+            known = PodProcess(
+                pod.metadata.namespace,
+                pod.metadata.name,
+                uid,
+                str(next(self._hosts)),
+                self.log_dir / f"{pod.metadata.namespace}.{pod.metadata.name}.log",
+            )
+            self.pods[uid] = known
+            self._spawn_thread(self._run, known, pod)
+        elif pod.metadata.deletion_timestamp is not None and not known.deleting:
+            known.deleting = True
+            self._spawn_thread(self._terminate, known, pod)
+        elif known.started and _ready_condition(pod) != known.ready and not known.deleted:
+            # another writer (the node lifecycle controller) changed it: a kubelet's status sync puts it back
+            self._write_status(known, pod, running=known.process is not None and known.process.poll() is None)
 
     def _spawn_thread(self, target: Any, *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name=f"{self.name}-{args[0].name}", daemon=True)
@@ -421,10 +421,6 @@ class ProcessNode:
                 raise
 
     # ---- for tests ------------------------------------------------------------------------------------
-
-    def pod(self, name: str) -> PodProcess:
-        """The newest process record of the pod called ``name``."""
-        return [p for p in self.pods.values() if p.name == name][-1]
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of every pod process's log, for a failing test's report."""
