@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,21 @@ def kube_cluster(kube_apiserver: ControlPlane) -> ControlPlane:
     """The same plane plus controller-manager, scheduler and kwok with 2 fake nodes of 8 `nvidia.com/gpu` each."""
     kube_apiserver.start_workloads()
     return kube_apiserver
+
+
+@pytest.fixture(scope="session")
+def process_node(kube_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Node ``proc-node-0``, whose pods run as local processes (``support.process_node.ProcessNode``: a kubelet
+    stand-in); a pod lands on it only with ``.placement()``'s node selector and toleration."""
+    from support.process_node import ProcessNode  # the kubernetes client: only for the sessions that use it
+
+    node = ProcessNode(kube_cluster.api_client(), "proc-node-0", tmp_path_factory.mktemp("proc-node-0"))
+    _LOG_SOURCES["process_node"] = node.log_tail
+    try:
+        yield node.start()
+    finally:
+        node.stop()
+        _LOG_SOURCES.pop("process_node", None)
 
 
 @pytest.fixture(scope="session")

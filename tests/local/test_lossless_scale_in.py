@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
+from support.stream_load import StreamLoad
 from up_harness import manifest, write_manifest
 
 from shoal.engine_kinds import adapter
@@ -30,59 +28,6 @@ pytestmark = pytest.mark.timeout(900)
 MODEL = "smollm2"
 RUNNING, WAITING = adapter("shoal").metrics.running, adapter("shoal").metrics.waiting
 MAX_TOKENS = 400  # with ignore_eos: seconds a stream here, longer than the gateway takes to drop the engine
-
-
-@dataclass
-class StreamLoad:
-    """``clients`` threads streaming chats back to back until stopped; each outcome is counted."""
-
-    url: str
-    clients: int
-    completed: int = 0
-    failures: list[str] = field(default_factory=list)
-    finished_at: list[float] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-
-    def start(self) -> None:
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(self.clients)]
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self) -> None:
-        api = openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=120)
-        while not self._stop.is_set():
-            self._one(api)
-
-    def _one(self, api: openai.OpenAI) -> None:
-        """A stream is whole when its one choice ends with finish_reason ``length`` after all ``max_tokens``
-        tokens (``ignore_eos``) and the usage chunk follows; anything else (an exception, an error event, a stream
-        cut short) is a failure."""
-        try:
-            chunks = list(
-                api.chat.completions.create(
-                    model=MODEL,
-                    max_tokens=MAX_TOKENS,
-                    messages=[{"role": "user", "content": "Tell me about the sea."}],
-                    stream=True,
-                    stream_options={"include_usage": True},
-                    extra_body={"ignore_eos": True},
-                )
-            )
-            reasons = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
-            usage = chunks[-1].usage if chunks else None
-            if reasons != ["length"] or usage is None or usage.completion_tokens != MAX_TOKENS:
-                self.failures.append(f"truncated: finish_reasons {reasons}, usage {usage}")
-                return
-            self.completed += 1
-            self.finished_at.append(time.monotonic())
-        except Exception as error:  # noqa: BLE001 - every failure is the finding
-            self.failures.append(repr(error))
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=180)
 
 
 async def _until(check, timeout: float, what: str, up: Up) -> None:  # type: ignore[no-untyped-def]
@@ -116,7 +61,7 @@ def test_a_scale_down_under_streaming_load_loses_no_request(tmp_path: Path) -> N
     local = load_manifest(write_manifest(tmp_path, document))
     _, source = autoscaling(local.spec)
     up = Up(local, UpOptions(port=free_port(), tui=False, log_dir=tmp_path), None, source, lambda line: None)
-    load = StreamLoad(up.url, clients=4)
+    load = StreamLoad(up.url, clients=4, model=MODEL, max_tokens=MAX_TOKENS)
 
     async def scenario() -> None:
         running = asyncio.create_task(up.run(None))
