@@ -11,7 +11,7 @@ target is a local process labelled with a fake pod's real name (the labels a Pod
 series keep the fleet's ``namespace``). The world the panels need is made the way it happens: a request held
 while the fleet has no ready engine (scale from zero), routed load through the gateway, a tenant over its quota
 (429), an Alertmanager notification to the operator's webhook. Rendering the dashboard in Grafana is not done
-here (no Grafana in the test environment).
+here: Grafana cannot be installed in the test environment (``docs/metrics.md`` says why).
 """
 
 from __future__ import annotations
