@@ -105,6 +105,7 @@ class EngineCore:
         self._prompt_tokens = 0
         self._generation_tokens = 0
         self._finished_by_reason: dict[str, int] = {}
+        self.startup_phases: dict[str, float] = {}  # seconds per phase of ``from_config``, for the server's metrics
 
     @classmethod
     def from_config(cls, config: EngineConfig, step_threads: StepThreads | None = None) -> EngineCore:
@@ -163,6 +164,7 @@ class EngineCore:
         with phases.timed("warming"):
             run_warm_up(core, plan.warm_up)
         log.info("%s", phases.summary())
+        core.startup_phases = phases.seconds
         for name, path in config.lora_modules:
             core.add_lora(core.read_lora(name, path))
         return core

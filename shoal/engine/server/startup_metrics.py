@@ -1,0 +1,81 @@
+"""How this engine process started, as Prometheus series: each phase's seconds and the moments it turned ready
+and served its first token.
+
+A Prometheus user reads a process's start from ``process_start_time_seconds``; these series continue that
+clock: ``shoal_engine_startup_seconds{phase}`` for ``imports`` (process start to the server's ``main``), ``planning``
+(from there to the load: the model resolved, the hardware planned, the port opened), ``loading`` (weights read,
+converted and placed), ``profiling`` (a GPU's memory measurement) and ``warming`` (the forwards before
+``/ready``), then ``shoal_engine_ready_time_seconds`` and
+``shoal_engine_first_token_time_seconds`` as Unix times. ``shoal up`` and ``bench/startup.py`` join them with
+the scale decision, the spawn and the gateway's listing; on a cluster the operator (or a PromQL query) reads
+them from the same page.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+PREFIX = "shoal_engine"
+
+
+def process_start_time() -> float:
+    """When this process started (Unix time), from ``/proc`` as Prometheus's process collector reads it."""
+    ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+    boot = next(
+        float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+    )
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+class StartupCollector(Collector):
+    """The phases and moments recorded so far; a series appears once its phase is done."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self.phases: dict[str, float] = {}
+        self._mark = time.time()
+        self.ready_time: float | None = None
+        self.first_token_time: float | None = None
+
+    def imports_done(self, at: float) -> None:
+        """``at``: when the server's ``main`` began; process start to then is the interpreter and imports."""
+        self._mark = at
+        self.phases["imports"] = max(self._mark - process_start_time(), 0.0)
+
+    def loading_starts(self) -> None:
+        """The engine begins to load: since ``imports_done`` is planning."""
+        self.phases["planning"] = time.time() - self._mark
+
+    def ready(self, phases: dict[str, float]) -> None:
+        """The engine's own phases (loading, profiling, warming), and now as the moment it turned ready."""
+        self.phases.update(phases)
+        self.ready_time = time.time()
+
+    def first_token(self, when: float) -> None:
+        if self.first_token_time is None:
+            self.first_token_time = when
+
+    def collect(self) -> Iterator[Metric]:
+        if self.phases:
+            family = GaugeMetricFamily(
+                f"{PREFIX}_startup_seconds",
+                "Seconds each start-up phase of this process took.",
+                labels=["model", "phase"],
+            )
+            for phase, seconds in self.phases.items():
+                family.add_metric([self._model, phase], seconds)
+            yield family
+        for name, doc, value in (
+            ("ready_time_seconds", "When the engine turned ready (Unix time).", self.ready_time),
+            ("first_token_time_seconds", "When the engine served its first token (Unix time).", self.first_token_time),
+        ):
+            if value is not None:
+                gauge = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
+                gauge.add_metric([self._model], value)
+                yield gauge
