@@ -4,7 +4,7 @@ load, from the scale decision to the first token the new engine served.
 Each run starts a fresh fleet of one engine, waits until it serves, starts a light load (``--clients`` streaming
 clients through the gateway, round-robin, short answers, a pause between requests), then raises the count to 2
 as the autoscaler does and times the new engine. The same probes serve both modes, so they compare: the fleet's
-own moments (decision, spawn, listing in the backends file), the engine process's start (``/proc``), its log's
+own moments (decision, spawn, listing in the backends file), the engine process's age (``/proc``), its log's
 ``start-up took`` line (loading, profiling, warming), its ``/ready`` and its ``generation_tokens`` counter
 (the first token it served), both polled every ``POLL_S``. Where the engine publishes its own phases
 (``shoal_engine_startup_seconds``) they split the rest into imports, planning and the untimed steps.
@@ -38,6 +38,7 @@ import openai
 import yaml
 
 import shoal.local.up as up_module
+from shoal.engine.server.startup_metrics import process_age
 from shoal.local import free_port, metric
 from shoal.local.fleet import EngineReplica
 from shoal.local.manifest import load_manifest
@@ -100,13 +101,6 @@ class LightLoad:
             self._stop.wait(self.pause_s)
 
 
-def _process_start(pid: int) -> float:
-    """When process ``pid`` started (Unix time), as the engine's own ``process_start_time_seconds`` reads it."""
-    ticks = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
-    boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if "btime" in line)
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
-
-
 def _logged_phases(log: str) -> dict[str, float]:
     """``loading 3.10 s, profiling 0.00 s, warming 1.20 s`` from the engine's ``start-up took`` line."""
     found = TOOK.search(log)
@@ -125,7 +119,7 @@ async def _watch(replica: EngineReplica, decided: float, listed_of: Any, timeout
                 raise TimeoutError(f"{replica.name} did not serve within {timeout} s")
             url = replica.url
             if start is None and replica.process is not None:
-                start = _process_start(replica.process.process.pid)
+                start = time.time() - process_age(replica.process.process.pid)
             if url is not None and ready is None:
                 try:
                     if (await client.get(url + "/ready", timeout=1)).status_code == 200:
@@ -195,13 +189,15 @@ async def _one_run(work: Path, clients: int, baseline: bool) -> dict[str, float]
 
 def _run(work: Path, clients: int, before: Path | None) -> dict[str, float]:
     """One run; ``before``: the engines and gateway from that tree, this fleet's cuts off."""
-    saved_path, saved_poll = os.environ.get("PYTHONPATH"), up_module.STARTING_POLL_S
-    if before is not None:
+    saved_path, saved_poll, saved_cwd = os.environ.get("PYTHONPATH"), up_module.STARTING_POLL_S, os.getcwd()
+    if before is not None:  # the children run ``python -m shoal.cli``: the tree in their cwd and PYTHONPATH
         os.environ["PYTHONPATH"] = str(before)
+        os.chdir(before)
         up_module.STARTING_POLL_S = TICK_S
     try:
         return asyncio.run(_one_run(work, clients, baseline=before is not None))
     finally:
+        os.chdir(saved_cwd)
         up_module.STARTING_POLL_S = saved_poll
         if saved_path is None:
             os.environ.pop("PYTHONPATH", None)

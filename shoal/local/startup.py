@@ -2,12 +2,12 @@
 
 The fleet knows three moments itself: the decision that raised the count, the engine's spawn, and when it listed
 the ready engine in the backends file the gateway follows. The engine knows the rest and publishes it on its
-``/metrics`` page (:mod:`shoal.engine.server.startup_metrics`): its process start, the seconds of each of its own
-phases, when it turned ready, and when it served its first token. :func:`read_engine_startup` reads that page;
+``/metrics`` page (:mod:`shoal.engine.server.startup_metrics`): the seconds of each of its own phases from its
+process's start, when it turned ready, and when it served its first token. :func:`read_engine_startup` reads that page;
 :class:`StartupRecord` joins the two into contiguous phases:
 
 ``spawn`` (decision to process start), ``imports``, ``planning``, ``loading``, ``profiling``, ``warming``, ``other``
-(the engine's untimed steps: tokenizer, KV cache), ``listed`` (engine ready to the fleet seeing it and listing it),
+(the engine's untimed steps: tokenizer, KV cache; the engine's phases add up to its age at ready), ``listed`` (engine ready to the fleet seeing it and listing it),
 ``routed`` (listed to the first token it served: the gateway's discovery, then the first request routed to it).
 A phase not known yet (or from an engine kind that does not publish it) is missing, never guessed.
 """
@@ -20,14 +20,13 @@ import httpx
 
 from shoal.protocol.prom_text import samples_named
 
-ENGINE_PHASES = ("imports", "planning", "loading", "profiling", "warming")
+ENGINE_PHASES = ("imports", "planning", "loading", "profiling", "warming", "other")
 
 
 @dataclass(frozen=True)
 class EngineStartup:
     """What an engine's ``/metrics`` says of its own start."""
 
-    process_start: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
     ready: float | None = None
     first_token: float | None = None
@@ -42,7 +41,6 @@ def parse_engine_startup(page: str) -> EngineStartup:
 
     phases = {labels.get("phase", "?"): v for labels, v in samples_named(page, "shoal_engine_startup_seconds")}
     return EngineStartup(
-        one("process_start_time_seconds"),
         phases,
         one("shoal_engine_ready_time_seconds"),
         one("shoal_engine_first_token_time_seconds"),
@@ -74,14 +72,10 @@ class StartupRecord:
     def phases(self) -> dict[str, float]:
         """Seconds per phase, in order, as far as known; they add up to decision -> first token once complete."""
         engine = self.engine
-        if engine.process_start is None or engine.ready is None:
+        if engine.ready is None or not engine.phases:
             return {}
-        timed = {phase: engine.phases[phase] for phase in ENGINE_PHASES if engine.phases.get(phase)}
-        out = {
-            "spawn": engine.process_start - self.decided,
-            **timed,
-            "other": engine.ready - engine.process_start - sum(timed.values()),
-        }
+        timed = {phase: engine.phases[phase] for phase in ENGINE_PHASES if engine.phases.get(phase, 0.0) >= 0.005}
+        out = {"spawn": engine.ready - sum(engine.phases.values()) - self.decided, **timed}
         if self.listed is not None:
             out["listed"] = self.listed - engine.ready
             if engine.first_token is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -105,7 +105,6 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         self._stats = _StatsCollector(model)
         self.registry.register(self._stats)
-        ProcessCollector(registry=self.registry)  # process_start_time_seconds: where the start-up phases begin
         self.startup = StartupCollector(model)
         self.registry.register(self.startup)
         reg = self.registry

@@ -1,11 +1,11 @@
 """How this engine process started, as Prometheus series: each phase's seconds and the moments it turned ready
 and served its first token.
 
-A Prometheus user reads a process's start from ``process_start_time_seconds``; these series continue that
-clock: ``shoal_engine_startup_seconds{phase}`` for ``imports`` (process start to the server's ``main``), ``planning``
+These series time one process from its start (as ``/proc`` has it) to its first token: ``shoal_engine_startup_seconds{phase}`` for ``imports`` (process start to the server's ``main``), ``planning``
 (from there to the load: the model resolved, the hardware planned, the port opened), ``loading`` (weights read,
 converted and placed), ``profiling`` (a GPU's memory measurement) and ``warming`` (the forwards before
-``/ready``), then ``shoal_engine_ready_time_seconds`` and
+``/ready``) and ``other`` (the rest of process start to ready: tokenizer, KV cache), so they add up to the
+process's age at ready; then ``shoal_engine_ready_time_seconds`` and
 ``shoal_engine_first_token_time_seconds`` as Unix times. ``shoal up`` and ``bench/startup.py`` join them with
 the scale decision, the spawn and the gateway's listing; on a cluster the operator (or a PromQL query) reads
 them from the same page.
@@ -24,13 +24,11 @@ from prometheus_client.registry import Collector
 PREFIX = "shoal_engine"
 
 
-def process_start_time() -> float:
-    """When this process started (Unix time), from ``/proc`` as Prometheus's process collector reads it."""
-    ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
-    boot = next(
-        float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
-    )
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
+def process_age(pid: int | str = "self") -> float:
+    """Seconds since process ``pid`` started, to the clock tick (10 ms): ``/proc``'s start in ticks since boot
+    against the boot clock. Not ``process_start_time_seconds``: its boot time is in whole seconds."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
 
 
 class StartupCollector(Collector):
@@ -46,15 +44,16 @@ class StartupCollector(Collector):
     def imports_done(self, at: float) -> None:
         """``at``: when the server's ``main`` began; process start to then is the interpreter and imports."""
         self._mark = at
-        self.phases["imports"] = max(self._mark - process_start_time(), 0.0)
+        self.phases["imports"] = max(process_age() - (time.time() - at), 0.0)
 
     def loading_starts(self) -> None:
         """The engine begins to load: since ``imports_done`` is planning."""
         self.phases["planning"] = time.time() - self._mark
 
     def ready(self, phases: dict[str, float]) -> None:
-        """The engine's own phases (loading, profiling, warming), and now as the moment it turned ready."""
+        """The engine's own phases (loading, profiling, warming), the rest as ``other``, and now as ready."""
         self.phases.update(phases)
+        self.phases["other"] = max(process_age() - sum(self.phases.values()), 0.0)
         self.ready_time = time.time()
 
     def first_token(self, when: float) -> None:
