@@ -48,5 +48,5 @@ def test_a_truncated_file_is_an_error_naming_it(tmp_path: Path) -> None:
     source = resolve_model("smollm2-135m").path
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(source.read_bytes()[:4096])
-    with pytest.raises(ValueError, match="broken.gguf"):
+    with pytest.raises(ValueError, match=r"broken\.gguf"):
         open_gguf(broken)
