@@ -146,7 +146,7 @@ class EngineFleet:
     def apply(self, now: float) -> None:
         """Starts or removes engines toward ``desired`` and lists the ready ones: at once after a decision."""
         self._reconcile(now)
-        self._write_backends(now)
+        self._write_backends()
 
     def _start(self, replica: EngineReplica, now: float) -> None:
         replica.starts += 1
@@ -162,6 +162,8 @@ class EngineFleet:
             replica.startup.spawned = time.time()
 
     def _crashed(self, replica: EngineReplica, now: float, why: str) -> None:
+        if replica.startup is not None and not replica.startup.complete:
+            replica.startup = None  # a restart is not the start the decision asked for
         replica.failures += 1
         replica.error = why
         delay = self.backoff.base(replica.failures)
@@ -233,7 +235,7 @@ class EngineFleet:
         self.replicas.remove(replica)
         self.emit(now, "info", f"{replica.name} removed while {replica.phase}")
 
-    def _write_backends(self, now: float) -> None:
+    def _write_backends(self) -> None:
         backends = self.ready_backends()
         if backends == self._written:
             return
@@ -241,9 +243,10 @@ class EngineFleet:
         temporary.write_text("".join(f"{backend.line()}\n" for backend in backends))
         os.replace(temporary, self.backends_file)
         self._written = backends
+        listed = time.time()
         for replica in self.replicas:
             if replica.phase == "ready" and replica.startup is not None and replica.startup.listed is None:
-                replica.startup.listed = now
+                replica.startup.listed = listed
 
     async def _follow_startups(self, now: float, client: httpx.AsyncClient) -> None:
         """Reads each listed replica's start-up from its page until it has served (or ``STARTUP_FOLLOW_S``)."""
@@ -279,7 +282,7 @@ class EngineFleet:
         for process in running:
             process.stop()
         self.replicas.clear()
-        self._write_backends(time.time())
+        self._write_backends()
 
 
 async def _is_ready(client: httpx.AsyncClient, url: str) -> bool:
