@@ -4,8 +4,8 @@ One asyncio loop in this process does everything once per tick (``TICK_S``): the
 (:mod:`shoal.local.fleet`), the engines' metrics become :class:`FleetSignals`, the policy decides the count
 (:mod:`shoal.local.autoscaler`), and the resulting snapshot goes to the terminal view (or log lines) and to the
 file the gateway's ``/dashboard`` serves. While an engine loads, the fleet alone is ticked every
-``STARTING_POLL_S`` too, so it is listed for the gateway as soon as it is ready; a decision is applied at once. The gateway is a ``shoal gateway`` child following the backends file.
-Every child dies with this process (``PR_SET_PDEATHSIG``), so even a SIGKILL of ``shoal up`` leaves nothing.
+``STARTING_POLL_S`` too, so it is listed for the gateway as soon as it is ready; a decision is applied at once.
+The gateway is a ``shoal gateway`` child following the backends file. Every child dies with this process (``PR_SET_PDEATHSIG``), so even a SIGKILL of ``shoal up`` leaves nothing.
 Ctrl-C or SIGTERM stops the gateway and drains the engines; a second one stops at once.
 """
 
