@@ -5,8 +5,8 @@ Each run starts a fresh fleet of one engine, waits until it serves, starts a lig
 clients through the gateway, round-robin, short answers, a pause between requests), then raises the count to 2
 as the autoscaler does and times the new engine. The same probes serve both modes, so they compare: the fleet's
 own moments (decision, spawn, listing in the backends file), the engine process's age (``/proc``), its log's
-``start-up took`` line (loading, profiling, warming), its ``/ready`` and its ``generation_tokens`` counter
-(the first token it served), both polled every ``POLL_S``. Where the engine publishes its own phases
+``start-up took`` and ``model loaded`` lines (loading, profiling, warming; ready), and its ``generation_tokens``
+counter (the first token it served), polled every ``POLL_S``. Where the engine publishes its own phases
 (``shoal_engine_startup_seconds``) they split the rest into imports, planning and the untimed steps.
 
 ``--before TREE`` runs the engines and the gateway from another checkout (e.g. ``git archive BASE | tar -x -C
@@ -50,6 +50,7 @@ MODEL = "smollm2"
 POLL_S = 0.05
 PHASES = ("spawn", "imports", "planning", "loading", "profiling", "warming", "other", "listed", "routed")
 TOOK = re.compile(r"start-up took [\d.]+ s: (.*)")
+LOADED = re.compile(r"^(\S+ \S+) INFO \S+ \[-\] model loaded", re.M)
 
 
 def _manifest(directory: Path) -> Path:
@@ -101,6 +102,13 @@ class LightLoad:
             self._stop.wait(self.pause_s)
 
 
+def _logged_ready(log: str) -> float | None:
+    """When the engine logged ``model loaded`` (right after ``/ready`` turned 200), to the millisecond: the same
+    moment in every version, unlike a poll that shares this process's event loop with the fleet."""
+    found = LOADED.search(log)
+    return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() if found else None
+
+
 def _logged_phases(log: str) -> dict[str, float]:
     """``loading 3.10 s, profiling 0.00 s, warming 1.20 s`` from the engine's ``start-up took`` line."""
     found = TOOK.search(log)
@@ -133,9 +141,11 @@ async def _watch(replica: EngineReplica, decided: float, listed_of: Any, timeout
             await asyncio.sleep(POLL_S)
     assert replica.process is not None and start is not None and ready is not None
     listed = listed_of()
-    logged = _logged_phases(replica.process.log(200_000))
+    log = replica.process.log(200_000)
+    ready = _logged_ready(log) or ready
+    logged = _logged_phases(log)
     published = parse_engine_startup(httpx.get(f"{replica.url}/metrics").text).phases
-    phases = {"spawn": start - decided}
+    phases = {"spawn": max(start - decided, 0.0)}  # /proc counts 10 ms ticks
     split = {p: published[p] for p in ("imports", "planning") if p in published}
     engine = {**split, **{p: logged.get(p, 0.0) for p in ("loading", "profiling", "warming")}}
     phases |= engine
