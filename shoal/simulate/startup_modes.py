@@ -3,7 +3,7 @@
 - ``cold``: the image is pulled, the weights fetched, loaded and warmed up; the time is drawn from the profile's
   ``startup_s`` range (what a fresh node costs).
 - ``cached``: image and weights are on the node already (``weights from the node cache``): load and warm-up only,
-  drawn from ``CACHED_RANGE``, a fraction of the profile's range (the default) or the range given.
+  drawn from ``CACHED_FRACTION`` of the profile's range.
 - ``standby``: ``standby`` replicas are kept started, loaded and warmed but not routed; a scale-up takes one and
   it is ready ``promote_s`` later (readiness seen and the gateway told); the pool is refilled at once by a cold
   start. Standby replicas are counted in replica-hours (and on their own, as ``standby_hours``): the GPU is
@@ -28,7 +28,6 @@ class StartupMode:
     mode: Literal["cold", "cached", "standby"] = "cold"
     standby: int = 0
     promote_s: float = PROMOTE_S
-    cached_s: tuple[float, float] | None = None  # the cached start's range; None: CACHED_FRACTION of the cold one
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -46,7 +45,7 @@ class StartupMode:
         """The range a started replica's time to ready is drawn from (a standby's refill starts cold)."""
         if self.mode != "cached":
             return cold
-        return self.cached_s or (cold[0] * CACHED_FRACTION, cold[1] * CACHED_FRACTION)
+        return cold[0] * CACHED_FRACTION, cold[1] * CACHED_FRACTION
 
     def check_against(self, max_replicas: int) -> None:
         """A pool above ``replicas.max`` would hold more replicas idle than the fleet may ever serve with."""
