@@ -1,14 +1,13 @@
 """How this engine process started, as Prometheus series: each phase's seconds and the moments it turned ready
 and served its first token.
 
-These series time one process from its start (as ``/proc`` has it) to its first token: ``shoal_engine_startup_seconds{phase}`` for ``imports`` (process start to the server's ``main``), ``planning``
-(from there to the load: the model resolved, the hardware planned, the port opened), ``loading`` (weights read,
-converted and placed), ``profiling`` (a GPU's memory measurement) and ``warming`` (the forwards before
-``/ready``) and ``other`` (the rest of process start to ready: tokenizer, KV cache), so they add up to the
-process's age at ready; then ``shoal_engine_ready_time_seconds`` and
-``shoal_engine_first_token_time_seconds`` as Unix times. ``shoal up`` and ``bench/startup.py`` join them with
-the scale decision, the spawn and the gateway's listing; on a cluster the operator (or a PromQL query) reads
-them from the same page.
+``shoal_engine_startup_seconds{phase}`` times the process from its start (as ``/proc`` has it): ``imports``
+(to the server's ``main``), ``planning`` (to the load: model resolved, hardware planned, port open),
+``loading`` (weights read, converted and placed), ``profiling`` (a GPU's memory measurement), ``warming`` (the
+forwards before ``/ready``) and ``other`` (the rest: tokenizer, KV cache), so they add up to the process's age
+at ready; ``shoal_engine_ready_time_seconds`` and ``shoal_engine_first_token_time_seconds`` are Unix times.
+``shoal up`` and ``bench/startup.py`` join them with the scale decision, the spawn and the gateway's listing; on
+a cluster the operator (or a PromQL query) can read them from the same page.
 """
 
 from __future__ import annotations
