@@ -65,7 +65,10 @@ def read_backends(path: Path) -> list[Backend]:
     return [parse_line(line) for line in lines if line]
 
 
-def from_file(path: str | Path, interval: float = 2.0) -> Discovery:
+FILE_POLL_S = 0.25  # one stat() per poll: a new ready replica is routed within this, not within seconds
+
+
+def from_file(path: str | Path, interval: float = FILE_POLL_S) -> Discovery:
     """Re-reads the file whenever it changes (a ConfigMap mount is replaced atomically)."""
     file = Path(path)
 

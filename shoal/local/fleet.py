@@ -15,6 +15,11 @@ a Deployment and a kubelet would.
 - **reconcile**: fewer engines than ``desired`` -> start more; more -> remove, in the order that loses least
   (restarting ones, then ready ones newest first; a loading one only when nothing else is left).
 
+- **start-up by phase**: each replica's first start is a :class:`StartupRecord` from the decision that raised
+  the count to its first served token (:mod:`shoal.local.startup`); its ``/metrics`` page is read after it is
+  listed until it has served (at most ``STARTUP_FOLLOW_S``), and the phases become two events: at ready, and at
+  the first token.
+
 Everything that happens is an :class:`Event` (shown by the terminal view, printed by ``--no-tui``).
 """
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,8 +37,9 @@ from typing import Literal
 import httpx
 
 from shoal.engine_kinds.vllm import kv_events_args
-from shoal.gateway.discovery import Backend
+from shoal.gateway.discovery import FILE_POLL_S, Backend
 from shoal.local.process import LocalProcess, free_port_pair
+from shoal.local.startup import StartupRecord, read_engine_startup
 from shoal.protocol.backoff import Backoff
 
 Phase = Literal["starting", "ready", "draining", "backoff"]
@@ -40,6 +47,7 @@ EVENTS_KEPT = 50
 # Doubling like a kubelet's CrashLoopBackOff, so a broken model does not spin the machine while a one-off crash
 # recovers at once; no jitter: one supervisor restarts its own engines.
 RESTART_BACKOFF = Backoff(initial_s=1.0, cap_s=30.0)
+STARTUP_FOLLOW_S = 120.0  # how long after listing a replica its page is read for its first token
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,7 @@ class EngineReplica:
     term_at: float | None = None
     signalled: bool = False
     kv_events_port: int | None = None
+    startup: StartupRecord | None = None  # its first start, by phase
 
     @property
     def url(self) -> str | None:
@@ -98,7 +107,7 @@ class EngineFleet:
     launch: EngineLaunch
     backends_file: Path
     backoff: Backoff = RESTART_BACKOFF
-    discovery_delay_s: float = 2.5
+    discovery_delay_s: float = 4 * FILE_POLL_S  # the gateway has re-read the backends file by then
     drain_timeout_s: float = 45.0
     on_event: Callable[[Event], None] | None = None
     desired: int = 0
@@ -107,6 +116,7 @@ class EngineFleet:
     ever_ready: bool = False
     _next_index: int = 0
     _written: list[Backend] | None = None
+    _raised_at: float | None = None  # when ``desired`` last went up: the decision new replicas start from
 
     def emit(self, now: float, level: Literal["info", "warning", "error"], text: str) -> None:
         event = Event(now, level, text)
@@ -114,7 +124,9 @@ class EngineFleet:
         if self.on_event is not None:
             self.on_event(event)
 
-    def scale_to(self, count: int) -> None:
+    def scale_to(self, count: int, now: float | None = None) -> None:
+        if count > self.desired:
+            self._raised_at = time.time() if now is None else now
         self.desired = count
 
     def active(self) -> list[EngineReplica]:
@@ -128,6 +140,11 @@ class EngineFleet:
         await self._observe(now, client)
         self._restart_due(now)
         self._finish_drains(now)
+        self.apply(now)
+        await self._follow_startups(now, client)
+
+    def apply(self, now: float) -> None:
+        """Starts or removes engines toward ``desired`` and lists the ready ones: at once after a decision."""
         self._reconcile(now)
         self._write_backends()
 
@@ -141,8 +158,12 @@ class EngineFleet:
             argv = [*argv, *kv_events_args(replica.kv_events_port)]
         replica.process = LocalProcess(argv, log_path, self.launch.env, die_with_parent=True)
         replica.phase, replica.since = "starting", now
+        if replica.startup is not None and replica.starts == 1:
+            replica.startup.spawned = time.time()
 
     def _crashed(self, replica: EngineReplica, now: float, why: str) -> None:
+        if replica.startup is not None and not replica.startup.complete:
+            replica.startup = None  # a restart is not the start the decision asked for
         replica.failures += 1
         replica.error = why
         delay = self.backoff.base(replica.failures)
@@ -193,6 +214,7 @@ class EngineFleet:
         active = self.active()
         for _ in range(self.desired - len(active)):
             replica = EngineReplica(f"engine-{self._next_index}", "starting", now)
+            replica.startup = StartupRecord(decided=self._raised_at if self._raised_at is not None else now)
             self._next_index += 1
             self.replicas.append(replica)
             self._start(replica, now)
@@ -221,6 +243,32 @@ class EngineFleet:
         temporary.write_text("".join(f"{backend.line()}\n" for backend in backends))
         os.replace(temporary, self.backends_file)
         self._written = backends
+        listed = time.time()
+        for replica in self.replicas:
+            if replica.phase == "ready" and replica.startup is not None and replica.startup.listed is None:
+                replica.startup.listed = listed
+
+    async def _follow_startups(self, now: float, client: httpx.AsyncClient) -> None:
+        """Reads each listed replica's start-up from its page until it has served (or ``STARTUP_FOLLOW_S``)."""
+        following = [
+            r
+            for r in self.replicas
+            if r.phase == "ready"
+            and r.url is not None
+            and r.startup is not None
+            and r.startup.listed is not None
+            and not r.startup.complete
+            and now - r.startup.listed < STARTUP_FOLLOW_S
+        ]
+        pages = await asyncio.gather(*(read_engine_startup(client, r.url or "") for r in following))
+        for replica, engine in zip(following, pages, strict=True):
+            record = replica.startup
+            if engine is None or record is None:
+                continue
+            was_ready = record.engine.ready is not None
+            record.engine = engine
+            if record.complete or (engine.ready is not None and not was_ready):
+                self.emit(now, "info", f"{replica.name} {record.summary()}")
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM every engine (each drains its in-flight requests), then SIGKILL whatever is left."""

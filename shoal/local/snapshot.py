@@ -34,6 +34,7 @@ class ReplicaRow:
     kv_usage: float | None
     restarts: int
     error: str | None
+    startup: dict[str, float] = field(default_factory=dict)  # its first start by phase (shoal.local.startup)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def take(
                 _finite(seen.kv_usage) if seen else None,
                 replica.restarts,
                 replica.error if replica.phase == "backoff" else None,
+                replica.startup.phases() if replica.startup is not None else {},
             )
         )
     return FleetSnapshot(

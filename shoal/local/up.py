@@ -3,8 +3,9 @@
 One asyncio loop in this process does everything once per tick (``TICK_S``): the fleet reconciles its engines
 (:mod:`shoal.local.fleet`), the engines' metrics become :class:`FleetSignals`, the policy decides the count
 (:mod:`shoal.local.autoscaler`), and the resulting snapshot goes to the terminal view (or log lines) and to the
-file the gateway's ``/dashboard`` serves. The gateway is a ``shoal gateway`` child following the backends file.
-Every child dies with this process (``PR_SET_PDEATHSIG``), so even a SIGKILL of ``shoal up`` leaves nothing.
+file the gateway's ``/dashboard`` serves. While an engine loads, the fleet alone is ticked every
+``STARTING_POLL_S`` too, so it is listed for the gateway as soon as it is ready; a decision is applied at once.
+The gateway is a ``shoal gateway`` child following the backends file. Every child dies with this process (``PR_SET_PDEATHSIG``), so even a SIGKILL of ``shoal up`` leaves nothing.
 Ctrl-C or SIGTERM stops the gateway and drains the engines; a second one stops at once.
 """
 
@@ -42,6 +43,7 @@ from shoal.operator.builders.gateway import gateway_flags
 from shoal.operator.spec import InferenceDeploymentSpec
 
 TICK_S = 1.0
+STARTING_POLL_S = 0.2  # while an engine loads, its readiness is polled this often between ticks
 SUMMARY_EVERY_S = 10.0
 GIVE_UP_AFTER_FAILURES = 3  # crashes in a row of one engine before any was ready: the model will not load
 
@@ -204,6 +206,7 @@ class Up:
             if decision is not None:
                 verb = "scale to" if self.autoscaler.act else "recommend (mode Recommend, not applied)"
                 self.fleet.emit(now, "info", f"{verb} {decision.replicas}: {decision.rule}: {decision.message}")
+                self.fleet.apply(now)  # start (or drain) now, not a tick later
         decisions = tuple(self.autoscaler.decisions) if self.autoscaler else ()
         spec = self.manifest.spec
         snapshot = take(
@@ -254,8 +257,7 @@ class Up:
                 while not self.stopping.is_set():
                     self.snapshot = await self.tick(client)
                     self._show(self.snapshot, live)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stopping.wait(), TICK_S)
+                    await self._between_ticks(client)
         finally:
             if live is not None:
                 live.stop()
@@ -264,6 +266,17 @@ class Up:
             self.say(f"shoal up: {self.failed}")
             return 1
         return 0
+
+    async def _between_ticks(self, client: httpx.AsyncClient) -> None:
+        """Waits ``TICK_S`` (less when stopping); while an engine is starting, the fleet alone is ticked every
+        ``STARTING_POLL_S``, so a ready engine is listed for the gateway within that, not within a tick."""
+        end = time.monotonic() + TICK_S
+        while not self.stopping.is_set() and (left := end - time.monotonic()) > 0:
+            starting = any(r.phase == "starting" for r in self.fleet.replicas)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), min(left, STARTING_POLL_S) if starting else left)
+            if starting and not self.stopping.is_set():
+                await self.fleet.tick(time.time(), client)
 
     def _show(self, snapshot: FleetSnapshot, live: Live | None) -> None:
         if live is not None:

@@ -52,13 +52,20 @@ def event_line(event: Event) -> str:
     return f"{_clock(event.time)} {event.level.upper():7} {event.text}"
 
 
+def _startup(phases: dict[str, float]) -> str:
+    """Decision to first token (or to ready, marked ``+``, until it has served); the phases are in the events."""
+    if not phases:
+        return "-"
+    return f"{sum(phases.values()):.1f} s" + ("" if "routed" in phases else "+")
+
+
 def _replicas(s: FleetSnapshot) -> Table:
     table = Table(title="engines", title_justify="left", expand=True)
-    for column in ("name", "phase", "for", "url", "queue", "running", "KV", "restarts", "last error"):
+    for column in ("name", "phase", "for", "url", "queue", "running", "KV", "restarts", "start-up", "last error"):
         table.add_column(
             column,
             no_wrap=column != "last error",
-            justify="right" if column in ("for", "queue", "running", "KV", "restarts") else "left",
+            justify="right" if column in ("for", "queue", "running", "KV", "restarts", "start-up") else "left",
         )
     for r in s.replicas:
         table.add_row(
@@ -70,6 +77,7 @@ def _replicas(s: FleetSnapshot) -> Table:
             _num(r.running),
             _pct(r.kv_usage),
             str(r.restarts),
+            _startup(r.startup),
             Text(r.error or "", style="red"),
         )
     return table

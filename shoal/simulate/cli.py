@@ -86,6 +86,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="whose metrics the autoscaler reads: a kind without a series (llamacpp: TTFT, finished requests, KV "
         "usage) leaves that signal missing, as on a cluster",
     )
+    p.add_argument(
+        "--startup-mode",
+        default="cold",
+        choices=("cold", "cached", "standby"),
+        help="how a new replica starts: cold (pull, fetch, load, warm up: the profile's startup_s), cached (weights "
+        "and image on the node: load and warm-up only) or standby (promoted from a pool of --standby loaded, "
+        "unrouted replicas, counted in replica-hours)",
+    )
+    p.add_argument(
+        "--standby", type=int, default=0, metavar="N", help="the standby pool's size (--startup-mode standby)"
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=_simulate)
 
@@ -119,6 +130,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from shoal.simulate.presets import resolve_trace
     from shoal.simulate.profile import DEFAULT_PROFILE, ProfileError, load_profile
     from shoal.simulate.seeds import aggregate, format_seeds_table
+    from shoal.simulate.startup_modes import StartupMode
     from shoal.simulate.trace import TraceError
 
     try:
@@ -129,6 +141,7 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ValueError(f"--slo-ttft-p95 must be > 0, got {args.slo_ttft_p95}")
         if args.seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+        startup = StartupMode(args.startup_mode, args.standby)
         policies = [name.strip() for name in args.policies.split(",") if name.strip()]
         seeds = list(range(args.seed, args.seed + args.seeds))
         comparisons: list[Comparison] = []
@@ -138,7 +151,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 trace = trace.scaled(args.time_scale)
             print(
                 f"seed {seed}: trace {trace.name}: {len(trace)} requests over {trace.duration / 60:.1f} min; "
-                f"profile {profile.name}",
+                f"profile {profile.name}; start-up {startup.label()}",
                 file=sys.stderr,
             )
             comparisons.append(
@@ -155,6 +168,7 @@ def _simulate(args: argparse.Namespace) -> int:
                     _progress_bars(trace.duration, args.progress),
                     args.engine_kind,
                     args.bounds,
+                    startup,
                 )
             )
     except (TraceError, ProfileError, ValueError) as exc:

@@ -21,6 +21,7 @@ from shoal.simulate.profile import EngineProfile
 from shoal.simulate.results import summarize_run
 from shoal.simulate.simulator import SimConfig, SimRun, simulate
 from shoal.simulate.sizing import ReplicaCapacity, peak_rate, replica_capacity, replicas_for
+from shoal.simulate.startup_modes import COLD, StartupMode
 from shoal.simulate.trace import Trace
 
 WARM_START_S = 300.0
@@ -55,6 +56,7 @@ def compare(
     progress: Callable[[str], Callable[[float], None] | None] | None = None,
     engine_kind: str = "shoal",
     bounds: bool = False,
+    startup: StartupMode = COLD,
 ) -> Comparison:
     """Runs each named policy on ``trace`` (see the module docstring), then with ``bounds`` the fixed-peak fleet
     (unless named) and the oracles of :mod:`shoal.simulate.bounds`; ``progress(policy)`` may return a callback
@@ -70,6 +72,7 @@ def compare(
     config = AutoscalingConfig(
         min_replicas=replicas_min, max_replicas=replicas_max, ttft_p95_seconds=slo_ttft_p95_s, **extra
     )
+    startup.check_against(replicas_max)
     early = trace.arrival < WARM_START_S
     early_rate = float(np.sum(early)) / min(WARM_START_S, max(trace.duration, 1.0))
     warm = min(max(replicas_for(early_rate, capacity), replicas_min), replicas_max)
@@ -83,7 +86,7 @@ def compare(
     runs: dict[str, SimRun] = {}
     results: dict[str, dict[str, object]] = {}
     for policy, initial in rows:
-        sim_config = SimConfig(seed=seed, initial_replicas=initial, engine_kind=engine_kind)
+        sim_config = SimConfig(seed=seed, initial_replicas=initial, engine_kind=engine_kind, startup=startup)
         callback = progress(policy.name) if progress is not None else None
         run = simulate(trace, profile, policy, make_policy(routing), sim_config, callback)
         runs[policy.name] = run

@@ -99,6 +99,7 @@ def summarize_run(run: SimRun, slo_ttft_p95_s: float, bursts: tuple[float, ...] 
     summary: dict[str, object] = {
         "slo_attainment": float((p95s <= slo_ttft_p95_s).mean()) if len(p95s) else None,
         "replica_hours": sum(end - start for start, end in run.replica_spans) / 3600.0,
+        "standby_hours": sum(end - start for start, end in run.standby_spans) / 3600.0,
         **_percentiles(ttft, "ttft"),
         **_percentiles(itl, "itl"),
         "scale_events": scale_events,

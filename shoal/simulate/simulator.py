@@ -10,8 +10,9 @@ Discrete events on one clock, deterministic for a seed:
   requests are recorded;
 - the **autoscaler tick**, at the policy's own period, hands the real policy object a ``FleetSignals`` built as
   the production sources build it (:mod:`shoal.simulate.observe`) and applies its decision: new replicas start
-  and become ready after a start-up time drawn from the profile's range; removed ones stop taking requests,
-  finish what they hold (drain) and are aborted after a grace period;
+  and become ready after a start-up time drawn as the start-up mode says (:mod:`shoal.simulate.startup_modes`:
+  cold, node-cached, or promoted from a standby pool that the policy does not see); removed ones stop taking
+  requests, finish what they hold (drain) and are aborted after a grace period;
 - a **replica ready** event puts a started replica into rotation and releases held requests.
 
 Every request ends served, dropped with a reason (``exceeds_kv_capacity``, ``hold_full``, ``hold_timeout``,
@@ -38,6 +39,7 @@ from shoal.gateway.routing import IdOrdered, RouteRequest, RoutingPolicy
 from shoal.simulate.observe import SignalWindow, observe
 from shoal.simulate.profile import EngineProfile
 from shoal.simulate.replica import BLOCK_TOKENS, GROUP_SHIFT, SimReplica, capacity_of
+from shoal.simulate.startup_modes import COLD, StartupMode
 from shoal.simulate.trace import Trace
 
 DROP_REASONS = ("exceeds_kv_capacity", "hold_full", "hold_timeout", "drain_timeout")
@@ -59,6 +61,7 @@ class SimConfig:
     tail_s: float = 1800.0
     sample_s: float = 5.0
     engine_kind: str = "shoal"  # whose metrics the autoscaler reads (shoal.engine_kinds): what it cannot see
+    startup: StartupMode = COLD
 
     def __post_init__(self) -> None:
         if self.initial_replicas < 0:
@@ -87,6 +90,7 @@ class SimRun:
     prefill_tokens_saved: int
     end_time: float
     per_replica_requests: list[int] = field(default_factory=list)
+    standby_spans: list[tuple[float, float]] = field(default_factory=list)  # each replica's time in the pool
 
     @property
     def in_flight(self) -> int:
@@ -126,6 +130,8 @@ class FleetSimulator:
         self.dropped: dict[int, str] = {}
         self.replicas: list[SimReplica] = []
         self.finished_spans: list[tuple[float, float]] = []
+        self.standby: list[SimReplica] = []  # started, not routed, unseen by the policy; loaded from ``since`` on
+        self.standby_spans: list[tuple[float, float]] = []
         self.routable: list[SimReplica] = []
         self.views = IdOrdered()  # the routable replicas' views (``SimReplica.view``), by name
         # kept indexed for a policy that can use it (prefix-aware: holders and load order, not a scan per request)
@@ -166,6 +172,7 @@ class FleetSimulator:
         n = len(arrival)
         self._start_replicas(self.config.initial_replicas, ready=True)
         self.desired = self.config.initial_replicas
+        self._fill_standby(loaded=True)  # the pool was there before the trace began, like the warm fleet
         period = float(getattr(self.policy, "period_seconds", DEFAULT_PERIOD_S))
         self._push(period, _TICK, period)  # the first decision sees one period of traffic, as a running fleet would
         self._push(0.0, _SAMPLE)
@@ -330,20 +337,47 @@ class FleetSimulator:
         self.outstanding -= 1
 
     # -- the fleet -------------------------------------------------------------------------------------------
+    def _new_replica(self) -> SimReplica:
+        self._names += 1
+        replica = SimReplica(f"replica-{self._names:05d}", self.profile, self.now)
+        self.by_name[replica.name] = replica
+        return replica
+
+    def _start_time(self) -> float:
+        low, high = self.config.startup.start_range(self.profile.startup_s)
+        return float(self.rng.uniform(low, high))
+
     def _start_replicas(self, count: int, ready: bool = False) -> None:
-        low, high = self.profile.startup_s
+        promote_s = self.config.startup.promote_s
         for _ in range(count):
-            self._names += 1
-            replica = SimReplica(f"replica-{self._names:05d}", self.profile, self.now)
+            promoted = None if ready or not self.standby else self._promote()
+            replica = promoted or self._new_replica()
             self.replicas.append(replica)
-            self.by_name[replica.name] = replica
             if ready:
                 replica.phase = "ready"
                 self.routable.append(replica)
+            elif promoted is not None:  # loaded: ready once promoted; still loading: once loaded and promoted
+                self._push(max(self.now, promoted.since) + promote_s, _READY, replica)
             else:
-                self._push(self.now + float(self.rng.uniform(low, high)), _READY, replica)
+                self._push(self.now + self._start_time(), _READY, replica)
         if ready:
             self._rotation_changed()
+
+    # -- the standby pool --------------------------------------------------------------------------------------
+    def _fill_standby(self, loaded: bool = False) -> None:
+        """Starts standby replicas until the pool holds ``standby`` (cold starts, off the scale-up's path)."""
+        while len(self.standby) < self.config.startup.standby:
+            replica = self._new_replica()
+            replica.since = self.now if loaded else self.now + float(self.rng.uniform(*self.profile.startup_s))
+            self.standby.append(replica)
+
+    def _promote(self) -> SimReplica:
+        """Takes the pool's replica loaded first (or loading the longest) and starts its replacement."""
+        replica = min(self.standby, key=lambda r: r.since)
+        self.standby.remove(replica)
+        self.standby_spans.append((replica.created, max(self.now, replica.since)))
+        self._fill_standby()
+        return replica
 
     def _ready(self, replica: SimReplica) -> None:
         if replica.phase != "starting":
@@ -409,7 +443,8 @@ class FleetSimulator:
         self._push(self.now + self.config.sample_s, _SAMPLE)
 
     def _record(self, end: float) -> SimRun:
-        spans = self.finished_spans + [(r.created, end) for r in self.replicas]
+        spans = self.finished_spans + [(r.created, end) for r in self.replicas + self.standby]
+        standby_spans = self.standby_spans + [(r.created, end) for r in self.standby]
         counts = Counter(r.name for r in self.routed_to if r is not None)
         return SimRun(
             policy=str(getattr(self.policy, "name", type(self.policy).__name__)),
@@ -427,6 +462,7 @@ class FleetSimulator:
             prefill_tokens_saved=self.prefill_saved,
             end_time=end,
             per_replica_requests=sorted(counts.values(), reverse=True),
+            standby_spans=standby_spans,
         )
 
 

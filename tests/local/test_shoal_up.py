@@ -111,6 +111,21 @@ def test_a_burst_scales_up_and_every_request_succeeds(fleet: UpProcess) -> None:
     assert any(d["rule"].startswith("ScaleUp") and d["to_replicas"] > d["from_replicas"] for d in snapshot["decisions"])
 
 
+def test_the_new_engines_start_up_is_shown_by_phase_to_its_first_token(fleet: UpProcess) -> None:
+    load = Load(fleet.url, clients=0)
+    for _ in range(4):  # round-robin or not, the new engine serves one of these
+        load.one()
+
+    def started() -> dict[str, float] | None:
+        rows = (fleet.snapshot() or {}).get("replicas", [])
+        return next((r["startup"] for r in rows if r["name"] != "engine-0" and "routed" in r["startup"]), None)
+
+    phases = eventually(started, timeout=60, what="the new engine's phases to its first token", detail=fleet.output)
+    assert list(phases)[:2] == ["spawn", "imports"] and phases["loading"] > 0 and phases["warming"] > 0
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert "decision -> first token" in fleet.output()
+
+
 def test_a_crashed_engine_is_restarted_with_backoff_while_the_rest_serve(fleet: UpProcess) -> None:
     ready = [r for r in eventually(fleet.snapshot, what="a snapshot")["replicas"] if r["phase"] == "ready"]
     assert len(ready) >= 2, "still scaled up (the scale-down window has not passed)"

@@ -107,6 +107,7 @@ class EngineCore:
         self._prompt_tokens = 0
         self._generation_tokens = 0
         self._finished_by_reason: dict[str, int] = {}
+        self.startup_phases: dict[str, float] = {}  # seconds per phase of ``from_config``, for the server's metrics
 
     @classmethod
     def from_config(
@@ -182,6 +183,7 @@ class EngineCore:
             with phases.timed("capturing"):
                 runner.capture_graphs(graphs)
         log.info("%s", phases.summary())
+        core.startup_phases = phases.seconds
         for name, path in config.lora_modules:
             core.add_lora(core.read_lora(name, path))
         return core

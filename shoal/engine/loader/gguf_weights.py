@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-import gguf
 import numpy as np
 import torch
 from gguf.quants import dequantize
@@ -29,6 +28,7 @@ from gguf.quants import dequantize
 from shoal.engine.loader.errors import WeightsError
 from shoal.engine.loader.quantize import Int4Codes, Int8Codes, int4_from_gguf_blocks, int8_from_gguf_blocks
 from shoal.engine.model_config import GEMMA_ARCHITECTURES, ROPE_TYPES, ModelConfig, UnsupportedModelError
+from shoal.gguf_metadata import GgufFile
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -95,7 +95,7 @@ def _is_projection(gguf_name: str) -> bool:
     return gguf_name == "output.weight" or bool(match and match[2] in _PROJECTIONS and match[3] == "weight")
 
 
-def projection_types(reader: gguf.GGUFReader) -> frozenset[str]:
+def projection_types(reader: GgufFile) -> frozenset[str]:
     """The GGUF types (``Q4_1``, ``Q8_0``, ``F16``...) of the projection weights: what decides quantization."""
     return frozenset(t.tensor_type.name for t in reader.tensors if _is_projection(t.name))
 
@@ -115,7 +115,7 @@ def _unpermute(name: str, rows: Any, config: ModelConfig) -> Any:
     return rows
 
 
-def gguf_int4_codes(reader: gguf.GGUFReader, config: ModelConfig) -> dict[str, Int4Codes]:
+def gguf_int4_codes(reader: GgufFile, config: ModelConfig) -> dict[str, Int4Codes]:
     """The 4-bit codes of every Q4_0 / Q4_1 projection weight, by Hugging Face name, in PyTorch row order."""
     codes = {}
     for tensor in reader.tensors:
@@ -128,7 +128,7 @@ def gguf_int4_codes(reader: gguf.GGUFReader, config: ModelConfig) -> dict[str, I
     return codes
 
 
-def gguf_head_codes(reader: gguf.GGUFReader) -> dict[str, Int8Codes]:
+def gguf_head_codes(reader: GgufFile) -> dict[str, Int8Codes]:
     """The LM head's Q8_0 codes under ``lm_head.weight``: ``output.weight``'s, or, where the head is tied to the
     embedding (no ``output.weight``), ``token_embd.weight``'s. Empty when that tensor is not Q8_0."""
     tensors = {t.name: t for t in reader.tensors}
@@ -139,7 +139,7 @@ def gguf_head_codes(reader: gguf.GGUFReader) -> dict[str, Int8Codes]:
     return {"lm_head.weight": int8_from_gguf_blocks(tensor.data, shape)}
 
 
-def rope_freq_factors(reader: gguf.GGUFReader) -> tuple[float, ...] | None:
+def rope_freq_factors(reader: GgufFile) -> tuple[float, ...] | None:
     """``rope_freqs.weight``: the per-frequency divisors llama.cpp's converter writes for Llama 3.1+ RoPE scaling
     (instead of the scaling's parameters), or None where the file has none. A file with LongRoPE's factors
     (``rope_factors_long`` / ``rope_factors_short``: Phi-3 128k, Phi-4-mini) is refused, naming them."""
@@ -155,7 +155,7 @@ def rope_freq_factors(reader: gguf.GGUFReader) -> tuple[float, ...] | None:
     return None
 
 
-def iter_gguf(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_gguf(reader: GgufFile, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
     """``(hf_name, float32 tensor)`` pairs in PyTorch layout (GGUF stores shapes innermost-first); the RoPE
     factors are the config's (``rope_freq_factors``), not weights; Gemma's norm weights without the 1 llama.cpp
     added."""

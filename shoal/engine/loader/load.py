@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 
-import gguf
 import torch
 
 from shoal.engine.loader.errors import WeightsError
@@ -20,7 +19,7 @@ from shoal.engine.loader.state_dict import build_state_dict, fuse_by_parameter
 from shoal.engine.model import Model, build_model
 from shoal.engine.model.packed_linear import onednn_packs
 from shoal.engine.model_config import ModelConfig
-from shoal.gguf_metadata import open_gguf, read_gguf_metadata
+from shoal.gguf_metadata import GgufFile, open_gguf, read_gguf_metadata
 from shoal.kernels import KernelOps
 from shoal.model_registry import ModelSource
 
@@ -93,7 +92,7 @@ def load_model(
     return model
 
 
-def _gguf_config(source: ModelSource, reader: gguf.GGUFReader) -> ModelConfig:
+def _gguf_config(source: ModelSource, reader: GgufFile) -> ModelConfig:
     return ModelConfig.from_gguf(
         read_gguf_metadata(source.path),
         has_output_weight=_has_output(reader),
@@ -101,5 +100,5 @@ def _gguf_config(source: ModelSource, reader: gguf.GGUFReader) -> ModelConfig:
     )
 
 
-def _has_output(reader: gguf.GGUFReader) -> bool:
+def _has_output(reader: GgufFile) -> bool:
     return any(t.name == "output.weight" for t in reader.tensors)

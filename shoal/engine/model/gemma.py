@@ -23,7 +23,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from shoal.engine.model.llama import MLP, Attention, KVCache, RMSNorm
+from shoal.engine.model.llama import MLP, Attention, KVCache, RMSNorm, embedding
 from shoal.engine.model.rotary import cos_sin_cache
 from shoal.engine.model_config import ModelConfig
 from shoal.kernels import AttentionMetadata, KernelOps
@@ -96,7 +96,7 @@ class GemmaCausalLM(nn.Module):
     def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = embedding(config)
         self.layers = nn.ModuleList(GemmaDecoderLayer(config, ops, i) for i in range(config.num_layers))
         self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)

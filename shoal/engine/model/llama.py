@@ -115,13 +115,22 @@ class DecoderLayer(nn.Module):
         return self.mlp.forward(hidden), residual
 
 
+def embedding(config: ModelConfig) -> nn.Embedding:
+    """The token embedding, not initialised: the checkpoint's tensor replaces it. On the meta device an
+    ``nn.Embedding``'s own ``normal_`` init pulls in torch's decompositions (``torch._dynamo`` and more: 1-2 s of
+    imports at every engine start); given its weight it skips the init."""
+    return nn.Embedding(
+        config.vocab_size, config.hidden_size, _weight=torch.empty(config.vocab_size, config.hidden_size)
+    )
+
+
 class CausalLM(nn.Module):
     """Token ids in, fp32 logits for the requested rows out; keys and values land in the paged cache."""
 
     def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = embedding(config)
         self.layers = nn.ModuleList(DecoderLayer(config, ops, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)

@@ -346,6 +346,7 @@ class AsyncEngine:
     def _run(self) -> None:
         assert self._loop is not None
         loop = self._loop
+        self.metrics.startup.loading_starts()
         try:
             core = self._load()
         except Exception as exc:  # reported in the log; the process exits via on_dead
@@ -354,6 +355,7 @@ class AsyncEngine:
             return
         self.metrics.loaded(core.config.max_num_seqs, core.config.max_loras if core.lora is not None else None)
         self.metrics.observe_step([], core.stats())  # a ready engine's /metrics shows its (empty) queue at once
+        self.metrics.startup.ready(core.startup_phases)
         self.core = core
         log.info("model loaded: %s (max_model_len %d)", core.model_name, core.max_model_len)
         while True:

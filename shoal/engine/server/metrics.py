@@ -12,6 +12,7 @@ its queue grows.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
@@ -19,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from shoal.engine.core.outputs import EngineStats, RequestOutput
+from shoal.engine.server.startup_metrics import StartupCollector
 
 PREFIX = "shoal_engine"
 FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
@@ -103,6 +105,8 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         self._stats = _StatsCollector(model)
         self.registry.register(self._stats)
+        self.startup = StartupCollector(model)
+        self.registry.register(self.startup)
         reg = self.registry
 
         def histogram(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
@@ -153,6 +157,7 @@ class ServerMetrics:
                 if previous is None:
                     if m.ttft is not None:
                         self.ttft.observe(m.ttft)
+                    self.startup.first_token(time.time())
                 else:
                     gap = (m.last_token_time - previous) / len(out.new_token_ids)
                     for _ in out.new_token_ids:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
 import uuid
 from types import FrameType
 
@@ -124,6 +125,7 @@ def set_threads(requested: int | None, device: str = "cpu") -> StepThreads | Non
 
 def run(args: argparse.Namespace) -> int:
     """Serves until SIGTERM; the model loads in the background once the port is open."""
+    imported_at = time.time()
     configure_logging(args.log_level)
     try:
         config = engine_config(args)
@@ -142,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     names = tuple(dict.fromkeys(args.served_model_name or [source.served_name, args.model]))
     metrics = ServerMetrics(names[0])
+    metrics.startup.imports_done(imported_at)
     hub = KVEventHub(config.block_size, engine_id=uuid.uuid4().hex)
     engine = AsyncEngine(
         lambda: load_then_freeze(lambda: EngineCore.from_config(config, step_threads)),
