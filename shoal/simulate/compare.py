@@ -55,6 +55,7 @@ def compare(
     progress: Callable[[str], Callable[[float], None] | None] | None = None,
     engine_kind: str = "shoal",
     bounds: bool = False,
+    season_seconds: float = 86400.0,
 ) -> Comparison:
     """Runs each named policy on ``trace`` (see the module docstring), then with ``bounds`` the fixed-peak fleet
     (unless named) and the oracles of :mod:`shoal.simulate.bounds`; ``progress(policy)`` may return a callback
@@ -66,9 +67,12 @@ def compare(
     sizing = Sizing(capacity.concurrency, peak, capacity.max_rps)
     if replicas_max is None:
         replicas_max = default_replicas_max(peak)
-    extra = {} if max_step is None else {"max_step": max_step}
     config = AutoscalingConfig(
-        min_replicas=replicas_min, max_replicas=replicas_max, ttft_p95_seconds=slo_ttft_p95_s, **extra
+        min_replicas=replicas_min,
+        max_replicas=replicas_max,
+        ttft_p95_seconds=slo_ttft_p95_s,
+        max_step=AutoscalingConfig.max_step if max_step is None else max_step,
+        season_seconds=season_seconds,
     )
     early = trace.arrival < WARM_START_S
     early_rate = float(np.sum(early)) / min(WARM_START_S, max(trace.duration, 1.0))
