@@ -75,12 +75,9 @@ def targets(trace: str, summary: dict, policy: str) -> list[str]:
         ratios = ", ".join(f"{peer} {hours / _mean(summary, peer, 'replica_hours'):.2f}x" for peer in KEDA_RECIPES)
         verdicts.append(_verdict(ok, f"hours vs {ratios}"))
     best_peer = max(PEERS, key=lambda peer: _per_hour(summary, peer))
-    mine = _per_hour(summary, policy)
-    verdicts.append(
-        _verdict(
-            mine > _per_hour(summary, best_peer), f"{mine:.1f} per h vs {best_peer} {_per_hour(summary, best_peer):.1f}"
-        )
-    )
+    mine, theirs = _per_hour(summary, policy), _per_hour(summary, best_peer)
+    tied = " (tied)" if round(mine, 1) == round(theirs, 1) else ""
+    verdicts.append(_verdict(round(mine, 1) >= round(theirs, 1), f"{mine:.1f} per h vs {best_peer} {theirs:.1f}{tied}"))
     return verdicts
 
 
