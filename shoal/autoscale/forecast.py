@@ -68,7 +68,7 @@ class ArrivalForecast:
         bins = max(1, math.ceil(season_s / self.bin_s))
         self._means = np.zeros(bins)
         self._seen = np.zeros(bins, dtype=bool)
-        self._bin: tuple[int, float, int] | None = None  # (absolute bin, sum, count) being filled
+        self._bin: tuple[int, int, float, int] | None = None  # (season number, bin, sum, count) being filled
         self._first: float | None = None
         self._recent: deque[tuple[float, float]] = deque()  # (time, residual) over the trend window
 
@@ -81,11 +81,11 @@ class ArrivalForecast:
             return
         if self._first is None:
             self._first = now
-        absolute = math.floor(now / self.bin_s)
-        if self._bin is not None and self._bin[0] != absolute:
+        season, index = math.floor(now / self.season_s), self._index(now)
+        if self._bin is not None and self._bin[:2] != (season, index):
             self._fold()
-        total, count = (0.0, 0) if self._bin is None else self._bin[1:]
-        self._bin = (absolute, total + rate, count + 1)
+        total, count = (0.0, 0) if self._bin is None else self._bin[2:]
+        self._bin = (season, index, total + rate, count + 1)
         if self._seen[self._index(now)]:
             self._recent.append((now, rate - self.seasonal(now)))
         while self._recent and self._recent[0][0] <= now - TREND_WINDOW_S:
@@ -94,8 +94,7 @@ class ArrivalForecast:
     def _fold(self) -> None:
         """The bin just completed joins the seasonal shape."""
         assert self._bin is not None
-        absolute, total, count = self._bin
-        index = self._index(absolute * self.bin_s)
+        _, index, total, count = self._bin
         mean = total / count
         seen = self._seen[index]
         self._means[index] = SEASON_WEIGHT * mean + (1 - SEASON_WEIGHT) * self._means[index] if seen else mean

@@ -92,6 +92,19 @@ def test_hours_of_zero_forecast_zero() -> None:
     assert predicted is not None and predicted.rate == 0.0
 
 
+@pytest.mark.parametrize("season", [600.0, 1000.0, 10000.0, 12345.0, 86400.0, 100000.0])
+def test_each_bin_of_the_season_learns_its_own_rate(season: float) -> None:
+    # bins of a fraction of a second (100000 / 144), or a season that is no whole number of them (1000 / 60):
+    # every bin's rate lands in that bin, none in its neighbour
+    forecast = ArrivalForecast(season)
+    t = 0.0
+    while t < 2 * season + forecast.bin_s:
+        forecast.observe(t, float(int((t % season) // forecast.bin_s)))
+        t += 7.0
+    bins = math.ceil(season / forecast.bin_s)
+    assert [forecast.seasonal((i + 0.5) * forecast.bin_s) for i in range(bins)] == [float(i) for i in range(bins)]
+
+
 def test_a_season_must_be_positive() -> None:
     with pytest.raises(ValueError, match="season_s must be > 0"):
         ArrivalForecast(0.0)
