@@ -46,9 +46,9 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    window goes to zero (``ScaleToZero``).
 9. **Predictive floor** (``predictive``, off by default). The arrival rate forecast one start-up ahead (the
    seasonal shape learned from this policy's own history plus the trend of what it does not explain,
-   :mod:`shoal.autoscale.forecast`) needs ``ceil(forecast / (capacity * target_utilization))`` replicas; the
-   fleet is raised to that floor ahead of the load (``ScaleUpForecast``, from zero too) and a scale-down stops at
-   it (``HoldForecast``). The floor only raises: no count is ever lowered on a forecast, and without a whole
+   :mod:`shoal.autoscale.forecast`) needs ``ceil(forecast / (capacity * target_utilization) - tolerance)``
+   replicas; the fleet is raised to that floor ahead of the load (``ScaleUpForecast``, from zero too) and a
+   scale-down stops at it (``HoldForecast``). The floor only raises: no count is ever lowered on a forecast, and without a whole
    season of history or a learned capacity there is no floor (the message says which) and the law above is all.
 
 The object keeps only bounded state (window deques, the capacity estimate, the last start-ups), reads time only from
