@@ -14,7 +14,9 @@ class AutoscalingConfig:
     that absorbs arrival noise between decisions; ``burst_memory_seconds`` is how long the fleet keeps the size a
     breach needed when replicas could not start in time to answer it (bursts recur; 0 turns this off);
     ``startup_timeout_seconds`` is how long a replica may stay starting before it stops counting as capacity on
-    its way (a pod that never loads must not block every later scale-up)."""
+    its way (a pod that never loads must not block every later scale-up); ``predictive`` holds the replicas the
+    arrival rate forecast one start-up ahead needs as a floor (:mod:`shoal.autoscale.forecast`), its seasonal
+    shape ``season_seconds`` long (a day: the time of day)."""
 
     min_replicas: int = 1
     max_replicas: int = 4
@@ -27,6 +29,8 @@ class AutoscalingConfig:
     target_utilization: float = 0.9
     burst_memory_seconds: float = 1800.0
     startup_timeout_seconds: float = 900.0
+    predictive: bool = False
+    season_seconds: float = 86400.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_replicas <= self.max_replicas:
@@ -41,5 +45,7 @@ class AutoscalingConfig:
             raise ValueError(f"burst_memory_seconds must be >= 0, got {self.burst_memory_seconds}")
         if self.startup_timeout_seconds <= 0:
             raise ValueError(f"startup_timeout_seconds must be > 0, got {self.startup_timeout_seconds}")
+        if not self.season_seconds > 0:
+            raise ValueError(f"season_seconds must be > 0, got {self.season_seconds}")
         if not 0 < self.target_utilization <= 1:
             raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")

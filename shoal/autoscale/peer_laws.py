@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from shoal.autoscale.baselines import HPA_SCALE_DOWN_STABILIZATION_SECONDS, KPAStyle, hpa_recommend
 from shoal.autoscale.config import AutoscalingConfig
 from shoal.autoscale.decision import ScalingDecision
+from shoal.autoscale.forecast import trend_projection
 from shoal.autoscale.signals import FleetSignals, ReplicaSignals
 from shoal.autoscale.window import WindowExtreme
 
@@ -280,18 +281,6 @@ class DynamoPlanner:
         values = {"ttft_p90": ttft, "itl_p90": itl, "floor": float(self._floor), "forecast_rps": forecast}
         message = f"{self.name}: TTFT P90 {ttft}, ITL P90 {itl} against the SLA, floor {self._floor}: {replicas}"
         return ScalingDecision(signals.time, replicas, rule, message, values)
-
-
-def trend_projection(samples: list[tuple[float, float]], at: float) -> float:
-    """The least-squares line through ``(time, value)`` samples, evaluated at ``at`` (the mean for one sample)."""
-    n = len(samples)
-    mean_t = sum(t for t, _ in samples) / n
-    mean_v = sum(v for _, v in samples) / n
-    spread = sum((t - mean_t) ** 2 for t, _ in samples)
-    if spread == 0:
-        return mean_v
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in samples) / spread
-    return mean_v + slope * (at - mean_t)
 
 
 @dataclass

@@ -44,6 +44,12 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    and until the policy has a full window of its own history (a restarted autoscaler knows nothing).
 8. **Idle to zero.** With ``min: 0``, a fleet with nothing arriving, queued or running for a whole scale-down
    window goes to zero (``ScaleToZero``).
+9. **Predictive floor** (``predictive``, off by default). The arrival rate forecast one start-up ahead (the
+   seasonal shape learned from this policy's own history plus the trend of what it does not explain,
+   :mod:`shoal.autoscale.forecast`) needs ``ceil(forecast / (capacity * target_utilization) - tolerance)``
+   replicas; the fleet is raised to that floor ahead of the load (``ScaleUpForecast``, from zero too) and a
+   scale-down stops at it (``HoldForecast``). The floor only raises: no count is ever lowered on a forecast, and without a whole
+   season of history or a learned capacity there is no floor (the message says which) and the law above is all.
 
 The object keeps only bounded state (window deques, the capacity estimate, the last start-ups), reads time only from
 ``signals.time`` and does no I/O, so the operator, ``shoal up`` and the simulator run exactly this code.
@@ -56,6 +62,7 @@ import math
 from shoal.autoscale.capacity import CapacityEstimate
 from shoal.autoscale.config import AutoscalingConfig
 from shoal.autoscale.decision import ScalingDecision
+from shoal.autoscale.forecast import ArrivalForecast
 from shoal.autoscale.load import FleetLoad, fleet_load
 from shoal.autoscale.signals import FleetSignals
 from shoal.autoscale.startup import StartupTimes
@@ -93,6 +100,10 @@ class ShoalPolicy:
         self._consolidated: tuple[float, int, float] | None = None  # (time, survivors, arrival) of the last one
         self._breach_since: float | None = None  # when the current breach (queue or TTFT) began
         self.startups = StartupTimes()
+        self.forecast = ArrivalForecast(config.season_seconds) if config.predictive else None
+        self._floor = 0  # the predictive floor of the observation being decided (0: none)
+        if config.predictive:
+            self.name = "shoal-predictive"
 
     def decide(self, signals: FleetSignals) -> ScalingDecision:
         now = signals.time
@@ -116,10 +127,43 @@ class ShoalPolicy:
             "capacity_per_replica": self.capacity.per_replica,
             "startup_seconds": self.startups.typical,
         }
+        self._floor, forecast = self._forecast_floor(signals, values)
         target, rule, message, recommended = self._evaluate(signals, load, values)
         if recommended is not None:
             self._down.add(now, recommended)
+        if forecast:
+            message = f"{message}; {forecast}"
         return ScalingDecision(now, target, rule, message, values)
+
+    def _forecast_floor(self, signals: FleetSignals, values: dict[str, float | None]) -> tuple[int, str]:
+        """The replicas the arrival rate forecast one start-up ahead needs at ``capacity * target_utilization``
+        (0 without a forecast or a capacity), and what the decision's message says of the forecast ('' when the
+        predictive floor is off)."""
+        if self.forecast is None:
+            return 0, ""
+        now, cfg = signals.time, self.config
+        self.forecast.observe(now, signals.arrival_rate)
+        ahead = max(_BACKLOG_DRAIN_SECONDS, self.startups.typical or 0.0)
+        history = self.forecast.history_s(now)
+        values["forecast_history_seconds"] = history
+        predicted = self.forecast.predict(now, ahead)
+        if predicted is None:
+            return 0, f"forecast: insufficient history ({history:.0f} s of {cfg.season_seconds:.0f} s), reactive only"
+        values["forecast_rps"], values["forecast_ahead_seconds"] = predicted.rate, ahead
+        values["forecast_seasonal_rps"], values["forecast_residual_rps"] = predicted.seasonal, predicted.residual
+        said = (
+            f"forecast: {predicted.rate:.3g} req/s in {ahead:.0f} s (seasonal {predicted.seasonal:.3g}"
+            f" {predicted.residual:+.3g} residual)"
+        )
+        capacity = self.capacity.per_replica
+        if capacity is None:
+            return 0, f"{said}, capacity not yet known"
+        # within the tolerance band of a whole replica the forecast moves nothing (a fading 0.01 req/s is no load)
+        floor = max(
+            0, min(math.ceil(predicted.rate / (capacity * cfg.target_utilization) - cfg.tolerance), cfg.max_replicas)
+        )
+        values["forecast_floor"] = float(floor)
+        return floor, f"{said} needs {floor}"
 
     def _evaluate(
         self, signals: FleetSignals, load: FleetLoad, values: dict[str, float | None]
@@ -144,6 +188,8 @@ class ShoalPolicy:
             )
         if current == 0:
             target, rule, message = self._from_zero(signals, load)
+            if target < self._floor:
+                target, rule, message = self._floor, "ScaleUpForecast", f"at zero, the forecast needs {self._floor}"
             return target, rule, message, target
         if signals.missing is not None:
             if signals.alert_firing and not self._loading(signals, load):
@@ -255,6 +301,9 @@ class ShoalPolicy:
                 f" ({self.capacity.basis})"
             )
             panic = queue_breach or ttft_breach
+        if self._floor + load.stuck > max(need, current):
+            need, rule, panic = self._floor + load.stuck, "ScaleUpForecast", True
+            why = f"the arrival rate forecast one start-up ahead needs {self._floor} at {cfg.target_utilization:.0%}"
         if load.stuck and need > current:
             why += f" (and {load.stuck} stuck starting for over {cfg.startup_timeout_seconds:.0f}s, not counted)"
         up = self._up.add(now, need)
@@ -332,6 +381,9 @@ class ShoalPolicy:
                     f" needs {burst} (kept {self._burst_until - now:.0f}s more)"
                 ),
             )
+        forecast = need < min(self._floor, current)
+        if forecast:
+            need, basis = self._floor, f"{basis}, but the arrival rate forecast one start-up ahead needs {self._floor}"
         need = min(max(need, cfg.min_replicas), current)
         if ttft is not None and ttft > cfg.ttft_p95_seconds and need >= current:
             message = (
@@ -343,6 +395,7 @@ class ShoalPolicy:
             return current, "HoldNoQueue", message, current
         if need >= current:
             rule = "HoldTolerance" if sized is not None and math.ceil(sized) < current else "HoldSteady"
+            rule = "HoldForecast" if forecast else rule
             return current, rule, f"holding {current}: {basis}", current
         if signals.alert_firing:
             return current, "HoldAlert", f"holding {current}: an alert is firing ({basis})", current

@@ -73,6 +73,8 @@ def autoscaling_config(spec: InferenceDeploymentSpec) -> AutoscalingConfig:
         scale_up_stabilization_seconds=scaling.scale_up_stabilization_seconds,
         scale_down_stabilization_seconds=scaling.scale_down_stabilization_seconds,
         max_step=scaling.max_step,
+        predictive=scaling.predictive.enabled,
+        season_seconds=float(scaling.predictive.season_seconds),
     )
 
 

@@ -358,6 +358,23 @@ class MetricsSpec(Wire):
     )
 
 
+class PredictiveSpec(Wire):
+    """The predictive floor: replicas held for the arrival rate forecast one replica start-up ahead."""
+
+    enabled: bool = Field(
+        False,
+        description="Hold the replicas the forecast arrival rate needs as a floor (it only raises the count); "
+        "the forecast is in every decision's values.",
+    )
+    season_seconds: int = Field(
+        86400,
+        ge=600,
+        le=2419200,
+        description="Length of the load's repeating shape, learned from the autoscaler's own history: 86400 (a "
+        "day, by UTC time of day) or 604800 (a week). No forecast before one whole season has been seen.",
+    )
+
+
 class AutoscalingSpec(Wire):
     """The autoscaler: its targets and how fast it may move (docs/autoscaling.md)."""
 
@@ -380,6 +397,9 @@ class AutoscalingSpec(Wire):
         "latency; a breach sized from measured rates adds what it needs at once (panic).",
     )
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Where the engines' load is read.")
+    predictive: PredictiveSpec = Field(
+        default_factory=PredictiveSpec, description="The predictive floor (off unless enabled)."
+    )
 
 
 class SecretKeyRef(Wire):

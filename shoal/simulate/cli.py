@@ -75,6 +75,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="replay the trace this many times faster (2: an hour of traffic in 30 minutes)",
     )
     p.add_argument("--max-step", type=int, default=None, help="Shoal's maxStep (default: the CRD's default)")
+    p.add_argument(
+        "--season-seconds",
+        type=float,
+        default=86400.0,
+        metavar="SECONDS",
+        help="shoal-predictive's season, autoscaling.predictive.seasonSeconds (default 86400: a day)",
+    )
     p.add_argument("--max-num-seqs", type=int, default=None, help="engine batch size (default: the profile's)")
     p.add_argument(
         "--max-num-batched-tokens", type=int, default=None, help="engine token budget per step (default: the profile's)"
@@ -169,6 +176,7 @@ def _simulate(args: argparse.Namespace) -> int:
                     args.engine_kind,
                     args.bounds,
                     startup,
+                    args.season_seconds,
                 )
             )
     except (TraceError, ProfileError, ValueError) as exc:

@@ -57,6 +57,7 @@ def compare(
     engine_kind: str = "shoal",
     bounds: bool = False,
     startup: StartupMode = COLD,
+    season_seconds: float = 86400.0,
 ) -> Comparison:
     """Runs each named policy on ``trace`` (see the module docstring), then with ``bounds`` the fixed-peak fleet
     (unless named) and the oracles of :mod:`shoal.simulate.bounds`; ``progress(policy)`` may return a callback
@@ -68,9 +69,12 @@ def compare(
     sizing = Sizing(capacity.concurrency, peak, capacity.max_rps)
     if replicas_max is None:
         replicas_max = default_replicas_max(peak)
-    extra = {} if max_step is None else {"max_step": max_step}
     config = AutoscalingConfig(
-        min_replicas=replicas_min, max_replicas=replicas_max, ttft_p95_seconds=slo_ttft_p95_s, **extra
+        min_replicas=replicas_min,
+        max_replicas=replicas_max,
+        ttft_p95_seconds=slo_ttft_p95_s,
+        max_step=AutoscalingConfig.max_step if max_step is None else max_step,
+        season_seconds=season_seconds,
     )
     startup.check_against(replicas_max)
     early = trace.arrival < WARM_START_S

@@ -2,7 +2,7 @@
 
 Each is the real object from :mod:`shoal.autoscale` (the class the operator and ``shoal up`` run, or the
 baseline in :mod:`shoal.autoscale.baselines`); this module only fills in what a team would have configured:
-the fleet's bounds and SLO, the per-replica concurrency target HPA and Knative are given (70% of what one
+the fleet's bounds and SLO (and ``shoal-predictive``'s season, ``--season-seconds``), the per-replica concurrency target HPA and Knative are given (70% of what one
 replica holds at the SLO in a load test, Knative's default utilization), the rate per replica Dynamo's planner
 profiles, and the fixed fleet's size. The peers' SLO laws (llm-d's, Dynamo's) are given the team's TTFT SLO in
 place of their recipes' own, and keep their published TPOT/ITL target (100 ms).
@@ -10,13 +10,24 @@ place of their recipes' own, and keep their published TPOT/ITL target (100 ms).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shoal.autoscale import AutoscalingConfig, ScalingPolicy, ShoalPolicy
 from shoal.autoscale.baselines import FixedForPeak, HPAStyle, KEDAStyle, KPAStyle
 from shoal.autoscale.peer_laws import AIBrixKPA, DynamoPlanner, LlmdQueue, LlmdSLO
 
-POLICY_NAMES = ("shoal", "hpa", "keda", "kpa", "llmd-slo", "llmd-queue", "dynamo", "aibrix", "fixed")
+POLICY_NAMES = (
+    "shoal",
+    "shoal-predictive",
+    "hpa",
+    "keda",
+    "kpa",
+    "llmd-slo",
+    "llmd-queue",
+    "dynamo",
+    "aibrix",
+    "fixed",
+)
 TARGET_UTILIZATION = 0.7
 
 
@@ -40,7 +51,9 @@ def make_scaling_policy(name: str, config: AutoscalingConfig, sizing: Sizing) ->
     check_policy_names([name])
     target = max(1.0, sizing.slo_concurrency * TARGET_UTILIZATION)
     if name == "shoal":
-        return ShoalPolicy(config)
+        return ShoalPolicy(replace(config, predictive=False))
+    if name == "shoal-predictive":
+        return ShoalPolicy(replace(config, predictive=True))
     if name == "hpa":
         return HPAStyle(config, target)
     if name == "keda":

@@ -188,6 +188,19 @@ class SimReplica:
             self.context += computed
             self.prefill.append([rid, prompt[rid] - computed])
 
+    def release_unstarted(self, prompt: list[int], output: list[int]) -> list[int]:
+        """Takes out every request with no token out yet (waiting, or admitted and still in prefill), oldest first,
+        as a draining engine refuses them (503) for the gateway to retry elsewhere; their KV space is freed. A
+        prefill step in progress still takes its time, its work for them lost."""
+        unstarted = [entry[0] for entry in self.prefill] + list(self.waiting)
+        for rid, left in ((entry[0], entry[1]) for entry in self.prefill):
+            self.reserved -= prompt[rid] + output[rid]
+            self.context -= prompt[rid] - left
+        self.prefill, self.waiting = [], deque()
+        if self.pending is not None:
+            self.pending = []
+        return unstarted
+
     def plan(self, now: float, prompt: list[int]) -> float | None:
         """Starts the next step or decode segment at ``now``; returns when it ends (None when idle)."""
         self.version += 1

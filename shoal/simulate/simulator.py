@@ -11,8 +11,11 @@ Discrete events on one clock, deterministic for a seed:
 - the **autoscaler tick**, at the policy's own period, hands the real policy object a ``FleetSignals`` built as
   the production sources build it (:mod:`shoal.simulate.observe`) and applies its decision: new replicas start
   and become ready after a start-up time drawn as the start-up mode says (:mod:`shoal.simulate.startup_modes`:
-  cold, node-cached, or promoted from a standby pool that the policy does not see); removed ones stop taking
-  requests, finish what they hold (drain) and are aborted after a grace period;
+  cold, node-cached, or promoted from a standby pool that the policy does not see); removed ones leave the routing
+  set, hand back every request with no token out yet (the draining engine refuses them and the gateway retries them
+  on another replica, or holds them when none is ready), finish what is streaming, and abort what is left at the
+  engine's drain deadline inside the pod's termination grace, sized as the operator sizes it
+  (:func:`drain_deadline_s`);
 - a **replica ready** event puts a started replica into rotation and releases held requests.
 
 Every request ends served, dropped with a reason (``exceeds_kv_capacity``, ``hold_full``, ``hold_timeout``,
@@ -36,6 +39,7 @@ from shoal.autoscale.policy import ScalingPolicy
 from shoal.engine_kinds import adapter
 from shoal.gateway.fleet_index import FleetIndex
 from shoal.gateway.routing import IdOrdered, RouteRequest, RoutingPolicy
+from shoal.operator.termination import PRESTOP_SLEEP_SECONDS, termination
 from shoal.simulate.observe import SignalWindow, observe
 from shoal.simulate.profile import EngineProfile
 from shoal.simulate.replica import BLOCK_TOKENS, GROUP_SHIFT, SimReplica, capacity_of
@@ -57,7 +61,7 @@ class SimConfig:
     ttft_window_s: float = 30.0
     hold_limit: int = 1024
     hold_timeout_s: float = 300.0
-    drain_grace_s: float = 120.0
+    drain_grace_s: float | None = None  # None: sized as the operator sizes it, see drain_deadline_s
     tail_s: float = 1800.0
     sample_s: float = 5.0
     engine_kind: str = "shoal"  # whose metrics the autoscaler reads (shoal.engine_kinds): what it cannot see
@@ -67,7 +71,7 @@ class SimConfig:
         if self.initial_replicas < 0:
             raise ValueError(f"initial_replicas must be >= 0, got {self.initial_replicas}")
         for key in ("rate_window_s", "ttft_window_s", "hold_timeout_s", "drain_grace_s", "tail_s", "sample_s"):
-            if not getattr(self, key) > 0:
+            if getattr(self, key) is not None and not getattr(self, key) > 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
 
 
@@ -151,6 +155,7 @@ class FleetSimulator:
         self._hashes: dict[int, tuple[int, ...]] = {}
         self.outstanding = 0
         self.now = 0.0
+        self.drain_s = config.drain_grace_s if config.drain_grace_s is not None else drain_deadline_s(profile, trace)
 
     # -- the event queue -------------------------------------------------------------------------------------
     def _push(self, time: float, kind: int, obj: object = None, version: int = 0) -> None:
@@ -217,7 +222,12 @@ class FleetSimulator:
         self.window.arrived(self.now)
         if self.prompt[rid] + self.output[rid] > self.profile.kv_capacity_tokens:
             self._drop(rid, "exceeds_kv_capacity")
-        elif not self.routable:
+        else:
+            self._place(rid)
+
+    def _place(self, rid: int) -> None:
+        """Routes a request, or holds it while no replica is ready (scale from zero)."""
+        if not self.routable:
             if len(self.held) >= self.config.hold_limit:
                 self._drop(rid, "hold_full")
             else:
@@ -407,6 +417,7 @@ class FleetSimulator:
             return
         # As a ReplicaSet does: pods not ready go first, then the newest.
         doomed = sorted(alive, key=lambda r: (r.phase == "ready", -r.created, r.name))[: len(alive) - desired]
+        refused: list[int] = []
         for replica in doomed:
             if replica.phase == "starting":
                 replica.phase = "draining"
@@ -415,11 +426,30 @@ class FleetSimulator:
             replica.phase = "draining"
             replica.since = self.now
             self.routable.remove(replica)
+            refused += self._refuse_unstarted(replica)
             if replica.in_flight == 0:
                 self._end(replica)
             else:
-                self._push(self.now + self.config.drain_grace_s, _DRAIN_DEADLINE, replica)
+                self._push(self.now + self.drain_s, _DRAIN_DEADLINE, replica)
         self._rotation_changed()
+        for rid in sorted(refused):  # the gateway's retry before the first byte, in arrival order
+            self._place(rid)
+
+    def _refuse_unstarted(self, replica: SimReplica) -> list[int]:
+        """A draining replica's requests with no token out, released as their leases are (``Fleet.release``)."""
+        refused = replica.release_unstarted(self.prompt, self.output)
+        for rid in refused:
+            replica.load_tokens -= self.prefill_charge[rid]
+            self.prefill_charge[rid] = 0
+            group = self.group[rid]
+            if group >= 0:
+                replica.cache.finished(group)
+            else:
+                replica.cache.one_off -= 1
+            self.routed_to[rid] = None
+        replica.in_flight -= len(refused)
+        self._refresh(replica)
+        return refused
 
     def _drain_deadline(self, replica: SimReplica) -> None:
         if replica.ended is not None:
@@ -464,6 +494,17 @@ class FleetSimulator:
             per_replica_requests=sorted(counts.values(), reverse=True),
             standby_spans=standby_spans,
         )
+
+
+def drain_deadline_s(profile: EngineProfile, trace: Trace) -> float:
+    """When a draining replica aborts what it still streams, from when it left the routing set: the preStop sleep
+    and the engine's drain of the pod's termination grace (:func:`shoal.operator.termination.termination`), for
+    the trace's longest request (its ``maxModelLen``, at most the KV cache) at the time per output token of a full
+    batch over a full KV cache."""
+    longest = int((trace.prompt_tokens + trace.output_tokens).max()) if len(trace) else 1
+    max_model_len = min(longest, profile.kv_capacity_tokens)
+    tpot = profile.step.seconds(0, profile.max_num_seqs, profile.kv_capacity_tokens)
+    return float(PRESTOP_SLEEP_SECONDS + termination(max_model_len, tpot, gpus=0, explicit_grace_s=None).drain_s)
 
 
 def simulate(

@@ -37,6 +37,11 @@ pytestmark = pytest.mark.kube
             {"autoscaling": {"mode": "Sometimes"}},
             'spec.autoscaling.mode: Unsupported value: "Sometimes": supported values: "Act", "Recommend"',
         ),
+        (
+            {"autoscaling": {"predictive": {"enabled": True, "seasonSeconds": 60}}},
+            "spec.autoscaling.predictive.seasonSeconds: Invalid value: 60: spec.autoscaling.predictive.seasonSeconds "
+            "in body should be greater than or equal to 600",
+        ),
         ({"model": None}, "spec.model: Required value"),
         (
             {"engine": {"resources": {"gpus": 2}}},
@@ -61,6 +66,7 @@ pytestmark = pytest.mark.kube
         "unknown-policy",
         "zero-ttft-target",
         "unknown-autoscaling-mode",
+        "season-too-short",
         "missing-model",
         "gpus-beyond-one",
         "zero-gpu-memory-utilization",

@@ -114,7 +114,7 @@ def test_a_profile_that_does_not_cover_the_batch_asked_for_is_refused() -> None:
 def test_an_unknown_policy_name_is_refused() -> None:
     with pytest.raises(
         ValueError,
-        match="unknown policy 'vpa'; choose from shoal, hpa, keda, kpa, llmd-slo, llmd-queue, dynamo, aibrix, fixed",
+        match="unknown policy 'vpa'; choose from shoal, shoal-predictive, hpa, keda, kpa, llmd-slo, llmd-queue, dynamo, aibrix, fixed",
     ):
         make_scaling_policy("vpa", AutoscalingConfig(), Sizing(4.0, 2, 1.0))
 
