@@ -80,9 +80,16 @@ class Reconciler:
         most 5 s old), otherwise every ``discovery_seconds``, so installing it later is noticed."""
         checked_at, present = self._monitoring
         if time.monotonic() - checked_at > (FRESH_DISCOVERY_SECONDS if fresh else self.discovery_seconds):
-            present = await self.client.serves(f"{MONITORING_GROUP}/v1", "podmonitors") and await self.client.serves(
-                f"{MONITORING_GROUP}/v1", "prometheusrules"
-            )
+            try:
+                present = await self.client.serves(
+                    f"{MONITORING_GROUP}/v1", "podmonitors"
+                ) and await self.client.serves(f"{MONITORING_GROUP}/v1", "prometheusrules")
+            except KubeError:
+                # a restarted apiserver refuses even discovery (403) until its RBAC cache syncs: what was known
+                # holds, and the next pass asks again; with nothing known yet the pass fails and is retried
+                if checked_at == float("-inf"):
+                    raise
+                return present
             self._monitoring = (time.monotonic(), present)
         return present
 
