@@ -58,8 +58,9 @@ class BurstWatch:
 
     def __init__(self, up: Up) -> None:
         self.up = up
-        self.first = {r.name for r in up.snapshot.replicas if r.phase == "ready"} if up.snapshot else set()
-        self.most_ready = len(self.first)
+        # from the fleet itself: the view's snapshot may predate the first engine's readiness by a tick
+        self.first = {r.name for r in up.fleet.replicas}
+        self.most_ready = sum(r.phase == "ready" for r in up.fleet.replicas)
         self.served_by_new: set[str] = set()
 
     def look(self) -> None:
