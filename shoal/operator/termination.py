@@ -43,6 +43,11 @@ class Termination:
     drain_s: int
 
 
+def _drain_s(max_model_len: int, tpot_s: float) -> int:
+    """The longest request's streaming time at ``tpot_s``, with the margin, in whole seconds."""
+    return math.ceil(round(max_model_len * tpot_s * DRAIN_MARGIN, 6))  # 120.00000000000001 is 120
+
+
 def termination(
     max_model_len: int | None, tpot_s: float | None, gpus: int, explicit_grace_s: int | None
 ) -> Termination:
@@ -53,8 +58,7 @@ def termination(
         grace = GRACE_CAP_SECONDS
     else:
         tpot = tpot_s if tpot_s is not None and tpot_s > 0 else DEFAULT_TPOT_SECONDS["gpu" if gpus else "cpu"]
-        drain = math.ceil(round(max_model_len * tpot * DRAIN_MARGIN, 6))  # 120.00000000000001 is 120
-        grace = min(PRESTOP_SLEEP_SECONDS + drain + EXIT_SECONDS, GRACE_CAP_SECONDS)
+        grace = min(PRESTOP_SLEEP_SECONDS + _drain_s(max_model_len, tpot) + EXIT_SECONDS, GRACE_CAP_SECONDS)
     return Termination(grace, grace - PRESTOP_SLEEP_SECONDS - EXIT_SECONDS)
 
 
@@ -74,7 +78,7 @@ def drain_verdict(
     if max_model_len is None:
         why = f"{drain}, the cap; set spec.engine.maxModelLen to check it against the observed {tpot_s:.3g} s a token"
         return True, "MaxModelLenUnset", why
-    need = math.ceil(round(max_model_len * tpot_s * DRAIN_MARGIN, 6))
+    need = _drain_s(max_model_len, tpot_s)
     said = f"a {max_model_len}-token request streams for up to {need} s at the observed {tpot_s:.3g} s a token (P90)"
     if need <= applied.drain_s:
         return True, "WithinGrace", f"{said}; {drain}"
