@@ -9,11 +9,15 @@ own moments (decision, spawn, listing in the backends file), the engine process'
 counter (the first token it served), polled every ``POLL_S``. Where the engine publishes its own phases
 (``shoal_engine_startup_seconds``) they split the rest into imports, planning and the untimed steps.
 
+``--standby`` adds a third mode: the same fleet with ``autoscaling.standby: 1`` (mode Recommend, so only the
+bench moves the count), where the scale-up promotes the pool's ready engine: ``promote`` (decision to listed),
+then ``routed`` (listed to its first served token).
+
 ``--before TREE`` runs the engines and the gateway from another checkout (e.g. ``git archive BASE | tar -x -C
 TREE``) and turns this fleet's own cuts off (spawn on the decision's tick, readiness polled every 0.2 s), runs
 alternating with the current code, so both are measured on the same machine at the same time. Medians over
 ``--runs``. Usage:
-    .venv/bin/python bench/startup.py [--runs 3] [--before /tmp/shoal-before]
+    .venv/bin/python bench/startup.py [--runs 3] [--before /tmp/shoal-before] [--standby]
 """
 
 from __future__ import annotations
@@ -48,12 +52,13 @@ from shoal.local.up import TICK_S, Up, UpOptions
 
 MODEL = "smollm2"
 POLL_S = 0.05
-PHASES = ("spawn", "imports", "planning", "loading", "profiling", "warming", "other", "listed", "routed")
+PHASES = ("promote", "spawn", "imports", "planning", "loading", "profiling", "warming", "other", "listed", "routed")
 TOOK = re.compile(r"start-up took [\d.]+ s: (.*)")
 LOADED = re.compile(r"^(\S+ \S+) INFO \S+ \[-\] model loaded", re.M)
 
 
-def _manifest(directory: Path) -> Path:
+def _manifest(directory: Path, standby: bool) -> Path:
+    autoscaling = {"enabled": True, "mode": "Recommend", "standby": 1} if standby else {"enabled": False}
     document = {
         "apiVersion": "shoal.dev/v1alpha1",
         "kind": "InferenceDeployment",
@@ -62,7 +67,7 @@ def _manifest(directory: Path) -> Path:
             "model": {"source": "smollm2-135m", "servedName": MODEL},
             "engine": {"maxModelLen": 512, "maxNumSeqs": 4, "startupSeconds": 300},
             "replicas": {"min": 1, "max": 2, "count": 1},
-            "autoscaling": {"enabled": False},
+            "autoscaling": autoscaling,
             "gateway": {"routingPolicy": "round-robin"},
         },
     }
@@ -155,8 +160,18 @@ async def _watch(replica: EngineReplica, decided: float, listed_of: Any, timeout
     return phases
 
 
-async def _one_run(work: Path, clients: int, baseline: bool) -> dict[str, float]:
-    local = load_manifest(_manifest(work))
+async def _first_token(url: str, timeout: float) -> float:
+    """When the engine at ``url`` was first seen to have served a token."""
+    deadline = time.monotonic() + timeout
+    while await asyncio.to_thread(metric, url, "shoal_engine_generation_tokens_total") == 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not serve within {timeout} s")
+        await asyncio.sleep(POLL_S)
+    return time.time()
+
+
+async def _one_run(work: Path, clients: int, baseline: bool, standby: bool) -> dict[str, float]:
+    local = load_manifest(_manifest(work, standby))
     _, source = autoscaling(local.spec)
     up = Up(local, UpOptions(port=free_port(), tui=False, log_dir=work), None, source, lambda line: None)
     launch = up.fleet.launch
@@ -164,7 +179,7 @@ async def _one_run(work: Path, clients: int, baseline: bool) -> dict[str, float]
     load = LightLoad(up.url, clients, pause_s=0.5)
     running = asyncio.create_task(up.run(None))
     try:
-        while len(up.fleet.ready_backends()) < 1:
+        while len(up.fleet.ready_backends()) < 1 or (standby and up.fleet.pool()[0].phase != "standby"):
             if running.done():
                 raise RuntimeError(f"shoal up stopped: {up.failed}")
             await asyncio.sleep(0.2)
@@ -177,7 +192,7 @@ async def _one_run(work: Path, clients: int, baseline: bool) -> dict[str, float]
             up.fleet.apply(decided)  # what shoal up does on a decision now; before, the next tick started it
         while len(up.fleet.active()) < 2:
             await asyncio.sleep(POLL_S)
-        new = up.fleet.active()[-1]
+        new = next(r for r in up.fleet.active() if r.startup is not None and r.startup.decided == decided)
         listed_at: dict[str, float] = {}
 
         async def follow_listing() -> None:
@@ -186,7 +201,12 @@ async def _one_run(work: Path, clients: int, baseline: bool) -> dict[str, float]
             listed_at["t"] = time.time()
 
         follower = asyncio.create_task(follow_listing())
-        phases = await _watch(new, decided, lambda: listed_at.get("t", time.time()), timeout=600)
+        if standby:
+            first = await _first_token(new.url or "", timeout=600)
+            await follower
+            phases = {"promote": listed_at["t"] - decided, "routed": first - listed_at["t"]}
+        else:
+            phases = await _watch(new, decided, lambda: listed_at.get("t", time.time()), timeout=600)
         follower.cancel()
         if not baseline and new.startup is not None:
             print(f"  shoal up's record: {new.name} {new.startup.summary()}", flush=True)
@@ -197,7 +217,7 @@ async def _one_run(work: Path, clients: int, baseline: bool) -> dict[str, float]
         await running
 
 
-def _run(work: Path, clients: int, before: Path | None) -> dict[str, float]:
+def _run(work: Path, clients: int, before: Path | None, standby: bool) -> dict[str, float]:
     """One run; ``before``: the engines and gateway from that tree, this fleet's cuts off."""
     saved_path, saved_poll, saved_cwd = os.environ.get("PYTHONPATH"), up_module.STARTING_POLL_S, os.getcwd()
     if before is not None:  # the children run ``python -m shoal.cli``: the tree in their cwd and PYTHONPATH
@@ -205,7 +225,7 @@ def _run(work: Path, clients: int, before: Path | None) -> dict[str, float]:
         os.chdir(before)
         up_module.STARTING_POLL_S = TICK_S
     try:
-        return asyncio.run(_one_run(work, clients, baseline=before is not None))
+        return asyncio.run(_one_run(work, clients, baseline=before is not None, standby=standby))
     finally:
         os.chdir(saved_cwd)
         up_module.STARTING_POLL_S = saved_poll
@@ -229,14 +249,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--before", type=Path, help="a checkout whose engines and gateway are the baseline")
+    parser.add_argument("--standby", action="store_true", help="also time a promotion from a standby pool of 1")
     parser.add_argument("--json", type=Path, help="write every run's phases here")
     args = parser.parse_args()
     modes: list[tuple[str, Path | None]] = [("after", None)] + ([("before", args.before)] if args.before else [])
+    modes += [("standby", None)] if args.standby else []
     results: dict[str, list[dict[str, float]]] = {label: [] for label, _ in modes}
     for index in range(args.runs):
         for label, tree in modes if index % 2 else reversed(modes):
             with tempfile.TemporaryDirectory(prefix="shoal-startup-") as work:
-                phases = _run(Path(work), args.clients, tree)
+                phases = _run(Path(work), args.clients, tree, standby=label == "standby")
             results[label].append(phases)
             print(f"run {index + 1} {label}: " + ", ".join(f"{p} {s:.2f}" for p, s in phases.items()), flush=True)
     print(f"\nmedian of {args.runs} runs, seconds, {datetime.now():%Y-%m-%d %H:%M}, load {os.getloadavg()[0]:.1f}")

@@ -14,6 +14,10 @@ a Deployment and a kubelet would.
   file (``discovery_delay_s``), finishes its in-flight requests (the engine's own SIGTERM drain) and exits.
 - **reconcile**: fewer engines than ``desired`` -> start more; more -> remove, in the order that loses least
   (restarting ones, then ready ones newest first; a loading one only when nothing else is left).
+- **standby pool** (``autoscaling.standby``): ``standby`` more engines are started and loaded but never listed,
+  and the policy does not see them. A scale-up promotes pool engines first (a ready one is listed at once, a
+  loading one keeps loading as a serving engine), starts new engines only for the rest, and refills the pool
+  with cold starts off the scale-up's path. Pool engines cost what serving ones do; they are only faster to add.
 
 - **start-up by phase**: each replica's first start is a :class:`StartupRecord` from the decision that raised
   the count to its first served token (:mod:`shoal.local.startup`); its ``/metrics`` page is read after it is
@@ -42,7 +46,7 @@ from shoal.local.process import LocalProcess, free_port_pair
 from shoal.local.startup import StartupRecord, read_engine_startup
 from shoal.protocol.backoff import Backoff
 
-Phase = Literal["starting", "ready", "draining", "backoff"]
+Phase = Literal["starting", "ready", "standby", "draining", "backoff"]  # standby: a ready pool engine, not listed
 EVENTS_KEPT = 50
 # Doubling like a kubelet's CrashLoopBackOff, so a broken model does not spin the machine while a one-off crash
 # recovers at once; no jitter: one supervisor restarts its own engines.
@@ -84,6 +88,7 @@ class EngineReplica:
     signalled: bool = False
     kv_events_port: int | None = None
     startup: StartupRecord | None = None  # its first start, by phase
+    pooled: bool = False  # in the standby pool: started, never listed, unseen by the policy
 
     @property
     def url(self) -> str | None:
@@ -111,6 +116,7 @@ class EngineFleet:
     drain_timeout_s: float = 45.0
     on_event: Callable[[Event], None] | None = None
     desired: int = 0
+    standby: int = 0  # the standby pool's size (autoscaling.standby)
     replicas: list[EngineReplica] = field(default_factory=list)
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
     ever_ready: bool = False
@@ -130,8 +136,12 @@ class EngineFleet:
         self.desired = count
 
     def active(self) -> list[EngineReplica]:
-        """The replicas that count toward ``desired``: all but the draining ones."""
-        return [r for r in self.replicas if r.phase != "draining"]
+        """The replicas that count toward ``desired``: all but the draining ones and the standby pool."""
+        return [r for r in self.replicas if r.phase != "draining" and not r.pooled]
+
+    def pool(self) -> list[EngineReplica]:
+        """The standby pool: loading, ready (``standby``) or restarting, never listed."""
+        return [r for r in self.replicas if r.pooled]
 
     def ready_backends(self) -> list[Backend]:
         return [Backend(r.url, r.kv_events_port) for r in self.replicas if r.phase == "ready" and r.url is not None]
@@ -180,14 +190,15 @@ class EngineFleet:
                 code = replica.process.process.returncode
                 self._crashed(replica, now, f"exited with {code} while loading: {_last_line(replica.process)}")
             elif ready:
-                replica.phase, replica.since, replica.failures = "ready", now, 0
+                replica.phase, replica.since, replica.failures = "standby" if replica.pooled else "ready", now, 0
                 self.ever_ready = True
-                self.emit(now, "info", f"{replica.name} ready at {replica.url}")
+                held = ", held in the standby pool" if replica.pooled else ""
+                self.emit(now, "info", f"{replica.name} ready at {replica.url}{held}")
             elif now - replica.since > self.launch.startup_timeout_s:
                 replica.process.stop()
                 self._crashed(replica, now, f"not ready after {self.launch.startup_timeout_s:.0f} s")
         for replica in self.replicas:
-            if replica.phase == "ready" and replica.exited():
+            if replica.phase in ("ready", "standby") and replica.exited():
                 assert replica.process is not None
                 code = replica.process.process.returncode
                 self._crashed(replica, now, f"exited with {code}: {_last_line(replica.process)}")
@@ -211,18 +222,43 @@ class EngineFleet:
                 process.stop()
 
     def _reconcile(self, now: float) -> None:
+        decided = self._raised_at if self._raised_at is not None else now
+        for replica in self._promotable()[: max(0, self.desired - len(self.active()))]:
+            self._promote(replica, now, decided)
         active = self.active()
         for _ in range(self.desired - len(active)):
-            replica = EngineReplica(f"engine-{self._next_index}", "starting", now)
-            replica.startup = StartupRecord(decided=self._raised_at if self._raised_at is not None else now)
-            self._next_index += 1
-            self.replicas.append(replica)
-            self._start(replica, now)
+            replica = self._new_replica(now, pooled=False, startup=StartupRecord(decided=decided))
             self.emit(now, "info", f"{replica.name} starting")
         order = {"backoff": 0, "ready": 1, "starting": 2}
         victims = sorted(active, key=lambda r: (order[r.phase], -r.since))[: max(0, len(active) - self.desired)]
         for replica in victims:
             self._remove(replica, now)
+        self._refill_pool(now)
+
+    def _new_replica(self, now: float, pooled: bool, startup: StartupRecord | None = None) -> EngineReplica:
+        replica = EngineReplica(f"engine-{self._next_index}", "starting", now, startup=startup, pooled=pooled)
+        self._next_index += 1
+        self.replicas.append(replica)
+        self._start(replica, now)
+        return replica
+
+    def _promotable(self) -> list[EngineReplica]:
+        """Pool engines a scale-up takes, the ready ones first, then the loading ones furthest along."""
+        order = {"standby": 0, "starting": 1}
+        return sorted((r for r in self.pool() if r.phase in order), key=lambda r: (order[r.phase], r.since))
+
+    def _promote(self, replica: EngineReplica, now: float, decided: float) -> None:
+        replica.pooled = False
+        replica.startup = StartupRecord(decided=decided, promoted=True)
+        if replica.phase == "standby":
+            replica.phase, replica.since = "ready", now
+        self.emit(now, "info", f"{replica.name} promoted from the standby pool ({replica.phase})")
+
+    def _refill_pool(self, now: float) -> None:
+        """Cold starts until the pool holds ``standby`` again, off the scale-up's path."""
+        for _ in range(self.standby - len(self.pool())):
+            replica = self._new_replica(now, pooled=True)
+            self.emit(now, "info", f"{replica.name} starting for the standby pool")
 
     def _remove(self, replica: EngineReplica, now: float) -> None:
         if replica.phase == "ready":
@@ -272,7 +308,7 @@ class EngineFleet:
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM every engine (each drains its in-flight requests), then SIGKILL whatever is left."""
-        self.desired = 0
+        self.desired = self.standby = 0
         running = [r.process for r in self.replicas if r.process is not None and not r.exited()]
         for process in running:
             process.terminate()

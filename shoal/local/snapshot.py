@@ -17,7 +17,7 @@ from pathlib import Path
 from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.signals import FleetSignals
 from shoal.local.figures import Extras
-from shoal.local.fleet import EngineFleet, Event
+from shoal.local.fleet import EngineFleet, EngineReplica, Event
 
 SAMPLES_KEPT = 600
 
@@ -72,12 +72,25 @@ class FleetSnapshot:
         return sum(1 for r in self.replicas if r.phase == phase)
 
     @property
+    def pool(self) -> int:
+        """The standby pool's engines, ready (``standby``) or on their way."""
+        return sum(1 for r in self.replicas if r.phase.startswith("standby"))
+
+    @property
     def waiting(self) -> float:
         return sum(r.waiting or 0.0 for r in self.replicas if r.phase == "ready")
 
     @property
     def running(self) -> float:
         return sum(r.running or 0.0 for r in self.replicas if r.phase == "ready")
+
+
+def _phase(replica: EngineReplica) -> str:
+    """The fleet's phase; a standby pool engine still loading or restarting is ``standby (starting)``, so
+    that counts of ``starting`` hold only engines the fleet is waiting for."""
+    if replica.pooled and replica.phase != "standby":
+        return f"standby ({replica.phase})"
+    return replica.phase
 
 
 def _finite(value: float | None) -> float | None:
@@ -105,7 +118,7 @@ def take(
         rows.append(
             ReplicaRow(
                 replica.name,
-                replica.phase,
+                _phase(replica),
                 replica.since,
                 replica.url,
                 replica.process.process.pid if replica.process is not None else None,
@@ -157,6 +170,7 @@ class Timeline:
                 "ready": snapshot.count("ready"),
                 "starting": snapshot.count("starting") + snapshot.count("backoff"),
                 "draining": snapshot.count("draining"),
+                "standby": snapshot.pool,
                 "waiting": snapshot.waiting,
                 "running": snapshot.running,
                 "ttft_p95": snapshot.ttft_p95_seconds,

@@ -9,7 +9,9 @@ process's start, when it turned ready, and when it served its first token. :func
 ``spawn`` (decision to process start), ``imports``, ``planning``, ``loading``, ``profiling``, ``warming``, ``other``
 (the engine's untimed steps: tokenizer, KV cache; the engine's phases add up to its age at ready), ``listed`` (engine ready to the fleet seeing it and listing it),
 ``routed`` (listed to the first token it served: the gateway's discovery, then the first request routed to it).
-A phase not known yet (or from an engine kind that does not publish it) is missing, never guessed.
+A phase not known yet (or from an engine kind that does not publish it) is missing, never guessed. A replica
+promoted from the standby pool (``autoscaling.standby``) was loaded before the decision: its way is ``promote``
+(decision to listed), then ``routed``.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class StartupRecord:
     spawned: float | None = None
     listed: float | None = None
     engine: EngineStartup = field(default_factory=EngineStartup)
+    promoted: bool = False  # taken from the standby pool: loaded before the decision, only listed after it
 
     @property
     def complete(self) -> bool:
@@ -72,6 +75,8 @@ class StartupRecord:
     def phases(self) -> dict[str, float]:
         """Seconds per phase, in order, as far as known; they add up to decision -> first token once complete."""
         engine = self.engine
+        if self.promoted:
+            return self._promotion()
         if engine.ready is None or not engine.phases:
             return {}
         timed = {phase: engine.phases[phase] for phase in ENGINE_PHASES if engine.phases.get(phase, 0.0) >= 0.005}
@@ -82,11 +87,21 @@ class StartupRecord:
                 out["routed"] = engine.first_token - self.listed
         return {phase: max(seconds, 0.0) for phase, seconds in out.items()}
 
+    def _promotion(self) -> dict[str, float]:
+        """A standby engine's way: ``promote`` (decision to listed), then ``routed`` (listed to first token)."""
+        if self.listed is None:
+            return {}
+        out = {"promote": self.listed - self.decided}
+        if self.engine.first_token is not None:
+            out["routed"] = self.engine.first_token - self.listed
+        return {phase: max(seconds, 0.0) for phase, seconds in out.items()}
+
     def summary(self) -> str:
         """``decision -> first token 9.8 s: spawn 0.10 s, imports 2.00 s, ...`` (``-> listed`` until then)."""
         phases = self.phases()
         if not phases:
             return "start-up phases not published by this engine"
-        end = "first token" if "routed" in phases else "listed" if "listed" in phases else "ready"
+        listed = "listed" in phases or "promote" in phases
+        end = "first token" if "routed" in phases else "listed" if listed else "ready"
         parts = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in phases.items())
         return f"decision -> {end} {sum(phases.values()):.1f} s: {parts}"

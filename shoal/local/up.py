@@ -77,7 +77,7 @@ def check_port(host: str, port: int) -> None:
 def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
     """The operator's own ``shoal serve`` arguments, then the local overrides (the last flag given wins); for
     another engine kind, its own command line from its binary here (:mod:`shoal.local.engines`)."""
-    most = spec.replicas.max if spec.autoscaling.enabled else spec.replicas.fixed
+    most = (spec.replicas.max + spec.autoscaling.standby) if spec.autoscaling.enabled else spec.replicas.fixed
     threads = threads_per_engine(usable_cores(), most, spec.engine.resources.cpu_limit)
     env = {e.name: e.value for e in spec.engine.env if e.value is not None}  # valueFrom: cluster only
     kind = adapter(spec.engine.kind)
@@ -162,6 +162,7 @@ class Up:
             self.backends,
             drain_timeout_s=engine_termination(spec).grace_s,  # the pod's grace: the engine's drain, then its exit
             on_event=self._on_event,
+            standby=spec.autoscaling.standby if spec.autoscaling.enabled else 0,
         )
         self.autoscaler = (
             LocalAutoscaler(policy, act=spec.autoscaling.mode == "Act")
@@ -199,7 +200,9 @@ class Up:
         engines = [r.url for r in self.fleet.replicas if r.phase in ("ready", "draining") and r.url]
         extras = await read_extras(client, engines, self.url, adapter(self.manifest.spec.engine.kind).metrics)
         assert self.source is not None
-        observed = await self.source.observe(now, self.fleet.desired, [_target(r) for r in self.fleet.replicas])
+        observed = await self.source.observe(
+            now, self.fleet.desired, [_target(r) for r in self.fleet.replicas if not r.pooled]
+        )
         signals = replace(observed, held_requests=extras.held_requests)
         if self.autoscaler is not None:
             decision = self.autoscaler.step(signals, self.fleet)

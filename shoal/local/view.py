@@ -35,10 +35,14 @@ def fleet_line(s: FleetSnapshot) -> str:
     """The fleet's figures in one line (the view's header and the periodic ``--no-tui`` line)."""
     return (
         f"replicas {s.count('ready')} ready / {s.count('starting') + s.count('backoff')} starting / "
-        f"{s.count('draining')} draining (desired {s.desired}) | queue {s.waiting:.0f} running {s.running:.0f} | "
+        f"{s.count('draining')} draining (desired {s.desired}){_standby(s)} | queue {s.waiting:.0f} running {s.running:.0f} | "
         f"TTFT p95 {_num(s.ttft_p95_seconds, '{:.2f}', ' s')} | {_num(s.output_tokens_per_second)} tok/s | "
         f"prefix hits {_pct(s.prefix_hit_rate)}"
     )
+
+
+def _standby(s: FleetSnapshot) -> str:
+    return f" | standby {s.count('standby')} ready of {s.pool}" if s.pool else ""
 
 
 def summary_line(s: FleetSnapshot) -> str:

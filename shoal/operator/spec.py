@@ -400,6 +400,14 @@ class AutoscalingSpec(Wire):
     predictive: PredictiveSpec = Field(
         default_factory=PredictiveSpec, description="The predictive floor (off unless enabled)."
     )
+    standby: int = Field(
+        0,
+        ge=0,
+        description="Engines kept started, loaded and warm but not routed, unseen by the policy: a scale-up "
+        "promotes them first (listed in about a second) and new ones refill the pool. They cost what serving "
+        "engines cost. At most replicas.max; with autoscaling.enabled only. shoal up runs the pool; the "
+        "operator does not yet (its StandbyPool condition says so).",
+    )
 
 
 class SecretKeyRef(Wire):
@@ -545,6 +553,13 @@ ENGINE_BLOCKING = (
     "engine.podDisruptionBudget.minAvailable must be less than replicas.max: a budget that keeps every engine up "
     "blocks every eviction, so node drains never finish"
 )
+STANDBY_ABOVE_MAX = (
+    "autoscaling.standby must not exceed replicas.max: the pool is there to add engines up to the fleet's largest "
+    "size, and a bigger one would be paid for and never promoted"
+)
+STANDBY_WITHOUT_AUTOSCALING = (
+    "autoscaling.standby needs autoscaling.enabled: only the autoscaler's scale-ups promote standby engines"
+)
 ENGINE_KIND_RULES: list[JsonValue] = [
     _kind_rule(kind, refusal.cel, refusal_message(kind, refusal))
     for kind, adapter in ADAPTERS.items()
@@ -564,6 +579,16 @@ class InferenceDeploymentSpec(Wire):
                     f"({blocking_rule('self.engine.podDisruptionBudget', 'self.replicas.max')})",
                     "message": ENGINE_BLOCKING,
                     "fieldPath": ".engine.podDisruptionBudget.minAvailable",
+                },
+                {
+                    "rule": "self.autoscaling.standby <= self.replicas.max",
+                    "message": STANDBY_ABOVE_MAX,
+                    "fieldPath": ".autoscaling.standby",
+                },
+                {
+                    "rule": "self.autoscaling.standby == 0 || self.autoscaling.enabled",
+                    "message": STANDBY_WITHOUT_AUTOSCALING,
+                    "fieldPath": ".autoscaling.standby",
                 },
                 *(rule.validation() for rule in adapter_rules.LIST_RULES),
                 {"rule": adapter_rules.SLOTS_RULE[0], "message": adapter_rules.SLOTS_RULE[1], "fieldPath": ".engine"},
@@ -603,6 +628,15 @@ class InferenceDeploymentSpec(Wire):
         sized = self.engine.max_loras is not None or self.engine.max_lora_rank is not None
         if sized and not self.adapters:
             raise ValueError(adapter_rules.SLOTS_RULE[1])
+        return self
+
+    @model_validator(mode="after")
+    def _standby_pool(self) -> InferenceDeploymentSpec:
+        """A pool no scale-up could use is refused, in the CEL rules' words."""
+        if self.autoscaling.standby > self.replicas.max:
+            raise ValueError(STANDBY_ABOVE_MAX)
+        if self.autoscaling.standby and not self.autoscaling.enabled:
+            raise ValueError(STANDBY_WITHOUT_AUTOSCALING)
         return self
 
     @model_validator(mode="after")

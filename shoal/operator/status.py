@@ -6,7 +6,8 @@ what), ``ModelReady`` (the engine pods have the model: :mod:`.model_ready`), wit
 ``AdaptersReady`` (and ``adapters``, where each is loaded: :mod:`.adapters_ready`) and, while autoscaling is on,
 ``ScalingLimited`` (the autoscaler's wish was clamped, or metrics are missing) and ``DrainFits`` (the engines'
 termination grace lets a request of ``maxModelLen`` tokens finish at the observed time per output token:
-:func:`.termination.drain_verdict`). Every condition comes from :func:`condition`, so each carries ``observedGeneration`` and a
+:func:`.termination.drain_verdict`), and with ``autoscaling.standby`` ``StandbyPool``, False: the operator starts no
+standby engines yet (``shoal up`` does), and says so rather than take the field silently. Every condition comes from :func:`condition`, so each carries ``observedGeneration`` and a
 ``lastTransitionTime`` that changes only when its status does; the scaling history grows only when the desired
 count does. Recomputing an unchanged world therefore yields an identical status: the reconciler then writes
 nothing. The status is built as the typed :class:`.InferenceDeploymentStatus` (the model the CRD's schema is
@@ -34,6 +35,10 @@ from shoal.operator.spec import (
 from shoal.operator.termination import drain_verdict
 
 Status = dict[str, Any]
+STANDBY_NOT_ON_CLUSTERS = (
+    "autoscaling.standby: the operator starts no standby engines yet, so scale-ups here are cold starts; "
+    "the standby pool runs in shoal up (docs/autoscaling.md)"
+)
 Verdict = tuple[bool, str, str]  # a condition's (status, reason, message)
 
 
@@ -98,6 +103,8 @@ def compute_status(
             "MetricsAvailable": _metrics(proposal),
             "DrainFits": _drain_fits(spec, observed.get("tpot_p90_seconds")),
         }
+    if spec.autoscaling.standby:
+        verdicts["StandbyPool"] = (False, "NotOnClusters", STANDBY_NOT_ON_CLUSTERS)
     old_conditions = list(previous.get("conditions", []))
     history, last_scale_time = _history(previous, decision, proposal, spec, problem, stamp)
     fields: dict[str, Any] = {

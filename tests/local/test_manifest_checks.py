@@ -59,6 +59,22 @@ def test_cross_field_errors_carry_the_crd_message(tmp_path: Path, replicas: dict
     assert "spec.replicas" in message
 
 
+@pytest.mark.parametrize(
+    ("autoscaling", "words"),
+    [
+        ({"enabled": True, "standby": 5}, "must not exceed replicas.max"),
+        ({"enabled": False, "standby": 1}, "needs autoscaling.enabled"),
+    ],
+)
+def test_a_standby_pool_no_scale_up_could_use_is_refused_in_the_crds_words(
+    tmp_path: Path, autoscaling: dict, words: str
+) -> None:
+    document = manifest("smollm2-135m", replicas={"min": 1, "max": 3}, autoscaling=autoscaling)
+    message = _refusal(tmp_path, document)
+    assert words in message and "autoscaling.standby" in message
+    assert [m for m in _crd_messages() if m in message], message
+
+
 def test_every_field_error_is_listed_with_its_path_and_value(tmp_path: Path) -> None:
     document = manifest(
         "smollm2-135m",

@@ -42,6 +42,14 @@ pytestmark = pytest.mark.kube
             "spec.autoscaling.predictive.seasonSeconds: Invalid value: 60: spec.autoscaling.predictive.seasonSeconds "
             "in body should be greater than or equal to 600",
         ),
+        (
+            {"replicas": {"min": 1, "max": 2}, "autoscaling": {"enabled": True, "standby": 3}},
+            'spec.autoscaling.standby: Invalid value: "object": autoscaling.standby must not exceed replicas.max',
+        ),
+        (
+            {"autoscaling": {"standby": 1}},
+            'spec.autoscaling.standby: Invalid value: "object": autoscaling.standby needs autoscaling.enabled',
+        ),
         ({"model": None}, "spec.model: Required value"),
         (
             {"engine": {"resources": {"gpus": 2}}},
@@ -67,6 +75,8 @@ pytestmark = pytest.mark.kube
         "zero-ttft-target",
         "unknown-autoscaling-mode",
         "season-too-short",
+        "standby-above-max",
+        "standby-without-autoscaling",
         "missing-model",
         "gpus-beyond-one",
         "zero-gpu-memory-utilization",

@@ -322,3 +322,11 @@ def test_insufficient_gpu_follows_the_gpu_resource_name() -> None:
     )
     assert diagnose_pod(p, "amd.com/gpu").reason == "InsufficientGPU"  # type: ignore[union-attr]
     assert diagnose_pod(p).reason == "Unschedulable"  # type: ignore[union-attr]
+
+
+def test_a_standby_pool_is_named_as_not_run_on_a_cluster() -> None:
+    pooled = SPEC.model_validate({"model": {"source": "smollm2-135m"}, "autoscaling": {"enabled": True, "standby": 1}})
+    s = status({}, spec=pooled, decision=ScaleDecision(2, "steady"))
+    assert conditions(s)["StandbyPool"] == ("False", "NotOnClusters")
+    assert "autoscaling.standby" in next(c["message"] for c in s["conditions"] if c["type"] == "StandbyPool")
+    assert "StandbyPool" not in conditions(status({}))
