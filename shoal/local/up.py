@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.live import Live
 
 from shoal.autoscale.policy import ScalingPolicy
-from shoal.autoscale.source import MetricsSource, ReplicaTarget
+from shoal.autoscale.source import MetricsSource, ReplicaPhase, ReplicaTarget
 from shoal.engine_kinds import adapter
 from shoal.local.autoscaler import LocalAutoscaler
 from shoal.local.engines import engine_binary, foreign_argv
@@ -132,10 +132,18 @@ def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Pa
     return argv
 
 
+# A restarting engine is capacity on its way, as a pod in CrashLoopBackOff is: ``starting``. The standby pool is
+# not here: the policy never sees it.
+POLICY_PHASE: dict[str, ReplicaPhase] = {
+    "starting": "starting",
+    "backoff": "starting",
+    "ready": "ready",
+    "draining": "draining",
+}
+
+
 def _target(replica: EngineReplica) -> ReplicaTarget:
-    """A restarting engine is capacity on its way, as a pod in CrashLoopBackOff is: ``starting``."""
-    phase = "starting" if replica.phase == "backoff" else replica.phase
-    return ReplicaTarget(replica.name, phase, replica.since, replica.url)
+    return ReplicaTarget(replica.name, POLICY_PHASE[replica.phase], replica.since, replica.url)
 
 
 class Up:
