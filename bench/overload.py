@@ -1,0 +1,204 @@
+"""The live overload scenario of issue 33: ``shoal up`` (SmolLM2, replicas 1-3, queue target 2 per replica, TTFT
+P95 target 2 s, Shoal's autoscaler on the direct scrape) under a closed loop of ``--clients`` streaming clients
+for ``--duration`` seconds, every second of it recorded.
+
+A closed loop's arrival rate follows the service rate, so a rate-sized policy can read a saturated fleet as sized
+right; the question this answers is whether every second of an SLO breach below ``max`` is either a scale-up on
+its way or a hold that names its rule and what releases it (``released`` / ``releases`` in the rule's message),
+as the fleet's view, dashboard and status show it. Per second: desired / ready / starting, queue, TTFT P95, the
+rule in force and its message; at the end the breach seconds below max, how many were explained, the scale
+decisions, and the clients' completed and failed requests.
+
+    .venv/bin/python bench/overload.py [--clients 48] [--duration 360] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import yaml
+
+from shoal.local import free_port
+from shoal.local.manifest import load_manifest
+from shoal.local.signals import autoscaling
+from shoal.local.up import Up, UpOptions
+
+MODEL = "smollm2"
+TTFT_TARGET_S = 2.0
+MAX_REPLICAS = 3
+
+
+def _manifest(directory: Path) -> Path:
+    document = {
+        "apiVersion": "shoal.dev/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": "overload-bench"},
+        "spec": {
+            "model": {"source": "smollm2-135m", "servedName": MODEL},
+            "engine": {"maxModelLen": 1024, "maxNumSeqs": 8, "startupSeconds": 300},
+            "replicas": {"min": 1, "max": MAX_REPLICAS},
+            "autoscaling": {"enabled": True, "queueDepthPerReplica": 2, "ttftP95Seconds": TTFT_TARGET_S},
+        },
+    }
+    path = directory / "fleet.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+class ClosedLoop:
+    """``clients`` threads, each streaming one chat request after another with no pause."""
+
+    def __init__(self, url: str, clients: int, max_tokens: int) -> None:
+        self.api = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        self.max_tokens, self.completed, self.failures = max_tokens, 0, 0
+        self.ttfts: list[float] = []
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(clients)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=300)
+
+    def _loop(self, index: int) -> None:
+        turn = 0
+        while not self._stop.is_set():
+            turn += 1
+            sent, first = time.monotonic(), None
+            try:
+                stream = self.api.chat.completions.create(
+                    model=MODEL,
+                    max_tokens=self.max_tokens,
+                    stream=True,
+                    messages=[{"role": "user", "content": f"Client {index}, turn {turn}: tell me about the sea."}],
+                )
+                for chunk in stream:
+                    if first is None and chunk.choices and chunk.choices[0].delta.content:
+                        first = time.monotonic() - sent
+                with self._lock:
+                    self.completed += 1
+                    if first is not None:
+                        self.ttfts.append(first)
+            except openai.OpenAIError:
+                with self._lock:
+                    self.failures += 1
+
+
+def _explained(rule: str, message: str) -> bool:
+    """A scale-up is its own explanation; a hold must name what releases it."""
+    return rule.startswith("ScaleUp") or "release" in message
+
+
+async def _scenario(work: Path, clients: int, duration: float, max_tokens: int) -> dict[str, Any]:
+    local = load_manifest(_manifest(work))
+    policy, source = autoscaling(local.spec)
+    up = Up(local, UpOptions(port=free_port(), tui=False, log_dir=work), policy, source, lambda line: None)
+    running = asyncio.create_task(up.run(None))
+    loop = ClosedLoop(up.url, clients, max_tokens)
+    seconds: list[dict[str, Any]] = []
+    try:
+        while not up.fleet.ready_backends():
+            if running.done():
+                raise RuntimeError(f"shoal up stopped: {up.failed}")
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(2.0)
+        loop.start()
+        began = time.monotonic()
+        while (elapsed := time.monotonic() - began) < duration:
+            await asyncio.sleep(1.0)
+            s = up.snapshot
+            if s is None or s.current is None:
+                continue
+            seconds.append(
+                {
+                    "t": round(elapsed, 1),
+                    "desired": s.desired,
+                    "ready": s.count("ready"),
+                    "starting": s.count("starting") + s.count("backoff"),
+                    "waiting": s.waiting,
+                    "ttft_p95": s.ttft_p95_seconds,
+                    "rule": s.current.rule,
+                    "message": s.current.message,
+                }
+            )
+        decisions = [
+            {"time": round(d.time, 1), "from": d.from_replicas, "to": d.to_replicas, "rule": d.rule}
+            for d in (up.snapshot.decisions if up.snapshot else ())
+        ]
+    finally:
+        await asyncio.to_thread(loop.stop)
+        up.stopping.set()
+        await running
+    breach = [s for s in seconds if s["ttft_p95"] is not None and s["ttft_p95"] > TTFT_TARGET_S]
+    below_max = [s for s in breach if s["desired"] < MAX_REPLICAS]
+    unexplained = [s for s in below_max if not _explained(s["rule"], s["message"])]
+    ttfts = sorted(loop.ttfts)
+    return {
+        "clients": clients,
+        "duration_s": duration,
+        "completed": loop.completed,
+        "failed": loop.failures,
+        "client_ttft_p50_s": ttfts[len(ttfts) // 2] if ttfts else None,
+        "client_ttft_p95_s": ttfts[int(len(ttfts) * 0.95)] if ttfts else None,
+        "seconds_recorded": len(seconds),
+        "breach_seconds": len(breach),
+        "breach_seconds_below_max": len(below_max),
+        "unexplained_breach_seconds_below_max": len(unexplained),
+        "rules_in_breach_below_max": sorted({s["rule"] for s in below_max}),
+        "unexplained_examples": unexplained[:5],
+        "decisions": decisions,
+        "final_desired": seconds[-1]["desired"] if seconds else None,
+        "timeline": seconds,
+    }
+
+
+def _machine() -> str:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor(),
+    )
+    flags = Path("/proc/cpuinfo").read_text()
+    extras = [f for f in ("amx_bf16", "avx512_bf16", "avx512f") if f in flags]
+    return f"{cpu}, {os.cpu_count()} CPUs ({', '.join(extras) or 'AVX2'})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=48)
+    parser.add_argument("--duration", type=float, default=360.0, help="seconds of load after the first engine is ready")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--json", type=Path, help="write the result, timeline included, here")
+    args = parser.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="shoal-overload-") as work:
+        result = asyncio.run(_scenario(Path(work), args.clients, args.duration, args.max_tokens))
+    result |= {"commit": commit, "machine": _machine(), "load_average": os.getloadavg()[0]}
+    summary = {k: v for k, v in result.items() if k != "timeline"}
+    print(json.dumps(summary, indent=1))
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0 if result["unexplained_breach_seconds_below_max"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
