@@ -303,7 +303,8 @@ class EngineSpec(PodFields):
         ge=1,
         le=adapter_rules.MAX_ADAPTERS,
         description="Adapter slots per engine: the most spec.adapters one batch mixes (vLLM's --max-loras); "
-        "unset: one per adapter. With spec.adapters only.",
+        f"unset: {adapter_rules.RUNTIME_SLOTS} for kind shoal (whose list changes at run time), one per adapter for "
+        "vllm. With spec.adapters only.",
     )
     max_lora_rank: int | None = Field(
         None,
@@ -507,7 +508,7 @@ class NetworkPolicySpec(Wire):
 
 
 class AdapterSpec(Wire):
-    """One LoRA adapter of the served model, loaded by every engine at start (docs/lora.md)."""
+    """One LoRA adapter of the served model, loaded by every engine (docs/lora.md)."""
 
     model_config = Wire.model_config | ConfigDict(
         json_schema_extra={"x-kubernetes-validations": [rule.validation() for rule in adapter_rules.SOURCE_RULES]}
@@ -523,8 +524,8 @@ class AdapterSpec(Wire):
         min_length=1,
         max_length=1024,
         description=f"The adapter's PEFT directory: {adapter_rules.FORMS} (under /model-cache, the model's claim, or "
-        "in the image). hf:// and s3:// are fetched by an init container into spec.model.cache, with "
-        "spec.model.credentialsSecret and s3Endpoint.",
+        "in the image). hf:// and s3:// are fetched into spec.model.cache (kind shoal: by the engine; vllm: by an "
+        "init container), with spec.model.credentialsSecret and s3Endpoint.",
     )
 
     @model_validator(mode="after")
@@ -582,8 +583,9 @@ class InferenceDeploymentSpec(Wire):
     adapters: list[AdapterSpec] = Field(
         default_factory=list,
         max_length=adapter_rules.MAX_ADAPTERS,
-        description="LoRA adapters of the model, each served under its own name; every engine loads them all at "
-        "start, so a change rolls the engines (docs/lora.md). Engine kinds shoal and vllm.",
+        description="LoRA adapters of the model, each served under its own name by every engine. Kind shoal: "
+        "loaded at start from a ConfigMap and by the operator at run time, so a change rolls no engine; vllm: on "
+        "its command line, so a change rolls the engines (docs/lora.md). Engine kinds shoal and vllm.",
     )
 
     @model_validator(mode="after")

@@ -80,23 +80,34 @@ def fetch_container(
 ) -> dict[str, Any]:
     """A ``shoal fetch-model`` init container for ``source`` (the model's unless given): the only container that
     sees the credentials Secret."""
-    model = spec.model
-    env = container_env(spec.engine, SCRATCH_ENV)
-    if model.s3_endpoint is not None:
-        env.append({"name": "AWS_ENDPOINT_URL", "value": model.s3_endpoint})
+    endpoint, secret = store_access(spec)
+    env = container_env(spec.engine, SCRATCH_ENV) + endpoint
     container: dict[str, Any] = {
         "name": name,
         "image": image,
         "command": ["shoal"],
-        "args": ["fetch-model", source or model.source, *args],
+        "args": ["fetch-model", source or spec.model.source, *args],
         "env": env,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": container_security_context(),
         "volumeMounts": [SCRATCH_MOUNT, *mounts],
     }
-    if model.credentials_secret is not None:
-        container["envFrom"] = [{"secretRef": {"name": model.credentials_secret, "optional": False}}]
+    if secret:
+        container["envFrom"] = secret
     return container
+
+
+def store_access(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects]:
+    """What a container that fetches sources needs of ``spec.model``: (``env``: the S3 endpoint, ``envFrom``: the
+    credentials Secret)."""
+    model = spec.model
+    env = [] if model.s3_endpoint is None else [{"name": "AWS_ENDPOINT_URL", "value": model.s3_endpoint}]
+    secret = (
+        []
+        if model.credentials_secret is None
+        else [{"secretRef": {"name": model.credentials_secret, "optional": False}}]
+    )
+    return env, secret
 
 
 def shoal_reads_fetched(spec: InferenceDeploymentSpec) -> bool:
