@@ -136,8 +136,9 @@ class ModelSpec(Wire):
         min_length=1,
         max_length=253,
         description="A Secret in this namespace whose keys (HF_TOKEN; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
-        "AWS_SESSION_TOKEN, AWS_REGION) become the environment of the fetch init containers only, never of the "
-        "engine or gateway containers. hf:// and s3:// sources only.",
+        "AWS_SESSION_TOKEN, AWS_REGION) become the environment of the fetch init containers, and of kind shoal's "
+        "engine container only where it fetches spec.adapters itself; never of the gateway. hf:// and s3:// "
+        "sources only.",
     )
     s3_endpoint: str | None = Field(
         None,

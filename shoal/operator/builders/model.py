@@ -5,8 +5,9 @@ into the cache volume (a node's hostPath, a claim, or the pod's own emptyDir) at
 serves the source from that cache (``--download-dir``) and downloads nothing. A fetch that fails stops the pod
 there (init container semantics): the engine never starts on a partial model. The fetcher writes one JSON line
 (bytes fetched, or the store's error) as its termination message, which the ``ModelReady`` condition reads.
-``spec.model.credentialsSecret`` becomes the environment of the fetch containers only (``envFrom``), never of
-the engine or gateway container, and never an argument.
+``spec.model.credentialsSecret`` becomes the environment of the fetch containers (``envFrom``), never of the
+gateway container, of the engine container only where Shoal's engine fetches LoRA adapters itself
+(:mod:`.adapters`), and never an argument.
 
 Another kind of engine (``spec.engine.kind``) has no fetcher: its init container runs ``shoal fetch-model`` from
 the gateway's image (Shoal's CLI without torch) with ``--link``, which points ``/model-link/model`` at the fetched
