@@ -38,9 +38,7 @@ class EngineSettings:
     download_dir: str | None = None
     kv_events_port: int | None = None  # where a kind that publishes its KV cache over ZMQ (vLLM) binds it
     lora_modules: tuple[tuple[str, str], ...] = ()  # LoRA adapters loaded at start: (name, path)
-    lora_modules_file: str | None = (
-        None  # Shoal's engine: a JSON list of adapters, loaded at start, changed at run time
-    )
+    lora_modules_file: str | None = None  # Shoal's: adapters loaded at start from a file, changed at run time
     max_loras: int | None = None  # adapter slots; one per adapter if unset
     max_lora_rank: int | None = None
     shutdown_grace_s: int | None = None  # how long the engine drains on SIGTERM (shoal's --shutdown-grace)
@@ -188,7 +186,9 @@ def lora_args(
     if not s.lora_modules and s.lora_modules_file is None:
         return []
     args = [*enable, slots, str(s.max_loras or len(s.lora_modules)), *optional("--max-lora-rank", s.max_lora_rank)]
-    return [*args, *([modules, *(f"{name}={path}" for name, path in s.lora_modules)] if s.lora_modules else [])]
+    if s.lora_modules:
+        args += [modules, *(f"{name}={path}" for name, path in s.lora_modules)]
+    return args
 
 
 def optional(flag: str, value: object | None) -> list[str]:
