@@ -38,6 +38,7 @@ class EngineSettings:
     download_dir: str | None = None
     kv_events_port: int | None = None  # where a kind that publishes its KV cache over ZMQ (vLLM) binds it
     lora_modules: tuple[tuple[str, str], ...] = ()  # LoRA adapters loaded at start: (name, path)
+    lora_modules_file: str | None = None  # Shoal's: adapters loaded at start from a file, changed at run time
     max_loras: int | None = None  # adapter slots; one per adapter if unset
     max_lora_rank: int | None = None
     shutdown_grace_s: int | None = None  # how long the engine drains on SIGTERM (shoal's --shutdown-grace)
@@ -181,11 +182,13 @@ def lora_args(
     enable: tuple[str, ...] = ("--enable-lora",),
 ) -> list[str]:
     """The LoRA flags (vLLM's names by default, which Shoal's engine shares): every adapter loaded at start as
-    ``NAME=PATH``, a slot each unless ``max_loras`` says fewer."""
-    if not s.lora_modules:
+    ``NAME=PATH``, a slot each unless ``max_loras`` says fewer; LoRA is on too with a ``lora_modules_file``."""
+    if not s.lora_modules and s.lora_modules_file is None:
         return []
     args = [*enable, slots, str(s.max_loras or len(s.lora_modules)), *optional("--max-lora-rank", s.max_lora_rank)]
-    return [*args, modules, *(f"{name}={path}" for name, path in s.lora_modules)]
+    if s.lora_modules:
+        args += [modules, *(f"{name}={path}" for name, path in s.lora_modules)]
+    return args
 
 
 def optional(flag: str, value: object | None) -> list[str]:

@@ -35,7 +35,15 @@ def command(s: EngineSettings) -> list[str]:
         + flag("--enforce-eager", s.enforce_eager)
         + optional("--shutdown-grace", s.shutdown_grace_s)
         + lora_args(s)
+        + runtime_lora_args(s)
     )
+
+
+def runtime_lora_args(s: EngineSettings) -> list[str]:
+    """Adapters from a file at start, then loaded and unloaded at run time (the operator's ``spec.adapters``)."""
+    if s.lora_modules_file is None:
+        return []
+    return ["--lora-modules-file", s.lora_modules_file, "--allow-runtime-lora-updating"]
 
 
 SHOAL = EngineAdapter(

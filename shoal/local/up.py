@@ -88,9 +88,12 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
             env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads), **env}
         return EngineLaunch(argv, env, log_dir, startup, kind.ready_path, kv_events=kind.kv_events == "zmq")
     args = serve_args(spec)
-    if spec.adapters:  # here Shoal's engine fetches an hf:// or s3:// adapter itself: no init container, no link
-        at = args.index("--lora-modules") + 1
-        args[at : at + len(spec.adapters)] = [f"{a.name}={a.source}" for a in spec.adapters]
+    if spec.adapters:  # no ConfigMap here: each adapter's source on the command line (the engine fetches it)
+        at = args.index("--lora-modules-file")
+        args[at : at + 2] = ["--lora-modules", *(f"{a.name}={a.source}" for a in spec.adapters)]
+    if "--download-dir" in args:  # the pod's /model-cache: here the default cache, where `shoal up` fetched
+        at = args.index("--download-dir")
+        del args[at : at + 2]
     if "--attention-backend" in args:  # a GPU spec's Triton: here the CPU's default (the C kernel, else torch's)
         at = args.index("--attention-backend")
         del args[at : at + 2]

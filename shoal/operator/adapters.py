@@ -1,4 +1,4 @@
-"""``spec.adapters``: the LoRA adapters every engine loads at start, and the rules that refuse a bad list.
+"""``spec.adapters``: the LoRA adapters every engine serves, and the rules that refuse a bad list.
 
 An adapter is a PEFT directory (``adapter_config.json``, ``adapter_model.safetensors``) named by a source of the
 forms a model's takes: ``hf://ORG/REPO[@REVISION]`` and ``s3://BUCKET/PREFIX`` are fetched by an init container
@@ -19,6 +19,7 @@ from shoal.operator.model_source import NAME_PART, REPO_ID, S3, Rule, matches
 
 NAME = "^[A-Za-z0-9][A-Za-z0-9._:/-]*$"  # a model name clients send; no '=' (the flag is NAME=PATH), no spaces
 MAX_ADAPTERS = 64  # bounds the CEL rules' cost (uniqueness is quadratic)
+RUNTIME_SLOTS = 4  # kind shoal's adapter slots without engine.maxLoras: one per adapter would roll on a change
 HF_DIR = f"^hf://{NAME_PART}/{NAME_PART}(@{NAME_PART})?$"
 FORMS = "hf://ORG/REPO[@REVISION], s3://BUCKET/PREFIX, or an absolute path in the engine pod"
 

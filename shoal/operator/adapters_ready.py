@@ -8,6 +8,11 @@ adapter is loaded on a pod that is Ready, not terminating, and names it; of M th
 non-zero with a message naming ``adapter 'NAME'`` (the engine's words when it refuses one; its log's tail, by
 ``FallbackToLogsOnError``) is ``LoadFailed`` with that line. Otherwise the condition is True (``Loaded``) once
 every adapter is loaded on every ready pod and one pod at least is ready, else False (``Loading``).
+
+Kind shoal loads at run time (:mod:`.adapter_sync`), so there the pods' own ``/v1/models`` say what each serves:
+an adapter is loaded on a Ready, not-terminating pod whose last sync listed it (or loaded it), and one an engine
+refused (its 4xx) makes the condition False, ``LoadFailed``, with the adapter, the pod and the engine's words; the
+count of ``Loaded`` and ``Loading`` is the same.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shoal.operator.adapter_plan import PodAdapters
 from shoal.operator.builders.adapters import ANNOTATION, FETCH_PREFIX
 from shoal.operator.builders.engine import COMPONENT as ENGINE_CONTAINER
 from shoal.operator.model_ready import fetch_state
@@ -38,10 +44,16 @@ def _ready(pod: Pod) -> bool:
     return _live(pod) and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def loaded(names: Sequence[str], pods: Sequence[Pod]) -> list[AdapterStatus]:
-    """Each adapter of the spec (``names``) with the pods it is loaded on, of the live engine pods."""
+def loaded(
+    names: Sequence[str], pods: Sequence[Pod], observed: Mapping[str, PodAdapters] | None = None
+) -> list[AdapterStatus]:
+    """Each adapter of the spec (``names``) with the pods it is loaded on, of the live engine pods: as their
+    annotation says, or with ``observed`` (kind shoal, pod name -> its last sync) as the engines said."""
     live = [p for p in pods if _live(p)]
-    ready = [set(_names(p)) for p in live if _ready(p)]
+    if observed is None:
+        ready = [set(_names(p)) for p in live if _ready(p)]
+    else:
+        ready = [set(observed[n].loaded) for p in live if _ready(p) and (n := _pod_name(p)) in observed]
     return [AdapterStatus(name=n, loaded_replicas=sum(n in r for r in ready), replicas=len(live)) for n in names]
 
 
@@ -78,8 +90,23 @@ def _load_failure(pod: Pod) -> str | None:
     return None
 
 
-def adapters_ready(statuses: Sequence[AdapterStatus], pods: Sequence[Pod]) -> Verdict:
-    """The ``AdaptersReady`` verdict (see the module's law)."""
+def _refusal(statuses: Sequence[AdapterStatus], observed: Mapping[str, PodAdapters]) -> str | None:
+    """The first spec adapter an engine refused at run time, with the pod and the engine's words."""
+    for status in statuses:
+        for pod, seen in sorted(observed.items()):
+            if status.name in seen.refused:
+                return f"adapter '{status.name}': pod {pod}: {seen.refused[status.name]}"
+    return None
+
+
+def adapters_ready(
+    statuses: Sequence[AdapterStatus], pods: Sequence[Pod], observed: Mapping[str, PodAdapters] | None = None
+) -> Verdict:
+    """The ``AdaptersReady`` verdict (see the module's law); ``observed`` as for :func:`loaded`."""
+    if observed is not None:
+        refused = _refusal(statuses, observed)
+        if refused is not None:
+            return False, "LoadFailed", refused
     for reason, failure in (("FetchFailed", _fetch_failure), ("LoadFailed", _load_failure)):
         found = next((text for p in pods if _live(p) and (text := failure(p)) is not None), None)
         if found is not None:

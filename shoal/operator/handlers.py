@@ -165,6 +165,7 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig)
             if runner is not None:
                 await runner.cleanup()
         state.stopping = True
+        await state.reconciler.adapters.close()
         await state.reconciler.client.close()
 
 

@@ -2,9 +2,10 @@
 
 It is the only place where the pure parts meet I/O. Every pass runs the same steps: parse the spec (the models
 the CRD was generated from), decide the engine count (:mod:`.replicas`: the spec, or the autoscaler's evaluation,
-:mod:`.autoscaler`),
-check what cannot work (:mod:`.diagnosis`), server-side apply the children (:mod:`.builders`) and compute the
-status from what the watches saw of the children (:mod:`.status`). Children are applied on every spec change;
+:mod:`.autoscaler`), check what cannot work (:mod:`.diagnosis`), server-side apply the children
+(:mod:`.builders`), bring kind shoal's engines to ``spec.adapters`` through their endpoints
+(:mod:`.adapter_sync`) and compute the status from what the watches saw of the children and the engines said of
+their adapters (:mod:`.status`). Children are applied on every spec change;
 after an operator restart and on each status refresh they are applied only when the engine Deployment (seen
 through the watch) is missing, at the wrong scale, or carries a digest of other children than the ones wanted
 now. Applying an unchanged object would be a no-op for the apiserver anyway; skipping it saves the requests.
@@ -29,8 +30,10 @@ from typing import Any, Literal
 import kopf
 from pydantic import ValidationError
 
+from shoal.operator.adapter_sync import AdapterSync, Observed
 from shoal.operator.autoscaler import FleetAutoscaler, FleetRef
 from shoal.operator.builders import applied_digest, build_children
+from shoal.operator.builders.adapters import at_run_time
 from shoal.operator.builders.api_keys import generated_api_key_secret, new_api_key
 from shoal.operator.builders.monitoring import MONITORING_GROUP
 from shoal.operator.diagnosis import Problem, check_model, diagnose
@@ -72,6 +75,7 @@ class Reconciler:
     monitoring_labels: Mapping[str, str] = field(default_factory=dict)  # --monitoring-label
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     gateway_image: str | None = None  # --gateway-image: for a spec that names none
+    adapters: AdapterSync = field(default_factory=AdapterSync)  # kind shoal's run-time adapter loading
     _monitoring: tuple[float, bool] = field(default=(float("-inf"), False))
     _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)  # one pass per object at a time
 
@@ -117,6 +121,7 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         """The object is gone: drop its lock and its metrics."""
         self._locks.pop((namespace, name), None)
+        self.adapters.forget((namespace, name))
         self.metrics.forget(namespace, name)
 
     async def _reconcile(
@@ -165,6 +170,7 @@ class Reconciler:
         problem = problem or diagnose(
             spec.model.source, children.engine_pods, spec.engine.kind, spec.engine.resources.gpu_resource_name
         )
+        observed = await self._sync_adapters(owner, spec, children) if trigger != "alert" else None
         new = compute_status(
             spec=spec,
             generation=meta.get("generation", 0),
@@ -177,6 +183,7 @@ class Reconciler:
             now=now,
             proposal=proposal,
             engine_pods=children.engine_pods,
+            adapters_observed=observed,
         )
         for reason, message in warnings:
             announce(body, type="Warning", reason=reason, message=message)
@@ -194,6 +201,16 @@ class Reconciler:
         running = spec.replicas.fixed if spec.autoscaling.mode == "Recommend" else current
         fleet = FleetRef(owner.namespace, owner.name, spec, replica_targets(children.engine_pods))
         return await self.autoscaler.evaluate(fleet, spec.replicas.min if running is None else running)
+
+    async def _sync_adapters(self, owner: Owner, spec: InferenceDeploymentSpec, children: Children) -> Observed | None:
+        """Kind shoal's engines brought to ``spec.adapters`` at run time; what each ready pod serves (None: the
+        adapters are on another kind's command line, or there are none)."""
+        key = (owner.namespace, owner.name)
+        if not at_run_time(spec):
+            self.adapters.forget(key)
+            return None
+        wanted = [(a.name, a.source) for a in spec.adapters]
+        return await self.adapters.observe(key, children.engine_pods, wanted, spec.served_name)
 
     async def _scale(self, owner: Owner, children: Children, decision: ScaleDecision) -> Problem | None:
         """An alert's pass writes only the engine count (one request, not every child): fast, and the next

@@ -136,8 +136,9 @@ class ModelSpec(Wire):
         min_length=1,
         max_length=253,
         description="A Secret in this namespace whose keys (HF_TOKEN; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
-        "AWS_SESSION_TOKEN, AWS_REGION) become the environment of the fetch init containers only, never of the "
-        "engine or gateway containers. hf:// and s3:// sources only.",
+        "AWS_SESSION_TOKEN, AWS_REGION) become the environment of the fetch init containers, and of kind shoal's "
+        "engine container only where it fetches spec.adapters itself; never of the gateway. hf:// and s3:// "
+        "sources only.",
     )
     s3_endpoint: str | None = Field(
         None,
@@ -303,7 +304,8 @@ class EngineSpec(PodFields):
         ge=1,
         le=adapter_rules.MAX_ADAPTERS,
         description="Adapter slots per engine: the most spec.adapters one batch mixes (vLLM's --max-loras); "
-        "unset: one per adapter. With spec.adapters only.",
+        f"unset: {adapter_rules.RUNTIME_SLOTS} for kind shoal (whose list changes at run time), one per adapter for "
+        "vllm. With spec.adapters only.",
     )
     max_lora_rank: int | None = Field(
         None,
@@ -515,7 +517,7 @@ class NetworkPolicySpec(Wire):
 
 
 class AdapterSpec(Wire):
-    """One LoRA adapter of the served model, loaded by every engine at start (docs/lora.md)."""
+    """One LoRA adapter of the served model, loaded by every engine (docs/lora.md)."""
 
     model_config = Wire.model_config | ConfigDict(
         json_schema_extra={"x-kubernetes-validations": [rule.validation() for rule in adapter_rules.SOURCE_RULES]}
@@ -531,8 +533,8 @@ class AdapterSpec(Wire):
         min_length=1,
         max_length=1024,
         description=f"The adapter's PEFT directory: {adapter_rules.FORMS} (under /model-cache, the model's claim, or "
-        "in the image). hf:// and s3:// are fetched by an init container into spec.model.cache, with "
-        "spec.model.credentialsSecret and s3Endpoint.",
+        "in the image). hf:// and s3:// are fetched into spec.model.cache (kind shoal: by the engine; vllm: by an "
+        "init container), with spec.model.credentialsSecret and s3Endpoint.",
     )
 
     @model_validator(mode="after")
@@ -607,8 +609,9 @@ class InferenceDeploymentSpec(Wire):
     adapters: list[AdapterSpec] = Field(
         default_factory=list,
         max_length=adapter_rules.MAX_ADAPTERS,
-        description="LoRA adapters of the model, each served under its own name; every engine loads them all at "
-        "start, so a change rolls the engines (docs/lora.md). Engine kinds shoal and vllm.",
+        description="LoRA adapters of the model, each served under its own name by every engine. Kind shoal: "
+        "loaded at start from a ConfigMap and by the operator at run time, so a change rolls no engine; vllm: on "
+        "its command line, so a change rolls the engines (docs/lora.md). Engine kinds shoal and vllm.",
     )
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from shoal.operator.adapter_plan import PodAdapters
 from shoal.operator.adapters_ready import adapters_ready, loaded
 from shoal.operator.diagnosis import Problem
 from shoal.operator.model_ready import model_ready
@@ -82,9 +83,11 @@ def compute_status(
     now: datetime,
     proposal: ScaleDecision | None = None,
     engine_pods: Sequence[Mapping[str, Any]] = (),
+    adapters_observed: Mapping[str, PodAdapters] | None = None,
 ) -> Status:
     """The whole new status (camelCase, as stored). ``proposal`` is the autoscaler's latest evaluation (applied as
-    ``decision`` in Act mode, only recorded in Recommend mode)."""
+    ``decision`` in Act mode, only recorded in Recommend mode); ``adapters_observed``, where the engines load
+    adapters at run time (kind shoal), what each ready pod's last sync saw."""
     stamp = timestamp(now)
     replicas, ready, _ = _counts(engine)
     verdicts = {
@@ -93,9 +96,9 @@ def compute_status(
         "Degraded": (True, problem.reason, problem.message) if problem else (False, "AsExpected", ""),
         "ModelReady": model_ready(spec.model.source, engine_pods),
     }
-    adapters = loaded([a.name for a in spec.adapters], engine_pods) if spec.adapters else None
+    adapters = loaded([a.name for a in spec.adapters], engine_pods, adapters_observed) if spec.adapters else None
     if adapters is not None:
-        verdicts["AdaptersReady"] = adapters_ready(adapters, engine_pods)
+        verdicts["AdaptersReady"] = adapters_ready(adapters, engine_pods, adapters_observed)
     observed = _observed(proposal or decision, previous)
     if spec.autoscaling.enabled:
         verdicts |= {

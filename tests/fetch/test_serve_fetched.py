@@ -3,6 +3,7 @@ repo's name; a fetch that fails stops it with exit status 1 and the Hub's answer
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def test_serve_exits_1_naming_the_hubs_answer(hub: HubServer, tmp_path: Path) ->
 
 
 def test_lora_adapters_are_fetched_at_start_and_at_run_time(hub: HubServer, tiny_dir: Path, tmp_path: Path) -> None:
-    """``--lora-modules NAME=hf://...`` and ``/v1/load_lora_adapter`` fetch a PEFT adapter's config and weights only."""
+    """``--lora-modules NAME=hf://...``, ``--lora-modules-file`` and ``/v1/load_lora_adapter`` fetch a PEFT
+    adapter's config and weights only; the file's adapter that cannot be fetched is left out, the start goes on."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))  # the engine tests' adapter writer
     from lora_adapters import write_adapter
 
@@ -53,9 +55,14 @@ def test_lora_adapters_are_fetched_at_start_and_at_run_time(hub: HubServer, tiny
     (adapter / "README.md").write_text("# an adapter\n")  # PEFT writes one: not needed to serve
     hub.hub.add_directory("tiny/adapter", adapter)
     cache = tmp_path / "cache"
+    modules = tmp_path / "adapters.json"
+    modules.write_text(
+        json.dumps([{"name": "filed", "path": "hf://tiny/adapter"}, {"name": "gone", "path": "hf://tiny/absent"}])
+    )
     argv = shoal_command(
         "serve", "--model", str(tiny_dir), "--download-dir", str(cache), "--num-kv-blocks", "64", "--enable-lora",
         "--max-lora-rank", "4", "--lora-modules", "first=hf://tiny/adapter", "--allow-runtime-lora-updating",
+        "--lora-modules-file", str(modules),
     )  # fmt: skip
     engine = LocalProcess(argv, tmp_path / "engine.log", env=hub_env(hub))
     try:
@@ -66,7 +73,8 @@ def test_lora_adapters_are_fetched_at_start_and_at_run_time(hub: HubServer, tiny
         refused = httpx.post(engine.url + "/v1/load_lora_adapter", json=absent, timeout=60)
         assert refused.status_code == 400 and refused.json()["error"]["param"] == "lora_path", refused.text
         names = [m["id"] for m in httpx.get(engine.url + "/v1/models").json()["data"]]
-        assert {"first", "second"} <= set(names)
+        assert {"first", "second", "filed"} <= set(names) and "gone" not in names
+        assert "'gone' from hf://tiny/absent not loaded" in engine.log(20000)
     finally:
         engine.stop()
     assert dict(hub.hub.downloads) == dict.fromkeys(("adapter_config.json", "adapter_model.safetensors"), 1)

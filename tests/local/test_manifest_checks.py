@@ -220,7 +220,8 @@ def test_local_shoal_engines_fetch_their_adapters_themselves(tmp_path: Path) -> 
     argv = engine_launch(spec, tmp_path).argv
     at = argv.index("--lora-modules")
     assert argv[at + 1 : at + 3] == ["sql=hf://acme/sql-lora", "chat=/adapters/chat"]
-    assert argv[argv.index("--max-loras") + 1] == "2"
+    assert argv[argv.index("--max-loras") + 1] == "4", "the operator's slots"
+    assert "--lora-modules-file" not in argv and "--download-dir" not in argv, "the default cache, no ConfigMap"
 
 
 def test_a_cluster_model_source_is_refused_or_noted_in_the_crds_words(tmp_path: Path) -> None:

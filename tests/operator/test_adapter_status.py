@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shoal.operator.adapter_plan import PodAdapters
 from shoal.operator.adapters_ready import adapters_ready, loaded
 
 NAMES = ["sql", "chat"]
@@ -88,3 +89,29 @@ def test_an_adapter_the_engine_refuses_is_named_with_the_engines_words() -> None
     )
     clean_exit = {"state": {"terminated": {"exitCode": 0, "message": log}}}
     assert adapters_ready(loaded(NAMES, [pod("a", engine=clean_exit)]), [pod("a", engine=clean_exit)])[1] == "Loading"
+
+
+def test_at_run_time_what_the_engines_said_counts_and_a_refusal_names_the_adapter_and_why() -> None:
+    """Kind shoal: the pods' own ``/v1/models`` (their last sync), not an annotation; a refused adapter makes the
+    condition False naming it while the others count as loaded."""
+    pods = [pod("a", ready=True, adapters=""), pod("b", ready=True, adapters=""), pod("c", adapters="")]
+    observed = {
+        "a": PodAdapters(loaded=frozenset({"sql", "chat"})),
+        "b": PodAdapters(loaded=frozenset({"sql"}), refused={"chat": "adapter 'chat' has rank 64, more than 16"}),
+        "c": PodAdapters(loaded=frozenset({"sql", "chat"})),  # not ready: not counted
+    }
+    statuses = loaded(NAMES, pods, observed)
+    assert {s.name: (s.loaded_replicas, s.replicas) for s in statuses} == {"sql": (2, 3), "chat": (1, 3)}
+    assert adapters_ready(statuses, pods, observed) == (
+        False,
+        "LoadFailed",
+        "adapter 'chat': pod b: adapter 'chat' has rank 64, more than 16",
+    )
+    observed["b"] = PodAdapters(loaded=frozenset({"sql", "chat"}))
+    assert adapters_ready(loaded(NAMES, pods, observed), pods, observed)[:2] == (True, "Loaded")
+    unasked = {"a": observed["a"], "b": PodAdapters(error="GET http://10.0.0.2:8000/v1/models: timed out")}
+    assert adapters_ready(loaded(NAMES, pods, unasked), pods, unasked) == (
+        False,
+        "Loading",
+        "adapter 'sql' loaded on 1 of 2 ready engine pods",
+    )

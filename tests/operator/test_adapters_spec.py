@@ -1,8 +1,11 @@
-"""``spec.adapters``: refused at admission in the same words by the apiserver and the models; fetched by init
-containers and named on every engine's command line; a change rolls the engines."""
+"""``spec.adapters``: refused at admission in the same words by the apiserver and the models; for kind shoal a
+ConfigMap the engines load at start (a change rolls nothing: the operator loads at run time,
+``test_adapters_runtime.py``), for vLLM fetched by init containers and named on every engine's command line (a
+change rolls the engines)."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -15,7 +18,9 @@ from support.kube_testbed import ControlPlane
 
 from shoal.local.process import LocalProcess, shoal_command
 from shoal.operator.builders import build_children
+from shoal.operator.builders.adapters import MODULES_FILE, modules_file
 from shoal.operator.builders.engine import serve_args
+from shoal.operator.builders.network import OPERATOR_POD_LABELS
 from shoal.operator.naming import Owner
 from shoal.operator.spec import InferenceDeploymentSpec
 
@@ -25,10 +30,13 @@ CHAT = {"name": "chat", "source": "s3://adapters/chat/"}
 LOCAL = {"name": "local", "source": "/model-cache/adapters/local"}
 
 
-def engine_pod(model: dict[str, Any], adapters: list[dict[str, str]], **engine: Any) -> dict[str, Any]:
+def children(model: dict[str, Any], adapters: list[dict[str, str]], **engine: Any) -> dict[tuple[str, str], Any]:
     spec = InferenceDeploymentSpec.model_validate({"model": model, "engine": engine, "adapters": adapters})
-    built = {(c["kind"], c["metadata"]["name"]): c for c in build_children(OWNER, spec, 2, prometheus_operator=False)}
-    return built[("Deployment", "chat-engine")]["spec"]["template"]["spec"]
+    return {(c["kind"], c["metadata"]["name"]): c for c in build_children(OWNER, spec, 2, prometheus_operator=False)}
+
+
+def engine_pod(model: dict[str, Any], adapters: list[dict[str, str]], **engine: Any) -> dict[str, Any]:
+    return children(model, adapters, **engine)[("Deployment", "chat-engine")]["spec"]["template"]["spec"]
 
 
 def flag_values(args: list[str], flag: str) -> list[str]:
@@ -41,11 +49,51 @@ def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {item["name"]: item for item in items}
 
 
-def test_each_fetched_adapter_has_a_fetcher_and_the_engine_loads_every_adapter_at_start() -> None:
+def test_kind_shoal_loads_a_configmap_at_start_and_fetches_the_adapters_itself() -> None:
+    model = {"source": "s3://models/smollm2/", "credentialsSecret": "store-keys", "s3Endpoint": "http://minio:9000"}
+    built = children(model, [SQL, CHAT, LOCAL], resources={"gpus": 0})
+    config = built[("ConfigMap", "chat-adapters")]
+    assert json.loads(config["data"]["adapters.json"]) == [
+        {"name": "sql", "path": "hf://acme/sql-lora@v2"},
+        {"name": "chat", "path": "s3://adapters/chat/"},
+        {"name": "local", "path": "/model-cache/adapters/local"},
+    ]
+    pod = built[("Deployment", "chat-engine")]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["fetch-model"], "the engine fetches its adapters itself"
+    assert "shoal.dev/adapters" not in built[("Deployment", "chat-engine")]["spec"]["template"]["metadata"].get(
+        "annotations", {}
+    )
+    (engine,) = pod["containers"]
+    args = engine["args"]
+    assert args[args.index("--enable-lora") :] == [
+        "--enable-lora",
+        "--max-loras",
+        "4",
+        "--lora-modules-file",
+        "/etc/shoal/adapters/adapters.json",
+        "--allow-runtime-lora-updating",
+    ]
+    assert flag_values(args, "--download-dir") == ["/model-cache"]
+    assert by_name(pod["volumes"])["adapters"] == {"name": "adapters", "configMap": {"name": "chat-adapters"}}
+    mounts = by_name(engine["volumeMounts"])
+    assert mounts["adapters"] == {"name": "adapters", "mountPath": "/etc/shoal/adapters", "readOnly": True}
+    assert "readOnly" not in mounts["model-cache"], "the engine writes what it fetches"
+    assert engine["envFrom"] == [{"secretRef": {"name": "store-keys", "optional": False}}]
+    assert {"name": "AWS_ENDPOINT_URL", "value": "http://minio:9000"} in engine["env"]
+
+
+def test_kind_shoal_lets_the_operator_reach_its_engines() -> None:
+    policy = children({"source": "smollm2-135m"}, [SQL])[("NetworkPolicy", "chat-engine")]
+    sources = [peer["podSelector"]["matchLabels"] for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+    assert OPERATOR_POD_LABELS in sources
+
+
+def test_another_kinds_fetched_adapters_have_fetchers_and_its_engine_loads_every_adapter_at_start() -> None:
     pod = engine_pod(
-        {"source": "smollm2-135m", "servedName": "base"},
+        {"source": "/models/base", "servedName": "base"},
         [SQL, CHAT, LOCAL],
-        resources={"gpus": 0},
+        kind="vllm",
+        resources={"gpus": 1},
     )
     inits = by_name(pod["initContainers"])
     assert list(inits) == ["fetch-adapter-0", "fetch-adapter-1"], "a path is read where it is"
@@ -62,7 +110,6 @@ def test_each_fetched_adapter_has_a_fetcher_and_the_engine_loads_every_adapter_a
     assert inits["fetch-adapter-1"]["args"][1] == "s3://adapters/chat/"
     assert inits["fetch-adapter-1"]["args"][-1] == "/model-link/adapter-1"
     (engine,) = pod["containers"]
-    assert inits["fetch-adapter-0"]["image"] == engine["image"], "Shoal's engine image fetches for itself"
     args = engine["args"]
     assert args[args.index("--enable-lora") + 1 : args.index("--lora-modules")] == ["--max-loras", "3"]
     assert flag_values(args, "--lora-modules") == [
@@ -112,13 +159,15 @@ def test_without_adapters_the_engine_runs_without_lora() -> None:
     assert not {"--enable-lora", "--lora-modules", "--max-loras"} & set(pod["containers"][0]["args"])
 
 
-def test_changing_the_adapters_changes_the_pod_template_so_the_engines_roll() -> None:
-    model = {"source": "smollm2-135m"}
-    assert engine_pod(model, [SQL]) != engine_pod(model, [{**SQL, "source": "hf://acme/sql-lora@v3"}])
+def test_changing_the_adapters_rolls_another_kinds_engines_but_not_shoals() -> None:
+    model, changed = {"source": "/models/base"}, [{**SQL, "source": "hf://acme/sql-lora@v3"}, CHAT]
+    assert engine_pod(model, [SQL], kind="vllm") != engine_pod(model, changed, kind="vllm")
+    assert engine_pod(model, [SQL]) == engine_pod(model, changed), "the list is the ConfigMap's, not the pod's"
 
 
-def test_a_shoal_engine_serves_the_adapters_on_the_operators_command_line(tmp_path: Path) -> None:
-    """The operator's ``shoal serve`` arguments run as a real engine: it loads every adapter at start and lists
+def test_a_shoal_engine_serves_the_adapters_of_the_operators_configmap(tmp_path: Path) -> None:
+    """The operator's ``shoal serve`` arguments run as a real engine, its ConfigMap's file in place: it loads every
+    adapter at start, but one it refuses (a rank above maxLoraRank), which it leaves out and still starts; it lists
     each with the base model as ``parent`` (what the gateway learns the names from), and answers for it."""
     import openai
 
@@ -129,20 +178,26 @@ def test_a_shoal_engine_serves_the_adapters_on_the_operators_command_line(tmp_pa
     base = build_checkpoint(tmp_path / "base", "llama", seed=7)
     sql = write_adapter(base, tmp_path / "sql", 1, r=4, target_modules=["q_proj", "v_proj"])
     chat = write_adapter(base, tmp_path / "chat", 2, r=8, target_modules=["o_proj"])
+    wide = write_adapter(base, tmp_path / "wide", 3, r=16, target_modules=["q_proj"])
+    adapters = [{"name": "sql", "source": str(sql)}, {"name": "wide", "source": str(wide)}]
     spec = InferenceDeploymentSpec.model_validate(
         {
             "model": {"source": str(base), "servedName": "tiny"},
             "engine": {"resources": {"gpus": 0}, "maxLoraRank": 8},
-            "adapters": [{"name": "sql", "source": str(sql)}, {"name": "chat", "source": str(chat)}],
+            "adapters": [*adapters, {"name": "chat", "source": str(chat)}],
         }
     )
+    (tmp_path / "adapters.json").write_text(modules_file(spec))
+    args = [str(tmp_path / "adapters.json") if a == MODULES_FILE else a for a in serve_args(spec)]
+    args[args.index("--download-dir") + 1] = str(tmp_path / "cache")  # the pod's /model-cache
     # the pod's own --host and --port, overridden for this machine (the last flag given wins)
-    engine = LocalProcess(shoal_command(*serve_args(spec), "--host", "127.0.0.1"), tmp_path / "engine.log")
+    engine = LocalProcess(shoal_command(*args, "--host", "127.0.0.1"), tmp_path / "engine.log")
     try:
         engine.wait_ready()
         client = openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused")
         cards = {m.id: getattr(m, "parent", None) for m in client.models.list().data}
         assert cards == {"tiny": None, "sql": "tiny", "chat": "tiny"}
+        assert "adapter 'wide'" in engine.log(20000) and "not loaded" in engine.log(20000)
         reply = client.completions.create(model="chat", prompt="hello", max_tokens=4, temperature=0)
         assert reply.model == "chat" and reply.usage is not None and reply.usage.completion_tokens > 0
     finally:
@@ -222,10 +277,10 @@ def test_the_apiserver_refuses_a_bad_adapter_list_in_the_same_words(
 def test_the_operator_writes_engines_that_fetch_and_load_the_adapters(
     installed_chart: ControlPlane, operator: OperatorProcess, namespace: str
 ) -> None:
-    """On the test bed: the apiserver admits the list and the Deployment the operator writes from it, and a
-    change of the list reaches the Deployment."""
+    """On the test bed, for kind vllm: the apiserver admits the list and the Deployment the operator writes from it,
+    and a change of the list reaches the Deployment."""
     plane = installed_chart
-    spec = _spec({"adapters": [SQL, LOCAL]})
+    spec = _spec({"engine": {"kind": "vllm"}, "adapters": [SQL, LOCAL]})
     assert apply(plane, namespace, {**example("tuned"), "spec": spec}).returncode == 0
 
     def engine_args(want: str) -> list[str] | None:

@@ -9,10 +9,8 @@ truncated."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import math
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from fleet_gateway import start_gateway
 from operator_harness import apply, example, get
 from support.kube_testbed import ControlPlane
 from support.polling import eventually
@@ -28,8 +27,7 @@ from support.stream_load import StreamLoad
 
 from shoal.engine_kinds import adapter
 from shoal.local import metric, metric_values
-from shoal.local.process import LocalProcess, shoal_command
-from shoal.operator.builders.gateway import API_KEYS_DIR, gateway_args
+from shoal.local.process import LocalProcess
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -52,25 +50,6 @@ def fleet_body(node: ProcessNode) -> dict[str, Any]:
     )
     body["spec"]["engine"] |= {"maxModelLen": MAX_MODEL_LEN, "maxNumSeqs": 4, **node.placement()}
     return body
-
-
-def start_gateway(plane: ControlPlane, namespace: str, workdir: Path) -> tuple[LocalProcess, str]:
-    """The gateway pod's command as a local process: the arguments the operator wrote (its ConfigMap's values
-    in place of ``$(VAR)``), the tenants file from the generated Secret, and a kubeconfig holding the gateway
-    ServiceAccount's token instead of the in-cluster config. Returns the process and the API key."""
-    settings = eventually(lambda: (get(plane, namespace, "configmap", f"{NAME}-gateway") or {}).get("data"), 60)
-    secret = eventually(lambda: get(plane, namespace, "secret", f"{NAME}-api-keys"), 60, "the generated key")
-    tenants = base64.b64decode(next(iter(secret["data"].values()))).decode()
-    keys_file = workdir / "api-keys.yaml"
-    keys_file.write_text(tenants)
-    api_key = re.search(r"sk-shoal-\S+", tenants).group(0)  # type: ignore[union-attr]
-    kubeconfig = plane.kubeconfig_for_service_account(namespace, f"{NAME}-gateway", create=False).kubeconfig
-    args = [re.sub(r"\$\((\w+)\)", lambda m: settings[m.group(1)], a) for a in gateway_args(settings)]
-    args = [str(keys_file) if a.startswith(API_KEYS_DIR) else a for a in args]
-    host = args.index("--host")
-    del args[host : host + 4]  # --host 0.0.0.0 --port N: LocalProcess gives a free loopback port
-    argv = shoal_command(*args, "--host", "127.0.0.1", "--kubeconfig", str(kubeconfig))
-    return LocalProcess(argv, workdir / "gateway.log").wait_ready("/health", timeout=60), api_key
 
 
 def running(engine: PodProcess) -> float:
@@ -104,7 +83,7 @@ def test_a_scale_down_under_streaming_load_loses_no_request(
     applied = time.monotonic()
     result = apply(plane, namespace, fleet_body(process_node))
     assert result.returncode == 0, result.stderr
-    gateway, api_key = start_gateway(plane, namespace, tmp_path)
+    gateway, api_key = start_gateway(plane, namespace, NAME, tmp_path)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(gateway.stop)
         eventually(

@@ -16,8 +16,10 @@ EndpointSlice controller reads. What it does of a kubelet's work, and how:
   is this host's (standing for the image's), with ``SHOAL_CACHE`` pinned to this host's cache so the compiled
   kernels are reused, under the container's ``env`` values (``valueFrom``/``envFrom`` are not resolved).
   Init containers are skipped (none exists for a local model source such as ``smollm2-135m``; a fetch init
-  container for hf:// or s3:// cannot run here) and each skip is logged. Volumes, resources, the security context
-  and restarts are not emulated: a container that exits stays terminated.
+  container for hf:// or s3:// cannot run here) and each skip is logged. A ``configMap`` volume the container
+  mounts is written at start into a directory of the node's (its keys as files, not followed afterwards), and
+  an argument under the mount path is rewritten to that directory, as ``--host`` is. Other volumes, resources,
+  the security context and restarts are not emulated: a container that exits stays terminated.
 - **Status.** Phase Running with podIP, hostIP and a running container status once started; the Ready condition
   from the readiness probe's HTTP path, polled at its period (ready at the first success, unready after
   ``failureThreshold`` failures). As a kubelet does, probing goes on while the pod terminates, so ``serving``
@@ -307,7 +309,7 @@ class ProcessNode:
         env |= {e.name: e.value for e in container.env or [] if e.value is not None}
         command = list(container.command or ["shoal"])  # no command: the image's entrypoint, `shoal`
         argv = [*(shoal_command() if command[0] == "shoal" else command[:1]), *command[1:]]
-        argv += with_host(list(container.args or []), record.ip)
+        argv += self._config_maps(record, pod, with_host(list(container.args or []), record.ip))
         with record.log_path.open("ab") as out:
             record.process = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
@@ -336,6 +338,20 @@ class ProcessNode:
         if record.process.poll() is not None and not record.deleted:
             record.ready = False
             self._write_status(record, pod, running=False)
+
+    def _config_maps(self, record: PodProcess, pod: Any, args: list[str]) -> list[str]:
+        """``args`` with each mounted ConfigMap's path replaced by a directory holding its keys as files."""
+        sources = {v.name: v.config_map.name for v in pod.spec.volumes or [] if v.config_map is not None}
+        for mount in pod.spec.containers[0].volume_mounts or []:
+            if mount.name not in sources:
+                continue
+            directory = self.log_dir / f"{record.namespace}.{record.name}" / mount.name
+            directory.mkdir(parents=True, exist_ok=True)
+            data = self.core.read_namespaced_config_map(sources[mount.name], record.namespace).data or {}
+            for key, value in data.items():
+                (directory / key).write_text(value)
+            args = [str(directory) + a[len(mount.mount_path) :] if a.startswith(mount.mount_path) else a for a in args]
+        return args
 
     @staticmethod
     def _probe(url: str, timeout: float) -> bool:

@@ -94,6 +94,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="adapters (PEFT directories) loaded at start-up, served as NAME (repeatable)",
     )
     lora.add_argument(
+        "--lora-modules-file",
+        default=None,
+        metavar="PATH",
+        help='a JSON list of {"name", "path"} adapters loaded after the model and before /ready; one the '
+        "engine refuses is logged and skipped (the operator's ConfigMap of spec.adapters)",
+    )
+    lora.add_argument(
         "--allow-runtime-lora-updating",
         action="store_true",
         help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING)",

@@ -29,6 +29,7 @@ from shoal.engine.hardware import choose_threads, threads_per_step
 from shoal.engine.server.app import ServerSettings, build_app
 from shoal.engine.server.async_engine import AsyncEngine
 from shoal.engine.server.kv_event_hub import KVEventHub
+from shoal.engine.server.lora_file import load_modules, read_modules_file
 from shoal.engine.server.metrics import ServerMetrics
 from shoal.engine.server.request_context import RequestIdLogFilter
 from shoal.engine.tool_parsers import ToolParserSettings
@@ -133,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
         config.lora_modules = tuple(
             (n, local_path(p, args.download_dir, report=log.info)) for n, p in config.lora_modules
         )
+        file_modules = read_modules_file(args.lora_modules_file) if args.lora_modules_file else ()
+        if file_modules and not config.enable_lora:
+            raise ValueError("--lora-modules-file needs --enable-lora")
         source = resolve_model(args.model, args.download_dir)  # a wrong name fails now, not after the server is up
         plan = plan_hardware(config, source)  # so does --device cuda without a GPU, or an impossible --quantization
         step_threads = set_threads(args.threads, plan.device)
@@ -147,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
     metrics.startup.imports_done(imported_at)
     hub = KVEventHub(config.block_size, engine_id=uuid.uuid4().hex)
     engine = AsyncEngine(
-        lambda: load_then_freeze(lambda: EngineCore.from_config(config, step_threads)),
+        lambda: load_then_freeze(
+            lambda: load_modules(EngineCore.from_config(config, step_threads), file_modules, args.download_dir, names)
+        ),
         metrics,
         hub,
         max_waiting=args.max_waiting_requests,

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.operator.builders.access import role, role_binding, service_account
+from shoal.operator.builders.adapters import adapters_config_map
 from shoal.operator.builders.disruption import pod_disruption_budget
 from shoal.operator.builders.engine import engine_deployment, engine_service, serve_args
 from shoal.operator.builders.gateway import gateway_config_map, gateway_deployment, gateway_service
@@ -45,6 +46,7 @@ def build_children(
         role_binding(owner),
         engine_network_policy(owner, spec),
         engine_service(owner, spec),
+        *adapters_config_map(owner, spec),
         engine,
         gateway_config_map(owner, spec),
         gateway_deployment(owner, spec, gateway_image),

@@ -18,7 +18,15 @@ from typing import Any
 
 from shoal.engine_kinds import EngineSettings, adapter
 from shoal.engine_kinds.vllm import KV_EVENTS_PORT, KV_EVENTS_PORT_NAME, KV_REPLAY_PORT_NAME
-from shoal.operator.builders.adapters import adapter_paths, engine_adapters, pod_annotations
+from shoal.operator.adapters import RUNTIME_SLOTS
+from shoal.operator.builders.adapters import (
+    MODULES_FILE,
+    adapter_paths,
+    at_run_time,
+    engine_access,
+    engine_adapters,
+    pod_annotations,
+)
 from shoal.operator.builders.gateway import gateway_image
 from shoal.operator.builders.kernel_cache import kernel_cache
 from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, shoal_reads_fetched
@@ -42,6 +50,7 @@ STARTUP_PERIOD_SECONDS = 10
 def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
     """The spec's engine fields as the kind's adapter takes them (the model as the pod sees it)."""
     engine = spec.engine
+    runtime = at_run_time(spec)
     return EngineSettings(
         model=engine_model_path(spec),
         served_name=spec.served_name,
@@ -54,10 +63,11 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         gpu_memory_utilization=engine.gpu_memory_utilization,
         enforce_eager=engine.enforce_eager,
         gpus=engine.resources.gpus,
-        download_dir=CACHE_DIR if shoal_reads_fetched(spec) else None,
+        download_dir=CACHE_DIR if shoal_reads_fetched(spec) or runtime else None,
         kv_events_port=KV_EVENTS_PORT if publishes_zmq_events(spec) else None,
         lora_modules=adapter_paths(spec),
-        max_loras=engine.max_loras,
+        lora_modules_file=MODULES_FILE if runtime else None,
+        max_loras=engine.max_loras or (RUNTIME_SLOTS if runtime else None),
         max_lora_rank=engine.max_lora_rank,
         shutdown_grace_s=engine_termination(spec).drain_s,
     )
@@ -126,6 +136,8 @@ def engine_container(
     kind = adapter(engine.kind)
     argv = engine_argv(spec)
     _, kernel_mounts, kernel_env = kernel_cache(engine)
+    store_env, store_secret = engine_access(spec)
+    env_from = [core(e) for e in engine.env_from] + store_secret
     container: dict[str, Any] = {
         "name": COMPONENT,
         "image": engine_image(spec, images),
@@ -133,8 +145,8 @@ def engine_container(
         "command": [kind.image_binary or argv[0]],
         "args": argv[1:],
         "ports": engine_ports(spec),
-        "env": container_env(engine, SCRATCH_ENV + kernel_env),
-        **({"envFrom": [core(e) for e in engine.env_from]} if engine.env_from else {}),
+        "env": container_env(engine, SCRATCH_ENV + kernel_env) + store_env,
+        **({"envFrom": env_from} if env_from else {}),
         "resources": engine.resources.container(),
         "terminationMessagePolicy": "FallbackToLogsOnError",  # a crash's last log lines reach the status
         "startupProbe": _probe(
@@ -161,7 +173,9 @@ def engine_deployment(
     images = images or {}
     fetcher_images = (engine_image(spec, images), gateway_image(spec, default_gateway_image))
     init_containers, model_volumes, model_mounts = engine_model(spec, *fetcher_images)
-    adapter_inits, adapter_volumes, adapter_mounts = engine_adapters(spec, fetcher_images, model_volumes, model_mounts)
+    adapter_inits, adapter_volumes, adapter_mounts = engine_adapters(
+        owner, spec, fetcher_images, model_volumes, model_mounts
+    )
     init_containers, model_volumes = init_containers + adapter_inits, model_volumes + adapter_volumes
     model_mounts = model_mounts + adapter_mounts
     kernel_volumes, _, _ = kernel_cache(spec.engine)

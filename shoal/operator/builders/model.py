@@ -5,8 +5,9 @@ into the cache volume (a node's hostPath, a claim, or the pod's own emptyDir) at
 serves the source from that cache (``--download-dir``) and downloads nothing. A fetch that fails stops the pod
 there (init container semantics): the engine never starts on a partial model. The fetcher writes one JSON line
 (bytes fetched, or the store's error) as its termination message, which the ``ModelReady`` condition reads.
-``spec.model.credentialsSecret`` becomes the environment of the fetch containers only (``envFrom``), never of
-the engine or gateway container, and never an argument.
+``spec.model.credentialsSecret`` becomes the environment of the fetch containers (``envFrom``), never of the
+gateway container, of the engine container only where Shoal's engine fetches LoRA adapters itself
+(:mod:`.adapters`), and never an argument.
 
 Another kind of engine (``spec.engine.kind``) has no fetcher: its init container runs ``shoal fetch-model`` from
 the gateway's image (Shoal's CLI without torch) with ``--link``, which points ``/model-link/model`` at the fetched
@@ -80,23 +81,34 @@ def fetch_container(
 ) -> dict[str, Any]:
     """A ``shoal fetch-model`` init container for ``source`` (the model's unless given): the only container that
     sees the credentials Secret."""
-    model = spec.model
-    env = container_env(spec.engine, SCRATCH_ENV)
-    if model.s3_endpoint is not None:
-        env.append({"name": "AWS_ENDPOINT_URL", "value": model.s3_endpoint})
+    endpoint, secret = store_access(spec)
+    env = container_env(spec.engine, SCRATCH_ENV) + endpoint
     container: dict[str, Any] = {
         "name": name,
         "image": image,
         "command": ["shoal"],
-        "args": ["fetch-model", source or model.source, *args],
+        "args": ["fetch-model", source or spec.model.source, *args],
         "env": env,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": container_security_context(),
         "volumeMounts": [SCRATCH_MOUNT, *mounts],
     }
-    if model.credentials_secret is not None:
-        container["envFrom"] = [{"secretRef": {"name": model.credentials_secret, "optional": False}}]
+    if secret:
+        container["envFrom"] = secret
     return container
+
+
+def store_access(spec: InferenceDeploymentSpec) -> tuple[Objects, Objects]:
+    """What a container that fetches sources needs of ``spec.model``: (``env``: the S3 endpoint, ``envFrom``: the
+    credentials Secret)."""
+    model = spec.model
+    env = [] if model.s3_endpoint is None else [{"name": "AWS_ENDPOINT_URL", "value": model.s3_endpoint}]
+    secret = (
+        []
+        if model.credentials_secret is None
+        else [{"secretRef": {"name": model.credentials_secret, "optional": False}}]
+    )
+    return env, secret
 
 
 def shoal_reads_fetched(spec: InferenceDeploymentSpec) -> bool:

@@ -1,6 +1,7 @@
 """Who may reach the engines: a NetworkPolicy admitting the fleet's own gateway pods and, for ``/metrics``, the
 Prometheus pods (by label, in any namespace) and, when its autoscaler scrapes the engines directly
-(``autoscaling.metrics.source: scrape``), the operator's pods, to the engine port, and nothing else; the gateway
+(``autoscaling.metrics.source: scrape``) or it loads adapters at run time (kind shoal), the operator's pods, to
+the engine port, and nothing else; the gateway
 also to the KV-event and replay ports of a kind that publishes its KV cache (vLLM). Clients go
 through the gateway, whose API keys and quotas the engines' unauthenticated API would otherwise bypass. Enforced
 by any CNI that implements NetworkPolicy (Calico, Cilium, kind's kindnet); ignored by one that does not."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from shoal.engine_kinds.vllm import KV_EVENTS_PORT
+from shoal.operator.builders.adapters import at_run_time
 from shoal.operator.builders.engine import publishes_zmq_events
 from shoal.operator.naming import COMPONENT_LABEL, ENGINE_PORT, Owner
 from shoal.operator.spec import InferenceDeploymentSpec
@@ -33,7 +35,8 @@ def engine_network_policy(owner: Owner, spec: InferenceDeploymentSpec) -> dict[s
         {"from": [{"podSelector": {"matchLabels": owner.selector("gateway")}}], "ports": gateway_ports},
         {"from": [scrapers], "ports": port},
     ]
-    if spec.autoscaling.enabled and spec.autoscaling.metrics.source == "scrape":  # the autoscaler reads /metrics
+    scrapes = spec.autoscaling.enabled and spec.autoscaling.metrics.source == "scrape"  # the autoscaler's /metrics
+    if scrapes or at_run_time(spec):  # or the operator loads adapters through the engines' endpoints
         ingress.append(
             {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": OPERATOR_POD_LABELS}}], "ports": port}
         )
