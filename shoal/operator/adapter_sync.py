@@ -66,15 +66,18 @@ class AdapterSync:
         pods: Sequence[Mapping[str, Any]],
         wanted: Sequence[tuple[str, str]],
         served_name: str,
+        sync: bool = True,
     ) -> Observed:
         """Starts a sync of the fleet's ready pods to ``wanted`` (name, source) unless one is running, waits for it
-        up to ``wait_s``, and returns what the last finished one saw of the pods still ready."""
+        up to ``wait_s``, and returns what the last finished one saw of the pods still ready; ``sync`` false (an
+        alert's pass, which must be quick) only returns that."""
         task = self._tasks.get(key)
-        if task is None or task.done():
+        if sync and (task is None or task.done()):
             urls = _ready_pods(pods)
             task = asyncio.create_task(self._sync(key, urls, tuple(wanted), served_name))
             self._tasks[key] = task
-        await asyncio.wait({task}, timeout=self.wait_s)
+        if sync and task is not None:
+            await asyncio.wait({task}, timeout=self.wait_s)
         ready = _ready_pods(pods)
         return {name: seen for name, seen in self._observed.get(key, {}).items() if name in ready}
 

@@ -170,7 +170,7 @@ class Reconciler:
         problem = problem or diagnose(
             spec.model.source, children.engine_pods, spec.engine.kind, spec.engine.resources.gpu_resource_name
         )
-        observed = await self._sync_adapters(owner, spec, children) if trigger != "alert" else None
+        observed = await self._sync_adapters(owner, spec, children, sync=trigger != "alert")
         new = compute_status(
             spec=spec,
             generation=meta.get("generation", 0),
@@ -202,15 +202,18 @@ class Reconciler:
         fleet = FleetRef(owner.namespace, owner.name, spec, replica_targets(children.engine_pods))
         return await self.autoscaler.evaluate(fleet, spec.replicas.min if running is None else running)
 
-    async def _sync_adapters(self, owner: Owner, spec: InferenceDeploymentSpec, children: Children) -> Observed | None:
-        """Kind shoal's engines brought to ``spec.adapters`` at run time; what each ready pod serves (None: the
-        adapters are on another kind's command line, or there are none)."""
+    async def _sync_adapters(
+        self, owner: Owner, spec: InferenceDeploymentSpec, children: Children, sync: bool
+    ) -> Observed | None:
+        """Kind shoal's engines brought to ``spec.adapters`` at run time (``sync`` false: an alert's pass reports
+        the last sync without a new one); what each ready pod serves (None: the adapters are on another kind's
+        command line, or there are none)."""
         key = (owner.namespace, owner.name)
         if not at_run_time(spec):
             self.adapters.forget(key)
             return None
         wanted = [(a.name, a.source) for a in spec.adapters]
-        return await self.adapters.observe(key, children.engine_pods, wanted, spec.served_name)
+        return await self.adapters.observe(key, children.engine_pods, wanted, spec.served_name, sync)
 
     async def _scale(self, owner: Owner, children: Children, decision: ScaleDecision) -> Problem | None:
         """An alert's pass writes only the engine count (one request, not every child): fast, and the next
