@@ -3,9 +3,10 @@ P95 target 2 s, Shoal's autoscaler on the direct scrape) under a closed loop of 
 for ``--duration`` seconds, every second of it recorded.
 
 A closed loop's arrival rate follows the service rate, so a rate-sized policy can read a saturated fleet as sized
-right; the question this answers is whether every second of an SLO breach below ``max`` is either a scale-up on
-its way or a hold that names its rule and what releases it (``released`` / ``releases`` in the rule's message),
-as the fleet's view, dashboard and status show it. Per second: desired / ready / starting, queue, TTFT P95, the
+right; the question this answers is whether every evaluation that saw an SLO breach below ``max`` (its own
+values: TTFT P95 over target, fewer than ``max`` replicas) is either a scale-up or a hold that names its rule and
+what releases it (``released`` / ``releases`` in the rule's message), as the fleet's view, dashboard and status
+show it. Per second: desired / ready / starting, queue, TTFT P95, the
 rule in force and its message; at the end the breach seconds below max, how many were explained, the scale
 decisions, and the clients' completed and failed requests.
 
@@ -62,7 +63,8 @@ class ClosedLoop:
 
     def __init__(self, url: str, clients: int, max_tokens: int) -> None:
         self.api = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-        self.max_tokens, self.completed, self.failures = max_tokens, 0, 0
+        self.max_tokens, self.completed = max_tokens, 0
+        self.failures: list[str] = []  # each failed request's status and message
         self.ttfts: list[float] = []
         self._lock, self._stop = threading.Lock(), threading.Event()
         self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(clients)]
@@ -95,9 +97,10 @@ class ClosedLoop:
                     self.completed += 1
                     if first is not None:
                         self.ttfts.append(first)
-            except openai.OpenAIError:
+            except openai.OpenAIError as error:
+                status = getattr(error, "status_code", None) or type(error).__name__
                 with self._lock:
-                    self.failures += 1
+                    self.failures.append(f"{status} after {time.monotonic() - sent:.0f} s: {str(error)[:160]}")
 
 
 def _explained(rule: str, message: str) -> bool:
@@ -135,6 +138,8 @@ async def _scenario(work: Path, clients: int, duration: float, max_tokens: int) 
                     "ttft_p95": s.ttft_p95_seconds,
                     "rule": s.current.rule,
                     "message": s.current.message,
+                    "seen_ttft_p95": s.current.values.get("ttft_p95_seconds"),  # what the evaluation saw
+                    "seen_desired": s.current.from_replicas,
                 }
             )
         decisions = [
@@ -145,15 +150,16 @@ async def _scenario(work: Path, clients: int, duration: float, max_tokens: int) 
         await asyncio.to_thread(loop.stop)
         up.stopping.set()
         await running
-    breach = [s for s in seconds if s["ttft_p95"] is not None and s["ttft_p95"] > TTFT_TARGET_S]
-    below_max = [s for s in breach if s["desired"] < MAX_REPLICAS]
+    breach = [s for s in seconds if (s["seen_ttft_p95"] or 0.0) > TTFT_TARGET_S]
+    below_max = [s for s in breach if s["seen_desired"] < MAX_REPLICAS]
     unexplained = [s for s in below_max if not _explained(s["rule"], s["message"])]
     ttfts = sorted(loop.ttfts)
     return {
         "clients": clients,
         "duration_s": duration,
         "completed": loop.completed,
-        "failed": loop.failures,
+        "failed": len(loop.failures),
+        "failures": sorted(set(loop.failures))[:10],
         "client_ttft_p50_s": ttfts[len(ttfts) // 2] if ttfts else None,
         "client_ttft_p95_s": ttfts[int(len(ttfts) * 0.95)] if ttfts else None,
         "seconds_recorded": len(seconds),
