@@ -334,9 +334,14 @@ class ShoalPolicy:
                     f"the {cfg.startup_timeout_seconds:.0f}s start-up timeout, or by a higher arrival rate"
                 )
                 return current, "HoldStarting", message, current
+            then = (
+                "; at replicas.max, so a growing queue finds no more: a higher max releases it"
+                if current >= cfg.max_replicas
+                else ", or scales up as soon as the queue grows instead"
+            )
             message = (
                 f"holding {current}: {why}, and {current} replicas drain it within {drain_s:.0f}s; released when"
-                " it drains, or scales up as soon as the queue grows instead"
+                f" it drains{then}"
             )
             return current, "HoldDraining", message, current
         if remembered and sized is not None and sized > usable * (1 + cfg.tolerance):

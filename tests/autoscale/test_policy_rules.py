@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -336,6 +337,16 @@ def test_a_latency_breach_without_queues_names_its_hold_and_what_releases_it() -
         assert (decision.replicas, decision.rule) == (2, "HoldNoQueue")
     assert "TTFT P95 8s > target 2s, but 2 of 2 ready replicas have no request waiting" in decision.message
     assert "released when every ready replica queues" in decision.message
+
+
+@pytest.mark.parametrize(("most", "release"), [(10, "or scales up as soon as the queue grows"), (2, "a higher max")])
+def test_a_backlog_the_replicas_work_off_is_held_and_says_what_releases_it(most: int, release: str) -> None:
+    """At replicas.max a growing queue cannot scale up, so the hold must not promise it (issue 33's overload)."""
+    policy = ShoalPolicy(dataclasses.replace(CONFIG, max_replicas=most))
+    now = _measured_capacity(policy)
+    decision = policy.decide(observe(now + 2, desired=2, waiting=20.0, arrival=3.0, ttft=5.0))
+    assert (decision.replicas, decision.rule) == (2, "HoldDraining")
+    assert "2 replicas drain it within" in decision.message and release in decision.message
 
 
 def test_a_breach_at_max_is_held_as_at_max_not_as_stabilization() -> None:
