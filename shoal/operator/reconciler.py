@@ -245,8 +245,8 @@ class Reconciler:
         return None
 
     async def _scale(self, owner: Owner, children: Children, engines: int) -> Problem | None:
-        """An alert's pass writes only the engine count and the pool's labels (one request each, not every
-        child): fast, and the next refresh finds nothing drifted. ``engines``: the Deployment's replicas."""
+        """An alert's pass writes only the engine count (one request, not every child; the pool's label moves
+        before it): fast, and the next refresh finds nothing drifted. ``engines``: the Deployment's replicas."""
         engine = children.engine
         if engine is None or engine.get("spec", {}).get("replicas") == engines:
             return None

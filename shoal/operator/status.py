@@ -7,12 +7,11 @@ what), ``ModelReady`` (the engine pods have the model: :mod:`.model_ready`), wit
 ``ScalingLimited`` (the autoscaler's wish was clamped, or metrics are missing) and ``DrainFits`` (the engines'
 termination grace lets a request of ``maxModelLen`` tokens finish at the observed time per output token:
 :func:`.termination.drain_verdict`), and with ``autoscaling.standby`` ``StandbyPool`` (True once every pool pod
-is Ready: :mod:`.standby_pool`). The replica counts, ``Ready`` and ``Progressing``'s wanted count are the serving
-engines'; the pool is ``standbyReplicas``. Every condition comes from :func:`condition`, so each carries
-``observedGeneration`` and a
-``lastTransitionTime`` that changes only when its status does; the scaling history grows only when the desired
-count does. Recomputing an unchanged world therefore yields an identical status: the reconciler then writes
-nothing. The status is built as the typed :class:`.InferenceDeploymentStatus` (the model the CRD's schema is
+is Ready: :mod:`.standby_pool`). The replica counts and ``Ready`` are the serving engines'; the pool is
+``standbyReplicas``, and ``Progressing`` waits for both. Every condition comes from :func:`condition`, so each
+carries ``observedGeneration`` and a ``lastTransitionTime`` that changes only when its status does; the scaling
+history grows only when the desired count does. Recomputing an unchanged world therefore yields an identical
+status: the reconciler then writes nothing. The status is built as the typed :class:`.InferenceDeploymentStatus` (the model the CRD's schema is
 generated from) and stored as its camelCase dump.
 """
 
