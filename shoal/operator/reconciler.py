@@ -52,7 +52,7 @@ from shoal.operator.standby_pool import (
     engine_pod,
     label_patches,
     pool_count,
-    serving_views,
+    serving_at,
 )
 from shoal.operator.status import compute_status, condition, status_patch, timestamp
 
@@ -217,8 +217,8 @@ class Reconciler:
             return None
         running = spec.replicas.fixed if spec.autoscaling.mode == "Recommend" else current
         running = spec.replicas.min if running is None else running
-        pool = label_patches(list(map(engine_pod, children.engine_pods)), running, spec.autoscaling.standby)
-        fleet = FleetRef(owner.namespace, owner.name, spec, replica_targets(serving_views(children.engine_pods, pool)))
+        serving = serving_at(children.engine_pods, running, spec.autoscaling.standby)
+        fleet = FleetRef(owner.namespace, owner.name, spec, replica_targets(serving))
         return await self.autoscaler.evaluate(fleet, running)
 
     async def _sync_adapters(

@@ -97,8 +97,14 @@ def pool_count(views: Iterable[Mapping[str, Any]], patches: Mapping[str, Pool]) 
     return PoolCount(len(pool), sum(p.ready for p in pool))
 
 
+def serving_at(views: Sequence[Mapping[str, Any]], desired: int, standby: int) -> list[Mapping[str, Any]]:
+    """The pods that serve at ``desired`` engines: what the policy sees (never the pool, nor a new pod about to
+    join it)."""
+    return serving_views(views, label_patches(list(map(engine_pod, views)), desired, standby))
+
+
 def serving_views(views: Iterable[Mapping[str, Any]], patches: Mapping[str, Pool]) -> list[Mapping[str, Any]]:
-    """The pods that serve once ``patches`` are applied: what the policy and the status see (the pool never)."""
+    """The pods that serve once ``patches`` are applied."""
     kept = []
     for view in views:
         pod = engine_pod(view)

@@ -16,6 +16,7 @@ from shoal.operator.standby_pool import (
     engine_pod,
     label_patches,
     pool_count,
+    serving_at,
     serving_views,
 )
 
@@ -66,6 +67,20 @@ def test_the_watch_view_reads_labels_readiness_and_deletion() -> None:
     assert engine_pod({"metadata": {"name": "e-2", "labels": {POOL_LABEL: "odd"}}}).pool is None
     assert serving_views([view], {}) == [] and serving_views([view], {"e-1": SERVING}) == [view]
     assert pool_count([view], {}).ready == 1 and pool_count([view], {"e-1": SERVING}).pods == 0
+
+
+def test_the_policy_sees_the_pods_serving_at_its_count_never_the_pool() -> None:
+    def view(name: str, pool: str, ready: bool) -> dict[str, object]:
+        condition = {"type": "Ready", "status": str(ready)}
+        created = f"2026-01-01T00:00:0{name[-1]}Z"
+        return {"metadata": {"name": name, "labels": {POOL_LABEL: pool}, "creationTimestamp": created},
+                "status": {"conditions": [condition]}}  # fmt: skip
+
+    # just scaled up to 2: the pool pod is promoted, the ReplicaSet's new pod (serving by template) is not counted
+    views = [view("a1", SERVING, True), view("b2", STANDBY, True), view("c3", SERVING, False)]
+    assert [v["metadata"]["name"] for v in serving_at(views, 2, 1)] == ["a1", "b2"]  # type: ignore[index]
+    # a new fleet: both pods serve by template until the pass that makes one the pool
+    assert [v["metadata"]["name"] for v in serving_at([views[0], views[2]], 1, 1)] == ["a1"]  # type: ignore[index]
 
 
 def _rank(p: EnginePod) -> int:
