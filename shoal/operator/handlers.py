@@ -34,6 +34,7 @@ from shoal.operator.metrics import serve_metrics
 from shoal.operator.naming import COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, OWNER_LABEL
 from shoal.operator.reconciler import Children, Reconciler, Trigger
 from shoal.operator.spec import GROUP, KIND, PLURAL, VERSION
+from shoal.operator.standby_pool import POOL_LABEL
 from shoal.protocol.backoff import Backoff
 
 ANNOTATION_PREFIX = GROUP
@@ -234,6 +235,7 @@ def _register_indices(registry: kopf.OperatorRegistry) -> None:
                 "name": name,
                 "creationTimestamp": meta.get("creationTimestamp"),
                 "deletionTimestamp": meta.get("deletionTimestamp"),
+                "labels": {k: v for k, v in labels.items() if k == POOL_LABEL},
                 "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k == ADAPTERS_ANNOTATION},
             },
             "status": dict(body.get("status") or {}),

@@ -7,13 +7,13 @@ outside), so the operator authenticates one way for both. Server-side apply with
 (no new resourceVersion, no watch event), so re-running a reconcile writes nothing.
 
 Why a client of our own rather than ``kubernetes_asyncio`` (already the gateway's dependency) or lightkube: the
-operator needs exactly six calls, all generic over the kind: server-side apply with the ``shoal-operator`` field
+operator needs exactly seven calls, all generic over the kind: server-side apply with the ``shoal-operator`` field
 manager and ``force`` for eleven kinds, two of them the Prometheus Operator's custom resources (and the
 InferenceDeployment CRD itself, with ``--manage-crd``); a merge patch of the status subresource (the alert pass,
 outside kopf's handlers); create-unless-exists for the generated API-key Secret (never a read of it); a merge patch
-of one Deployment's replicas; an Event; API discovery. Here each is one HTTP request, authenticated with kopf's own
-:class:`kopf.ConnectionInfo`, so the watches and the writes share one credential path and one source of truth for
-it. ``kubernetes_asyncio`` has a typed method per kind and API group (custom objects through a separate API), takes
+of one Deployment's replicas; a merge patch of one pod's labels (the standby pool); an Event; API discovery. Here
+each is one HTTP request, authenticated with kopf's own :class:`kopf.ConnectionInfo`, so the watches and the writes
+share one credential path and one source of truth for it. ``kubernetes_asyncio`` has a typed method per kind and API group (custom objects through a separate API), takes
 server-side apply only through a content-type override, and loads credentials its own way (writing kubeconfig
 certificate data to temporary files too); lightkube would fit the calls better but is a new dependency with its own
 config loading, to be mapped from kopf's. The restart that writes nothing
@@ -133,6 +133,16 @@ class KubeClient:
             params={"fieldManager": FIELD_MANAGER},
             headers={"Content-Type": "application/merge-patch+json"},
             json={"spec": {"replicas": replicas}},
+        )
+        self._json(response)
+
+    async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
+        """Sets labels on one pod (a merge patch as ``shoal-operator``): the standby pool's moves."""
+        response = await self._http.patch(
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            params={"fieldManager": FIELD_MANAGER},
+            headers={"Content-Type": "application/merge-patch+json"},
+            json={"metadata": {"labels": dict(labels)}},
         )
         self._json(response)
 

@@ -2,7 +2,8 @@
 
 It is the only place where the pure parts meet I/O. Every pass runs the same steps: parse the spec (the models
 the CRD was generated from), decide the engine count (:mod:`.replicas`: the spec, or the autoscaler's evaluation,
-:mod:`.autoscaler`), check what cannot work (:mod:`.diagnosis`), server-side apply the children
+:mod:`.autoscaler`), label which engine pods serve and which wait in the standby pool (:mod:`.standby_pool`), check
+what cannot work (:mod:`.diagnosis`), server-side apply the children
 (:mod:`.builders`), bring kind shoal's engines to ``spec.adapters`` through their endpoints
 (:mod:`.adapter_sync`) and compute the status from what the watches saw of the children and the engines said of
 their adapters (:mod:`.status`). Children are applied on every spec change;
@@ -43,6 +44,16 @@ from shoal.operator.naming import FIELD_MANAGER, Owner
 from shoal.operator.replicas import ScaleDecision, decide_replicas
 from shoal.operator.sources import replica_targets
 from shoal.operator.spec import InferenceDeploymentSpec
+from shoal.operator.standby_pool import (
+    POOL_LABEL,
+    SERVING,
+    Pool,
+    deployment_replicas,
+    engine_pod,
+    label_patches,
+    pool_count,
+    serving_at,
+)
 from shoal.operator.status import compute_status, condition, status_patch, timestamp
 
 FRESH_DISCOVERY_SECONDS = 5.0  # a burst of creations shares one lookup
@@ -150,10 +161,14 @@ class Reconciler:
         proposal = await self._propose(owner, spec, current, children)
         decision = decide_replicas(spec, current, proposal)
         self.metrics.decided(owner.namespace, owner.name, decision.replicas, proposal.rule if proposal else None)
-        warnings = _ignored_scale(spec, old_spec, decision) + _overridden(children, previous, decision)
+        engines = deployment_replicas(spec, decision.replicas)
+        warnings = _ignored_scale(spec, old_spec, decision) + _overridden(children, previous, decision, engines)
+        moves = label_patches(list(map(engine_pod, children.engine_pods)), decision.replicas, spec.autoscaling.standby)
         problem = check_model(spec.model.source)
+        if problem is None:
+            problem = await self._move(owner, moves)  # before the Service's selector may first ask for the label
         if problem is None and trigger == "alert":
-            problem = await self._scale(owner, children, decision)
+            problem = await self._scale(owner, children, engines)
         elif problem is None:
             monitoring = await self.prometheus_operator(fresh=trigger == "change")
             wanted = build_children(
@@ -165,7 +180,7 @@ class Reconciler:
                 monitoring_labels=self.monitoring_labels,
                 gateway_image=self.gateway_image,
             )
-            if trigger == "change" or _drifted(children, wanted, decision):
+            if trigger == "change" or _drifted(children, wanted, engines):
                 problem = await self._ensure_api_keys(owner, spec) or await self._apply(wanted)
         problem = problem or diagnose(
             spec.model.source, children.engine_pods, spec.engine.kind, spec.engine.resources.gpu_resource_name
@@ -179,11 +194,12 @@ class Reconciler:
             engine=children.engine,
             gateway=children.gateway,
             problem=problem,
-            selector=owner.selector_string("engine"),
+            selector=f"{owner.selector_string('engine')},{POOL_LABEL}={SERVING}",
             now=now,
             proposal=proposal,
             engine_pods=children.engine_pods,
             adapters_observed=observed,
+            pool=pool_count(children.engine_pods, moves),
         )
         for reason, message in warnings:
             announce(body, type="Warning", reason=reason, message=message)
@@ -195,12 +211,15 @@ class Reconciler:
         self, owner: Owner, spec: InferenceDeploymentSpec, current: int | None, children: Children
     ) -> ScaleDecision | None:
         """The autoscaler's evaluation (None while autoscaling is off or no autoscaler runs). It observes the
-        count that really runs: the last applied one, or in Recommend mode the spec's."""
+        count that really runs (the last applied one, or in Recommend mode the spec's) and the pods serving at that
+        count: never the standby pool."""
         if not spec.autoscaling.enabled or self.autoscaler is None:
             return None
         running = spec.replicas.fixed if spec.autoscaling.mode == "Recommend" else current
-        fleet = FleetRef(owner.namespace, owner.name, spec, replica_targets(children.engine_pods))
-        return await self.autoscaler.evaluate(fleet, spec.replicas.min if running is None else running)
+        running = spec.replicas.min if running is None else running
+        serving = serving_at(children.engine_pods, running, spec.autoscaling.standby)
+        fleet = FleetRef(owner.namespace, owner.name, spec, replica_targets(serving))
+        return await self.autoscaler.evaluate(fleet, running)
 
     async def _sync_adapters(
         self, owner: Owner, spec: InferenceDeploymentSpec, children: Children, sync: bool
@@ -215,14 +234,24 @@ class Reconciler:
         wanted = [(a.name, a.source) for a in spec.adapters]
         return await self.adapters.observe(key, children.engine_pods, wanted, spec.served_name, sync)
 
-    async def _scale(self, owner: Owner, children: Children, decision: ScaleDecision) -> Problem | None:
-        """An alert's pass writes only the engine count (one request, not every child): fast, and the next
-        refresh finds nothing drifted."""
+    async def _move(self, owner: Owner, moves: Mapping[str, Pool]) -> Problem | None:
+        """The standby pool's label patches (a pod gone meanwhile needs none)."""
+        for pod, pool in sorted(moves.items()):
+            try:
+                await self.client.label_pod(owner.namespace, pod, {POOL_LABEL: pool})
+            except KubeError as error:
+                if error.status != 404:
+                    return Problem("ApplyFailed", f"Pod {pod} ({POOL_LABEL}={pool}): {error}")
+        return None
+
+    async def _scale(self, owner: Owner, children: Children, engines: int) -> Problem | None:
+        """An alert's pass writes only the engine count (one request, not every child; the pool's label moves
+        before it): fast, and the next refresh finds nothing drifted. ``engines``: the Deployment's replicas."""
         engine = children.engine
-        if engine is None or engine.get("spec", {}).get("replicas") == decision.replicas:
+        if engine is None or engine.get("spec", {}).get("replicas") == engines:
             return None
         try:
-            await self.client.scale(owner.namespace, owner.engine_name, decision.replicas)
+            await self.client.scale(owner.namespace, owner.engine_name, engines)
         except KubeError as error:
             return Problem("ApplyFailed", f"Deployment {owner.engine_name}: {error}")
         return None
@@ -269,14 +298,14 @@ class Reconciler:
         patch.status.update(status_patch(previous, new))
 
 
-def _drifted(children: Children, wanted: list[dict[str, Any]], decision: ScaleDecision) -> bool:
+def _drifted(children: Children, wanted: list[dict[str, Any]], engines: int) -> bool:
     """A Deployment is missing, the engines are not at the decided scale, or what was last applied differs from
     what is wanted now (a new operator version, the Prometheus Operator arriving): re-apply."""
     if children.engine is None or children.gateway is None:
         return True
     engine = next(c for c in wanted if c["kind"] == "Deployment")
     return applied_digest(children.engine) != applied_digest(engine) or (
-        children.engine.get("spec", {}).get("replicas") != decision.replicas
+        children.engine.get("spec", {}).get("replicas") != engines
     )
 
 
@@ -309,22 +338,25 @@ def _ignored_scale(
     ]
 
 
-def _overridden(children: Children, previous: Mapping[str, Any], decision: ScaleDecision) -> list[tuple[str, str]]:
+def _overridden(
+    children: Children, previous: Mapping[str, Any], decision: ScaleDecision, engines: int
+) -> list[tuple[str, str]]:
     """Someone other than the operator changed the engine Deployment's replicas (a person, an HPA): it is put
-    back by this pass; the Warning names who did it, from the Deployment's managedFields."""
+    back by this pass to ``engines`` (the serving count plus the pool); the Warning names who did it, from the
+    Deployment's managedFields."""
     engine = children.engine
     if engine is None or previous.get("desiredReplicas") != decision.replicas:
         return []  # no Deployment yet, or the count is changing now: the difference is ours
     replicas = engine.get("spec", {}).get("replicas")
     writers = [m for m in engine.get("metadata", {}).get("replicasManagers", []) if m != FIELD_MANAGER]
-    if replicas == decision.replicas or not writers:
+    if replicas == engines or not writers:
         return []
     return [
         (
             "ReplicasOverridden",
             f"the engine Deployment's replicas were set to {replicas} by "
             f"{', '.join(writers)}; the operator owns that count (set it in the InferenceDeployment): put back "
-            f"to {decision.replicas}",
+            f"to {engines}",
         )
     ]
 

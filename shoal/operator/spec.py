@@ -407,8 +407,9 @@ class AutoscalingSpec(Wire):
         ge=0,
         description="Engines kept started, loaded and warm but not routed, unseen by the policy: a scale-up "
         "promotes them first (listed in about a second) and new ones refill the pool. They cost what serving "
-        "engines cost. At most replicas.max; with autoscaling.enabled only. shoal up runs the pool; the "
-        "operator does not yet (its StandbyPool condition says so).",
+        "engines cost. At most replicas.max; with autoscaling.enabled only. On a cluster the engine Deployment "
+        "runs desired + standby pods and the operator labels the pool's shoal.dev/pool=standby, outside the "
+        "engine Service (status.standbyReplicas, the StandbyPool condition).",
     )
 
 
@@ -706,6 +707,11 @@ class InferenceDeploymentStatus(Wire):
     replicas: int = 0
     ready_replicas: int = 0
     desired_replicas: int = 0
+    standby_replicas: int | None = Field(
+        None,
+        description="Engine pods in the standby pool (autoscaling.standby): running and costing, never routed, "
+        "not counted in replicas or readyReplicas.",
+    )
     queue_depth: float | None = None
     ttft_p95_seconds: float | None = None
     tpot_p90_seconds: float | None = Field(

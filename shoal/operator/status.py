@@ -6,11 +6,12 @@ what), ``ModelReady`` (the engine pods have the model: :mod:`.model_ready`), wit
 ``AdaptersReady`` (and ``adapters``, where each is loaded: :mod:`.adapters_ready`) and, while autoscaling is on,
 ``ScalingLimited`` (the autoscaler's wish was clamped, or metrics are missing) and ``DrainFits`` (the engines'
 termination grace lets a request of ``maxModelLen`` tokens finish at the observed time per output token:
-:func:`.termination.drain_verdict`), and with ``autoscaling.standby`` ``StandbyPool``, False: the operator starts no
-standby engines yet (``shoal up`` does), and says so rather than take the field silently. Every condition comes from :func:`condition`, so each carries ``observedGeneration`` and a
-``lastTransitionTime`` that changes only when its status does; the scaling history grows only when the desired
-count does. Recomputing an unchanged world therefore yields an identical status: the reconciler then writes
-nothing. The status is built as the typed :class:`.InferenceDeploymentStatus` (the model the CRD's schema is
+:func:`.termination.drain_verdict`), and with ``autoscaling.standby`` ``StandbyPool`` (True once every pool pod
+is Ready: :mod:`.standby_pool`). The replica counts and ``Ready`` are the serving engines'; the pool is
+``standbyReplicas``, and ``Progressing`` waits for both. Every condition comes from :func:`condition`, so each
+carries ``observedGeneration`` and a ``lastTransitionTime`` that changes only when its status does; the scaling
+history grows only when the desired count does. Recomputing an unchanged world therefore yields an identical
+status: the reconciler then writes nothing. The status is built as the typed :class:`.InferenceDeploymentStatus` (the model the CRD's schema is
 generated from) and stored as its camelCase dump.
 """
 
@@ -33,13 +34,10 @@ from shoal.operator.spec import (
     ScalingDecisionStatus,
     ScalingRecord,
 )
+from shoal.operator.standby_pool import NO_POOL, PoolCount
 from shoal.operator.termination import drain_verdict
 
 Status = dict[str, Any]
-STANDBY_NOT_ON_CLUSTERS = (
-    "autoscaling.standby: the operator starts no standby engines yet, so scale-ups here are cold starts; "
-    "the standby pool runs in shoal up (docs/autoscaling.md)"
-)
 Verdict = tuple[bool, str, str]  # a condition's (status, reason, message)
 
 
@@ -84,15 +82,19 @@ def compute_status(
     proposal: ScaleDecision | None = None,
     engine_pods: Sequence[Mapping[str, Any]] = (),
     adapters_observed: Mapping[str, PodAdapters] | None = None,
+    pool: PoolCount = NO_POOL,
 ) -> Status:
     """The whole new status (camelCase, as stored). ``proposal`` is the autoscaler's latest evaluation (applied as
     ``decision`` in Act mode, only recorded in Recommend mode); ``adapters_observed``, where the engines load
-    adapters at run time (kind shoal), what each ready pod's last sync saw."""
+    adapters at run time (kind shoal), what each ready pod's last sync saw; ``pool``: the standby pool's pods (the
+    Deployment's counts less these are the serving engines)."""
     stamp = timestamp(now)
     replicas, ready, _ = _counts(engine)
+    standby = spec.autoscaling.standby
+    serving, serving_ready = max(0, replicas - pool.pods), max(0, ready - pool.ready)
     verdicts = {
-        "Ready": _ready(decision.replicas, ready, _counts(gateway)[1], spec.gateway.replicas, problem),
-        "Progressing": _progressing(engine, decision.replicas, replicas, problem),
+        "Ready": _ready(decision.replicas, serving_ready, _counts(gateway)[1], spec.gateway.replicas, problem),
+        "Progressing": _progressing(engine, decision.replicas, standby, replicas, problem),
         "Degraded": (True, problem.reason, problem.message) if problem else (False, "AsExpected", ""),
         "ModelReady": model_ready(spec.model.source, engine_pods),
     }
@@ -106,14 +108,15 @@ def compute_status(
             "MetricsAvailable": _metrics(proposal),
             "DrainFits": _drain_fits(spec, observed.get("tpot_p90_seconds")),
         }
-    if spec.autoscaling.standby:
-        verdicts["StandbyPool"] = (False, "NotOnClusters", STANDBY_NOT_ON_CLUSTERS)
+    if standby:
+        verdicts["StandbyPool"] = _standby_pool(standby, pool)
     old_conditions = list(previous.get("conditions", []))
     history, last_scale_time = _history(previous, decision, proposal, spec, problem, stamp)
     fields: dict[str, Any] = {
         "served_name": spec.served_name,
-        "replicas": replicas,
-        "ready_replicas": ready,
+        "replicas": serving,
+        "ready_replicas": serving_ready,
+        **({"standby_replicas": pool.pods} if standby or pool.pods else {}),
         "desired_replicas": decision.replicas,
         "conditions": [condition(old_conditions, kind, v, stamp, generation) for kind, v in verdicts.items()],
         "observed_generation": generation,
@@ -156,14 +159,25 @@ def _ready(desired: int, ready: int, gateway_ready: int, gateways: int, problem:
     return True, "Ready", f"{ready}/{desired} engines and {gateway_ready}/{gateways} gateways ready"
 
 
-def _progressing(engine: Mapping[str, Any] | None, desired: int, replicas: int, problem: Problem | None) -> Verdict:
+def _progressing(
+    engine: Mapping[str, Any] | None, desired: int, standby: int, replicas: int, problem: Problem | None
+) -> Verdict:
+    """The Deployment holds ``desired`` serving engines plus ``standby`` in the pool."""
     if problem is not None and engine is None:
         return False, "Blocked", problem.message
     if engine is None:
         return True, "Creating", "creating the engine Deployment"
-    if not _rolled_out(engine, desired):
-        return True, "RollingOut", f"{replicas} engines running, {desired} wanted"
-    return False, "Stable", f"{desired} engines at the current spec"
+    pool = f" (with {standby} standby)" if standby else ""
+    if not _rolled_out(engine, desired + standby):
+        return True, "RollingOut", f"{replicas} engines running, {desired + standby} wanted{pool}"
+    return False, "Stable", f"{desired} engines at the current spec{pool}"
+
+
+def _standby_pool(standby: int, pool: PoolCount) -> Verdict:
+    """``StandbyPool``: True once the pool holds ``standby`` Ready engines (a scale-up then promotes, not starts)."""
+    if pool.ready >= standby:
+        return True, "Ready", f"{pool.ready} of {standby} standby engines ready"
+    return False, "Filling", f"{pool.ready} of {standby} standby engines ready, {pool.pods - pool.ready} loading"
 
 
 def _scaling_limited(spec: InferenceDeploymentSpec, decision: ScaleDecision) -> Verdict:

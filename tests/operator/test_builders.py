@@ -12,6 +12,7 @@ from shoal.operator.builders.engine import serve_args
 from shoal.operator.naming import Owner
 from shoal.operator.spec import DEFAULT_GATEWAY_IMAGE, InferenceDeploymentSpec
 from shoal.operator.spec import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
+from shoal.operator.standby_pool import POOL_LABEL
 
 OWNER = Owner("chat", "team-a", "0b7d3f52-0000-4000-8000-000000000001")
 
@@ -134,11 +135,14 @@ def test_engine_pods_spread_and_drain_gracefully() -> None:
     assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
 
 
-def test_engine_service_is_headless_over_the_engine_pods() -> None:
+def test_engine_service_is_headless_over_the_serving_engine_pods() -> None:
     built = children(spec())
-    service = built[("Service", "chat-engine")]
+    service, deployment = built[("Service", "chat-engine")], built[("Deployment", "chat-engine")]
     assert service["spec"]["clusterIP"] == "None"
-    assert service["spec"]["selector"] == built[("Deployment", "chat-engine")]["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == {**deployment["spec"]["selector"]["matchLabels"], POOL_LABEL: "serving"}
+    # new pods serve by their template (the operator moves some into the pool); the Deployment keeps them all
+    assert deployment["spec"]["template"]["metadata"]["labels"][POOL_LABEL] == "serving"
+    assert POOL_LABEL not in deployment["spec"]["selector"]["matchLabels"]
 
 
 def test_gateway_arguments_come_from_its_config_map() -> None:
@@ -298,6 +302,12 @@ def test_monitoring_labels_go_on_every_prometheus_operator_object_and_keep_the_o
 @pytest.mark.parametrize("replicas", [0, 1, 7])
 def test_engine_replicas_are_what_the_caller_decided(replicas: int) -> None:
     assert children(spec(), replicas=replicas)[("Deployment", "chat-engine")]["spec"]["replicas"] == replicas
+
+
+@pytest.mark.parametrize("replicas", [0, 1, 7])
+def test_the_engine_deployment_runs_the_standby_pool_beside_the_decided_count(replicas: int) -> None:
+    pooled = spec(replicas={"min": 0, "max": 8}, autoscaling={"enabled": True, "standby": 2})
+    assert children(pooled, replicas=replicas)[("Deployment", "chat-engine")]["spec"]["replicas"] == replicas + 2
 
 
 def test_the_children_digest_tracks_what_is_applied_but_not_the_scale() -> None:

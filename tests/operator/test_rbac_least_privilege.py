@@ -49,6 +49,7 @@ def used_by_the_operator() -> set[Permission]:
     spec = InferenceDeploymentSpec.model_validate({"model": {"source": "smollm2-135m"}})
     for child in build_children(OWNER, spec, 1, prometheus_operator=True):  # server-side applied
         uses |= {(_group(child["apiVersion"]), PLURALS[child["kind"]], verb) for verb in ("create", "patch")}
+    uses.add(("", "pods", "patch"))  # the standby pool's label moves (KubeClient.label_pod)
     secret = generated_api_key_secret(OWNER, "sk-any")  # created once, never read
     uses.add((_group(secret["apiVersion"]), PLURALS[secret["kind"]], "create"))
     registry = build_registry(OperatorConfig())

@@ -15,6 +15,7 @@ from shoal.operator.model_ready import model_ready
 from shoal.operator.reconciler import Children, Reconciler
 from shoal.operator.replicas import ScaleDecision
 from shoal.operator.spec import MAX_SCALING_HISTORY, InferenceDeploymentSpec
+from shoal.operator.standby_pool import PoolCount
 from shoal.operator.status import compute_status, status_patch
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -324,9 +325,19 @@ def test_insufficient_gpu_follows_the_gpu_resource_name() -> None:
     assert diagnose_pod(p).reason == "Unschedulable"  # type: ignore[union-attr]
 
 
-def test_a_standby_pool_is_named_as_not_run_on_a_cluster() -> None:
+def test_the_standby_pool_is_counted_apart_from_the_serving_engines() -> None:
     pooled = SPEC.model_validate({"model": {"source": "smollm2-135m"}, "autoscaling": {"enabled": True, "standby": 1}})
-    s = status({}, spec=pooled, decision=ScaleDecision(2, "steady"))
-    assert conditions(s)["StandbyPool"] == ("False", "NotOnClusters")
-    assert "autoscaling.standby" in next(c["message"] for c in s["conditions"] if c["type"] == "StandbyPool")
-    assert "StandbyPool" not in conditions(status({}))
+    # the Deployment runs 2 serving + 1 pool pod; the pool pod is still loading
+    filling = status({}, spec=pooled, engine=deployment(3, 2), pool=PoolCount(pods=1, ready=0))
+    assert conditions(filling)["StandbyPool"] == ("False", "Filling")
+    assert conditions(filling)["Ready"] == ("True", "Ready")  # the serving engines are all ready
+    assert conditions(filling)["Progressing"] == ("False", "Stable")  # 3 pods is what the Deployment should run
+    assert (filling["replicas"], filling["readyReplicas"], filling["standbyReplicas"]) == (2, 2, 1)
+    ready = status({}, spec=pooled, engine=deployment(3, 3), pool=PoolCount(pods=1, ready=1))
+    assert conditions(ready)["StandbyPool"] == ("True", "Ready")
+    assert (ready["replicas"], ready["readyReplicas"], ready["standbyReplicas"]) == (2, 2, 1)
+    # a ready pool pod is no ready serving engine
+    short = status({}, spec=pooled, engine=deployment(3, 2), pool=PoolCount(pods=1, ready=1))
+    assert conditions(short)["Ready"] == ("False", "EnginesNotReady") and short["readyReplicas"] == 1
+    assert conditions(status({}, spec=pooled, engine=deployment(2, 2)))["Progressing"] == ("True", "RollingOut")
+    assert "StandbyPool" not in conditions(status({})) and "standbyReplicas" not in status({})

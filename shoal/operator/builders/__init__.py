@@ -16,6 +16,7 @@ from shoal.operator.builders.monitoring import monitoring_objects
 from shoal.operator.builders.network import engine_network_policy
 from shoal.operator.naming import Owner
 from shoal.operator.spec import InferenceDeploymentSpec
+from shoal.operator.standby_pool import deployment_replicas
 
 __all__ = ["DIGEST_ANNOTATION", "applied_digest", "build_children", "serve_args"]
 
@@ -36,7 +37,8 @@ def build_children(
 
     ``engine_images`` are the operator's engine image per kind (``--engine-image``), ``gateway_image`` its
     gateway image (``--gateway-image``); ``monitoring_labels`` go on the Prometheus Operator objects
-    (``--monitoring-label``). The engine Deployment carries a digest of all of them (its replica count aside: that is the scale decision,
+    (``--monitoring-label``). ``replicas`` is the serving engine count: the engine Deployment runs the standby pool
+    beside it (:mod:`..standby_pool`). The engine Deployment carries a digest of all of them (its replica count aside: that is the scale decision,
     compared on its own), so a later pass knows from the watch alone whether anything needs applying.
     """
     engine = engine_deployment(owner, spec, 0, engine_images, gateway_image)
@@ -57,7 +59,7 @@ def build_children(
     if prometheus_operator:
         children += monitoring_objects(owner, spec, monitoring_labels or {})
     digest = hashlib.sha256(json.dumps(children, sort_keys=True).encode()).hexdigest()[:16]
-    engine["spec"]["replicas"] = replicas
+    engine["spec"]["replicas"] = deployment_replicas(spec, replicas)  # the serving engines plus the standby pool
     engine["metadata"]["annotations"] = {DIGEST_ANNOTATION: digest}
     return children
 

@@ -41,6 +41,7 @@ from shoal.operator.builders.security import (
 from shoal.operator.naming import ENGINE_PORT, Owner
 from shoal.operator.quantity import quantity_bytes
 from shoal.operator.spec import DEFAULT_ENGINE_IMAGES, InferenceDeploymentSpec
+from shoal.operator.standby_pool import POOL_LABEL, SERVING, deployment_replicas
 from shoal.operator.termination import PRESTOP_SLEEP_SECONDS, Termination, termination
 
 COMPONENT = "engine"
@@ -168,7 +169,8 @@ def engine_deployment(
     images: Mapping[str, str] | None = None,
     default_gateway_image: str | None = None,
 ) -> dict[str, Any]:
-    """The engine Deployment, at ``replicas`` (decided by the spec or the autoscaler, never here); ``images``:
+    """The engine Deployment, at ``replicas`` serving engines (decided by the spec or the autoscaler, never here)
+    plus the standby pool; its pods start serving (:mod:`..standby_pool` moves them); ``images``:
     the operator's engine image per kind; another kind's model is fetched by the gateway's image."""
     images = images or {}
     fetcher_images = (engine_image(spec, images), gateway_image(spec, default_gateway_image))
@@ -190,13 +192,13 @@ def engine_deployment(
         "kind": "Deployment",
         "metadata": owner.metadata(owner.engine_name, COMPONENT),
         "spec": {
-            "replicas": replicas,
+            "replicas": deployment_replicas(spec, replicas),
             "selector": {"matchLabels": owner.selector(COMPONENT)},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": pod_metadata(
                     spec.engine,
-                    owner.labels(COMPONENT),
+                    {**owner.labels(COMPONENT), POOL_LABEL: SERVING},
                     {
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(ENGINE_PORT),
@@ -219,14 +221,15 @@ def engine_deployment(
 
 
 def engine_service(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, Any]:
-    """Headless: its EndpointSlices list each ready engine pod (and its KV-event port) for the gateway."""
+    """Headless: its EndpointSlices list each ready serving engine pod (and its KV-event port) for the gateway; a
+    standby pool pod is no endpoint (:mod:`..standby_pool`)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": owner.metadata(owner.engine_name, COMPONENT),
         "spec": {
             "clusterIP": "None",
-            "selector": owner.selector(COMPONENT),
+            "selector": {**owner.selector(COMPONENT), POOL_LABEL: SERVING},
             "ports": [
                 {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
                 for p in engine_ports(spec)
