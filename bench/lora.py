@@ -77,6 +77,7 @@ SHOAL = "Shoal"
 PREFILL_TOKENS = 2048
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MODES = ("base", "lora")  # the base model alone; the adapters
+FIGURES = ("tokens_per_s", "tokens_per_cpu_s")  # output tokens per second of wall time, of the engine's CPU time
 
 
 class _FixedOutput(torch.nn.Module):
@@ -139,23 +140,41 @@ def vllm_argv(python: Path, base_dir: Path, flags: list[str], extra: list[str]) 
     return [*vllm_entry(python), *serve, *flags, *extra]
 
 
-async def round_of(url: str, models: list[str], requests: list[BenchRequest]) -> dict[str, Any]:
-    """Every request at once, streamed (request ``i`` for ``models[i]``): output tokens per second over the
-    round's wall time, the failures, TTFT and ITL."""
+def group_cpu_seconds(group: int) -> float:
+    """CPU time (user + system) of every live process in a process group, from ``/proc``: an engine and what it
+    started (vLLM's engine core), the measure that holds on a machine shared with other jobs."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # it exited meanwhile
+            continue
+        if int(fields[2]) == group:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def round_of(
+    url: str, models: list[str], requests: list[BenchRequest], cpu: Callable[[], float]
+) -> dict[str, Any]:
+    """Every request at once, streamed (request ``i`` for ``models[i]``): output tokens per second of the round's
+    wall time and per second of the engine's CPU time (``cpu``: its seconds so far), the failures, TTFT and ITL."""
     limits = httpx.Limits(max_connections=len(requests), max_keepalive_connections=len(requests))
     async with httpx.AsyncClient(timeout=600, limits=limits, trust_env=False) as client:
-        start = time.perf_counter()
+        cpu_start, start = cpu(), time.perf_counter()
         results = await asyncio.gather(
             *(send_request(client, url, m, r) for m, r in zip(models, requests, strict=True))
         )
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, cpu() - cpu_start
     s = summarize(results, seconds)
     return {
         "requests": len(requests),
         "failed": s["failed"],
         "output_tokens": s["output_tokens"],
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "tokens_per_s": s["output_throughput_tok_s"],
+        "tokens_per_cpu_s": s["output_tokens"] / cpu_seconds if cpu_seconds else None,  # type: ignore[operator]
         "ttft_p50_ms": s["ttft"]["p50_ms"],  # type: ignore[index]
         "itl_p50_ms": s["itl"]["p50_ms"],  # type: ignore[index]
         "errors": s["errors"],
@@ -173,18 +192,24 @@ class EngineRun:
     load_average: tuple[float, float] | None = None  # 1-minute load at the start and the end of its rounds
     error: str | None = None
 
-    def tokens_per_s(self, mode: str) -> float | None:
-        """The median round's output tokens/s in ``mode``; none if nothing ran or a request failed."""
-        figures = [r[mode] for r in self.rounds if mode in r]
-        if not figures or any(f["failed"] for f in figures):
+    def median(self, mode: str, figure: str = "tokens_per_s") -> float | None:
+        """The median round's ``figure`` in ``mode``; none if nothing ran or a request failed."""
+        values = [r[mode] for r in self.rounds if mode in r]
+        if not values or any(v["failed"] or v[figure] is None for v in values):
             return None
-        return statistics.median(f["tokens_per_s"] for f in figures)
+        return statistics.median(v[figure] for v in values)
 
     def as_dict(self) -> dict[str, Any]:
-        medians = {mode: self.tokens_per_s(mode) for mode in MODES}
-        base, lora = medians["base"], medians["lora"]
-        ratio = lora / base if base and lora is not None else None
-        return {**self.__dict__, "tokens_per_s": medians, "lora_over_base": ratio}
+        medians = {figure: {mode: self.median(mode, figure) for mode in MODES} for figure in FIGURES}
+        return {
+            **self.__dict__,
+            "medians": medians,
+            "lora_over_base": {f: _ratio(m["lora"], m["base"]) for f, m in medians.items()},
+        }
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    return top / bottom if top is not None and bottom else None
 
 
 def measure(
@@ -196,18 +221,19 @@ def measure(
     help from the one before); both modes of a round share them (an adapter's blocks are never the base's)."""
     names = [f"adapter-{i}" for i in range(args.adapters)]
     everyone = [SERVED, *names]
+    cpu = partial(group_cpu_seconds, server.process.pid)  # its own session: pgid == pid
     run = EngineRun(engine)
     try:
         start = time.monotonic()
         server.wait_ready(ready_path, timeout=args.ready_timeout)
         run.ready_s = time.monotonic() - start
         warmup = random_dataset(args.requests, args.input_len, 4, seed=args.rounds)
-        asyncio.run(round_of(server.url, [everyone[i % len(everyone)] for i in range(len(warmup))], warmup))
+        asyncio.run(round_of(server.url, [everyone[i % len(everyone)] for i in range(len(warmup))], warmup, cpu))
         load_start = os.getloadavg()[0]
         models = {"base": [SERVED] * args.requests, "lora": [names[i % len(names)] for i in range(args.requests)]}
         for seed in range(args.rounds):
             requests = random_dataset(args.requests, args.input_len, args.output_len, seed=seed)
-            run.rounds.append({mode: asyncio.run(round_of(server.url, models[mode], requests)) for mode in MODES})
+            run.rounds.append({mode: asyncio.run(round_of(server.url, models[mode], requests, cpu)) for mode in MODES})
         run.load_average = (load_start, os.getloadavg()[0])
     except (RuntimeError, TimeoutError, httpx.HTTPError) as error:
         run.error = f"{type(error).__name__}: {named_errors(str(error))}"
@@ -225,45 +251,47 @@ def named_errors(text: str) -> str:
     return " | ".join(dict.fromkeys(named[-3:] or lines[-1:] or ["(no output)"]))[:1000]
 
 
-def peer_ratios(runs: list[EngineRun]) -> dict[str, float | None]:
-    """Shoal's output tokens/s over vLLM's, per mode (None where either has no figure)."""
+def peer_ratios(runs: list[EngineRun]) -> dict[str, dict[str, float | None]]:
+    """Shoal's figures over vLLM's, per figure and mode (None where either has none)."""
     by = {run.engine: run for run in runs}
-    ratios: dict[str, float | None] = {}
-    for mode in MODES:
-        shoal = by[SHOAL].tokens_per_s(mode) if SHOAL in by else None
-        vllm = by[VLLM].tokens_per_s(mode) if VLLM in by else None
-        ratios[mode] = shoal / vllm if shoal is not None and vllm else None
-    return ratios
+
+    def median(engine: str, mode: str, figure: str) -> float | None:
+        return by[engine].median(mode, figure) if engine in by else None
+
+    return {f: {m: _ratio(median(SHOAL, m, f), median(VLLM, m, f)) for m in MODES} for f in FIGURES}
 
 
-def format_table(engines: list[dict[str, Any]], shoal_over_vllm: dict[str, float | None]) -> str:
-    """One row per engine (median round, the rounds' range), then Shoal/vLLM; an engine without figures shows
-    why."""
+def format_table(engines: list[dict[str, Any]], shoal_over_vllm: dict[str, dict[str, float | None]]) -> str:
+    """One row per engine (each figure its median round, with the rounds' range), then Shoal/vLLM; an engine
+    without figures shows why."""
 
     def ratio(value: float | None) -> str:
         return f"{value:.2f}x" if value is not None else "-"
 
-    def figure(e: dict[str, Any], mode: str) -> str:
-        values = [r[mode]["tokens_per_s"] for r in e["rounds"]]
-        median = e["tokens_per_s"][mode]
+    def figure(e: dict[str, Any], name: str, mode: str) -> str:
+        values = [r[mode][name] or 0.0 for r in e["rounds"]]
+        median = e["medians"][name][mode]
         shown = f"{median:.1f}" if median is not None else "- (failed requests)"
         return f"{shown} ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else shown
 
     lines = [
-        "| engine | base tok/s | adapters tok/s | adapters / base | failed requests | load average |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| engine | base tok/s | adapters tok/s | adapters / base | base tok per CPU s | adapters tok per CPU s "
+        "| adapters / base (CPU) | failed requests | load average |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in engines:
         if e["error"] is not None:
-            lines.append(f"| {e['engine']} | - | - | - | - | {e['error']} |")
+            lines.append(f"| {e['engine']} | - | - | - | - | - | - | - | {e['error']} |")
             continue
+        cells = [
+            f"{figure(e, name, 'base')} | {figure(e, name, 'lora')} | {ratio(e['lora_over_base'][name])}"
+            for name in FIGURES
+        ]
         failed = sum(r[mode]["failed"] for r in e["rounds"] for mode in MODES)
         load = "{:.1f} -> {:.1f}".format(*e["load_average"])
-        lines.append(
-            f"| {e['engine']} | {figure(e, 'base')} | {figure(e, 'lora')} | {ratio(e['lora_over_base'])} "
-            f"| {failed} | {load} |"
-        )
-    lines.append(f"| Shoal / vLLM | {ratio(shoal_over_vllm['base'])} | {ratio(shoal_over_vllm['lora'])} | | | |")
+        lines.append(f"| {e['engine']} | {' | '.join(cells)} | {failed} | {load} |")
+    peers = [cell for name in FIGURES for cell in (*map(ratio, shoal_over_vllm[name].values()), "")]
+    lines.append(f"| Shoal / vLLM | {' | '.join(peers)} | | |")
     return "\n".join(lines)
 
 

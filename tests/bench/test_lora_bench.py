@@ -22,10 +22,14 @@ import lora as lora_bench  # noqa: E402
 pytestmark = pytest.mark.timeout(240)
 
 
-def rounds_of(*tok_s: tuple[float, float]) -> list[dict[str, dict[str, Any]]]:
-    """Made-up rounds: (base, adapters) output tokens/s each, no request failed."""
+def rounds_of(*tok_s: tuple[float, float], cpu_share: float = 0.5) -> list[dict[str, dict[str, Any]]]:
+    """Made-up rounds: (base, adapters) output tokens/s each, the engine busy ``cpu_share`` of the wall time's
+    two CPUs (so tokens per CPU second are ``tok_s / (2 * cpu_share)``), no request failed."""
     return [
-        {mode: {"tokens_per_s": value, "failed": 0} for mode, value in zip(lora_bench.MODES, pair, strict=True)}
+        {
+            mode: {"tokens_per_s": value, "tokens_per_cpu_s": value / (2 * cpu_share), "failed": 0}
+            for mode, value in zip(lora_bench.MODES, pair, strict=True)
+        }
         for pair in tok_s
     ]
 
@@ -56,32 +60,39 @@ def test_both_engines_serve_the_same_checkpoint_with_the_same_lora_flags(tmp_pat
 
 def test_figures_are_median_rounds_with_ratios_per_engine_and_per_mode() -> None:
     shoal = lora_bench.EngineRun("Shoal", rounds=rounds_of((900, 500), (1000, 600), (800, 550)), load_average=(2, 3))
-    vllm = lora_bench.EngineRun(lora_bench.VLLM, rounds=rounds_of((600, 400), (500, 200), (700, 300)))
+    vllm = lora_bench.EngineRun(lora_bench.VLLM, rounds=rounds_of((600, 400), (500, 200), (700, 300), cpu_share=1))
     vllm.load_average = (1.5, 2.5)
 
-    assert shoal.tokens_per_s("base") == 900 and shoal.tokens_per_s("lora") == 550
+    assert shoal.median("base") == 900 and shoal.median("lora") == 550
+    assert shoal.median("lora", "tokens_per_cpu_s") == 550
     engines = [shoal.as_dict(), vllm.as_dict()]
-    assert engines[0]["lora_over_base"] == pytest.approx(550 / 900)
-    assert engines[1]["lora_over_base"] == pytest.approx(300 / 600)
+    assert engines[0]["lora_over_base"]["tokens_per_s"] == pytest.approx(550 / 900)
+    assert engines[1]["lora_over_base"]["tokens_per_cpu_s"] == pytest.approx(300 / 600)
     ratios = lora_bench.peer_ratios([shoal, vllm])
-    assert ratios == {"base": pytest.approx(1.5), "lora": pytest.approx(550 / 300)}
+    assert ratios["tokens_per_s"] == {"base": pytest.approx(1.5), "lora": pytest.approx(550 / 300)}
+    assert ratios["tokens_per_cpu_s"] == {"base": pytest.approx(900 / 300), "lora": pytest.approx(550 / 150)}
     json.dumps(engines)  # what --json writes
 
     table = lora_bench.format_table(engines, ratios).splitlines()
-    assert table[2] == "| Shoal | 900.0 (800.0-1000.0) | 550.0 (500.0-600.0) | 0.61x | 0 | 2.0 -> 3.0 |"
-    assert table[3] == "| vLLM | 600.0 (500.0-700.0) | 300.0 (200.0-400.0) | 0.50x | 0 | 1.5 -> 2.5 |"
-    assert table[4] == "| Shoal / vLLM | 1.50x | 1.83x | | | |"
+    assert len({line.count("|") for line in table}) == 1, "every row has the header's cells"
+    assert table[2] == (
+        "| Shoal | 900.0 (800.0-1000.0) | 550.0 (500.0-600.0) | 0.61x "
+        "| 900.0 (800.0-1000.0) | 550.0 (500.0-600.0) | 0.61x | 0 | 2.0 -> 3.0 |"
+    )
+    assert table[3].startswith("| vLLM | 600.0 (500.0-700.0) | 300.0 (200.0-400.0) | 0.50x | 300.0 (250.0-350.0) |")
+    assert table[4] == "| Shoal / vLLM | 1.50x | 1.83x |  | 3.00x | 3.67x |  | | |"
 
 
 def test_a_round_with_a_failed_request_gives_no_figure() -> None:
     rounds = rounds_of((900, 500), (1000, 600))
     rounds[1]["lora"]["failed"] = 1
     run = lora_bench.EngineRun("Shoal", rounds=rounds, load_average=(1, 1))
-    assert run.tokens_per_s("base") == 950 and run.tokens_per_s("lora") is None
-    assert run.as_dict()["lora_over_base"] is None
-    assert lora_bench.peer_ratios([run]) == {"base": None, "lora": None}
-    row = lora_bench.format_table([run.as_dict()], {"base": None, "lora": None}).splitlines()[2]
-    assert row == "| Shoal | 950.0 (900.0-1000.0) | - (failed requests) (500.0-600.0) | - | 1 | 1.0 -> 1.0 |"
+    assert run.median("base") == 950 and run.median("lora") is None
+    assert run.as_dict()["lora_over_base"] == {"tokens_per_s": None, "tokens_per_cpu_s": None}
+    assert lora_bench.peer_ratios([run])["tokens_per_s"] == {"base": None, "lora": None}
+    row = lora_bench.format_table([run.as_dict()], lora_bench.peer_ratios([run])).splitlines()[2]
+    assert row.startswith("| Shoal | 950.0 (900.0-1000.0) | - (failed requests) (500.0-600.0) | - |")
+    assert row.endswith("| 1 | 1.0 -> 1.0 |")
 
 
 def test_an_engine_that_could_not_serve_shows_its_error_and_no_figure() -> None:
@@ -103,10 +114,10 @@ def test_an_engine_that_could_not_serve_shows_its_error_and_no_figure() -> None:
     shoal = lora_bench.EngineRun("Shoal", rounds=rounds_of((900, 500)), load_average=(1, 1))
     vllm = lora_bench.EngineRun(lora_bench.VLLM, error=error)
     ratios = lora_bench.peer_ratios([shoal, vllm])
-    assert ratios == {"base": None, "lora": None}
+    assert ratios == {figure: {"base": None, "lora": None} for figure in lora_bench.FIGURES}
     table = lora_bench.format_table([shoal.as_dict(), vllm.as_dict()], ratios).splitlines()
-    assert table[3] == f"| vLLM | - | - | - | - | {error} |"
-    assert table[4] == "| Shoal / vLLM | - | - | | | |"
+    assert table[3] == f"| vLLM | - | - | - | - | - | - | - | {error} |"
+    assert table[4] == "| Shoal / vLLM | - | - |  | - | - |  | | |"
 
 
 def test_the_script_runs_end_to_end_with_shoal_alone(bench_model: Path, tmp_path: Path) -> None:
@@ -127,8 +138,9 @@ def test_the_script_runs_end_to_end_with_shoal_alone(bench_model: Path, tmp_path
     for round_ in shoal["rounds"]:
         for mode in ("base", "lora"):
             assert round_[mode]["failed"] == 0 and round_[mode]["output_tokens"] == 4 * 3
-    assert shoal["lora_over_base"] > 0
+            assert round_[mode]["tokens_per_cpu_s"] > 0
+    assert shoal["lora_over_base"]["tokens_per_s"] > 0
     assert vllm == {**vllm, "engine": "vLLM", "error": "not run: --no-vllm", "rounds": []}
-    assert result["shoal_over_vllm"] == {"base": None, "lora": None}
+    assert result["shoal_over_vllm"]["tokens_per_s"] == {"base": None, "lora": None}
     assert result["checkpoint"] == str(bench_model)
     assert "| Shoal / vLLM | - | - |" in done.stdout
