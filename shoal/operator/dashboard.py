@@ -4,9 +4,10 @@ that its engine queries come from the engine kinds' metric maps (``docs/engines.
 Two template variables pick what is shown: ``namespace`` and ``fleet`` (an InferenceDeployment, read from its
 pods' names: ``<fleet>-engine-...`` and ``<fleet>-gateway-...``, the labels a PodMonitor or the usual
 annotation-based scrape gives every series). Four rows follow: the engines (one query per panel over every
-kind's series), the gateway and its routing, the tenants' quotas, and the autoscaler (the operator's own
-metrics, which name the fleet in ``namespace`` and ``infd``). ``tests/autoscale/test_dashboard_panels.py`` runs
-every query against a real Prometheus scraping real engines, a real gateway and a real operator.
+kind's series), the gateway and its routing, the quotas (the tenants' and the models': a LoRA adapter's, by
+limit), and the autoscaler (the operator's own metrics, which name the fleet in ``namespace`` and ``infd``).
+``tests/autoscale/test_dashboard_panels.py`` runs every query against a real Prometheus scraping real engines, a
+real gateway and a real operator.
 """
 
 from __future__ import annotations
@@ -144,6 +145,16 @@ def quota_panels() -> list[Panel]:
                 (
                     f"sum by (tenant, limit) (rate(shoal_gateway_quota_rejections_total{{{GATEWAYS}}}[{RATE}]))",
                     "{{tenant}} {{limit}}",
+                ),
+            ),
+        ),
+        Panel(
+            "Quota refusals (429) by model and limit",
+            "reqps",
+            (
+                (
+                    f"sum by (model, limit) (rate(shoal_gateway_model_quota_rejections_total{{{GATEWAYS}}}[{RATE}]))",
+                    "{{model}} {{limit}}",
                 ),
             ),
         ),

@@ -10,8 +10,9 @@ target is a local process labelled with a fake pod's real name (the labels a Pod
 ``pod``); the operator's target is labelled as its ServiceMonitor would (``honor_labels``, so the per-fleet
 series keep the fleet's ``namespace``). The world the panels need is made the way it happens: a request held
 while the fleet has no ready engine (scale from zero), routed load through the gateway, a tenant over its quota
-(429), an Alertmanager notification to the operator's webhook. Rendering the dashboard in Grafana is not done
-here: Grafana cannot be installed in the test environment (``docs/metrics.md`` says why).
+(429), a request over its model's quota (429: the tenants file's ``models``), an Alertmanager notification to the
+operator's webhook. Rendering the dashboard in Grafana is not done here: Grafana cannot be installed in the test
+environment (``docs/metrics.md`` says why).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
 FLEET = "dash"
 TOKEN = "dashboard-alerts-token"
 KEYS = {"team": "sk-dash-team", "tight": "sk-dash-tight"}
+MODEL_TOKENS_PER_MINUTE = 1_000_000  # the served model's quota (the tenants file's `models`)
 RATE_WINDOW = "30s"  # $__rate_interval: Prometheus scrapes every second here
 
 
@@ -122,7 +124,9 @@ def test_every_dashboard_panel_has_data_for_a_fleet(
                 "tenants": {
                     "team": {"api_keys": [KEYS["team"]]},
                     "tight": {"api_keys": [KEYS["tight"]], "requests_per_minute": 1},
-                }
+                },
+                # so high the load never nears it: only a request asking for more output is refused by it
+                "models": {"tiny-llama": {"tokens_per_minute": MODEL_TOKENS_PER_MINUTE}},
             }
         )
     )
@@ -190,6 +194,8 @@ def test_every_dashboard_panel_has_data_for_a_fleet(
             tight.completions.create(model="tiny-llama", prompt="within quota", max_tokens=2)
             with pytest.raises(openai.RateLimitError):
                 tight.completions.create(model="tiny-llama", prompt="over quota", max_tokens=2)
+            with pytest.raises(openai.RateLimitError, match="Model `tiny-llama` is over its tokens_per_minute"):
+                team.completions.create(model="tiny-llama", prompt="too long", max_tokens=2 * MODEL_TOKENS_PER_MINUTE)
             assert post_alert(f"http://127.0.0.1:{alerts_port}/alerts", namespace) == 200
 
             with Resending(scraped_fleet, 0, clients=3, max_tokens=8, via=team) as load:

@@ -34,9 +34,10 @@ def test_kernel_benchmark_prints_its_tables_in_smoke_mode(capsys: pytest.Capture
 
 def test_lora_benchmark_kernel_row_runs_on_tiny_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/lora.py's kernel row (a GPU session's) runs its code path under the interpreter on tiny shapes."""
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # it imports bench/kernels.py's timer, as a script beside it
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # it imports bench/kernels.py, serve.py, ..., scripts beside it
     spec = importlib.util.spec_from_file_location("bench_lora", SCRIPT.parent / "lora.py")
     bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # dataclasses look their module up there
     spec.loader.exec_module(bench)
     config = ModelConfig(
         architecture="llama",
