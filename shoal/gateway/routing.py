@@ -306,7 +306,7 @@ Candidate = tuple[ReplicaView, int, float]  # a replica, the blocks of the reque
 
 class _Terms:
     """One decision's ``PrefixAware.headroom``, its limit and costs kept per capacity and match, term for term
-    (an indexed decision asks it of a few dozen replicas, most of one capacity)."""
+    (a decision asks it of every replica it looks at, most of them of one capacity)."""
 
     __slots__ = ("capacity", "costs", "known", "limit", "mean", "policy", "request")
 
@@ -368,14 +368,13 @@ class PrefixAware:
         if isinstance(replicas, Indexed):
             return self._decide_indexed(replicas, request)
         mean = (total_load(replicas) + request.cost_tokens) / len(replicas)  # mean_load_after
+        terms = _Terms(self, request, mean)  # ``headroom``, its limit and costs computed once per capacity and match
         candidates = [
-            (r, matched, self.headroom(r, load(r), request, matched, mean))
+            (r, matched, terms.room(r, load(r), matched))
             for r in replicas
             for matched in (matched_blocks(r.cached, hashes) if hashes else 0,)
         ]
-        return self._choose(
-            candidates, any(c[1] for c in candidates), hashes[0] if hashes else 0, lambda r: cost_on(r, request, 0)
-        )
+        return self._choose(candidates, any(c[1] for c in candidates), hashes[0] if hashes else 0, terms.miss_cost)
 
     def _decide_indexed(self, fleet: Indexed, request: RouteRequest) -> Decision:
         """The plain scan's decision from the holders of the first block and the few others that could win."""
