@@ -117,6 +117,8 @@ class FleetIndex(Indexed):
         if self._by_id.get(view.replica_id) is not view:
             return
         seen = self._state[view.replica_id]
+        if view.capacity is seen.capacity and view.homes == seen.homes and load_numerator(view) == seen.numerator:
+            return  # nothing the index keeps moved (a step that changed neither load nor homes)
         numerator, slot, levels = seen.numerator, seen.slot, seen.levels
         self._numerators[seen.denominator] -= numerator
         seen.loads.remove(numerator, slot)

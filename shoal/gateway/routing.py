@@ -306,7 +306,7 @@ Candidate = tuple[ReplicaView, int, float]  # a replica, the blocks of the reque
 
 class _Terms:
     """One decision's ``PrefixAware.headroom``, its limit and costs kept per capacity and match, term for term
-    (an indexed decision asks it of a few dozen replicas, most of one capacity)."""
+    (a decision asks it of every replica it looks at, most of them of one capacity)."""
 
     __slots__ = ("capacity", "costs", "known", "limit", "mean", "policy", "request")
 
@@ -367,15 +367,21 @@ class PrefixAware:
         hashes = request.block_hashes
         if isinstance(replicas, Indexed):
             return self._decide_indexed(replicas, request)
-        mean = (total_load(replicas) + request.cost_tokens) / len(replicas)  # mean_load_after
+        numerators: dict[int, int] = {}  # ``total_load``'s, with each replica's ``load`` on the way
+        loads = []
+        for r in replicas:
+            denominator, numerator = load_denominator(r.capacity), load_numerator(r)
+            numerators[denominator] = numerators.get(denominator, 0) + numerator
+            loads.append(numerator / denominator)
+        mean = (total_of(numerators) + request.cost_tokens) / len(replicas)  # mean_load_after
+        terms = _Terms(self, request, mean)  # ``headroom``, its limit and costs computed once per capacity and match
+        first = hashes[0] if hashes else 0
         candidates = [
-            (r, matched, self.headroom(r, load(r), request, matched, mean))
-            for r in replicas
-            for matched in (matched_blocks(r.cached, hashes) if hashes else 0,)
+            (r, matched, terms.room(r, held, matched))
+            for r, held in zip(replicas, loads, strict=True)
+            for matched in (matched_blocks(r.cached, hashes) if hashes and first in r.cached else 0,)
         ]
-        return self._choose(
-            candidates, any(c[1] for c in candidates), hashes[0] if hashes else 0, lambda r: cost_on(r, request, 0)
-        )
+        return self._choose(candidates, any(c[1] for c in candidates), first, terms.miss_cost)
 
     def _decide_indexed(self, fleet: Indexed, request: RouteRequest) -> Decision:
         """The plain scan's decision from the holders of the first block and the few others that could win."""
@@ -460,30 +466,32 @@ class PrefixAware:
     ) -> Decision:
         """The rule of the module docstring over ``candidates``, which hold every replica it could pick;
         ``miss_cost(replica)`` is the request's ``cost_on`` the replica matching nothing."""
-
-        def roomiest(among: list[Candidate]) -> Candidate:
-            """The candidate left furthest under its bound; equals by the ring, placed only for them."""
-            top = max(c[2] for c in among)
-            tied = [c for c in among if c[2] == top]
-            if len(tied) == 1:
-                return tied[0]
-            point = key_point(key)
-            return min(tied, key=lambda c: (clockwise(c[0].replica_id, point), c[0].replica_id))
-
         eligible = [c for c in candidates if c[2] >= 0]
         if not eligible:
-            chosen = roomiest(candidates)
+            chosen = _roomiest(candidates, key)
             return Decision(chosen[0].replica_id, "load_bound_fallback", chosen[1])
         best = max(c[1] for c in eligible)
         if best > 0:
-            chosen = roomiest([c for c in eligible if c[1] == best])
+            chosen = _roomiest([c for c in eligible if c[1] == best], key)
             return Decision(chosen[0].replica_id, "prefix_hit", best)
         top = max(c[2] for c in eligible)
         near = [c for c in eligible if c[2] >= top - HOME_MARGIN_MISSES * miss_cost(c[0])]
         fewest = min(c[0].homes for c in near)
-        chosen = roomiest([c for c in near if c[0].homes == fewest])
+        chosen = _roomiest([c for c in near if c[0].homes == fewest], key)
         reason: Reason = "load_bound_fallback" if held_anywhere else "miss"
         return Decision(chosen[0].replica_id, reason, 0)
+
+
+def _roomiest(among: list[Candidate], key: int) -> Candidate:
+    """The candidate left furthest under its bound; equals by the ring (past ``key``'s point), placed only for them."""
+    if len(among) == 1:
+        return among[0]
+    top = max(c[2] for c in among)
+    tied = [c for c in among if c[2] == top]
+    if len(tied) == 1:
+        return tied[0]
+    point = key_point(key)
+    return min(tied, key=lambda c: (clockwise(c[0].replica_id, point), c[0].replica_id))
 
 
 def make_policy(

@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shoal.simulate.compare import Comparison
+    from shoal.simulate.profile import EngineProfile
+    from shoal.simulate.startup_modes import StartupMode
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,6 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=1,
         metavar="N",
         help="run every policy over N seeds from --seed; the table shows each figure's mean and worst seed",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the seeds in N processes at once (default 1); the figures do not depend on it",
     )
     p.add_argument(
         "--bounds",
@@ -130,11 +143,43 @@ def _progress_bars(total: float, enabled: bool) -> Callable[[str], Callable[[flo
     return make
 
 
+def _compare_seed(args: argparse.Namespace, profile: EngineProfile, startup: StartupMode, seed: int) -> Comparison:
+    """One seed's comparison (in a worker process with ``--jobs``: no progress bar there, they would interleave)."""
+    from shoal.simulate.compare import compare
+    from shoal.simulate.presets import resolve_trace
+
+    trace = resolve_trace(args.trace, profile, seed)
+    if args.time_scale != 1.0:
+        trace = trace.scaled(args.time_scale)
+    print(
+        f"seed {seed}: trace {trace.name}: {len(trace)} requests over {trace.duration / 60:.1f} min; "
+        f"profile {profile.name}; start-up {startup.label()}",
+        file=sys.stderr,
+    )
+    return compare(
+        trace,
+        profile,
+        [name.strip() for name in args.policies.split(",") if name.strip()],
+        args.slo_ttft_p95,
+        args.routing,
+        args.replicas_min,
+        args.replicas_max,
+        seed,
+        args.max_step,
+        _progress_bars(trace.duration, args.progress and args.jobs == 1),
+        args.engine_kind,
+        args.bounds,
+        startup,
+        args.season_seconds,
+    )
+
+
 def _simulate(args: argparse.Namespace) -> int:
     import json
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
 
-    from shoal.simulate.compare import Comparison, compare, format_table
-    from shoal.simulate.presets import resolve_trace
+    from shoal.simulate.compare import format_table
     from shoal.simulate.profile import DEFAULT_PROFILE, ProfileError, load_profile
     from shoal.simulate.seeds import aggregate, format_seeds_table
     from shoal.simulate.startup_modes import StartupMode
@@ -148,37 +193,15 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ValueError(f"--slo-ttft-p95 must be > 0, got {args.slo_ttft_p95}")
         if args.seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
-        startup = StartupMode(args.startup_mode, args.standby)
-        policies = [name.strip() for name in args.policies.split(",") if name.strip()]
+        if args.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
         seeds = list(range(args.seed, args.seed + args.seeds))
-        comparisons: list[Comparison] = []
-        for seed in seeds:
-            trace = resolve_trace(args.trace, profile, seed)
-            if args.time_scale != 1.0:
-                trace = trace.scaled(args.time_scale)
-            print(
-                f"seed {seed}: trace {trace.name}: {len(trace)} requests over {trace.duration / 60:.1f} min; "
-                f"profile {profile.name}; start-up {startup.label()}",
-                file=sys.stderr,
-            )
-            comparisons.append(
-                compare(
-                    trace,
-                    profile,
-                    policies,
-                    args.slo_ttft_p95,
-                    args.routing,
-                    args.replicas_min,
-                    args.replicas_max,
-                    seed,
-                    args.max_step,
-                    _progress_bars(trace.duration, args.progress),
-                    args.engine_kind,
-                    args.bounds,
-                    startup,
-                    args.season_seconds,
-                )
-            )
+        run = partial(_compare_seed, args, profile, StartupMode(args.startup_mode, args.standby))
+        if args.jobs == 1 or len(seeds) == 1:
+            comparisons = [run(seed) for seed in seeds]
+        else:
+            with ProcessPoolExecutor(min(args.jobs, len(seeds))) as pool:
+                comparisons = list(pool.map(run, seeds))
     except (TraceError, ProfileError, ValueError) as exc:
         print(f"shoal simulate: error: {exc}", file=sys.stderr)
         return 2

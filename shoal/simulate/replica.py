@@ -173,11 +173,12 @@ class SimReplica:
 
     def admit(self, prompt: list[int], output: list[int], group: list[int], prefix: list[int]) -> None:
         """Moves waiting requests into the batch while it and the KV cache have room."""
-        waiting = self.waiting
+        waiting, batch = self.waiting, self.prefill
+        max_seqs, capacity = self.profile.max_num_seqs, self.profile.kv_capacity_tokens
         while waiting:
             rid = waiting[0]
             need = prompt[rid] + output[rid]
-            if not self.can_admit(need):
+            if len(batch) + len(self.decoding) >= max_seqs or self.reserved + need > capacity:  # ``can_admit``
                 return
             waiting.popleft()
             computed = 0
@@ -186,7 +187,7 @@ class SimReplica:
                 computed = reusable - reusable % BLOCK_TOKENS  # the engine caches whole blocks
             self.reserved += need
             self.context += computed
-            self.prefill.append([rid, prompt[rid] - computed])
+            batch.append([rid, prompt[rid] - computed])
 
     def release_unstarted(self, prompt: list[int], output: list[int]) -> list[int]:
         """Takes out every request with no token out yet (waiting, or admitted and still in prefill), oldest first,

@@ -38,7 +38,7 @@ from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.policy import ScalingPolicy
 from shoal.engine_kinds import adapter
 from shoal.gateway.fleet_index import FleetIndex
-from shoal.gateway.routing import IdOrdered, RouteRequest, RoutingPolicy
+from shoal.gateway.routing import IdOrdered, ReplicaView, RouteRequest, RoutingPolicy
 from shoal.operator.termination import PRESTOP_SLEEP_SECONDS, termination
 from shoal.simulate.observe import SignalWindow, observe
 from shoal.simulate.profile import EngineProfile
@@ -49,6 +49,10 @@ from shoal.simulate.trace import Trace
 DROP_REASONS = ("exceeds_kv_capacity", "hold_full", "hold_timeout", "drain_timeout")
 DEFAULT_PERIOD_S = 10.0  # a policy without ``period_seconds`` runs as the operator runs it (--resync-seconds)
 _STEP, _TICK, _READY, _DRAIN_DEADLINE, _SAMPLE = range(5)
+# Routable replicas from which an indexed routing policy gets the ``FleetIndex``, which decides exactly as the
+# plain scan: keeping it current costs as much as the scan saves at 8 replicas, and it is 1.2x faster at 16
+# (prefix-aware, ``bench/simulate_scale.py``'s trace); the presets run 2 to 15.
+INDEXED_FROM = 10
 
 
 @dataclass(frozen=True)
@@ -137,9 +141,12 @@ class FleetSimulator:
         self.standby: list[SimReplica] = []  # started, not routed, unseen by the policy; loaded from ``since`` on
         self.standby_spans: list[tuple[float, float]] = []
         self.routable: list[SimReplica] = []
-        self.views = IdOrdered()  # the routable replicas' views (``SimReplica.view``), by name
-        # kept indexed for a policy that can use it (prefix-aware: holders and load order, not a scan per request)
+        self.views: IdOrdered = IdOrdered()  # the routable replicas' views (``SimReplica.view``), by name
+        # kept for a policy that can use it (prefix-aware: holders and load order, not a scan per request); the
+        # views are handed over it from INDEXED_FROM routable replicas on, its holders told of every route always
         self.index = FleetIndex() if getattr(routing, "indexed", False) else None
+        self.indexing = False  # whether ``views`` is the index now
+        self._stale: dict[str, ReplicaView] = {}  # views changed since the index last saw them (``_refresh``)
         self.by_name: dict[str, SimReplica] = {}
         self.desired = 0
         self.held: deque[int] = deque()
@@ -249,21 +256,25 @@ class FleetSimulator:
         return (*prefix, unique)
 
     def _refresh(self, replica: SimReplica) -> None:
-        """Brings one replica's routing view up to its load, in place (the others stay as they are)."""
+        """Brings one replica's routing view up to its load, in place (the others stay as they are). The index
+        is told at the next routing decision, once per view however often it changed meanwhile (a replica
+        steps several times between two arrivals): its state depends only on the views it is told of."""
         view = replica.view
         view.load_tokens = replica.load_tokens
         view.sequences = replica.in_flight
         view.homes = replica.cache.homes
-        if self.index is not None:
-            self.index.changed(view)
+        if self.indexing:
+            self._stale[view.replica_id] = view
 
     def _rotation_changed(self) -> None:
         self.routable.sort(key=lambda r: r.name)
-        if self.index is None:
-            self.views = IdOrdered(r.view for r in self.routable)
-        else:
+        self.indexing = self.index is not None and len(self.routable) >= INDEXED_FROM
+        if self.index is not None and self.indexing:
             self.index.reset(r.view for r in self.routable)
+            self._stale.clear()  # the reset read every view in the rotation as it is now
             self.views = self.index
+        else:
+            self.views = IdOrdered(r.view for r in self.routable)
 
     def _route(self, rid: int) -> None:
         """Places a request as the gateway does, and charges the replica as its lease does (``Fleet.acquire``: a
@@ -272,6 +283,11 @@ class FleetSimulator:
         prompt, output = self.prompt[rid], self.output[rid]
         hashes = self._block_hashes(rid)
         request = RouteRequest(hashes, prompt + output, BLOCK_TOKENS, output)
+        if self._stale and self.index is not None:
+            changed = self.index.changed
+            for view in self._stale.values():
+                changed(view)
+            self._stale.clear()
         decision = self.routing.decide(self.views, request)
         self.route_reasons[decision.reason] += 1
         replica = self.by_name[decision.replica_id]

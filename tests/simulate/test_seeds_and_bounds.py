@@ -41,9 +41,8 @@ def test_the_summary_keeps_the_mean_and_the_worst_seed_of_each_figure(profile: E
     assert set(summary["seeds"]) == {"0", "1", "2"}  # type: ignore[arg-type]
 
 
-def test_the_cli_prints_mean_and_worst_with_the_bounds_and_writes_them(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _files(tmp_path: Path) -> list[str]:
+    """``simulate`` arguments for a small trace file and profile."""
     trace = poisson_trace(5.0, 600, groups=2)
     csv = tmp_path / "trace.csv"
     csv.write_text(
@@ -54,8 +53,14 @@ def test_the_cli_prints_mean_and_worst_with_the_bounds_and_writes_them(
     )
     profile = tmp_path / "profile.json"
     profile.write_text(small_profile().to_json())
+    return ["simulate", "--trace", str(csv), "--profile", str(profile)]
+
+
+def test_the_cli_prints_mean_and_worst_with_the_bounds_and_writes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out.json"
-    argv = ["simulate", "--trace", str(csv), "--profile", str(profile), "--policies", "shoal,dynamo"]
+    argv = [*_files(tmp_path), "--policies", "shoal,dynamo"]
     code = main([*argv, "--seeds", "2", "--bounds", "--json", str(out), "--no-progress"])
     assert code == 0
     table = capsys.readouterr().out.splitlines()
@@ -71,3 +76,14 @@ def test_the_cli_prints_mean_and_worst_with_the_bounds_and_writes_them(
 def test_a_seed_count_below_one_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--trace", "steady", "--seeds", "0", "--no-progress"]) == 2
     assert "--seeds must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_seeds_run_in_parallel_give_the_same_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*_files(tmp_path), "--policies", "shoal,kpa", "--seeds", "3", "--bounds", "--no-progress"]
+    assert main([*argv, "--json", str(tmp_path / "one.json")]) == 0
+    assert main([*argv, "--jobs", "2", "--json", str(tmp_path / "two.json")]) == 0
+    one, two = (json.loads((tmp_path / name).read_text()) for name in ("one.json", "two.json"))
+    assert one == two
+    assert set(two["kpa"]["seeds"]) == {"0", "1", "2"}
+    assert main([*argv, "--jobs", "0"]) == 2
+    assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
