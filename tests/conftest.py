@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 # `support` must import the same way under any pytest import mode (prepend, importlib) and package layout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -23,6 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support.kube_testbed import ControlPlane, KubeTestbinMissing, kube_testbin_dir
 from support.secret_scan import SecretCatcher, scan_log_files
 from support.services import Prometheus, Service, start_alertmanager, start_prometheus, start_redis
+
+# No property test is timed (performance lives in bench/): hypothesis's per-example deadline would fail an example
+# for the machine's load, not for what it checks.
+settings.register_profile("shoal", deadline=None)
+settings.load_profile("shoal")
 
 # fixture name -> log source of its running components, for the reports of failing tests that used it
 _LOG_SOURCES: dict[str, Callable[[], str]] = {}
