@@ -243,7 +243,7 @@ class ProcessNode:
         while not self._stopping.wait(RENEW_SECONDS):
             try:
                 self._renew()
-            except (ApiException, OSError) as error:
+            except Exception as error:  # noqa: BLE001 - a kubelet outlives an apiserver outage (urllib3's errors too)
                 log.warning("process node %s: lease renewal failed: %s", self.name, error)
 
     # ---- pods -----------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ class ProcessNode:
                 ):
                     if event["type"] != "DELETED":
                         self._sync(event["object"])
-            except (ApiException, OSError, httpx.HTTPError) as error:
+            except Exception as error:  # noqa: BLE001 - as the lease: an apiserver restart must not end the watch
                 log.warning("process node %s: pod watch: %s", self.name, error)
                 self._stopping.wait(1)
 
