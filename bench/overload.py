@@ -19,18 +19,17 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import openai
 import yaml
+from chat_load import ChatLoad  # bench/chat_load.py, beside this script
 
+from shoal.cpu_features import cpu_info
 from shoal.local import free_port
 from shoal.local.manifest import load_manifest
 from shoal.local.signals import autoscaling
@@ -39,6 +38,7 @@ from shoal.local.up import Up, UpOptions
 MODEL = "smollm2"
 TTFT_TARGET_S = 2.0
 MAX_REPLICAS = 3
+PROMPT = "Client {client}, turn {turn}: tell me about the sea."
 
 
 def _manifest(directory: Path) -> Path:
@@ -58,51 +58,6 @@ def _manifest(directory: Path) -> Path:
     return path
 
 
-class ClosedLoop:
-    """``clients`` threads, each streaming one chat request after another with no pause."""
-
-    def __init__(self, url: str, clients: int, max_tokens: int) -> None:
-        self.api = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-        self.max_tokens, self.completed = max_tokens, 0
-        self.failures: list[str] = []  # each failed request's status and message
-        self.ttfts: list[float] = []
-        self._lock, self._stop = threading.Lock(), threading.Event()
-        self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(clients)]
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=300)
-
-    def _loop(self, index: int) -> None:
-        turn = 0
-        while not self._stop.is_set():
-            turn += 1
-            sent, first = time.monotonic(), None
-            try:
-                stream = self.api.chat.completions.create(
-                    model=MODEL,
-                    max_tokens=self.max_tokens,
-                    stream=True,
-                    messages=[{"role": "user", "content": f"Client {index}, turn {turn}: tell me about the sea."}],
-                )
-                for chunk in stream:
-                    if first is None and chunk.choices and chunk.choices[0].delta.content:
-                        first = time.monotonic() - sent
-                with self._lock:
-                    self.completed += 1
-                    if first is not None:
-                        self.ttfts.append(first)
-            except openai.OpenAIError as error:
-                status = getattr(error, "status_code", None) or type(error).__name__
-                with self._lock:
-                    self.failures.append(f"{status} after {time.monotonic() - sent:.0f} s: {str(error)[:160]}")
-
-
 def _explained(rule: str, message: str) -> bool:
     """A scale-up is its own explanation; a hold must name what releases it."""
     return rule.startswith("ScaleUp") or "release" in message
@@ -113,7 +68,7 @@ async def _scenario(work: Path, clients: int, duration: float, max_tokens: int) 
     policy, source = autoscaling(local.spec)
     up = Up(local, UpOptions(port=free_port(), tui=False, log_dir=work), policy, source, lambda line: None)
     running = asyncio.create_task(up.run(None))
-    loop = ClosedLoop(up.url, clients, max_tokens)
+    loop = ChatLoad(up.url, MODEL, clients, max_tokens, PROMPT, timeout_s=300)
     seconds: list[dict[str, Any]] = []
     try:
         while not up.fleet.ready_backends():
@@ -174,20 +129,6 @@ async def _scenario(work: Path, clients: int, duration: float, max_tokens: int) 
     }
 
 
-def _machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        platform.processor(),
-    )
-    flags = Path("/proc/cpuinfo").read_text()
-    extras = [f for f in ("amx_bf16", "avx512_bf16", "avx512f") if f in flags]
-    return f"{cpu}, {os.cpu_count()} CPUs ({', '.join(extras) or 'AVX2'})"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=48)
@@ -198,7 +139,7 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="shoal-overload-") as work:
         result = asyncio.run(_scenario(Path(work), args.clients, args.duration, args.max_tokens))
-    result |= {"commit": commit, "machine": _machine(), "load_average": os.getloadavg()[0]}
+    result |= {"commit": commit, "machine": cpu_info().summary(), "load_average": os.getloadavg()[0]}
     summary = {k: v for k, v in result.items() if k != "timeline"}
     print(json.dumps(summary, indent=1))
     if args.json is not None:

@@ -30,7 +30,6 @@ import re
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import replace
 from datetime import datetime
@@ -38,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import yaml
+from chat_load import ChatLoad  # bench/chat_load.py, beside this script
 
 import shoal.local.up as up_module
 from shoal.engine.server.startup_metrics import process_age
@@ -74,37 +73,6 @@ def _manifest(directory: Path, standby: bool) -> Path:
     path = directory / "fleet.yaml"
     path.write_text(yaml.safe_dump(document))
     return path
-
-
-class LightLoad:
-    """``clients`` threads, each a short streaming chat request, then a pause, until stopped."""
-
-    def __init__(self, url: str, clients: int, pause_s: float) -> None:
-        self.api = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
-        self.pause_s, self.failures = pause_s, 0
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(clients)]
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=120)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                list(
-                    self.api.chat.completions.create(
-                        model=MODEL, max_tokens=8, stream=True, messages=[{"role": "user", "content": "Hi"}]
-                    )
-                )
-            except openai.OpenAIError:
-                self.failures += 1
-            self._stop.wait(self.pause_s)
 
 
 def _logged_ready(log: str) -> float | None:
@@ -176,7 +144,7 @@ async def _one_run(work: Path, clients: int, baseline: bool, standby: bool) -> d
     up = Up(local, UpOptions(port=free_port(), tui=False, log_dir=work), None, source, lambda line: None)
     launch = up.fleet.launch
     up.fleet.launch = replace(launch, argv=[*launch.argv, "--log-level", "info"])  # its "start-up took" line
-    load = LightLoad(up.url, clients, pause_s=0.5)
+    load = ChatLoad(up.url, MODEL, clients, max_tokens=8, prompt="Hi", pause_s=0.5)
     running = asyncio.create_task(up.run(None))
     try:
         while len(up.fleet.ready_backends()) < 1 or (standby and up.fleet.pool()[0].phase != "standby"):

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support.stream_load import StreamLoad
-from up_harness import manifest, write_manifest
+from up_harness import manifest, until, write_manifest
 
 from shoal.engine_kinds import adapter
 from shoal.local import free_port, metric
@@ -28,15 +28,6 @@ pytestmark = pytest.mark.timeout(900)
 MODEL = "smollm2"
 RUNNING, WAITING = adapter("shoal").metrics.running, adapter("shoal").metrics.waiting
 MAX_TOKENS = 400  # with ignore_eos: seconds a stream here, longer than the gateway takes to drop the engine
-
-
-async def _until(check, timeout: float, what: str, up: Up) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            events = "\n".join(e.text for e in up.fleet.events)
-            raise AssertionError(f"{what}: not after {timeout} s; fleet events:\n{events}")
-        await asyncio.sleep(0.5)
 
 
 async def _in_flight_until_signalled(victim: EngineReplica) -> float:
@@ -66,19 +57,19 @@ def test_a_scale_down_under_streaming_load_loses_no_request(tmp_path: Path) -> N
     async def scenario() -> None:
         running = asyncio.create_task(up.run(None))
         try:
-            await _until(lambda: len(up.fleet.ready_backends()) == 2, 600, "two ready engines", up)
+            await until(lambda: len(up.fleet.ready_backends()) == 2, 600, "two ready engines", up)
             await asyncio.sleep(up.fleet.discovery_delay_s * 2)  # the gateway has read both
             load.start()
-            await _until(lambda: load.completed >= 4, 240, "the load flowing through both engines", up)
+            await until(lambda: load.completed >= 4, 240, "the load flowing through both engines", up)
             up.fleet.scale_to(1)  # what the autoscaler does (LocalAutoscaler.step)
-            await _until(lambda: any(r.phase == "draining" for r in up.fleet.replicas), 30, "a draining engine", up)
+            await until(lambda: any(r.phase == "draining" for r in up.fleet.replicas), 30, "a draining engine", up)
             victim = next(r for r in up.fleet.replicas if r.phase == "draining")
             in_flight_at_sigterm = await _in_flight_until_signalled(victim)
-            await _until(
+            await until(
                 lambda: victim not in up.fleet.replicas, up.fleet.drain_timeout_s + 30, "the drained engine gone", up
             )
             drained_at = time.monotonic()
-            await _until(lambda: load.completed >= 4 + 8, 240, "requests after the scale-down", up)
+            await until(lambda: load.completed >= 4 + 8, 240, "requests after the scale-down", up)
             assert any(t > drained_at for t in load.finished_at)
             assert in_flight_at_sigterm > 0, "the drained engine had nothing in flight: the test proved nothing"
         finally:

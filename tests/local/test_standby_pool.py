@@ -11,7 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from up_harness import manifest, write_manifest
+from up_harness import manifest, until, write_manifest
 
 from shoal.gateway.discovery import read_backends
 from shoal.local import free_port
@@ -21,15 +21,6 @@ from shoal.local.up import Up, UpOptions
 from shoal.local.view import fleet_line
 
 pytestmark = pytest.mark.timeout(600)
-
-
-async def _until(check, timeout: float, what: str, up: Up) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            events = "\n".join(e.text for e in up.fleet.events)
-            raise AssertionError(f"{what}: not after {timeout} s; fleet events:\n{events}")
-        await asyncio.sleep(0.2)
 
 
 def _ask(url: str, model: str) -> str | None:
@@ -57,8 +48,8 @@ def test_a_scale_up_promotes_the_ready_standby_engine_and_the_pool_refills(tmp_p
     async def scenario() -> None:
         running = asyncio.create_task(up.run(None))
         try:
-            await _until(lambda: [r.phase for r in fleet.replicas] == ["ready", "standby"], 180, "1 + 1 ready", up)
-            await _until(  # the snapshot is taken once a tick: it may show the pool engine still loading
+            await until(lambda: [r.phase for r in fleet.replicas] == ["ready", "standby"], 180, "1 + 1 ready", up)
+            await until(  # the snapshot is taken once a tick: it may show the pool engine still loading
                 lambda: (
                     up.snapshot is not None and (up.snapshot.count("ready"), up.snapshot.count("standby")) == (1, 1)
                 ),
@@ -68,7 +59,7 @@ def test_a_scale_up_promotes_the_ready_standby_engine_and_the_pool_refills(tmp_p
             )
             assert len(read_backends(up.backends)) == 1, "a standby engine is never listed"
             assert up.snapshot is not None and "standby 1 ready of 1" in fleet_line(up.snapshot)
-            await _until(
+            await until(
                 lambda: up.snapshot is not None and up.snapshot.replicas[0].waiting is not None, 30, "a scrape", up
             )
             rows = {r.phase: r for r in up.snapshot.replicas}
@@ -92,11 +83,11 @@ def test_a_scale_up_promotes_the_ready_standby_engine_and_the_pool_refills(tmp_p
                 await asyncio.sleep(0.2)
             assert record is not None and set(record.phases()) == {"promote", "routed"}
 
-            await _until(lambda: refill[0].phase == "standby", 180, "the refilled pool engine ready", up)
+            await until(lambda: refill[0].phase == "standby", 180, "the refilled pool engine ready", up)
             assert len(read_backends(up.backends)) == 2
             assert refill[0].process is not None
             refill[0].process.stop()  # a pool engine dies: restarted, and still pooled
-            await _until(lambda: refill[0].restarts == 1 and refill[0].phase == "standby", 180, "its restart", up)
+            await until(lambda: refill[0].restarts == 1 and refill[0].phase == "standby", 180, "its restart", up)
             assert len(read_backends(up.backends)) == 2 and refill[0].pooled
         finally:
             up.stopping.set()

@@ -1,19 +1,25 @@
 """``shoal up`` as a child process of the test, watched through the gateway's ``/dashboard/data`` and ``/proc``;
-and the manifests the tests give it."""
+the manifests the tests give it; and waiting on an in-process ``Up``'s fleet."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
 
 from shoal.local import free_port, shoal_command
+
+if TYPE_CHECKING:
+    from shoal.local.up import Up
 
 
 def manifest(source: str, **spec: Any) -> dict[str, Any]:
@@ -24,6 +30,16 @@ def manifest(source: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": "local-test"},
         "spec": {"model": {"source": source}, **spec},
     }
+
+
+async def until(check: Callable[[], object], timeout: float, what: str, up: Up) -> None:
+    """Polls ``check`` until it holds; fails naming ``what`` with the fleet's events."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            events = "\n".join(e.text for e in up.fleet.events)
+            raise AssertionError(f"{what}: not after {timeout} s; fleet events:\n{events}")
+        await asyncio.sleep(0.2)
 
 
 def write_manifest(directory: Path, document: dict[str, Any], name: str = "fleet.yaml") -> Path:
