@@ -30,6 +30,7 @@ class EngineConfig:
     slots of rank up to ``max_lora_rank`` and loads ``lora_modules`` at start-up (docs/lora.md). On a GPU decode
     steps of up to ``max_cudagraph_capture_size`` sequences replay CUDA graphs captured at start-up unless
     ``enforce_eager`` (vLLM's names and meanings; ``shoal.engine.core.decode_graphs``); a CPU never uses them.
+    ``weights_cache_dir``: where the converted weights are kept for the next start (``shoal.engine.loader.converted_cache``).
     """
 
     model: str
@@ -52,6 +53,7 @@ class EngineConfig:
     lora_modules: tuple[tuple[str, str], ...] = ()  # (name, path) adapters loaded at start-up
     enforce_eager: bool = False
     max_cudagraph_capture_size: int = 512  # vLLM's default: decode batches above it run eagerly
+    weights_cache_dir: str | None = None  # converted weights written once, mapped by later starts (none: off)
 
     def __post_init__(self) -> None:
         for name, allowed in (("dtype", DTYPES), ("device", DEVICES), ("quantization", QUANTIZATIONS)):

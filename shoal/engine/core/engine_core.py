@@ -44,7 +44,7 @@ from shoal.engine.core.step_inputs import StepInputs
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.core.stop_checker import TextState, token_stop
 from shoal.engine.core.warm_up import run_warm_up
-from shoal.engine.loader import load_config, load_model
+from shoal.engine.loader import WeightsCache, load_config, load_model
 from shoal.engine.lora import LoRAAdapter, LoRAError, LoRAManager, read_adapter
 from shoal.engine.model import allocate_kv_cache
 from shoal.engine.model_config import ModelConfig
@@ -124,7 +124,8 @@ class EngineCore:
         profiled = needs_profile(config, hardware)
         with phases.timed("loading"):
             baseline = Baseline.before_loading(load_config(source), hardware.dtype, ops) if profiled else None
-            model = load_model(source, hardware.dtype, ops, hardware.device, hardware.quantization)
+            cache = WeightsCache(Path(config.weights_cache_dir)) if config.weights_cache_dir else None
+            model = load_model(source, hardware.dtype, ops, hardware.device, hardware.quantization, cache)
         lora = None
         if config.enable_lora:
             lora = LoRAManager.wrap(model, config.max_loras, config.max_lora_rank, ops, hardware.dtype, hardware.device)
@@ -138,7 +139,8 @@ class EngineCore:
                 card = profile(model, hardware.dtype, baseline, tokens, config.block_size, sampler, lora)
         if make_graph is None and hardware.device == "cuda":
             make_graph = CudaGraphs()
-        plan = plan_startup(config, hardware, model.config, card, make_graph is not None)
+        weights = cache.outcome if cache is not None else "converted cache off"
+        plan = plan_startup(config, hardware, model.config, card, make_graph is not None, weights)
         log_startup_plan(plan)
         block_manager = BlockManager(
             plan.kv.num_blocks, config.block_size, config.enable_prefix_caching, model.config.window_of_every_layer

@@ -55,6 +55,7 @@ class StartupPlan:
     kv: KvBudget
     warm_up: WarmUp
     graphs: GraphPlan
+    weights: str = "converted cache off"  # what the converted-weights cache did (``WeightsCache.outcome``)
 
     def lines(self) -> list[str]:
         """The plan, one line per decision with its reason."""
@@ -62,7 +63,7 @@ class StartupPlan:
         for option, choice in self.hardware.choices.items():
             suffix = f" on {self.hardware.where}" if option == "device" else ""
             lines.append(f"{option} {choice.value} ({choice.reason}){suffix}")
-        lines += [self.kv.summary(), self.warm_up.summary(), self.graphs.summary()]
+        lines += [self.kv.summary(), self.warm_up.summary(), self.graphs.summary(), f"weights: {self.weights}"]
         return lines
 
     def warnings(self) -> list[str]:
@@ -113,10 +114,11 @@ def plan_startup(
     model_config: ModelConfig,
     card: CardMemory | None,
     can_capture: bool = False,
+    weights: str = "converted cache off",
 ) -> StartupPlan:
     """The whole plan once the weights are in (``card``: the GPU's measured memory, None on a CPU or when the KV
     size is explicit; ``can_capture``: graphs can be recorded, on CUDA); ``ValueError`` naming the numbers when
-    the cache cannot be sized."""
+    the cache cannot be sized; ``weights``: what the converted-weights cache did."""
     kv = kv_budget(config, model_config, hardware.dtype, card)
     graphs = plan_graphs(
         config.enforce_eager,
@@ -125,9 +127,8 @@ def plan_startup(
         config.max_num_seqs,
         config.max_cudagraph_capture_size,
     )
-    return StartupPlan(
-        hardware, kv, plan_warm_up(config.max_num_batched_tokens, config.max_num_seqs, kv, hardware.device), graphs
-    )
+    warm_up = plan_warm_up(config.max_num_batched_tokens, config.max_num_seqs, kv, hardware.device)
+    return StartupPlan(hardware, kv, warm_up, graphs, weights)
 
 
 def needs_profile(config: EngineConfig, hardware: HardwarePlan) -> bool:

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import torch
 
+from shoal.engine.loader.converted_cache import Converted, WeightsCache
 from shoal.engine.loader.errors import WeightsError
 from shoal.engine.loader.gguf_weights import gguf_head_codes, gguf_int4_codes, iter_gguf, rope_freq_factors
 from shoal.engine.loader.huge_pages import move_to_huge_pages
 from shoal.engine.loader.onednn_pack import pack_dense_projections
-from shoal.engine.loader.quantize import Int4Codes, Int8Codes, quantize_projections
+from shoal.engine.loader.quantize import (
+    Int4Codes,
+    Int8Codes,
+    QuantizedLayout,
+    quantize_projections,
+    quantized_layouts,
+    restore_quantized,
+)
 from shoal.engine.loader.safetensors_weights import iter_safetensors
 from shoal.engine.loader.small_batch_kernel import small_batch_kernel
 from shoal.engine.loader.state_dict import build_state_dict, fuse_by_parameter
@@ -21,6 +30,7 @@ from shoal.engine.model.packed_linear import onednn_packs
 from shoal.engine.model_config import ModelConfig
 from shoal.gguf_metadata import GgufFile, open_gguf, read_gguf_metadata
 from shoal.kernels import KernelOps
+from shoal.kernels.cpu import QuantGemv
 from shoal.model_registry import ModelSource
 
 log = logging.getLogger(__name__)
@@ -43,53 +53,118 @@ def load_model(
     ops: KernelOps,
     device: torch.device | str = "cpu",
     quantization: str = "none",
+    weights_cache: WeightsCache | None = None,
 ) -> Model:
     """Builds the module without initialising it (meta device), then adopts the checkpoint's tensors.
 
     ``quantization`` ``int4`` / ``int8`` adds a quantized copy of the projections (``quantize_projections``);
     for int4 a GGUF file's own Q4_0/Q4_1 codes are used, and its Q8_0 LM head's where shoal's C kernel serves
     (``small_batch_kernel``); other projections stored above 4 bits stay dense, and so do a mixture of experts'
-    expert weights (a GGUF's dequantized), with a warning saying so. In bf16 on a CPU the dense
-    projections multiply oneDNN-packed weights (``pack_dense_projections``). On the CPU the other weights end in
-    transparent huge pages (``move_to_huge_pages``).
+    expert weights (a GGUF's dequantized), with a warning saying so. With ``weights_cache`` the converted tensors
+    come from its entry for this source and these settings where it has a usable one, and are written to it
+    otherwise (``converted_cache``). In bf16 on a CPU the dense projections multiply oneDNN-packed weights
+    (``pack_dense_projections``). On the CPU the other weights end in transparent huge pages
+    (``move_to_huge_pages``).
     """
+    config = load_config(source)
+    kernel = small_batch_kernel() if quantization == "int4" else None
+    model = entry = None
+    if weights_cache is not None:
+        settings = {"dtype": str(dtype), "quantization": quantization, "device": torch.device(device).type}
+        entry = weights_cache.entry(_source_files(source), **settings, kernel=kernel.isa if kernel else None)
+        model = _cached(weights_cache, entry, config, ops, device, kernel)
+    if model is None:
+        model = _converted(source, config, dtype, ops, device, quantization, kernel)
+        if weights_cache is not None and entry is not None:
+            weights_cache.write(entry, Converted(dict(model.state_dict()), quantized_layouts(model)))
+    if quantization != "none" and config.moe is not None:
+        log.warning(
+            "quantization=%s (--quantization) covers the attention, dense MLP and LM head projections only: "
+            "the %d experts of each sparse layer stay %s (%s)",
+            quantization,
+            config.moe.num_experts,
+            str(dtype).removeprefix("torch."),
+            "dequantized from the file" if source.format == "gguf" else "as loaded",
+        )
+    if onednn_packs(dtype, device):
+        pack_dense_projections(model)
+    move_to_huge_pages(model)
+    return model
+
+
+def _converted(
+    source: ModelSource,
+    config: ModelConfig,
+    dtype: torch.dtype,
+    ops: KernelOps,
+    device: torch.device | str,
+    quantization: str,
+    kernel: QuantGemv | None,
+) -> Model:
+    """The checkpoint read and converted: dequantized, renamed, fused, cast, quantized."""
     gguf_codes: dict[str, Int4Codes | Int8Codes] | None = None
     if source.format == "hf":
-        config = load_config(source)
         weights = iter_safetensors(source.path)
     else:
         reader = open_gguf(source.path)
-        config = _gguf_config(source, reader)
         weights = iter_gguf(reader, config)
         if quantization == "int4":
             int4 = fuse_by_parameter(gguf_int4_codes(reader, config), Int4Codes.cat)
             gguf_codes = {**int4, **gguf_head_codes(reader)}
-    state = build_state_dict(config, weights, dtype)
+    model = _adopted(source, config, build_state_dict(config, weights, dtype), ops, device)
+    if quantization != "none":
+        quantize_projections(model, quantization, gguf_codes, kernel=kernel)
+    return model
+
+
+def _cached(
+    cache: WeightsCache,
+    entry: Path,
+    config: ModelConfig,
+    ops: KernelOps,
+    device: torch.device | str,
+    kernel: QuantGemv | None,
+) -> Model | None:
+    """The model from the cache's entry, or None where it has none or it does not fit (logged)."""
+    converted = cache.read(entry)
+    if converted is None:
+        return None
+    try:
+        model = _adopted(None, config, converted.state, ops, device)
+        layouts = {
+            n: QuantizedLayout(q.kind, q.packed.to(device), q.scales.to(device)) for n, q in converted.quantized.items()
+        }
+        restore_quantized(model, layouts, kernel)
+    except (WeightsError, ValueError, AttributeError) as exc:  # an index that names what the model lacks
+        cache.reject(entry, exc)
+        return None
+    return model
+
+
+def _adopted(
+    source: ModelSource | None,
+    config: ModelConfig,
+    state: dict[str, torch.Tensor],
+    ops: KernelOps,
+    device: torch.device | str,
+) -> Model:
+    """The module built on the meta device around ``state``'s tensors, ties made, on ``device``."""
     with torch.device("meta"):
         model = build_model(config, ops)
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:  # shape mismatches: the message names the tensor
-        raise WeightsError(f"{str(source.path)!r}: {exc}") from exc
-    del state  # the model holds the tensors now; let move_to_huge_pages free each old one as it goes
+        where = f"{str(source.path)!r}" if source is not None else "the converted weights"
+        raise WeightsError(f"{where}: {exc}") from exc
     model.tie_weights()
-    model = model.requires_grad_(False).to(device).eval()
-    if quantization != "none":
-        kernel = small_batch_kernel() if quantization == "int4" else None
-        quantize_projections(model, quantization, gguf_codes, kernel=kernel)
-        if config.moe is not None:
-            log.warning(
-                "quantization=%s (--quantization) covers the attention, dense MLP and LM head projections only: "
-                "the %d experts of each sparse layer stay %s (%s)",
-                quantization,
-                config.moe.num_experts,
-                str(dtype).removeprefix("torch."),
-                "dequantized from the file" if source.format == "gguf" else "as loaded",
-            )
-    if onednn_packs(dtype, device):
-        pack_dense_projections(model)
-    move_to_huge_pages(model)
-    return model
+    return model.requires_grad_(False).to(device).eval()
+
+
+def _source_files(source: ModelSource) -> list[Path]:
+    """The files the converted weights are made of: a GGUF file, or a directory's config and safetensors."""
+    if source.format == "gguf":
+        return [source.path]
+    return [source.path / "config.json", *sorted(source.path.glob("*.safetensors"))]
 
 
 def _gguf_config(source: ModelSource, reader: GgufFile) -> ModelConfig:

@@ -54,6 +54,16 @@ class Int4Codes:
 
 
 @dataclass(frozen=True)
+class QuantizedLayout:
+    """A quantized projection as its kernel reads it: what ``QuantizedLinear`` holds besides the dense layer (what
+    the converted-weights cache keeps)."""
+
+    kind: str
+    packed: torch.Tensor
+    scales: torch.Tensor
+
+
+@dataclass(frozen=True)
 class Int8Codes:
     codes: torch.Tensor  # int8 [out, in]
     scales: torch.Tensor  # float32 [out, in // 32]
@@ -136,10 +146,38 @@ def quantize_projections(
             continue
         if codes is not None:
             from_file.append(name)
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, layer)
+        _replace(model, name, layer)
     return from_file
+
+
+def quantized_layouts(model: nn.Module) -> dict[str, QuantizedLayout]:
+    """Every quantized projection's layout, by module name."""
+    return {
+        name: QuantizedLayout(module.kind, module.packed, module.scales)
+        for name, module in model.named_modules()
+        if isinstance(module, QuantizedLinear)
+    }
+
+
+def restore_quantized(
+    model: nn.Module,
+    layouts: dict[str, QuantizedLayout],
+    kernel: QuantGemv | None,
+    max_rows: int = DEFAULT_MAX_ROWS,
+) -> None:
+    """Makes the projections ``quantized_layouts`` named quantized again, from those layouts (no codes computed);
+    ``ValueError`` where one names no plain projection or needs a kernel not given."""
+    for name, layout in layouts.items():
+        module = model.get_submodule(name)
+        if type(module) is not nn.Linear:
+            raise ValueError(f"{name} is a {type(module).__name__}, not a projection to quantize")
+        _replace(model, name, QuantizedLinear(module, layout.kind, layout.packed, layout.scales, max_rows, kernel))
+
+
+def _replace(model: nn.Module, name: str, layer: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, layer)
 
 
 def _quantized(

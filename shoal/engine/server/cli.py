@@ -81,6 +81,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
     engine.add_argument("--attention-backend", default=None, choices=("torch", "cpu", "triton"))
     engine.add_argument("--seed", type=int, default=0)
+    engine.add_argument(
+        "--weights-cache-dir",
+        default=None,
+        metavar="DIR",
+        help="keep the converted weights (dequantized, fused, laid out for the kernels) in DIR, keyed by the "
+        "model file, the settings and the CPU, so the next start maps them instead of converting; default: off "
+        "(shoal up: $SHOAL_CACHE/converted-weights; the operator: /model-cache/.converted with spec.model.cache)",
+    )
     lora = p.add_argument_group("LoRA adapters (docs/lora.md)")
     lora.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters; a request names one as model")
     lora.add_argument("--max-loras", type=int, default=1, help="adapters in one batch at most (slots)")

@@ -100,6 +100,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_loras=args.max_loras,
         max_lora_rank=args.max_lora_rank,
         lora_modules=tuple(lora_module(text) for text in args.lora_modules),
+        weights_cache_dir=args.weights_cache_dir,
     )
 
 
