@@ -42,6 +42,7 @@ class EngineSettings:
     max_loras: int | None = None  # adapter slots; one per adapter if unset
     max_lora_rank: int | None = None
     shutdown_grace_s: int | None = None  # how long the engine drains on SIGTERM (shoal's --shutdown-grace)
+    weights_cache_dir: str | None = None  # Shoal's: where converted weights are kept for the next start
 
 
 @dataclass(frozen=True)

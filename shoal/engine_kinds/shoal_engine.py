@@ -34,6 +34,7 @@ def command(s: EngineSettings) -> list[str]:
         + optional("--gpu-memory-utilization", s.gpu_memory_utilization)
         + flag("--enforce-eager", s.enforce_eager)
         + optional("--shutdown-grace", s.shutdown_grace_s)
+        + optional("--weights-cache-dir", s.weights_cache_dir)
         + lora_args(s)
         + runtime_lora_args(s)
     )

@@ -40,6 +40,7 @@ from shoal.local.threads import threads_per_engine, usable_cores
 from shoal.local.view import event_line, render, summary_line
 from shoal.operator.builders.engine import engine_termination, serve_args
 from shoal.operator.builders.gateway import gateway_flags
+from shoal.operator.builders.model import CONVERTED_WEIGHTS_DIR
 from shoal.operator.spec import InferenceDeploymentSpec
 
 TICK_S = 1.0
@@ -74,6 +75,12 @@ def check_port(host: str, port: int) -> None:
             ) from exc
 
 
+def converted_weights_dir() -> Path:
+    """Where local engines keep their converted weights, so a second start maps them (``--weights-cache-dir``):
+    ``$SHOAL_CACHE/converted-weights``, else ``~/.cache/shoal/converted-weights``."""
+    return Path(os.environ.get("SHOAL_CACHE") or Path.home() / ".cache" / "shoal") / "converted-weights"
+
+
 def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
     """The operator's own ``shoal serve`` arguments, then the local overrides (the last flag given wins); for
     another engine kind, its own command line from its binary here (:mod:`shoal.local.engines`)."""
@@ -94,6 +101,10 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
     if "--download-dir" in args:  # the pod's /model-cache: here the default cache, where `shoal up` fetched
         at = args.index("--download-dir")
         del args[at : at + 2]
+    if "--weights-cache-dir" in args and args[args.index("--weights-cache-dir") + 1] == CONVERTED_WEIGHTS_DIR:
+        at = args.index("--weights-cache-dir")
+        del args[at : at + 2]
+    args[1:1] = ["--weights-cache-dir", str(converted_weights_dir())]  # first: engine.extraArgs may override it
     if "--attention-backend" in args:  # a GPU spec's Triton: here the CPU's default (the C kernel, else torch's)
         at = args.index("--attention-backend")
         del args[at : at + 2]

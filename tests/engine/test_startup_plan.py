@@ -21,11 +21,20 @@ def test_the_plan_is_one_block_then_its_warnings_then_one_line_of_phases(
     plan, warning, phases = records[0].getMessage(), records[1].getMessage(), records[2].getMessage()
     lines = plan.splitlines()
     assert lines[0] == "start-up plan:"
-    assert [line.split()[0] for line in lines[1:]] == ["device", "dtype", "quantization", "kv", "warm-up:", "cuda"]
+    assert [line.split()[0] for line in lines[1:]] == [
+        "device",
+        "dtype",
+        "quantization",
+        "kv",
+        "warm-up:",
+        "cuda",
+        "weights:",
+    ]
     assert lines[2] == "  dtype float32 (asked for (--dtype))"
     assert lines[4].startswith("  kv cache 8 blocks of 16 tokens = 128 tokens") and "max_model_len 128" in lines[4]
     assert lines[5] == "  warm-up: a prefill of 127 tokens, decode steps at batch sizes 1, 2, 4, 8"
     assert lines[6] == "  cuda graphs off (a CPU runs every step eagerly: graphs are CUDA's)"
+    assert lines[7] == "  weights: converted cache off"
     assert records[1].levelname == "WARNING"
     assert warning.startswith("max_model_len cut from the model's context length 256 to the 128 tokens")
     assert phases.startswith("start-up took ")

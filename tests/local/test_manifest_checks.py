@@ -211,6 +211,25 @@ def test_a_gpu_spec_runs_its_engines_on_the_cpu_with_the_cpus_default_attention(
     assert argv[last_device + 1] == "cpu"
 
 
+def test_local_engines_keep_converted_weights_in_the_shoal_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``$SHOAL_CACHE`` rather than the pod's ``/model-cache``, first, so ``engine.extraArgs`` can override
+    it (an empty directory turns it off)."""
+    from shoal.local.up import engine_launch
+
+    monkeypatch.setenv("SHOAL_CACHE", str(tmp_path / "shoal-cache"))
+    default = str(tmp_path / "shoal-cache" / "converted-weights")
+    node_cache = {"source": "hf://org/m", "cache": {"hostPath": "/var/lib/shoal/models"}}
+    cases = [({"source": "smollm2-135m"}, {}, [default]), (node_cache, {}, [default])]
+    cases += [({"source": "smollm2-135m"}, {"engine": {"extraArgs": ["--weights-cache-dir", ""]}}, [default, ""])]
+    for model, spec, expected in cases:
+        document = manifest("smollm2-135m", **spec)
+        document["spec"]["model"] = model
+        argv = engine_launch(load_manifest(write_manifest(tmp_path, document)).spec, tmp_path).argv
+        assert [argv[i + 1] for i, arg in enumerate(argv) if arg == "--weights-cache-dir"] == expected, model
+
+
 def test_local_shoal_engines_fetch_their_adapters_themselves(tmp_path: Path) -> None:
     """No init container here: the engine is given each adapter's source (it fetches hf:// and s3:// at start)."""
     from shoal.local.up import engine_launch

@@ -161,6 +161,32 @@ def test_a_claim_cache_is_mounted_read_write() -> None:
     assert "readOnly" not in mounts(engine["initContainers"][0])["model-cache"]
 
 
+@pytest.mark.parametrize("cache", [{"hostPath": "/var/lib/shoal/models"}, {"claimName": "models"}])
+def test_a_shoal_engine_keeps_its_converted_weights_beside_the_models_cache(cache: dict[str, str]) -> None:
+    engine, _, _ = pods({"source": "hf://org/model", "cache": cache})
+    (container,) = engine["containers"]
+    args = container["args"]
+    assert args[args.index("--weights-cache-dir") + 1] == "/model-cache/.converted"
+    assert args.count("--weights-cache-dir") == 1
+    assert "readOnly" not in mounts(container)["model-cache"], "the engine writes the entry there"
+
+
+@pytest.mark.parametrize(
+    ("model", "kind"),
+    [
+        ({"source": "hf://org/model"}, "shoal"),  # the pod's own emptyDir: no later start would read it
+        ({"source": "hf://org/model", "cache": {"hostPath": "/var/lib/shoal/models"}}, "vllm"),
+        ({"source": "smollm2-135m"}, "shoal"),
+        ({"source": "pvc://weights/llama"}, "shoal"),
+    ],
+)
+def test_without_a_model_cache_or_for_another_kind_no_converted_weights_are_kept(
+    model: dict[str, Any], kind: str
+) -> None:
+    engine, _, _ = pods(model, kind=kind)
+    assert "--weights-cache-dir" not in engine["containers"][0]["args"]
+
+
 def test_a_pvc_source_is_a_read_only_claim_and_nothing_is_fetched() -> None:
     engine, gateway, data = pods({"source": "pvc://weights/llama/3.1-8b", "servedName": "llama"})
     assert "initContainers" not in engine and "initContainers" not in gateway
@@ -228,13 +254,15 @@ def test_the_fetchers_and_the_engines_args_parse_with_the_real_clis() -> None:
     from shoal.engine.server import cli as serve_cli
     from shoal.fetch import cli as fetch_cli
 
-    engine, gateway, _ = pods({"source": "s3://models/llama/", "s3Endpoint": "http://minio:9000"})
+    model = {"source": "s3://models/llama/", "s3Endpoint": "http://minio:9000", "cache": {"claimName": "models"}}
+    engine, gateway, _ = pods(model)
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
     serve_cli.register(subparsers)
     fetch_cli.register(subparsers)
     served = parser.parse_args(engine["containers"][0]["args"])
     assert (served.model, str(served.download_dir)) == ("s3://models/llama/", "/model-cache")
+    assert served.weights_cache_dir == "/model-cache/.converted"
     for init in engine["initContainers"] + gateway["initContainers"]:
         fetched = parser.parse_args(init["args"])
         assert fetched.source == "s3://models/llama/" and fetched.termination_message_path

@@ -29,7 +29,13 @@ from shoal.operator.builders.adapters import (
 )
 from shoal.operator.builders.gateway import gateway_image
 from shoal.operator.builders.kernel_cache import kernel_cache
-from shoal.operator.builders.model import CACHE_DIR, engine_model, engine_model_path, shoal_reads_fetched
+from shoal.operator.builders.model import (
+    CACHE_DIR,
+    CONVERTED_WEIGHTS_DIR,
+    engine_model,
+    engine_model_path,
+    shoal_reads_fetched,
+)
 from shoal.operator.builders.placement import container_env, core, pod_metadata, pod_placement
 from shoal.operator.builders.security import (
     SCRATCH_ENV,
@@ -71,7 +77,17 @@ def engine_settings(spec: InferenceDeploymentSpec) -> EngineSettings:
         max_loras=engine.max_loras or (RUNTIME_SLOTS if runtime else None),
         max_lora_rank=engine.max_lora_rank,
         shutdown_grace_s=engine_termination(spec).drain_s,
+        weights_cache_dir=converted_weights_dir(spec),
     )
+
+
+def converted_weights_dir(spec: InferenceDeploymentSpec) -> str | None:
+    """Where a Shoal engine keeps its converted weights: beside the model in ``spec.model.cache`` (a node's
+    directory or a claim, which outlives the pod), so the next engine there maps them instead of converting; an
+    engine whose cache is its pod's own emptyDir would never start again to read them."""
+    if spec.model.cache is None or spec.engine.kind != "shoal":
+        return None
+    return CONVERTED_WEIGHTS_DIR
 
 
 def publishes_zmq_events(spec: InferenceDeploymentSpec) -> bool:

@@ -32,6 +32,7 @@ FETCH_CONTAINER = "fetch-model"
 TOKENIZER_CONTAINER = "fetch-tokenizer"
 CACHE_DIR = "/model-cache"
 CACHE_VOLUME = "model-cache"
+CONVERTED_WEIGHTS_DIR = f"{CACHE_DIR}/.converted"  # a Shoal engine's converted weights, beside the fetched model
 PVC_DIR = "/model-pvc"
 MODEL_VOLUME = "model"
 LINK_DIR = "/model-link"
