@@ -13,11 +13,16 @@ counter (the first token it served), polled every ``POLL_S``. Where the engine p
 bench moves the count), where the scale-up promotes the pool's ready engine: ``promote`` (decision to listed),
 then ``routed`` (listed to its first served token).
 
+``--weights-cache cold,warm,off`` (default ``warm``) sets what the new engine finds in its converted-weights
+cache (``--weights-cache-dir``): the first engine always writes one in the run's directory; ``warm`` gives the new
+engine that one (a second engine on a node), ``cold`` an empty one (it converts and writes), ``off`` none (it
+converts, as before the cache). Each mode is a row; the engine's ``weights:`` line is printed with each run.
+
 ``--before TREE`` runs the engines and the gateway from another checkout (e.g. ``git archive BASE | tar -x -C
 TREE``) and turns this fleet's own cuts off (spawn on the decision's tick, readiness polled every 0.2 s), runs
 alternating with the current code, so both are measured on the same machine at the same time. Medians over
 ``--runs``. Usage:
-    .venv/bin/python bench/startup.py [--runs 3] [--before /tmp/shoal-before] [--standby]
+    .venv/bin/python bench/startup.py [--runs 3] [--weights-cache cold,warm,off] [--before TREE] [--standby]
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ POLL_S = 0.05
 PHASES = ("promote", "spawn", "imports", "planning", "loading", "profiling", "warming", "other", "listed", "routed")
 TOOK = re.compile(r"start-up took [\d.]+ s: (.*)")
 LOADED = re.compile(r"^(\S+ \S+) INFO \S+ \[-\] model loaded", re.M)
+WEIGHTS = re.compile(r"^\s*weights: (.*)$", re.M)
+CACHE_FLAG = "--weights-cache-dir"
+CACHE_MODES = ("cold", "warm", "off")
 
 
 def _manifest(directory: Path, standby: bool) -> Path:
@@ -138,12 +146,20 @@ async def _first_token(url: str, timeout: float) -> float:
     return time.time()
 
 
-async def _one_run(work: Path, clients: int, baseline: bool, standby: bool) -> dict[str, float]:
+def _without(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without any ``flag VALUE`` pair."""
+    drop = {i for i, arg in enumerate(argv) if arg == flag} | {i + 1 for i, arg in enumerate(argv) if arg == flag}
+    return [arg for i, arg in enumerate(argv) if i not in drop]
+
+
+async def _one_run(work: Path, clients: int, baseline: bool, standby: bool, cache: str) -> dict[str, float]:
     local = load_manifest(_manifest(work, standby))
     _, source = autoscaling(local.spec)
     up = Up(local, UpOptions(port=free_port(), tui=False, log_dir=work), None, source, lambda line: None)
-    launch = up.fleet.launch
-    up.fleet.launch = replace(launch, argv=[*launch.argv, "--log-level", "info"])  # its "start-up took" line
+    argv = [*_without(up.fleet.launch.argv, CACHE_FLAG), "--log-level", "info"]  # its "start-up took" line
+    if not baseline:  # the first engine writes the run's own cache (the baseline has no such flag)
+        argv += [CACHE_FLAG, str(work / "converted-weights")]
+    up.fleet.launch = replace(up.fleet.launch, argv=argv)
     load = ChatLoad(up.url, MODEL, clients, max_tokens=8, prompt="Hi", pause_s=0.5)
     running = asyncio.create_task(up.run(None))
     try:
@@ -154,6 +170,9 @@ async def _one_run(work: Path, clients: int, baseline: bool, standby: bool) -> d
         await asyncio.sleep(1.0)
         load.start()
         await asyncio.sleep(2.0)
+        if cache != "warm" and not baseline:  # the last flag given wins
+            given = str(work / "empty-cache") if cache == "cold" else ""
+            up.fleet.launch = replace(up.fleet.launch, argv=[*argv, CACHE_FLAG, given])
         decided = time.time()
         up.fleet.scale_to(2, decided)
         if not baseline:
@@ -178,6 +197,8 @@ async def _one_run(work: Path, clients: int, baseline: bool, standby: bool) -> d
         follower.cancel()
         if not baseline and new.startup is not None:
             print(f"  shoal up's record: {new.name} {new.startup.summary()}", flush=True)
+        weights = WEIGHTS.search(new.process.log(200_000)) if new.process is not None else None
+        print(f"  {new.name} weights: {weights.group(1) if weights else '-'}", flush=True)
         return phases
     finally:
         await asyncio.to_thread(load.stop)
@@ -185,7 +206,7 @@ async def _one_run(work: Path, clients: int, baseline: bool, standby: bool) -> d
         await running
 
 
-def _run(work: Path, clients: int, before: Path | None, standby: bool) -> dict[str, float]:
+def _run(work: Path, clients: int, before: Path | None, standby: bool, cache: str) -> dict[str, float]:
     """One run; ``before``: the engines and gateway from that tree, this fleet's cuts off."""
     saved_path, saved_poll, saved_cwd = os.environ.get("PYTHONPATH"), up_module.STARTING_POLL_S, os.getcwd()
     if before is not None:  # the children run ``python -m shoal.cli``: the tree in their cwd and PYTHONPATH
@@ -193,7 +214,7 @@ def _run(work: Path, clients: int, before: Path | None, standby: bool) -> dict[s
         os.chdir(before)
         up_module.STARTING_POLL_S = TICK_S
     try:
-        return asyncio.run(_one_run(work, clients, baseline=before is not None, standby=standby))
+        return asyncio.run(_one_run(work, clients, before is not None, standby, cache))
     finally:
         os.chdir(saved_cwd)
         up_module.STARTING_POLL_S = saved_poll
@@ -218,15 +239,25 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--before", type=Path, help="a checkout whose engines and gateway are the baseline")
     parser.add_argument("--standby", action="store_true", help="also time a promotion from a standby pool of 1")
+    parser.add_argument(
+        "--weights-cache",
+        default="warm",
+        help=f"what the new engine finds in its converted-weights cache, one row each: {', '.join(CACHE_MODES)}",
+    )
     parser.add_argument("--json", type=Path, help="write every run's phases here")
     args = parser.parse_args()
-    modes: list[tuple[str, Path | None]] = [("after", None)] + ([("before", args.before)] if args.before else [])
+    caches = args.weights_cache.split(",")
+    if not caches or any(c not in CACHE_MODES for c in caches):
+        parser.error(f"--weights-cache takes a comma-separated list of {', '.join(CACHE_MODES)}")
+    modes: list[tuple[str, Path | None]] = [(cache, None) for cache in caches]
+    modes += [("before", args.before)] if args.before else []
     modes += [("standby", None)] if args.standby else []
     results: dict[str, list[dict[str, float]]] = {label: [] for label, _ in modes}
     for index in range(args.runs):
         for label, tree in modes if index % 2 else reversed(modes):
             with tempfile.TemporaryDirectory(prefix="shoal-startup-") as work:
-                phases = _run(Path(work), args.clients, tree, standby=label == "standby")
+                cache = label if label in CACHE_MODES else "warm"
+                phases = _run(Path(work), args.clients, tree, label == "standby", cache)
             results[label].append(phases)
             print(f"run {index + 1} {label}: " + ", ".join(f"{p} {s:.2f}" for p, s in phases.items()), flush=True)
     print(f"\nmedian of {args.runs} runs, seconds, {datetime.now():%Y-%m-%d %H:%M}, load {os.getloadavg()[0]:.1f}")

@@ -86,8 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="DIR",
         help="keep the converted weights (dequantized, fused, laid out for the kernels) in DIR, keyed by the "
-        "model file, the settings and the CPU, so the next start maps them instead of converting; default: off "
-        "(shoal up: $SHOAL_CACHE/converted-weights; the operator: /model-cache/.converted with spec.model.cache)",
+        "model file, the settings and the CPU, so the next start maps them instead of converting; default (or an "
+        "empty DIR): off (shoal up: $SHOAL_CACHE/converted-weights; the operator: /model-cache/.converted with "
+        "spec.model.cache)",
     )
     lora = p.add_argument_group("LoRA adapters (docs/lora.md)")
     lora.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters; a request names one as model")
