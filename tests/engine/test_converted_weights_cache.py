@@ -190,25 +190,25 @@ def test_a_full_disk_leaves_no_partial_entry(tiny_q4: ModelSource, tmp_path: Pat
 
 def test_a_changed_source_is_a_new_key(tiny_q4: ModelSource, tmp_path: Path) -> None:
     cache = WeightsCache(tmp_path)
-    before = cache.entry([tiny_q4.path], dtype="bf16")
+    before = cache.entry("tiny", [tiny_q4.path], dtype="bf16")
     stat = tiny_q4.path.stat()
     os.utime(tiny_q4.path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     try:
-        touched = cache.entry([tiny_q4.path], dtype="bf16")
+        touched = cache.entry("tiny", [tiny_q4.path], dtype="bf16")
     finally:
         os.utime(tiny_q4.path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert touched != before
-    assert cache.entry([tiny_q4.path], dtype="bf16") == before
-    assert cache.entry([tiny_q4.path], dtype="fp32") != before
+    assert cache.entry("tiny", [tiny_q4.path], dtype="bf16") == before
+    assert cache.entry("tiny", [tiny_q4.path], dtype="fp32") != before
 
 
 def test_another_cpu_never_reads_this_ones_entry(
     tiny_q4: ModelSource, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    here = WeightsCache(tmp_path).entry([tiny_q4.path], dtype="bf16")
+    here = WeightsCache(tmp_path).entry("tiny", [tiny_q4.path], dtype="bf16")
     other = dataclasses.replace(cpu_info(), flags=cpu_info().flags ^ {"amx_bf16", "avx512_bf16"})
     monkeypatch.setattr(cache_module, "cpu_info", lambda: other)
-    assert WeightsCache(tmp_path).entry([tiny_q4.path], dtype="bf16") != here
+    assert WeightsCache(tmp_path).entry("tiny", [tiny_q4.path], dtype="bf16") != here
 
 
 def test_two_engines_writing_at_once_leave_one_whole_entry(tiny_q4: ModelSource, tmp_path: Path) -> None:

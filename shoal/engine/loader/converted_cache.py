@@ -76,8 +76,9 @@ class WeightsCache:
         self.root = root
         self.outcome = f"converted cache miss ({root})"
 
-    def entry(self, files: Iterable[Path], **settings: Any) -> Path:
-        """The entry for these source files converted with these settings (dtype, quantization...)."""
+    def entry(self, name: str, files: Iterable[Path], **settings: Any) -> Path:
+        """The entry for these source files converted with these settings (dtype, quantization...); ``name``
+        (the model's) begins the directory's name, for people."""
         files = [Path(f).resolve() for f in files]
         cpu = cpu_info()
         parts = {
@@ -89,8 +90,7 @@ class WeightsCache:
             **settings,
         }
         key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
-        name = re.sub(r"[^A-Za-z0-9._-]+", "-", files[0].stem if files else "model")[:64]
-        return self.root / f"{name}-{key}"
+        return self.root / f"{re.sub(r'[^A-Za-z0-9._-]+', '-', name).strip('.-')[:64]}-{key}"
 
     def read(self, entry: Path) -> Converted | None:
         """The entry's tensors, mapped; None on a miss or on an entry that does not check (logged)."""

@@ -71,7 +71,8 @@ def load_model(
     model = entry = None
     if weights_cache is not None:
         settings = {"dtype": str(dtype), "quantization": quantization, "device": torch.device(device).type}
-        entry = weights_cache.entry(_source_files(source), **settings, kernel=kernel.isa if kernel else None)
+        kernel_isa = kernel.isa if kernel else None
+        entry = weights_cache.entry(source.served_name, _source_files(source), **settings, kernel=kernel_isa)
         model = _cached(weights_cache, entry, config, ops, device, kernel)
     if model is None:
         model = _converted(source, config, dtype, ops, device, quantization, kernel)
