@@ -1,6 +1,10 @@
 """Issue 33's autoscaling targets, read off `shoal simulate --seeds N --bounds --json OUT` results.
 
     bench/autoscale_targets.py ramp=ramp.json weekly=weekly.json ... [--policies shoal,shoal-predictive]
+    bench/autoscale_targets.py ramp=shoal-ramp.json+peers-ramp.json ...
+
+Several files for one trace (joined by ``+``) are one table: runs of other policies on the same trace, profile
+and seeds (each policy's figures depend only on those), refused when their seeds differ.
 
 Prints, per trace, the table docs/simulator.md shows (mean and worst seed, against the bounds) and then one row
 per trace and Shoal policy saying which target it meets, from the means:
@@ -30,6 +34,18 @@ def _mean(summary: dict, policy: str, figure: str) -> float:
 
 def _per_hour(summary: dict, policy: str) -> float:
     return 100 * _mean(summary, policy, "slo_attainment") / _mean(summary, policy, "replica_hours")
+
+
+def merged(summaries: list[dict]) -> dict:
+    """One summary of several runs' policies; a policy in several keeps its first; the seeds must agree."""
+    seeds = {tuple(sorted(row["seeds"])) for summary in summaries for row in summary.values()}
+    if len(seeds) > 1:
+        raise SystemExit(f"the runs to merge used different seeds: {sorted(seeds)}")
+    out: dict = {}
+    for summary in summaries:
+        for name, row in summary.items():
+            out.setdefault(name, row)
+    return out
 
 
 def table(summary: dict) -> str:
@@ -92,8 +108,8 @@ def main() -> None:
     args = parser.parse_args()
     loaded = {}
     for item in args.results:
-        trace, _, path = item.partition("=")
-        loaded[trace] = json.loads(Path(path).read_text())
+        trace, _, paths = item.partition("=")
+        loaded[trace] = merged([json.loads(Path(path).read_text()) for path in paths.split("+")])
     for trace, summary in loaded.items():
         print(f"\n`{trace}`:\n\n{table(summary)}")
     print(

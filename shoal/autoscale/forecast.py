@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shoal.autoscale.trend import fit_line
+
 BINS_PER_SEASON = 144
 MIN_BIN_S = 60.0
 SEASON_WEIGHT = 0.5
@@ -35,14 +37,7 @@ TREND_WINDOW_S = 600.0
 
 def trend_projection(samples: list[tuple[float, float]], at: float) -> float:
     """The least-squares line through ``(time, value)`` samples, evaluated at ``at`` (the mean for one sample)."""
-    n = len(samples)
-    mean_t = sum(t for t, _ in samples) / n
-    mean_v = sum(v for _, v in samples) / n
-    spread = sum((t - mean_t) ** 2 for t, _ in samples)
-    if spread == 0:
-        return mean_v
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in samples) / spread
-    return mean_v + slope * (at - mean_t)
+    return fit_line(samples).at(at)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,10 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    and without queues a slow first token is not a lack of replicas), and the demand over the learned capacity
    (``ScaleUpRate``: ``demand / (capacity * target_utilization)``, see :mod:`shoal.autoscale.capacity`: measured
    when the queue outgrew the fleet, or before that estimated from what replicas serve with their batches near
-   full), which moves before latency does. A count guessed from the queue's proportion or from latency moves at most
+   full), which moves before latency does. A fourth, the trend (``ScaleUpTrend``, :mod:`shoal.autoscale.trend`):
+   the arrival rate's trusted climb projected one replica start-up ahead needs more than the count, so a steady
+   climb finds its replicas ready instead of a start-up late (a rise within a start-up smaller than the tolerance
+   of one replica is noise the band absorbs); it moves at most ``max_step`` and holds a scale-down while it lasts. A count guessed from the queue's proportion or from latency moves at most
    ``max_step`` per decision; a breach sized from measured rates (**panic**, Knative's word) goes to that size in
    one decision, since a 3x step needs twice the fleet added at once. The smallest recommendation over
    ``scale_up_stabilization_seconds`` applies (0 by default: the first breached observation acts), except under
@@ -66,6 +69,7 @@ from shoal.autoscale.forecast import ArrivalForecast
 from shoal.autoscale.load import FleetLoad, fleet_load
 from shoal.autoscale.signals import FleetSignals
 from shoal.autoscale.startup import StartupTimes
+from shoal.autoscale.trend import ArrivalTrend, TrendProjection
 from shoal.autoscale.window import WindowExtreme
 
 # consolidation check before the capacity is known: survivors' KV usage and TTFT must stay this far from trouble
@@ -100,6 +104,7 @@ class ShoalPolicy:
         self._consolidated: tuple[float, int, float] | None = None  # (time, survivors, arrival) of the last one
         self._breach_since: float | None = None  # when the current breach (queue or TTFT) began
         self.startups = StartupTimes()
+        self.trend = ArrivalTrend()
         self.forecast = ArrivalForecast(config.season_seconds) if config.predictive else None
         self._floor = 0  # the predictive floor of the observation being decided (0: none)
         if config.predictive:
@@ -111,6 +116,7 @@ class ShoalPolicy:
             self._since = now
         load = fleet_load(signals, self.config.startup_timeout_seconds)
         self.startups.observe(signals.replicas)
+        self.trend.observe(now, signals.arrival_rate)
         values: dict[str, float | None] = {
             "desired": float(signals.desired),
             "ready": float(load.ready),
@@ -255,6 +261,7 @@ class ShoalPolicy:
             assert demand is not None
             sized = demand / (capacity * cfg.target_utilization)
             values["demand"], values["sized_replicas"] = demand, sized
+        trend, trend_sized = self._trend(now, drain_s, load, values)
 
         if (queue_breach or ttft_breach) and arrival is not None:
             self.capacity.breached(load.ready, arrival)
@@ -301,6 +308,19 @@ class ShoalPolicy:
                 f" ({self.capacity.basis})"
             )
             panic = queue_breach or ttft_breach
+        if (
+            trend is not None
+            and trend_sized is not None
+            and not remembered
+            and trend_sized > usable
+            and math.ceil(trend_sized) + load.stuck > need
+        ):
+            need, rule = math.ceil(trend_sized) + load.stuck, "ScaleUpTrend"
+            why = (
+                f"the arrival rate climbs {trend.slope_floor * 60:.3g} req/s a minute at least, in both halves of"
+                f" the last {trend.span_s / 60:.0f} min: {trend.rate:.3g} req/s in {trend.ahead_s:.0f}s, one"
+                f" start-up ahead, needs {trend_sized:.3g} replicas at {capacity:.3g} req/s each"
+            )
         if self._floor + load.stuck > max(need, current):
             need, rule, panic = self._floor + load.stuck, "ScaleUpForecast", True
             why = f"the arrival rate forecast one start-up ahead needs {self._floor} at {cfg.target_utilization:.0%}"
@@ -351,10 +371,16 @@ class ShoalPolicy:
                 f" {self._burst_demand:.3g} req/s, which {usable} serve at full capacity"
             )
             return current, "HoldSteady", message, current
-        return self._down_path(signals, load, sized, demand, loading)
+        return self._down_path(signals, load, sized, demand, loading, trend_sized)
 
     def _down_path(
-        self, signals: FleetSignals, load: FleetLoad, sized: float | None, demand: float | None, loading: bool
+        self,
+        signals: FleetSignals,
+        load: FleetLoad,
+        sized: float | None,
+        demand: float | None,
+        loading: bool,
+        trend_sized: float | None,
     ) -> tuple[int, str, str, int | None]:
         cfg = self.config
         now, current = signals.time, signals.desired
@@ -385,6 +411,11 @@ class ShoalPolicy:
                     f"{basis}, but a burst of {self._burst_demand:.3g} req/s that outran start-up"
                     f" needs {burst} (kept {self._burst_until - now:.0f}s more)"
                 ),
+            )
+        if not idle and trend_sized is not None and math.ceil(trend_sized) > need:
+            need, basis = (
+                math.ceil(trend_sized),
+                f"{basis}, but the rising arrival rate needs {trend_sized:.3g} one start-up ahead",
             )
         forecast = need < min(self._floor, current)
         if forecast:
@@ -420,6 +451,27 @@ class ShoalPolicy:
         if sized is None and not idle and arrival:
             self._consolidated = (now, target, arrival)
         return target, rule, f"{basis}, for the last {window:.0f}s: {current} -> {target}", None
+
+    def _trend(
+        self, now: float, ahead_s: float, load: FleetLoad, values: dict[str, float | None]
+    ) -> tuple[TrendProjection | None, float | None]:
+        """The trusted rising trend one start-up ahead and the replicas it needs at ``target_utilization`` (None,
+        None without one, or without a learned capacity to size it by)."""
+        capacity = self.capacity.per_replica
+        trend = self.trend.project(now, ahead_s)
+        if trend is None or capacity is None or load.partial:
+            return None, None
+        # a rise worth less than the tolerance band of one replica within a start-up is noise the band absorbs
+        per_replica = capacity * self.config.target_utilization
+        if trend.slope_floor * ahead_s < self.config.tolerance * per_replica:
+            return None, None
+        sized = trend.rate / per_replica
+        values["trend_rps"], values["trend_slope_rps_per_s"], values["trend_sized_replicas"] = (
+            trend.rate,
+            trend.slope_floor,
+            sized,
+        )
+        return trend, sized
 
     def _remember_burst(self, now: float, demand: float) -> None:
         """A breach still on while replicas load: the fleet was too small for longer than a start-up takes.

@@ -73,6 +73,7 @@ def autoscaling_config(spec: InferenceDeploymentSpec) -> AutoscalingConfig:
         scale_up_stabilization_seconds=scaling.scale_up_stabilization_seconds,
         scale_down_stabilization_seconds=scaling.scale_down_stabilization_seconds,
         max_step=scaling.max_step,
+        burst_memory_seconds=float(scaling.burst_memory_seconds),
         predictive=scaling.predictive.enabled,
         season_seconds=float(scaling.predictive.season_seconds),
     )

@@ -398,6 +398,14 @@ class AutoscalingSpec(Wire):
         description="Most replicas removed in one decision, or added on a count guessed from the queue or "
         "latency; a breach sized from measured rates adds what it needs at once (panic).",
     )
+    burst_memory_seconds: int = Field(
+        1800,
+        ge=0,
+        le=86400,
+        description="After a burst outran the replicas' start-up, keep the size it needed this long (renewed "
+        "while bursts as large come back), so a recurring burst finds it ready; 0 forgets at once, for load "
+        "whose bursts do not recur.",
+    )
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Where the engines' load is read.")
     predictive: PredictiveSpec = Field(
         default_factory=PredictiveSpec, description="The predictive floor (off unless enabled)."

@@ -108,6 +108,7 @@ def test_the_crd_maps_onto_the_policy_config() -> None:
             "scaleUpStabilizationSeconds": 5,
             "scaleDownStabilizationSeconds": 120,
             "maxStep": 3,
+            "burstMemorySeconds": 0,
         },
     ).spec
     config = autoscaling_config(spec)
@@ -119,6 +120,7 @@ def test_the_crd_maps_onto_the_policy_config() -> None:
         config.scale_up_stabilization_seconds,
         config.scale_down_stabilization_seconds,
         config.max_step,
-    ) == (0, 6, 3, 1.5, 5, 120, 3)
+        config.burst_memory_seconds,
+    ) == (0, 6, 3, 1.5, 5, 120, 3, 0)
     no_gateway = fleet(replicas={"min": 0, "max": 6}, gateway={"replicas": 0}).spec
     assert autoscaling_config(no_gateway).min_replicas == 1

@@ -321,6 +321,18 @@ def test_a_burst_back_as_large_finds_the_size_burst_memory_kept_and_a_larger_one
     assert larger[10] == math.ceil(50.0 / (10.0 * 0.9)), [d.message for d in fleet.decisions[-20:]]
 
 
+def test_without_burst_memory_the_fleet_sheds_a_burst_once_its_load_is_gone() -> None:
+    """``burstMemorySeconds: 0`` (bursts that do not recur): the same burst as above, and after it the fleet goes
+    back to what the calm load needs within the scale-down window instead of keeping the burst's 4."""
+    policy = ShoalPolicy(AutoscalingConfig(min_replicas=1, max_replicas=10, burst_memory_seconds=0))
+    fleet = FluidFleet(capacity=10.0, startup=60.0, desired=2, poisson=False)
+    fleet.run(policy, 8.0, 600)
+    assert max(fleet.run(policy, 38.0, 300, start=600.0)) >= 4
+    counts = fleet.run(policy, 8.0, 1500, start=900.0)
+    assert counts[-1] == 1, [d.message for d in fleet.decisions[900:] if d.rule.startswith("Scale")]
+    assert not any("burst" in d.message for d in fleet.decisions[900:])
+
+
 def _measured_capacity(policy: ShoalPolicy) -> float:
     """Two ready replicas whose queue grows 2 req/s under 6 req/s of arrivals: each serves 2 req/s."""
     for i in range(10):
