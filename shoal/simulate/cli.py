@@ -95,6 +95,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="shoal-predictive's season, autoscaling.predictive.seasonSeconds (default 86400: a day)",
     )
+    p.add_argument(
+        "--burst-memory-seconds",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="Shoal's autoscaling.burstMemorySeconds (default: the CRD's, 1800; 0: bursts forgotten at once)",
+    )
     p.add_argument("--max-num-seqs", type=int, default=None, help="engine batch size (default: the profile's)")
     p.add_argument(
         "--max-num-batched-tokens", type=int, default=None, help="engine token budget per step (default: the profile's)"
@@ -171,6 +178,7 @@ def _compare_seed(args: argparse.Namespace, profile: EngineProfile, startup: Sta
         args.bounds,
         startup,
         args.season_seconds,
+        args.burst_memory_seconds,
     )
 
 
@@ -195,6 +203,8 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
         if args.jobs < 1:
             raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        if args.burst_memory_seconds is not None and args.burst_memory_seconds < 0:
+            raise ValueError(f"--burst-memory-seconds must be >= 0, got {args.burst_memory_seconds:g}")
         seeds = list(range(args.seed, args.seed + args.seeds))
         run = partial(_compare_seed, args, profile, StartupMode(args.startup_mode, args.standby))
         if args.jobs == 1 or len(seeds) == 1:

@@ -58,6 +58,7 @@ def compare(
     bounds: bool = False,
     startup: StartupMode = COLD,
     season_seconds: float = 86400.0,
+    burst_memory_seconds: float | None = None,
 ) -> Comparison:
     """Runs each named policy on ``trace`` (see the module docstring), then with ``bounds`` the fixed-peak fleet
     (unless named) and the oracles of :mod:`shoal.simulate.bounds`; ``progress(policy)`` may return a callback
@@ -75,6 +76,9 @@ def compare(
         ttft_p95_seconds=slo_ttft_p95_s,
         max_step=AutoscalingConfig.max_step if max_step is None else max_step,
         season_seconds=season_seconds,
+        burst_memory_seconds=(
+            AutoscalingConfig.burst_memory_seconds if burst_memory_seconds is None else burst_memory_seconds
+        ),
     )
     startup.check_against(replicas_max)
     early = trace.arrival < WARM_START_S

@@ -129,6 +129,7 @@ def test_an_unknown_policy_name_is_refused() -> None:
             "max_num_seqs 4096 is beyond",
         ),
         (["--trace", "steady", "--routing", "random"], "unknown routing policy 'random'"),
+        (["--trace", "steady", "--burst-memory-seconds", "-1"], "--burst-memory-seconds must be >= 0, got -1"),
         (["--trace", "steady", "--profile", "gpu-8b-h100"], "profile 'gpu-8b-h100' is now 'gpu-8b-h100-derived'"),
     ],
 )
