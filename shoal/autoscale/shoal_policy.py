@@ -20,10 +20,11 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    full), which moves before latency does. A fourth, the trend (``ScaleUpTrend``, :mod:`shoal.autoscale.trend`):
    the arrival rate's trusted climb projected one replica start-up ahead needs more than the count, so a steady
    climb finds its replicas ready instead of a start-up late (a rise within a start-up smaller than the tolerance
-   of one replica is noise the band absorbs); it moves at most ``max_step`` and holds a scale-down while it lasts. A count guessed from the queue's proportion or from latency moves at most
-   ``max_step`` per decision; a breach sized from measured rates (**panic**, Knative's word) goes to that size in
-   one decision, since a 3x step needs twice the fleet added at once. The smallest recommendation over
-   ``scale_up_stabilization_seconds`` applies (0 by default: the first breached observation acts), except under
+   of one replica is noise the band absorbs); it moves at most ``max_step`` and holds a scale-down while it
+   lasts. A count guessed from the queue's proportion or from latency moves at most ``max_step`` per decision;
+   a breach sized from measured rates (**panic**, Knative's word) goes to that size in one decision, since a 3x
+   step needs twice the fleet added at once. The smallest recommendation over ``scale_up_stabilization_seconds``
+   applies (0 by default: the first breached observation acts), except under
    a firing alert, which acts at once.
 5. **Capacity on its way.** Replicas still starting (or asked for and not yet created) count as capacity: while
    any is loading, the queue and TTFT rules, which keep rising until the new replicas serve, cannot add more
