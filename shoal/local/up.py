@@ -28,6 +28,7 @@ from rich.live import Live
 
 from shoal.autoscale.policy import ScalingPolicy
 from shoal.autoscale.source import MetricsSource, ReplicaPhase, ReplicaTarget
+from shoal.cache_dir import shoal_cache
 from shoal.engine_kinds import adapter
 from shoal.local.autoscaler import LocalAutoscaler
 from shoal.local.engines import engine_binary, foreign_argv
@@ -78,7 +79,7 @@ def check_port(host: str, port: int) -> None:
 def converted_weights_dir() -> Path:
     """Where local engines keep their converted weights, so a second start maps them (``--weights-cache-dir``):
     ``$SHOAL_CACHE/converted-weights``, else ``~/.cache/shoal/converted-weights``."""
-    return Path(os.environ.get("SHOAL_CACHE") or Path.home() / ".cache" / "shoal") / "converted-weights"
+    return shoal_cache() / "converted-weights"
 
 
 def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from shoal.cache_dir import shoal_cache
 from shoal.cpu_features import cpu_info
 
 NATIVE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
@@ -29,7 +30,7 @@ class BuildError(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("SHOAL_CACHE") or Path.home() / ".cache" / "shoal") / "kernels"
+    return shoal_cache() / "kernels"
 
 
 def compiler() -> str:
