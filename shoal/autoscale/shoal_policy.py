@@ -37,7 +37,11 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    arrival rate needs at full capacity (``HoldSteady`` naming the burst), so a recurring burst finds it ready
    instead of waiting minutes for it again; while the burst is back no larger (within the tolerance) and without
    a breach, the rate rule leaves that size be, since it sizes at ``target_utilization``, which the kept size is
-   not meant to meet.
+   not meant to meet. Once the burst has come back, its interval is known (:mod:`shoal.autoscale.recurrence`):
+   between returns the memory sleeps, and the longest start-up seen plus a minute before the next is due the
+   fleet is raised to the burst's size (``ScaleUpBurstDue``); a return that misses its due time ends that. The
+   kept size is a floor over the scale-down window's count, not a count in it, so once the memory sleeps or runs
+   out the fleet goes to what the window saw the load need.
 7. **Down, slowly.** Each observation recommends the replicas the load needs: the minimum when idle, else the
    demand over ``capacity * target_utilization * (1 - tolerance)`` (the tolerance band: steady load never flaps
    around a boundary), else, before capacity is known, one fewer when the consolidation check passes (under one
@@ -68,6 +72,7 @@ from shoal.autoscale.config import AutoscalingConfig
 from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.forecast import ArrivalForecast
 from shoal.autoscale.load import FleetLoad, fleet_load
+from shoal.autoscale.recurrence import BurstRecurrence
 from shoal.autoscale.signals import FleetSignals
 from shoal.autoscale.startup import StartupTimes
 from shoal.autoscale.trend import ArrivalTrend, TrendProjection
@@ -83,6 +88,8 @@ _BACKLOG_DRAIN_SECONDS = 60.0
 # Knative's panic window: long enough that one noisy observation of the queue does not add replicas, short enough
 # to act within seconds of a step
 _PANIC_SECONDS = 6.0
+# a recurring burst's replicas are asked for at its due time less the longest start-up seen less this margin
+_WAKE_MARGIN_SECONDS = 60.0
 
 
 def _num(value: float | None) -> str:
@@ -102,6 +109,8 @@ class ShoalPolicy:
         self._since: float | None = None
         self._panic = WindowExtreme(_PANIC_SECONDS, largest=False)
         self._burst_demand, self._burst_until = 0.0, -math.inf
+        self.recurrence = BurstRecurrence()
+        self._burst_asleep = False  # the remembered burst is over and next due beyond a start-up: not kept now
         self._consolidated: tuple[float, int, float] | None = None  # (time, survivors, arrival) of the last one
         self._breach_since: float | None = None  # when the current breach (queue or TTFT) began
         self.startups = StartupTimes()
@@ -263,6 +272,7 @@ class ShoalPolicy:
             sized = demand / (capacity * cfg.target_utilization)
             values["demand"], values["sized_replicas"] = demand, sized
         trend, trend_sized = self._trend(now, drain_s, load, values)
+        due_in = self._observe_recurrence(now, demand, drain_s, values)
 
         if (queue_breach or ttft_breach) and arrival is not None:
             self.capacity.breached(load.ready, arrival)
@@ -321,6 +331,14 @@ class ShoalPolicy:
                 f"the arrival rate climbs {trend.slope_floor * 60:.3g} req/s a minute at least, in both halves of"
                 f" the last {trend.span_s / 60:.0f} min: {trend.rate:.3g} req/s in {trend.ahead_s:.0f}s, one"
                 f" start-up ahead, needs {trend_sized:.3g} replicas at {capacity:.3g} req/s each"
+            )
+        due = 0 if due_in is None else self._burst_replicas(now, None)
+        if due + load.stuck > max(need, usable):
+            assert due_in is not None
+            need, rule, panic = due + load.stuck, "ScaleUpBurstDue", True
+            why = (
+                f"the burst of {self._burst_demand:.3g} req/s came back after {values['burst_period_seconds']:.0f}s:"
+                f" due in {due_in:.0f}s, within the longest start-up plus {_WAKE_MARGIN_SECONDS:.0f}s; it needs {due}"
             )
         if self._floor + load.stuck > max(need, current):
             need, rule, panic = self._floor + load.stuck, "ScaleUpForecast", True
@@ -404,15 +422,6 @@ class ShoalPolicy:
                 need, basis = current, f"TTFT P95 {ttft:.3g}s is not {cfg.tolerance:.0%} under target"
         else:
             need, basis = self._consolidate(load, ttft, arrival, current)
-        burst = self._burst_replicas(now, demand)
-        if not idle and burst > need:
-            need, basis = (
-                burst,
-                (
-                    f"{basis}, but a burst of {self._burst_demand:.3g} req/s that outran start-up"
-                    f" needs {burst} (kept {self._burst_until - now:.0f}s more)"
-                ),
-            )
         if not idle and trend_sized is not None and math.ceil(trend_sized) > need:
             need, basis = (
                 math.ceil(trend_sized),
@@ -422,7 +431,21 @@ class ShoalPolicy:
         if forecast:
             need, basis = self._floor, f"{basis}, but the arrival rate forecast one start-up ahead needs {self._floor}"
         need = min(max(need, cfg.min_replicas), current)
-        if ttft is not None and ttft > cfg.ttft_p95_seconds and need >= current:
+        # burst memory is a floor over the stabilized count, not a recommendation in the window: the window
+        # learns what the load needed, so a fleet whose memory sleeps or runs out goes to that at once
+        burst = 0 if idle else min(self._burst_replicas(now, demand), current)
+        schedule = self.recurrence.schedule()
+        if self._burst_asleep and schedule is not None:
+            basis += (
+                f" (the burst of {self._burst_demand:.3g} req/s, back after {schedule.period:.0f}s, is not kept"
+                f" until {schedule.due - now:.0f}s from now, when it is due)"
+            )
+        if burst > need:
+            basis += (
+                f", but a burst of {self._burst_demand:.3g} req/s that outran start-up needs {burst}"
+                f" (kept {self._burst_until - now:.0f}s more)"
+            )
+        if ttft is not None and ttft > cfg.ttft_p95_seconds and max(need, burst) >= current:
             message = (
                 f"holding {current}: TTFT P95 {ttft:.3g}s > target {cfg.ttft_p95_seconds:.3g}s, but"
                 f" {load.ready - load.queued_replicas} of {load.ready} ready replicas have no request waiting, so more"
@@ -430,10 +453,10 @@ class ShoalPolicy:
                 " ScaleUpTTFT) or TTFT P95 falls under target"
             )
             return current, "HoldNoQueue", message, current
-        if need >= current:
+        if max(need, burst) >= current:
             rule = "HoldTolerance" if sized is not None and math.ceil(sized) < current else "HoldSteady"
             rule = "HoldForecast" if forecast else rule
-            return current, rule, f"holding {current}: {basis}", current
+            return current, rule, f"holding {current}: {basis}", need
         if signals.alert_firing:
             return current, "HoldAlert", f"holding {current}: an alert is firing ({basis})", current
         if loading:
@@ -443,7 +466,7 @@ class ShoalPolicy:
         if now - self._since < window:
             message = f"holding {current}: {basis}, but only {now - self._since:.0f}s of history of {window:.0f}s"
             return current, "HoldWarmup", message, need
-        stable = self._down.add(now, need)
+        stable = max(self._down.add(now, need), burst)
         if stable >= current:
             message = f"holding {current}: {basis}, but {stable:.0f} were needed within the last {window:.0f}s"
             return current, "HoldStabilization", message, None
@@ -479,6 +502,8 @@ class ShoalPolicy:
         Keep the size its demand needs for ``burst_memory_seconds``, so the next burst finds it (bursts recur)."""
         if now >= self._burst_until:
             self._burst_demand = 0.0
+        if demand > (1 + self.config.tolerance) * self._burst_demand:  # a new burst, or one larger than remembered
+            self.recurrence.start(now if self._breach_since is None else self._breach_since)
         self._burst_demand = max(self._burst_demand, demand)
         self._burst_until = now + self.config.burst_memory_seconds
 
@@ -486,7 +511,7 @@ class ShoalPolicy:
         """Replicas the remembered burst needs at today's capacity estimate (0 once forgotten); a burst as large
         coming again keeps it remembered."""
         capacity = self.capacity.per_replica
-        if now >= self._burst_until or capacity is None:
+        if now >= self._burst_until or capacity is None or self._burst_asleep:
             return 0
         if demand is not None and demand >= (1 - self.config.tolerance) * self._burst_demand:
             self._burst_until = now + self.config.burst_memory_seconds
@@ -497,10 +522,32 @@ class ShoalPolicy:
         The memory keeps the burst's size at full capacity; a 10 s rate of the same burst reads over it at the
         target utilization about half the time, so without this each recurrence added a replica minutes in."""
         capacity = self.capacity.per_replica
-        if now >= self._burst_until or capacity is None or demand is None:
+        if now >= self._burst_until or capacity is None or demand is None or self._burst_asleep:
             return False
         within = demand <= (1 + self.config.tolerance) * self._burst_demand
         return within and usable >= math.ceil(self._burst_demand / capacity)
+
+    def _observe_recurrence(
+        self, now: float, demand: float | None, drain_s: float, values: dict[str, float | None]
+    ) -> float | None:
+        """Feeds the remembered burst's recurrence this observation's demand and decides whether the memory sleeps
+        now; the seconds until the burst is due when it is over and due within the longest start-up plus a margin
+        (its replicas are to be asked for now), else None."""
+        self._burst_asleep = False
+        if now >= self._burst_until or demand is None:
+            return None
+        recurrence = self.recurrence
+        recurrence.observe(now, demand, self._burst_demand)
+        schedule = recurrence.schedule()
+        if schedule is None:
+            return None
+        lead = (self.startups.longest or drain_s) + _WAKE_MARGIN_SECONDS
+        if recurrence.missed(now, max(lead, 0.1 * schedule.period)):
+            recurrence.drop_schedule()
+            return None
+        values["burst_period_seconds"], values["burst_due_seconds"] = schedule.period, schedule.due - now
+        self._burst_asleep = recurrence.asleep(now, lead)
+        return schedule.due - now if recurrence.over(now) and not self._burst_asleep else None
 
     def _regret_consolidation(self, now: float) -> None:
         """A breach within a scale-down window of a consolidation: the survivors could not carry the arrivals they

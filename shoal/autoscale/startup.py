@@ -45,3 +45,8 @@ class StartupTimes:
     def typical(self) -> float | None:
         """The median start-up seen (robust to one slow image pull), None before any replica has started."""
         return statistics.median(self._seen) if self._seen else None
+
+    @property
+    def longest(self) -> float | None:
+        """The longest start-up kept: how early a replica must be asked for to be ready by a known time."""
+        return max(self._seen) if self._seen else None

@@ -403,8 +403,9 @@ class AutoscalingSpec(Wire):
         ge=0,
         le=86400,
         description="After a burst outran the replicas' start-up, keep the size it needed this long (renewed "
-        "while bursts as large come back), so a recurring burst finds it ready; 0 forgets at once, for load "
-        "whose bursts do not recur.",
+        "while bursts as large come back), so a recurring burst finds it ready; once it has come back, the size "
+        "is kept only from a start-up before its next return is due; 0 forgets at once, for load whose bursts "
+        "do not recur.",
     )
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Where the engines' load is read.")
     predictive: PredictiveSpec = Field(

@@ -333,6 +333,21 @@ def test_without_burst_memory_the_fleet_sheds_a_burst_once_its_load_is_gone() ->
     assert not any("burst" in d.message for d in fleet.decisions[900:])
 
 
+def test_a_burst_memory_that_runs_out_lets_the_fleet_down_at_once_not_a_window_later() -> None:
+    """Burst memory is a floor over the stabilized count, not a recommendation in the scale-down window: the window
+    holds what the load needed, so once the memory runs out the fleet goes to that within a few decisions."""
+    policy = ShoalPolicy(AutoscalingConfig(min_replicas=1, max_replicas=10, burst_memory_seconds=600))
+    fleet = FluidFleet(capacity=10.0, startup=60.0, desired=2, poisson=False)
+    fleet.run(policy, 8.0, 600)
+    fleet.run(policy, 38.0, 300, start=600.0)
+    counts = fleet.run(policy, 8.0, 1500, start=900.0)
+    kept_until = 900 + 600 + 10  # renewed by the last observation at the burst's level, the 10 s rate lagging
+    assert min(counts[: 1500 - 900]) == 4  # kept while remembered
+    down = [d for d in fleet.decisions if d.time > 900 and d.rule == "ScaleDown" and d.replicas < 4]
+    assert down and down[0].time <= kept_until + 30, [(d.time, d.message) for d in down]
+    assert counts[kept_until + 60 - 900] == 1
+
+
 def _measured_capacity(policy: ShoalPolicy) -> float:
     """Two ready replicas whose queue grows 2 req/s under 6 req/s of arrivals: each serves 2 req/s."""
     for i in range(10):

@@ -21,6 +21,11 @@ def test_a_replica_seen_starting_then_ready_took_the_time_between_its_two_sinces
     assert times.typical == 180.0
     times.observe([ReplicaSignals("a", "ready", 0.0), ReplicaSignals("b", "ready", 280.0)])
     assert times.typical == 180.0  # counted once
+    assert times.longest == 180.0
+    times.observe([ReplicaSignals("b", "ready", 280.0), ReplicaSignals("e", "starting", 300.0)])
+    times.observe([ReplicaSignals("b", "ready", 280.0), ReplicaSignals("e", "ready", 320.0)])
+    # the median is robust to one slow pull; a known due time needs the slowest seen
+    assert (times.typical, times.longest) == (100.0, 180.0)
 
 
 def test_a_replica_gone_while_starting_is_forgotten_and_a_restart_counts_from_its_new_start() -> None:
