@@ -16,13 +16,13 @@ def _row(slo: float, hours: float, seeds: tuple[str, ...] = ("0", "1")) -> dict:
     return {"mean": figures, "worst": figures, "seeds": {seed: figures for seed in seeds}}
 
 
-def _run(tmp_path: Path, *files: dict) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, *files: dict, policies: str = "shoal") -> subprocess.CompletedProcess[str]:
     paths = []
     for i, summary in enumerate(files):
         path = tmp_path / f"run{i}.json"
         path.write_text(json.dumps(summary))
         paths.append(str(path))
-    argv = [sys.executable, str(BENCH), "ramp=" + "+".join(paths), "--policies", "shoal"]
+    argv = [sys.executable, str(BENCH), "ramp=" + "+".join(paths), "--policies", policies]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
@@ -47,3 +47,12 @@ def test_a_shoal_run_and_a_peers_run_make_one_table(tmp_path: Path) -> None:
 def test_runs_on_other_seeds_are_refused(tmp_path: Path) -> None:
     result = _run(tmp_path, {"shoal": _row(0.9, 4.0)}, {"hpa": _row(0.9, 4.0, seeds=("0", "1", "2"))})
     assert result.returncode != 0 and "different seeds" in result.stderr
+
+
+def test_a_policy_not_run_on_a_trace_is_left_out_of_its_verdicts(tmp_path: Path) -> None:
+    """``--policies shoal,shoal-predictive`` over traces where only one had the predictive policy run."""
+    bounds = {"fixed": _row(1.0, 6.0), "reactive-oracle": _row(0.6, 3.6), "clairvoyant": _row(1.0, 4.2)}
+    peers = {name: _row(0.9, 5.0) for name in ("hpa", "keda", "kpa", "llmd-slo", "llmd-queue", "dynamo", "aibrix")}
+    result = _run(tmp_path, {"shoal": _row(0.96, 4.0), **bounds}, peers, policies="shoal,shoal-predictive")
+    assert result.returncode == 0, result.stderr
+    assert "| ramp | `shoal` |" in result.stdout and "`shoal-predictive`" not in result.stdout
