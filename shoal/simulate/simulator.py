@@ -384,6 +384,9 @@ class FleetSimulator:
                 self.routable.append(replica)
             elif promoted is not None:  # loaded: ready once promoted; still loading: once loaded and promoted
                 self._push(max(self.now, promoted.since) + promote_s, _READY, replica)
+                # starting since, as the operator reports a pod: a loaded one from its promotion, a loading one from
+                # its creation (reported from its load's end, it taught the policy that start-ups take 2 s)
+                replica.since = self.now if promoted.since <= self.now else promoted.created
             else:
                 self._push(self.now + self._start_time(), _READY, replica)
         if ready:

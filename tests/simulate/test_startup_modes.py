@@ -8,6 +8,7 @@ import pytest
 from sim_fixtures import poisson_trace, small_profile
 
 from shoal.autoscale import FleetSignals, ScalingDecision
+from shoal.autoscale.startup import StartupTimes
 from shoal.cli import main
 from shoal.gateway.routing import RoundRobin
 from shoal.simulate.compare import compare
@@ -61,17 +62,25 @@ def test_the_pool_is_paid_for_in_replica_hours() -> None:
 def test_a_pool_still_loading_promotes_once_loaded() -> None:
     # Two scale-ups close together with a pool of one: the second waits for the refill's cold start.
     class OneThenThree(OneThenTwo):
+        def __init__(self) -> None:
+            self.startups = StartupTimes()
+
         def decide(self, signals: FleetSignals) -> ScalingDecision:
+            self.startups.observe(signals.replicas)
             wanted = 3 if signals.time >= DECISION_S else 1
             return ScalingDecision(signals.time, wanted, "Test", f"{wanted} replicas")
 
     config = SimConfig(initial_replicas=1, sample_s=0.25, tail_s=5.0, startup=StartupMode("standby", standby=1))
-    run = simulate(poisson_trace(2.0, 240), small_profile(), OneThenThree(), RoundRobin(), config)
+    policy = OneThenThree()
+    run = simulate(poisson_trace(2.0, 240), small_profile(), policy, RoundRobin(), config)
     timeline = run.timeline
     two = float(timeline[np.flatnonzero(timeline[:, 2] >= 2)[0], 0]) - DECISION_S
     three = float(timeline[np.flatnonzero(timeline[:, 2] >= 3)[0], 0]) - DECISION_S
     assert two == pytest.approx(PROMOTE_S, abs=0.3)
     assert 20.0 + PROMOTE_S <= three <= 40.0 + PROMOTE_S + 0.5
+    # the third is reported starting from its creation (the refill, at the decision), as the operator reports a
+    # pod, so a policy learns what a replica beyond the pool takes, not a promotion's 2 s
+    assert policy.startups.longest is not None and policy.startups.longest >= 20.0
 
 
 @pytest.mark.parametrize(
