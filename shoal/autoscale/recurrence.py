@@ -47,9 +47,6 @@ class BurstRecurrence:
         """A new burst is remembered, which began at ``onset``: the first onset of a possible recurrence."""
         self._onsets, self._below_since = [onset], None
 
-    def forget(self) -> None:
-        self._onsets, self._below_since = [], None
-
     def drop_schedule(self) -> None:
         """The burst missed its due time: keep its last onset, not the interval that predicted it."""
         self._onsets = self._onsets[-1:]
@@ -62,8 +59,7 @@ class BurstRecurrence:
             if self._below_since is None:
                 self._below_since = now
             return
-        quiet = self._below_since is not None and now - self._below_since >= QUIET_S
-        if quiet and now - self._onsets[-1] >= MIN_PERIOD_S:
+        if self.over(now) and now - self._onsets[-1] >= MIN_PERIOD_S:
             self._onsets = [self._onsets[-1], now]
         self._below_since = None
 
