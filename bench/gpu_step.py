@@ -10,7 +10,7 @@ Measures, each against a baseline taken in the same run on the same card:
   batch 1 and 64 (on a CPU there are no graphs: the eager time alone);
 - output tokens/s with 1, 64 and 256 sequences in flight (offline engine, ``ignore_eos``);
 - prefill attention against SDPA's flash attention (target 0.7x its TFLOP/s) and decode attention, 1 x 8,192
-  tokens, against the copy bandwidth (target 50%), through ``bench/kernels.py``'s measurements;
+  tokens, against the copy bandwidth (target 50%), through ``bench/kernel_timing.py``'s measurements;
 - the engine's start-up: the wall time of building it, and the start-up lines it logs, where it logs any.
 
 Sized for well under 10 minutes on an H100, not yet run on one (the checkpoint's 16 GB are written to
@@ -25,7 +25,7 @@ then ``--tokenizer .gpu/tokenizer``.
 
 ``--device cpu --smoke`` runs the same code on a tiny model and tiny shapes in seconds (Triton interpreted): it
 checks the script, its figures mean nothing. It exits 1 (after writing the JSON) if an attention kernel's output
-is off the torch reference's by more than bench/kernels.py's tolerance.
+is off the torch reference's by more than bench/kernel_timing.py's tolerance.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ SMOKE = Plan("tiny-llama", 16 << 20, prompt_len=8, output_len=4, decode_steps=4,
 def copy_bandwidth(nbytes: int, device: str, repeats: int) -> float:
     """Bytes per second a device-to-device copy moves (each byte read once and written once)."""
     import torch
-    from kernels import timed
+    from kernel_timing import timed
 
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
@@ -206,8 +206,8 @@ def throughput(llm: Any, plan: Plan) -> list[dict[str, Any]]:
 
 
 def attention(plan: Plan, device: str, dtype: Any, bandwidth: float, smoke: bool) -> dict[str, Any]:
-    """Prefill attention vs SDPA on bench/kernels.py's shapes, decode attention 1 x ``decode_context`` vs copy."""
-    import kernels
+    """Prefill attention vs SDPA on bench/kernel_timing.py's shapes, decode attention 1 x ``decode_context`` vs copy."""
+    import kernel_timing as kernels
 
     shapes = kernels.SMOKE if smoke else kernels.FULL
     prefill = []

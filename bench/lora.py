@@ -309,7 +309,7 @@ def kernel_row(
     ``TRITON_INTERPRET=1`` (the smoke test's tiny shapes)."""
     if device == "cuda" and not torch.cuda.is_available():
         return {"skipped": "no CUDA GPU: the LoRA kernels run compiled on one"}
-    from kernels import timed  # bench/kernels.py, beside this script
+    from kernel_timing import timed  # bench/kernel_timing.py, beside this script
 
     from shoal.engine.lora.manager import LoRAManager
     from shoal.engine.model.lora_linear import LoRABatch, LoRALinear, ProjectionShape

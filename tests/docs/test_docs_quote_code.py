@@ -39,9 +39,9 @@ def module_constants(path: str) -> dict[str, Any]:
 
 
 def kernel_bench_repeats() -> float:
-    """``bench/kernels.py --repeats``'s default, and that its timer takes the median of them."""
-    source = (REPO / "bench" / "kernels.py").read_text()
-    assert "return sorted(samples)[len(samples) // 2]" in source, "bench/kernels.py no longer times the median"
+    """``bench/kernel_timing.py --repeats``'s default, and that its timer takes the median of them."""
+    source = (REPO / "bench" / "kernel_timing.py").read_text()
+    assert "return sorted(samples)[len(samples) // 2]" in source, "bench/kernel_timing.py no longer times the median"
     found = re.search(r'"--repeats", type=int, default=(\d+)', source)
     assert found
     return float(found.group(1))

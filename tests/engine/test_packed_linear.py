@@ -17,14 +17,18 @@ from shoal.engine.loader.load import load_model
 from shoal.engine.loader.onednn_pack import pack_dense_projections
 from shoal.engine.loader.quantize import pack_int8
 from shoal.engine.model import allocate_kv_cache
-from shoal.engine.model.packed_linear import PackedLinear, onednn_packs
+from shoal.engine.model import packed_linear as packed_module
+from shoal.engine.model.packed_linear import PackedLinear, onednn_bf16, onednn_packs
 from shoal.engine.model.quantized_linear import QuantizedLinear
 from shoal.kernels import AttentionMetadata, TorchOps
 from shoal.model_registry import resolve_model
 
-pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+needs_bf16_path = pytest.mark.skipif(
+    not onednn_bf16(), reason="this CPU's oneDNN has no bf16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT): nothing packs"
+)
 
 
+@needs_bf16_path
 @pytest.mark.parametrize("rows", [1, 7, 64, 300])
 @pytest.mark.parametrize("bias", [False, True])
 def test_a_packed_linear_computes_what_linear_does(rows: int, bias: bool) -> None:
@@ -41,10 +45,22 @@ def test_a_packed_linear_computes_what_linear_does(rows: int, bias: bool) -> Non
         torch.testing.assert_close(out, expected, atol=0, rtol=2**-7)
 
 
-def test_only_bf16_on_a_cpu_is_packed() -> None:
+def test_only_bf16_on_a_cpu_whose_onednn_computes_it_is_packed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(packed_module, "onednn_bf16", lambda: True)
     assert onednn_packs(torch.bfloat16, "cpu")
     assert not onednn_packs(torch.float32, "cpu")
     assert not onednn_packs(torch.bfloat16, "cuda")
+    monkeypatch.setattr(packed_module, "onednn_bf16", lambda: False)  # an AVX2-only CPU: oneDNN refuses bf16
+    assert not onednn_packs(torch.bfloat16, "cpu")
+
+
+def test_a_bf16_model_on_a_cpu_without_onednn_bf16_loads_unpacked(tiny_gqa_llama_dir: Path) -> None:
+    """On an AVX2-only CPU the reorder raises; ``--dtype bfloat16`` there must load (emulated, slower), not crash."""
+    model = load_model(resolve_model(str(tiny_gqa_llama_dir)), torch.bfloat16, TorchOps())
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    assert bool(packed) == onednn_bf16()
+    prompt = [3, 9, 27, 81, 5]
+    assert torch.isfinite(logits(model, prompt)).all()
 
 
 def logits(model: nn.Module, prompt: list[int]) -> torch.Tensor:
@@ -59,6 +75,7 @@ def logits(model: nn.Module, prompt: list[int]) -> torch.Tensor:
         return torch.cat([first, model(torch.tensor(prompt[-1:]), torch.tensor([n - 1]), kv, meta, torch.tensor([0]))])
 
 
+@needs_bf16_path
 def test_a_loaded_bf16_model_packs_every_projection_and_answers_as_before(
     tiny_gqa_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -76,6 +93,7 @@ def test_a_loaded_bf16_model_packs_every_projection_and_answers_as_before(
     torch.testing.assert_close(logits(packed, prompt), logits(plain, prompt), atol=0.05, rtol=0.02)
 
 
+@needs_bf16_path
 def test_a_quantized_projection_packs_the_dense_weight_its_large_batches_use() -> None:
     torch.manual_seed(0)
     dense = nn.Linear(64, 32, bias=False).to(torch.bfloat16)

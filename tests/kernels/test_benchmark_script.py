@@ -1,4 +1,4 @@
-"""bench/kernels.py runs end to end: its GPU code path on tiny shapes under the interpreter (--smoke); so does
+"""bench/kernel_timing.py runs end to end: its GPU code path on tiny shapes under the interpreter (--smoke); so does
 bench/lora.py's kernel row."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from kernel_lane import interpreter_only
 
 from shoal.engine.model_config import ModelConfig
 
-# on a GPU host the kernels are already compiled in this process: run bench/kernels.py itself there
+# on a GPU host the kernels are already compiled in this process: run bench/kernel_timing.py itself there
 pytestmark = [pytest.mark.interpret, interpreter_only, pytest.mark.timeout(120)]
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "kernels.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "kernel_timing.py"
 
 
 def test_kernel_benchmark_prints_its_tables_in_smoke_mode(capsys: pytest.CaptureFixture[str]) -> None:
@@ -34,7 +34,9 @@ def test_kernel_benchmark_prints_its_tables_in_smoke_mode(capsys: pytest.Capture
 
 def test_lora_benchmark_kernel_row_runs_on_tiny_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/lora.py's kernel row (a GPU session's) runs its code path under the interpreter on tiny shapes."""
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # it imports bench/kernels.py, serve.py, ..., scripts beside it
+    monkeypatch.syspath_prepend(
+        str(SCRIPT.parent)
+    )  # it imports bench/kernel_timing.py, serve.py, ..., scripts beside it
     spec = importlib.util.spec_from_file_location("bench_lora", SCRIPT.parent / "lora.py")
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, bench)  # dataclasses look their module up there

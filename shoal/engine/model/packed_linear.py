@@ -17,9 +17,16 @@ from torch import Tensor, nn
 ROWS_HINT = 64  # oneDNN picks the blocking for this many rows; any row count works (measured 1 to 2048)
 
 
+def onednn_bf16() -> bool:
+    """Whether this CPU's oneDNN has a bf16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT): on an AVX2-only CPU its
+    reorder refuses bf16 weights, and ``nn.functional.linear`` runs bf16 emulated instead."""
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def onednn_packs(dtype: torch.dtype, device: torch.device | str) -> bool:
-    """Whether dense projections of ``dtype`` on ``device`` get oneDNN-packed weights: bf16 on a CPU with oneDNN."""
-    return dtype == torch.bfloat16 and torch.device(device).type == "cpu" and torch.backends.mkldnn.is_available()
+    """Whether dense projections of ``dtype`` on ``device`` get oneDNN-packed weights: bf16 on a CPU whose oneDNN
+    computes bf16."""
+    return dtype == torch.bfloat16 and torch.device(device).type == "cpu" and onednn_bf16()
 
 
 def pack_weight(weight: Tensor) -> Tensor:

@@ -10,7 +10,7 @@ against the same kernels without them on the same batch: a decode over a context
 cost about what a context of one window does, since the kernels skip the tiles before the window. Without a GPU it says so and exits 0; ``--smoke`` instead runs the
 same code on tiny shapes under the Triton interpreter, to check the script itself (its figures mean nothing).
 
-    python bench/kernels.py [--dtype bfloat16] [--smoke]
+    python bench/kernel_timing.py [--dtype bfloat16] [--smoke]
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.smoke and not torch.cuda.is_available():
         print(
-            "bench/kernels.py: no CUDA GPU here, nothing to measure (the Triton kernels need one; --smoke checks "
+            "bench/kernel_timing.py: no CUDA GPU here, nothing to measure (the Triton kernels need one; --smoke checks "
             "the script itself)"
         )
         return 0
