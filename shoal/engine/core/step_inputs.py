@@ -18,7 +18,11 @@ evicted the caches, each numpy or torch call costs several microseconds. The blo
 ``BlockTable``'s persistent rows, one gather, as wide as the batch's longest (what ``AttentionMetadata.build``
 makes). A field's place depends only on the step's counts (T tokens, S sequences, L sampled rows; the table,
 last, only grows); a captured CUDA graph reads buffers of its own, as wide as ``max_model_len``, and a decode
-step's ids, positions and slots, back to back here, reach them in one copy (``decode_graphs``).
+step's ids, positions and slots, back to back here, reach them in one copy (``decode_graphs``). So a step of the
+last step's counts and table width (a decode batch, for up to ``block_size`` steps) reuses the last step's views
+instead of slicing the arenas again, and, while its rows are the same and ``BlockTable`` wrote none of them since,
+leaves the gathered tables where they are: at batch 1 this took ``prepare`` from 61-69 to 31-39 us inside real
+steps (docs/history/2026-12-06-step-host-batch1.md).
 
 On a GPU the copy is asynchronous, and a step that samples nothing (a prefill chunk in the middle of a prompt)
 returns without waiting for the device: before the next step rewrites the host arena it waits for an event
@@ -197,9 +201,8 @@ def _int32_end(num_tokens: int, num_seqs: int, num_sampled: int, width: int) -> 
 
 @dataclass(frozen=True)
 class _Views:
-    """The views of one step shape's fields, host and device: a step of the shape before reuses them (numpy and
-    torch slices cost microseconds each right after a forward pass, and a decode batch keeps its shape for up to
-    ``block_size`` steps)."""
+    """The views of one step shape's fields, host and device: made once while the shape lasts (a numpy or torch
+    slice costs microseconds right after a forward pass)."""
 
     shape: tuple[int, int, int, int]  # tokens, sequences, sampled rows, block-table width
     tables: np.ndarray  # the host arena's block tables [S, W]
