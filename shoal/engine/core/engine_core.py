@@ -292,7 +292,7 @@ class EngineCore:
     @staticmethod
     def stepping() -> AbstractContextManager[None]:
         """torch's inference mode, for a caller that steps the engine in a loop: held around the loop, each step
-        does not enter it again (20-25 us a step at batch 1, docs/history/2026-12-06-step-host-batch1.md)."""
+        does not enter it again (23-26 us a step at batch 1, docs/history/2026-12-06-step-host-batch1.md)."""
         return torch.inference_mode()
 
     def step(self) -> list[RequestOutput]:

@@ -21,7 +21,7 @@ last, only grows); a captured CUDA graph reads buffers of its own, as wide as ``
 step's ids, positions and slots, back to back here, reach them in one copy (``decode_graphs``). So a step of the
 last step's counts and table width (a decode batch, for up to ``block_size`` steps) reuses the last step's views
 instead of slicing the arenas again, and, while its rows are the same and ``BlockTable`` wrote none of them since,
-leaves the gathered tables where they are: at batch 1 this took ``prepare`` from 61-69 to 31-39 us inside real
+leaves the gathered tables where they are: at batch 1 this took ``prepare`` from 61-69 to 30-43 us inside real
 steps (docs/history/2026-12-06-step-host-batch1.md).
 
 On a GPU the copy is asynchronous, and a step that samples nothing (a prefill chunk in the middle of a prompt)
