@@ -1,16 +1,17 @@
 """Host time of an engine step outside the model's forward pass, per step and per decoding sequence.
 
 Builds the offline engine (``shoal.engine.LLM``, device cpu, one torch thread) on a tiny random-weight Llama
-(written by ``tests/engine/tiny_checkpoints.py`` unless ``--model`` names one), and for each batch size admits
-that many requests with distinct prompts, prefills them, and times ``--steps`` steps in which every request
-decodes one token. The model's ``forward`` is wrapped with a timer: what a step costs beyond it is the host's
-work (scheduling, block bookkeeping, step metadata, sampling, detokenizing, stop checks), which on a GPU is
-time the device waits. Times are wall seconds and the process's CPU seconds (``time.process_time``: the work
-done, less the neighbours' load on a shared machine), the median step (the mean beside it for wall time). One
-decode step is also counted in aten ops that compute or move data (a ``TorchDispatchMode``; views left out): in
-all, outside the forward, and the copies of host data into tensors among those (each a host-to-device copy on a
-GPU). ``--rounds N`` measures N engines per batch size and keeps the one with the least host CPU time (the
-quietest moment on a shared machine). JSON on stdout.
+(written by ``tests/engine/tiny_checkpoints.py`` unless ``--model`` names one), and for each batch size admits that
+many requests with distinct prompts, prefills them, and times ``--steps`` steps in which every request decodes one
+token, all in torch's inference mode held around the loop, as ``LLM.generate`` and the server's step thread hold it
+(``EngineCore.stepping``). The model's ``forward`` is wrapped with a timer: what a step costs beyond it is the
+host's work (scheduling, block bookkeeping, step metadata, sampling, detokenizing, stop checks), which on a GPU is
+time the device waits. Times are wall seconds and the process's CPU seconds (``time.process_time``: the work done,
+less the neighbours' load on a shared machine), the median step (the mean beside it for wall time). One decode step
+is also counted in aten ops that compute or move data (a ``TorchDispatchMode``; views left out): in all, outside the
+forward, and the copies of host data into tensors among those (each a host-to-device copy on a GPU). ``--rounds N``
+measures N engines per batch size and keeps the one with the least host CPU time (the quietest moment on a shared
+machine). JSON on stdout.
 
     .venv/bin/python bench/step_host.py [--batches 1 64 256] [--steps 64] [--prompt-len 16] [--rounds 3] [--profile]
     .venv/bin/python bench/step_host.py --smoke   # batches 1 and 4, 4 steps: checks that it runs
@@ -87,6 +88,35 @@ class _OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _run_steps(
+    engine: Any, timer: _ForwardTimer, batch: int, steps: int, profiler: cProfile.Profile | None
+) -> tuple[list[float], list[float], list[float], list[float], _OpCounter]:
+    """Prefills, warms up, counts one decode step's ops, then times ``steps`` decode steps: wall and CPU seconds
+    of each step and of its forward."""
+    while engine.scheduler.waiting or any(r.num_output_tokens == 0 for r in engine.scheduler.running):
+        engine.step()  # prefills
+    for _ in range(3):  # warm-up decodes
+        engine.step()
+    counter = _OpCounter(timer)
+    with counter:
+        engine.step()
+    walls, cpus, forwards, forward_cpus = [], [], [], []
+    for _ in range(steps):
+        assert engine.scheduler.num_running == batch, "every request decodes in every timed step"
+        timer.reset()
+        if profiler is not None:
+            profiler.enable()
+        wall, cpu = time.perf_counter(), time.process_time()
+        engine.step()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+        if profiler is not None:
+            profiler.disable()
+        forwards.append(timer.wall)
+        forward_cpus.append(timer.cpu)
+    return walls, cpus, forwards, forward_cpus, counter
+
+
 def measure(model: str, batch: int, steps: int, prompt_len: int, profile: bool) -> dict[str, Any]:
     """One engine with ``batch`` decoding requests: host time per step outside the forward, and per sequence."""
     from shoal.engine import LLM, SamplingParams
@@ -107,29 +137,10 @@ def measure(model: str, batch: int, steps: int, prompt_len: int, profile: bool) 
     params = SamplingParams(temperature=0.0, max_tokens=steps + 16, ignore_eos=True)
     for i in range(batch):  # distinct prompts: no request shares a block with another
         engine.add_request(f"r{i}", [(i * 7 + j * 13 + 1) % vocab for j in range(prompt_len)], params)
-    timer = _ForwardTimer(engine.runner.model)  # type: ignore[attr-defined]
-    while engine.scheduler.waiting or any(r.num_output_tokens == 0 for r in engine.scheduler.running):
-        engine.step()  # prefills
-    for _ in range(3):  # warm-up decodes
-        engine.step()
-    counter = _OpCounter(timer)
-    with counter:
-        engine.step()
-    walls, cpus, forwards, forward_cpus = [], [], [], []
     profiler = cProfile.Profile() if profile else None
-    for _ in range(steps):
-        assert engine.scheduler.num_running == batch, "every request decodes in every timed step"
-        timer.reset()
-        if profiler is not None:
-            profiler.enable()
-        wall, cpu = time.perf_counter(), time.process_time()
-        engine.step()
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-        if profiler is not None:
-            profiler.disable()
-        forwards.append(timer.wall)
-        forward_cpus.append(timer.cpu)
+    timer = _ForwardTimer(engine.runner.model)  # type: ignore[attr-defined]
+    with torch.inference_mode():  # held around the loop, as LLM.generate and the server's step thread hold it
+        walls, cpus, forwards, forward_cpus, counter = _run_steps(engine, timer, batch, steps, profiler)
     host = [w - f for w, f in zip(walls, forwards, strict=True)]
     host_cpu = [c - f for c, f in zip(cpus, forward_cpus, strict=True)]
     result: dict[str, Any] = {

@@ -67,9 +67,10 @@ class LLM:
                 results[request_id] = GenerationOutput(
                     request_id, prompt, token_ids, logprobs=[] if p.logprobs is not None else None
                 )
-            while self.engine.has_unfinished():
-                for out in self.engine.step():
-                    _accumulate(results[out.request_id], out)
+            with self.engine.stepping():
+                while self.engine.has_unfinished():
+                    for out in self.engine.step():
+                        _accumulate(results[out.request_id], out)
         except BaseException:
             self.engine.abort(results)
             while self.engine.has_unfinished():

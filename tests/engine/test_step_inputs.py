@@ -171,3 +171,23 @@ def test_block_table_rows_kept_between_steps_equal_a_build_from_scratch(
             for request in step.sampling:
                 if request.num_tokens >= MAX_MODEL_LEN:
                     scheduler.finish_request(request, RequestStatus.FINISHED_LENGTH)
+
+
+def test_a_step_of_the_last_steps_shape_gathers_its_block_table_again_when_a_row_changed() -> None:
+    """A step of the previous step's shape, with the same rows and none written since, reuses the gathered block
+    tables; a row freed and taken again by another request (same shape, same row) is gathered anew."""
+    scheduler, inputs = _engine_parts(num_blocks=64)
+    first = _request([1])
+    scheduler.add_request(first)
+    batch = scheduler.schedule()
+    _finish_step(scheduler, batch, inputs.prepare(batch), token=2)
+    first_blocks = list(first.block_ids)
+    scheduler.finish_request(first, RequestStatus.FINISHED_STOPPED)
+    second = _request([3])  # one prompt token: its prefill has a decode's shape, and it takes the freed row
+    scheduler.add_request(second)
+    for _ in range(2):  # a new row, then the same rows unwritten
+        batch = scheduler.schedule()
+        step = inputs.prepare(batch)
+        _assert_equal_to_scratch(step, batch)
+        _finish_step(scheduler, batch, step, token=4)
+    assert second.block_ids != first_blocks, "the row's new entries differ from the old"

@@ -25,6 +25,7 @@ class BlockTable:
         self._free = list(range(max_rows - 1, -1, -1))  # popped from the end: row 0 first
         self._synced = [0] * max_rows  # entries written per row
         self._dropped = [0] * max_rows  # the request's num_dropped_blocks at the last write
+        self.writes = 0  # changes to ``rows`` so far: a reader that saw this count has seen every row as it is
 
     def __len__(self) -> int:
         return len(self._row_of)
@@ -35,6 +36,7 @@ class BlockTable:
         if row is None:
             return
         self.rows[row, : self._synced[row]] = 0
+        self.writes += 1
         self._synced[row] = self._dropped[row] = 0
         self._free.append(row)
 
@@ -52,5 +54,6 @@ class BlockTable:
         end = len(block_ids)
         if end > start:
             self.rows[row, start:end] = block_ids[start:end]
+            self.writes += 1
         self._synced[row] = end
         return row

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -287,6 +288,12 @@ class EngineCore:
         if in_flight:
             raise LoRAError("lora_name", f"adapter {name!r} has {in_flight} requests in flight; unload it after them")
         self.lora.remove(name)
+
+    @staticmethod
+    def stepping() -> AbstractContextManager[None]:
+        """torch's inference mode, for a caller that steps the engine in a loop: held around the loop, each step
+        does not enter it again (23-26 us a step at batch 1, docs/history/2026-12-06-step-host-batch1.md)."""
+        return torch.inference_mode()
 
     def step(self) -> list[RequestOutput]:
         """Runs one batch; returns what every request gained (and the aborts since the last step)."""

@@ -59,7 +59,14 @@ class ModelRunner:
         self.graphs = graphs
 
     def execute(self, batch: SchedulerOutput) -> tuple[dict[str, int], dict[str, SampleLogprobs]]:
-        """Runs the batch; returns the sampled token and (if asked) its logprobs per finishing request."""
+        """Runs the batch; returns the sampled token and (if asked) its logprobs per finishing request.
+
+        In torch's inference mode: the caller's, if it holds one around its loop of steps (``EngineCore.stepping``),
+        else entered here for the step.
+        """
+        if not torch.is_inference_mode_enabled():
+            with torch.inference_mode():
+                return self.execute(batch)
         if self.step_threads is None:
             return self._execute(batch)
         rows, tokens = len(batch.scheduled), batch.total_num_scheduled_tokens
@@ -84,7 +91,6 @@ class ModelRunner:
             )
         return result
 
-    @torch.inference_mode()
     def _execute(self, batch: SchedulerOutput) -> tuple[dict[str, int], dict[str, SampleLogprobs]]:
         step = self.inputs.prepare(batch)
         adapted = False

@@ -18,7 +18,11 @@ evicted the caches, each numpy or torch call costs several microseconds. The blo
 ``BlockTable``'s persistent rows, one gather, as wide as the batch's longest (what ``AttentionMetadata.build``
 makes). A field's place depends only on the step's counts (T tokens, S sequences, L sampled rows; the table,
 last, only grows); a captured CUDA graph reads buffers of its own, as wide as ``max_model_len``, and a decode
-step's ids, positions and slots, back to back here, reach them in one copy (``decode_graphs``).
+step's ids, positions and slots, back to back here, reach them in one copy (``decode_graphs``). So a step of the
+last step's counts and table width (a decode batch, for up to ``block_size`` steps) reuses the last step's views
+instead of slicing the arenas again, and, while its rows are the same and ``BlockTable`` wrote none of them since,
+leaves the gathered tables where they are: at batch 1 this took ``prepare`` from 61-69 to 30-43 us inside real
+steps (docs/history/2026-12-06-step-host-batch1.md).
 
 On a GPU the copy is asynchronous, and a step that samples nothing (a prefill chunk in the middle of a prompt)
 returns without waiting for the device: before the next step rewrites the host arena it waits for an event
@@ -71,6 +75,8 @@ class StepInputs:
         self._host64 = self._host32.view(np.int64)
         self._arange = np.arange(max(max_num_batched_tokens, max_num_seqs) + 1, dtype=np.int64)
         self._arange32 = self._arange.astype(np.int32)
+        self._views: _Views | None = None  # the last step's shape and its fields' views
+        self._gathered: tuple[int, list[int]] | None = None  # the table's writes and the rows its tables hold
 
     def prepare(self, batch: SchedulerOutput) -> StepBatch:
         """Fills the host arena for ``batch``, copies it to the device once, and returns views of the copy."""
@@ -108,39 +114,53 @@ class StepInputs:
                 sampled_rows.append(i)
                 sampling.append(request)
         t, s, sampled = len(token_ids), len(starts), len(sampling)
-        host64, host32 = self._host64, self._host32
+        views = self._views
+        if views is None or views.shape != (t, s, sampled, width):
+            views = self._views = self._views_of(t, s, sampled, width)
+            self._gathered = None
+        gathered = (table.writes, rows)
+        if gathered != self._gathered:  # else the rows are in place: the same rows, unwritten, at the same shape
+            np.take(views.table_rows, rows, axis=0, out=views.tables)
+            self._gathered = gathered
         base = 2 * (3 * t + sampled)  # where the int32 fields begin, in int32s
-        end = base + 2 * s + 1 + s * width
-        tables = host32[base + 2 * s + 1 : end].reshape(s, width)
-        np.take(table.rows[:, :width], rows, axis=0, out=tables)
         if t == s:  # decodes only: token i is sequence i's one new token, and logits row j is sequence j's
-            host64[: 3 * t + sampled] = token_ids + starts + decode_slots + sampled_rows
-            host32[base : base + 2 * s + 1] = [*range(s + 1), *[start + 1 for start in starts]]
+            self._host64[: 3 * t + sampled] = token_ids + starts + decode_slots + sampled_rows
+            self._host32[base : base + 2 * s + 1] = [*range(s + 1), *[start + 1 for start in starts]]
         else:
-            self._fill_mixed(t, s, sampled, token_ids, starts, query_lens, sampled_rows, tables)
+            self._fill_mixed(t, s, sampled, token_ids, starts, query_lens, sampled_rows, views.tables)
 
-        self.device_buffer[:end].copy_(self.host[:end], non_blocking=True)
+        views.device.copy_(views.host, non_blocking=True)
         if self._copied is not None:
             self._copied.record()
-        device32, device64 = self.device_buffer, self._device64  # slices, not split(): a third of the cost
-        tables_at = base + 2 * s + 1
         meta = AttentionMetadata(
+            query_start_loc=views.query_start_loc,
+            seq_lens=views.seq_lens,
+            block_tables=views.block_tables,
+            slot_mapping=views.slot_mapping,
+            max_query_len=max(query_lens),
+            max_seq_len=max(starts) + 1 if t == s else max(map(operator.add, starts, query_lens)),
+        )
+        device64 = self._device64
+        positions = device64[t : 2 * t]  # made anew: a forward keeps its RoPE rows by this tensor's identity
+        return StepBatch(views.input_ids, positions, device64, views.logits_indices, meta, sampling, query_lens)
+
+    def _views_of(self, t: int, s: int, sampled: int, width: int) -> _Views:
+        device32, device64 = self.device_buffer, self._device64  # slices, not split(): a third of the cost
+        base = 2 * (3 * t + sampled)
+        tables_at = base + 2 * s + 1
+        end = tables_at + s * width
+        return _Views(
+            (t, s, sampled, width),
+            tables=self._host32[tables_at:end].reshape(s, width),
+            table_rows=self.block_table.rows[:, :width],
+            host=self.host[:end],
+            device=device32[:end],
+            input_ids=device64[:t],
+            logits_indices=device64[3 * t : 3 * t + sampled],
             query_start_loc=device32[base : base + s + 1],
             seq_lens=device32[base + s + 1 : tables_at],
             block_tables=device32[tables_at:end].view(s, width),
             slot_mapping=device64[2 * t : 3 * t],
-            max_query_len=max(query_lens),
-            max_seq_len=max(starts) + 1 if t == s else max(map(operator.add, starts, query_lens)),
-        )
-        logits_at = 3 * t
-        return StepBatch(
-            device64[:t],
-            device64[t : 2 * t],
-            device64,
-            device64[logits_at : logits_at + sampled],
-            meta,
-            sampling,
-            query_lens,
         )
 
     def _fill_mixed(
@@ -177,3 +197,21 @@ class StepInputs:
 def _int32_end(num_tokens: int, num_seqs: int, num_sampled: int, width: int) -> int:
     """The arena's length in int32s for a step of this shape: the int64 fields, then the int32 ones."""
     return 2 * (3 * num_tokens + num_sampled) + 2 * num_seqs + 1 + num_seqs * width
+
+
+@dataclass(frozen=True)
+class _Views:
+    """The views of one step shape's fields, host and device: made once while the shape lasts (a numpy or torch
+    slice costs microseconds right after a forward pass)."""
+
+    shape: tuple[int, int, int, int]  # tokens, sequences, sampled rows, block-table width
+    tables: np.ndarray  # the host arena's block tables [S, W]
+    table_rows: np.ndarray  # the block table's rows, W wide: what ``tables`` gathers from
+    host: torch.Tensor  # the host arena's used prefix
+    device: torch.Tensor  # the device arena's, which it is copied into
+    input_ids: torch.Tensor
+    logits_indices: torch.Tensor
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_tables: torch.Tensor
+    slot_mapping: torch.Tensor

@@ -358,23 +358,24 @@ class AsyncEngine:
         self.metrics.startup.ready(core.startup_phases)
         self.core = core
         log.info("model loaded: %s (max_model_len %d)", core.model_name, core.max_model_len)
-        while True:
-            with self._wake:
-                while not self._commands and not self._stopping and not core.has_unfinished():
-                    self._wake.wait()
-                if self._stopping:
+        with core.stepping():  # torch's inference mode, entered once for every step
+            while True:
+                with self._wake:
+                    while not self._commands and not self._stopping and not core.has_unfinished():
+                        self._wake.wait()
+                    if self._stopping:
+                        return
+                    commands = list(self._commands)
+                    self._commands.clear()
+                try:
+                    for command in commands:
+                        command()
+                    outputs = core.step() if core.has_unfinished() else []
+                    self.kv_hub.publish(core.drain_kv_events())
+                    stats = core.stats()
+                    self.metrics.observe_step(outputs, stats)
+                except Exception as exc:  # the engine is broken: fail every request, stay observable
+                    log.exception("engine step failed; failing all requests")
+                    self._die(exc)
                     return
-                commands = list(self._commands)
-                self._commands.clear()
-            try:
-                for command in commands:
-                    command()
-                outputs = core.step() if core.has_unfinished() else []
-                self.kv_hub.publish(core.drain_kv_events())
-                stats = core.stats()
-                self.metrics.observe_step(outputs, stats)
-            except Exception as exc:  # the engine is broken: fail every request, stay observable
-                log.exception("engine step failed; failing all requests")
-                self._die(exc)
-                return
-            loop.call_soon_threadsafe(self._dispatch, outputs, stats)
+                loop.call_soon_threadsafe(self._dispatch, outputs, stats)
