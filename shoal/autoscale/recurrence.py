@@ -4,10 +4,12 @@ Burst memory keeps the size a burst needed for ``burst_memory_seconds`` so that 
 replicas ready instead of waiting a start-up for them. Kept the whole time between bursts, that size costs the
 replica-hours of every gap. Once the burst has come back, the gap is known: from the burst's last two onsets the
 next is due one interval after the last. Between bursts the memory can then sleep (the fleet sized by today's
-load, scaled down as usual) and wake ``lead`` seconds before the due time, the longest start-up seen plus a
-margin, so the replicas are ready when the burst returns. One interval is all the evidence there is, so a burst
-that is not back by its due time plus ``slack`` ends the schedule and the memory is kept whole again, as before
-the recurrence was seen.
+load, scaled down as usual) and wake ``lead`` seconds before the due time (:func:`wake_lead`: the longest
+start-up seen plus a quarter of the interval), so the replicas are ready when the burst returns. One interval is
+all the evidence there is, and real recurrences drift, the more the longer their interval: a burst every 20 to 30
+minutes comes back up to 10 minutes off the last interval's guess, so the margin is a share of the interval, not
+a fixed time. A burst that is not back by its due time plus ``slack`` ends the schedule and the memory is
+kept whole again, as before the recurrence was seen.
 
 An onset is the burst's leading edge: the demand rising over ``QUIET_SHARE`` of the burst's demand after at
 least ``QUIET_S`` under it. A burst that was less than ``1 / QUIET_SHARE`` times the load around it leaves no
@@ -24,6 +26,16 @@ QUIET_SHARE = 0.6
 QUIET_S = 120.0
 # the fewest seconds between two onsets taken for a recurrence (closer, they are one burst that dipped)
 MIN_PERIOD_S = 300.0
+# a due burst's replicas are asked for this share of its interval (at least WAKE_MARGIN_S) plus the longest
+# start-up before it is due
+WAKE_SHARE = 0.25
+WAKE_MARGIN_S = 60.0
+
+
+def wake_lead(period: float, longest_startup: float) -> float:
+    """Seconds before a burst is due that its replicas are asked for: they must be ready by its earliest likely
+    return, and one interval's guess of the next is off by a share of the interval, not by a fixed time."""
+    return longest_startup + max(WAKE_MARGIN_S, WAKE_SHARE * period)
 
 
 @dataclass(frozen=True)

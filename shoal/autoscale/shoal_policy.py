@@ -38,8 +38,9 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    instead of waiting minutes for it again; while the burst is back no larger (within the tolerance) and without
    a breach, the rate rule leaves that size be, since it sizes at ``target_utilization``, which the kept size is
    not meant to meet. Once the burst has come back, its interval is known (:mod:`shoal.autoscale.recurrence`):
-   between returns the memory sleeps, and the longest start-up seen plus a minute before the next is due the
-   fleet is raised to the burst's size (``ScaleUpBurstDue``); a return that misses its due time ends that. The
+   between returns the memory sleeps, and the longest start-up seen plus a quarter of the interval before the
+   next is due the fleet is raised to the burst's size (``ScaleUpBurstDue``); a return that misses its due time
+   by as long ends that. The
    kept size is a floor over the scale-down window's count, not a count in it, so once the memory sleeps or runs
    out the fleet goes to what the window saw the load need.
 7. **Down, slowly.** Each observation recommends the replicas the load needs: the minimum when idle, else the
@@ -72,7 +73,7 @@ from shoal.autoscale.config import AutoscalingConfig
 from shoal.autoscale.decision import ScalingDecision
 from shoal.autoscale.forecast import ArrivalForecast
 from shoal.autoscale.load import FleetLoad, fleet_load
-from shoal.autoscale.recurrence import BurstRecurrence
+from shoal.autoscale.recurrence import BurstRecurrence, wake_lead
 from shoal.autoscale.signals import FleetSignals
 from shoal.autoscale.startup import StartupTimes
 from shoal.autoscale.trend import ArrivalTrend, TrendProjection
@@ -88,8 +89,6 @@ _BACKLOG_DRAIN_SECONDS = 60.0
 # Knative's panic window: long enough that one noisy observation of the queue does not add replicas, short enough
 # to act within seconds of a step
 _PANIC_SECONDS = 6.0
-# a recurring burst's replicas are asked for at its due time less the longest start-up seen less this margin
-_WAKE_MARGIN_SECONDS = 60.0
 
 
 def _num(value: float | None) -> str:
@@ -338,7 +337,8 @@ class ShoalPolicy:
             need, rule, panic = due + load.stuck, "ScaleUpBurstDue", True
             why = (
                 f"the burst of {self._burst_demand:.3g} req/s came back after {values['burst_period_seconds']:.0f}s:"
-                f" due in {due_in:.0f}s, within the longest start-up plus {_WAKE_MARGIN_SECONDS:.0f}s; it needs {due}"
+                f" due in {due_in:.0f}s, within the {values['burst_wake_lead_seconds']:.0f}s it is woken ahead (the"
+                f" longest start-up plus a quarter of the interval); it needs {due}"
             )
         if self._floor + load.stuck > max(need, current):
             need, rule, panic = self._floor + load.stuck, "ScaleUpForecast", True
@@ -531,7 +531,7 @@ class ShoalPolicy:
         self, now: float, demand: float | None, drain_s: float, values: dict[str, float | None]
     ) -> float | None:
         """Feeds the remembered burst's recurrence this observation's demand and decides whether the memory sleeps
-        now; the seconds until the burst is due when it is over and due within the longest start-up plus a margin
+        now; the seconds until the burst is due when it is over and due within its wake lead
         (its replicas are to be asked for now), else None."""
         self._burst_asleep = False
         if now >= self._burst_until or demand is None:
@@ -541,11 +541,12 @@ class ShoalPolicy:
         schedule = recurrence.schedule()
         if schedule is None:
             return None
-        lead = (self.startups.longest or drain_s) + _WAKE_MARGIN_SECONDS
-        if recurrence.missed(now, max(lead, 0.1 * schedule.period)):
+        lead = wake_lead(schedule.period, self.startups.longest or drain_s)
+        if recurrence.missed(now, lead):
             recurrence.drop_schedule()
             return None
         values["burst_period_seconds"], values["burst_due_seconds"] = schedule.period, schedule.due - now
+        values["burst_wake_lead_seconds"] = lead
         self._burst_asleep = recurrence.asleep(now, lead)
         return schedule.due - now if recurrence.over(now) and not self._burst_asleep else None
 

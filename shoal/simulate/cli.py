@@ -16,13 +16,14 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from shoal.engine_kinds import ENGINE_KINDS
     from shoal.simulate.policies import POLICY_NAMES
+    from shoal.simulate.presets import PRESETS
 
     p = subparsers.add_parser("simulate", help="Compare autoscaling policies on a trace in a simulated fleet.")
     p.add_argument(
         "--trace",
         required=True,
-        help="steady, diurnal, bursty, weekly, flash-crowd, ramp, heavy-tail, azure-conv, azure-code, or a trace "
-        "file (CSV, JSONL or the Azure TIMESTAMP,ContextTokens,GeneratedTokens CSV)",
+        help=f"{', '.join(PRESETS)}, or a trace file (CSV, JSONL or the Azure TIMESTAMP,ContextTokens,GeneratedTokens"
+        " CSV)",
     )
     p.add_argument(
         "--slo-ttft-p95",

@@ -15,6 +15,8 @@ most share one of a few dozen system prompts, chosen with Zipf-like popularity.
 
 Families no policy was tuned on (issue 33), each an hour or so so that ten seeds stay affordable:
 
+- ``bursty-jitter``: ``bursty`` whose bursts do not keep time: the first at 15 minutes, each next one after a
+  gap drawn from the seed, 20 to 30 minutes (a recurring load whose interval varies as a real one does).
 - ``weekly``: a week of diurnal days compressed to 10 minutes each (70 minutes): weekdays from 1 unit up to 6 and
   back, the two weekend days only up to 3.
 - ``flash-crowd``: an hour at 2 units; at a time drawn from the seed (15 to 40 minutes in) the rate jumps to
@@ -38,7 +40,7 @@ import numpy as np
 from shoal.simulate.profile import EngineProfile
 from shoal.simulate.trace import Trace, TraceError, load_trace, make_trace
 
-GENERATED = ("steady", "diurnal", "bursty", "weekly", "flash-crowd", "ramp", "heavy-tail")
+GENERATED = ("steady", "diurnal", "bursty", "bursty-jitter", "weekly", "flash-crowd", "ramp", "heavy-tail")
 AZURE = {"azure-conv": "AzureLLMInferenceTrace_conv.csv", "azure-code": "AzureLLMInferenceTrace_code.csv"}
 PRESETS = GENERATED + tuple(AZURE)
 PROMPT_MEDIAN, PROMPT_SIGMA = 600, 0.8
@@ -106,9 +108,11 @@ def generate(name: str, profile: EngineProfile, seed: int = 0) -> Trace:
 
         def rate(t: np.ndarray) -> np.ndarray:
             return unit * (1.5 + 4.5 * (1 - np.cos(2 * np.pi * t / duration)) / 2)
-    elif name == "bursty":
+    elif name in ("bursty", "bursty-jitter"):
         duration, burstiness = 5400.0, 0.5
         bursts = (900.0, 2400.0, 3900.0)
+        if name == "bursty-jitter":
+            bursts = tuple(float(t) for t in 900.0 + np.cumsum([0.0, *rng.uniform(1200.0, 1800.0, 2)]))
 
         def rate(t: np.ndarray) -> np.ndarray:
             inside = np.zeros_like(t, dtype=bool)

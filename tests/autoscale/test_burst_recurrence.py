@@ -7,7 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shoal.autoscale import AutoscalingConfig, ShoalPolicy
-from shoal.autoscale.recurrence import MIN_PERIOD_S, QUIET_S, QUIET_SHARE, BurstRecurrence
+from shoal.autoscale.recurrence import (
+    MIN_PERIOD_S,
+    QUIET_S,
+    QUIET_SHARE,
+    WAKE_MARGIN_S,
+    WAKE_SHARE,
+    BurstRecurrence,
+    wake_lead,
+)
 
 BURST = 12.0  # req/s at the burst, 4 around it, 2 req/s per replica: 6 replicas at the burst, 2 between
 
@@ -96,13 +104,38 @@ def test_the_fleet_shrinks_between_returns_and_is_ready_before_the_next() -> Non
     # after the second, the gap is known: the fleet is sized by the load until the third is due
     asleep = [d for d in fleet.decisions if 2700 <= d.time < 3500 and d.rule == "ScaleDown"]
     assert asleep and "not kept until" in asleep[-1].message, [d.message for d in asleep]
-    assert max(counts[3300:3500]) <= 4
+    assert max(counts[3010:3280]) <= 4
     due = [d for d in fleet.decisions if d.rule == "ScaleUpBurstDue"]
-    assert due and 3900 - 240 - 60 - 30 <= due[0].time <= 3900 - 240, [d.time for d in due]
+    woken = 3900 - wake_lead(1500.0, 240.0)  # a quarter of the interval plus the start-up before it is due
+    assert due and woken - 30 <= due[0].time <= woken + 30, [d.time for d in due]
+    assert due[0].values["burst_wake_lead_seconds"] == wake_lead(due[0].values["burst_period_seconds"], 240.0)
     assert due[0].values["burst_period_seconds"] is not None
     assert abs(due[0].values["burst_period_seconds"] - 1500.0) <= 30.0
     # ready when the burst comes: no breach answered during the third burst
     assert not [d for d in fleet.decisions if 3900 <= d.time < 4200 and d.rule.startswith("ScaleUp")]
+
+
+def test_a_burst_back_a_fifth_of_its_interval_early_finds_its_replicas_ready() -> None:
+    """Recurrences drift: the third burst comes 300 s, a fifth of its 1,500 s interval, before it is due. Woken a
+    fixed minute plus a start-up ahead, its replicas were asked for at its return and it queued a start-up long."""
+    config = AutoscalingConfig(min_replicas=1, max_replicas=20)
+    fleet = FluidFleet(capacity=2.0, startup=240.0, seed=3)
+    counts = fleet.run(ShoalPolicy(config), _bursts(900.0, 2400.0, 3600.0), 5000)
+    due = [d for d in fleet.decisions if d.rule == "ScaleUpBurstDue"]
+    assert due and due[0].time <= 3600 - 240, [d.time for d in due]
+    assert min(counts[3600:3900]) >= 6
+    assert not [d for d in fleet.decisions if 3600 <= d.time < 3900 and d.rule.startswith("ScaleUp")]
+
+
+@given(st.floats(MIN_PERIOD_S, 86400.0), st.floats(MIN_PERIOD_S, 86400.0), st.floats(0.0, 1800.0))
+def test_the_wake_lead_grows_with_the_interval_and_covers_a_start_up_and_a_minute(
+    period: float, other: float, startup: float
+) -> None:
+    lead = wake_lead(period, startup)
+    assert lead >= startup + WAKE_MARGIN_S
+    assert lead >= startup + WAKE_SHARE * period
+    if other > period:
+        assert wake_lead(other, startup) >= lead
 
 
 def test_a_burst_that_misses_its_due_time_ends_the_schedule_and_the_memory_is_kept_again() -> None:
@@ -111,8 +144,8 @@ def test_a_burst_that_misses_its_due_time_ends_the_schedule_and_the_memory_is_ke
     counts = fleet.run(ShoalPolicy(config), _bursts(900.0, 2400.0), 5200)
     due = [d for d in fleet.decisions if d.rule == "ScaleUpBurstDue"]
     assert due and due[0].time < 3900
-    # past the due time plus the slack the schedule is gone from every decision ...
-    late = [d for d in fleet.decisions if d.time > 3900 + 360]
+    # past the due time plus the slack (the wake lead) the schedule is gone from every decision ...
+    late = [d for d in fleet.decisions if d.time > 3900 + wake_lead(1500.0, 240.0) + 20]
     assert all(d.values.get("burst_period_seconds") is None for d in late)
     # ... the kept size holds (no sleep without a schedule) until the memory itself runs out, 30 min after the
     # last observation at the burst's level (about 2700 s)

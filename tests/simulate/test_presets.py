@@ -25,6 +25,22 @@ def test_bursty_steps_to_three_times_its_base_rate_at_each_marked_burst(profile:
     assert (trace.prefix_group >= 0).mean() == pytest.approx(0.7, abs=0.05)
 
 
+def test_bursty_jitter_draws_its_gaps_from_the_seed_and_keeps_bursty_otherwise(profile: EngineProfile) -> None:
+    gaps = set()
+    for seed in range(6):
+        trace = generate("bursty-jitter", profile, seed=seed)
+        first, *later = trace.bursts
+        assert first == 900.0 and len(later) == 2
+        between = np.diff(trace.bursts)
+        assert ((between >= 1200.0) & (between <= 1800.0)).all()
+        gaps.add(tuple(between))
+        base = _rate(trace.arrival, 0.0, 900.0)
+        for burst in trace.bursts:
+            assert _rate(trace.arrival, burst, burst + 300.0) / base == pytest.approx(3.0, rel=0.2)
+    assert len(gaps) == 6  # each seed its own gaps
+    assert generate("bursty", profile, seed=5).bursts == (900.0, 2400.0, 3900.0)  # bursty itself keeps time
+
+
 def test_diurnal_rises_fourfold_to_its_peak_and_falls_back(profile: EngineProfile) -> None:
     trace = generate("diurnal", profile, seed=5)
     edge, peak = _rate(trace.arrival, 0.0, 300.0), _rate(trace.arrival, 3450.0, 3750.0)
