@@ -83,14 +83,20 @@ def targets(trace: str, summary: dict, policy: str) -> list[str]:
         verdicts.append(
             _verdict(slo >= 0.95 and hours <= 0.70 * fixed, f"{100 * slo:.1f}% at {hours / fixed:.2f}x fixed-peak")
         )
-    if trace in DIURNAL:
+    if trace in DIURNAL and not all(peer in summary for peer in KEDA_RECIPES):
+        verdicts.append("- (HPA and the KEDA recipes not all run)")
+    elif trace in DIURNAL:
         ok = all(
             hours <= 0.75 * _mean(summary, peer, "replica_hours") and slo >= _mean(summary, peer, "slo_attainment")
             for peer in KEDA_RECIPES
         )
         ratios = ", ".join(f"{peer} {hours / _mean(summary, peer, 'replica_hours'):.2f}x" for peer in KEDA_RECIPES)
         verdicts.append(_verdict(ok, f"hours vs {ratios}"))
-    best_peer = max(PEERS, key=lambda peer: _per_hour(summary, peer))
+    peers = [peer for peer in PEERS if peer in summary]
+    if not peers:
+        verdicts.append("- (no peer law run)")
+        return verdicts
+    best_peer = max(peers, key=lambda peer: _per_hour(summary, peer))
     mine, theirs = _per_hour(summary, policy), _per_hour(summary, best_peer)
     tied = " (tied)" if round(mine, 1) == round(theirs, 1) else ""
     verdicts.append(_verdict(round(mine, 1) >= round(theirs, 1), f"{mine:.1f} per h vs {best_peer} {theirs:.1f}{tied}"))

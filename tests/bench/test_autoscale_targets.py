@@ -56,3 +56,12 @@ def test_a_policy_not_run_on_a_trace_is_left_out_of_its_verdicts(tmp_path: Path)
     result = _run(tmp_path, {"shoal": _row(0.96, 4.0), **bounds}, peers, policies="shoal,shoal-predictive")
     assert result.returncode == 0, result.stderr
     assert "| ramp | `shoal` |" in result.stdout and "`shoal-predictive`" not in result.stdout
+
+
+def test_a_run_without_the_peers_gives_the_verdicts_it_can(tmp_path: Path) -> None:
+    """Shoal and the bounds alone (``--bounds --policies shoal``): the peers' verdicts say they were not run."""
+    bounds = {"fixed": _row(1.0, 6.0), "reactive-oracle": _row(0.6, 3.6), "clairvoyant": _row(1.0, 4.2)}
+    result = _run(tmp_path, {"shoal": _row(0.96, 4.0), **bounds})
+    assert result.returncode == 0, result.stderr
+    assert "| ramp | `shoal` | met (+36.0 pt vs oracle) |" in result.stdout
+    assert result.stdout.rstrip().endswith("| - (no peer law run) |")
