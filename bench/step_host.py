@@ -139,7 +139,7 @@ def measure(model: str, batch: int, steps: int, prompt_len: int, profile: bool) 
         engine.add_request(f"r{i}", [(i * 7 + j * 13 + 1) % vocab for j in range(prompt_len)], params)
     profiler = cProfile.Profile() if profile else None
     timer = _ForwardTimer(engine.runner.model)  # type: ignore[attr-defined]
-    with torch.inference_mode():  # held around the loop, as LLM.generate and the server's step thread hold it
+    with engine.stepping():  # inference mode held around the loop, as LLM.generate and the server's step thread do
         walls, cpus, forwards, forward_cpus, counter = _run_steps(engine, timer, batch, steps, profiler)
     host = [w - f for w, f in zip(walls, forwards, strict=True)]
     host_cpu = [c - f for c, f in zip(cpus, forward_cpus, strict=True)]

@@ -148,7 +148,7 @@ class StepInputs:
         device32, device64 = self.device_buffer, self._device64  # slices, not split(): a third of the cost
         base = 2 * (3 * t + sampled)
         tables_at = base + 2 * s + 1
-        end = tables_at + s * width
+        end = _int32_end(t, s, sampled, width)
         return _Views(
             (t, s, sampled, width),
             tables=self._host32[tables_at:end].reshape(s, width),
