@@ -11,7 +11,11 @@ a Deployment and a kubelet would.
 - **crash**: an engine that exits (or is not ready within ``startup_timeout_s``) goes to ``backoff`` with the
   last line of its log as the reason, and is started again after a doubling delay (``RESTART_BACKOFF``, :mod:`shoal.protocol.backoff`).
 - **drain**: an engine to remove leaves the backends file first, gets SIGTERM once the gateway has re-read the
-  file (``discovery_delay_s``), finishes its in-flight requests (the engine's own SIGTERM drain) and exits.
+  file (``discovery_delay_s``), finishes its in-flight requests (the engine's own SIGTERM drain) and exits. Its
+  grace, the kubelet's ``terminationGracePeriodSeconds``, is sized when the drain begins (``drain_grace``: from
+  the time per output token the fleet has observed by then, where a pod's is fixed in its template); an engine
+  that ends its grace on a second SIGTERM (Shoal's) gets one ``EXIT_SECONDS`` before the grace is over, so what
+  still streams is aborted with a clean end, and whatever is left at the end is killed.
 - **reconcile**: fewer engines than ``desired`` -> start more; more -> remove, in the order that loses least
   (restarting ones, then ready ones newest first; a loading one only when nothing else is left).
 - **standby pool** (``autoscaling.standby``): ``standby`` more engines are started and loaded but never listed,
@@ -30,6 +34,7 @@ Everything that happens is an :class:`Event` (shown by the terminal view, printe
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from collections import deque
@@ -44,6 +49,7 @@ from shoal.engine_kinds.vllm import kv_events_args
 from shoal.gateway.discovery import FILE_POLL_S, Backend
 from shoal.local.process import LocalProcess, free_port_pair
 from shoal.local.startup import StartupRecord, read_engine_startup
+from shoal.operator.termination import EXIT_SECONDS
 from shoal.protocol.backoff import Backoff
 
 Phase = Literal["starting", "ready", "standby", "draining", "backoff"]  # standby: a ready pool engine, not listed
@@ -72,6 +78,16 @@ class EngineLaunch:
     startup_timeout_s: float
     ready_path: str = "/ready"
     kv_events: bool = False  # each engine publishes its KV cache on a ZMQ port of its own (vLLM's flag)
+    term_ends_grace: bool = False  # a second SIGTERM aborts what the engine still streams, cleanly (shoal serve)
+
+
+@dataclass(frozen=True)
+class DrainGrace:
+    """How long a draining engine may take before it is killed, and why that long (said in its event)."""
+
+    seconds: float
+    why: str
+    warning: str | None = None  # a request of maxModelLen tokens could outlast it (DrainFits' message)
 
 
 @dataclass
@@ -86,6 +102,8 @@ class EngineReplica:
     retry_at: float = 0.0
     term_at: float | None = None
     signalled: bool = False
+    end_grace_at: float | None = None  # when a draining engine is told its grace is over (a second SIGTERM)
+    kill_at: float | None = None  # when a draining engine still running is killed
     kv_events_port: int | None = None
     startup: StartupRecord | None = None  # its first start, by phase
     pooled: bool = False  # in the standby pool: started, never listed, unseen by the policy
@@ -113,7 +131,8 @@ class EngineFleet:
     backends_file: Path
     backoff: Backoff = RESTART_BACKOFF
     discovery_delay_s: float = 4 * FILE_POLL_S  # the gateway has re-read the backends file by then
-    drain_timeout_s: float = 45.0
+    drain_grace: Callable[[float | None], DrainGrace] = lambda _tpot: DrainGrace(45.0, "the default")
+    tpot_s: float | None = None  # the fleet's observed time per output token (P90), when known
     on_event: Callable[[Event], None] | None = None
     desired: int = 0
     standby: int = 0  # the standby pool's size (autoscaling.standby)
@@ -218,8 +237,12 @@ class EngineFleet:
             elif not replica.signalled and replica.term_at is not None and now >= replica.term_at:
                 process.terminate()
                 replica.signalled = True
-            elif now - replica.since > self.drain_timeout_s:
+            elif replica.kill_at is not None and now >= replica.kill_at:
                 process.stop()
+            elif replica.end_grace_at is not None and now >= replica.end_grace_at:
+                process.terminate()
+                replica.end_grace_at = None
+                self.emit(now, "warning", f"{replica.name}'s grace is over: what it still streams is aborted")
 
     def _reconcile(self, now: float) -> None:
         decided = self._raised_at if self._raised_at is not None else now
@@ -262,9 +285,15 @@ class EngineFleet:
 
     def _remove(self, replica: EngineReplica, now: float) -> None:
         if replica.phase == "ready":
+            grace = self.drain_grace(self.tpot_s)
             replica.phase, replica.since = "draining", now
             replica.term_at = now + self.discovery_delay_s
-            self.emit(now, "info", f"{replica.name} draining")
+            replica.kill_at = now + grace.seconds
+            if self.launch.term_ends_grace:
+                replica.end_grace_at = max(replica.term_at, replica.kill_at - EXIT_SECONDS)
+            self.emit(now, "info", f"{replica.name} draining, for up to {grace.seconds:.0f} s ({grace.why})")
+            if grace.warning is not None:
+                self.emit(now, "warning", grace.warning)
             return
         if replica.process is not None:
             replica.process.stop()
@@ -307,13 +336,22 @@ class EngineFleet:
                 self.emit(now, "info", f"{replica.name} {record.summary()}")
 
     async def stop(self, grace_s: float) -> None:
-        """SIGTERM every engine (each drains its in-flight requests), then SIGKILL whatever is left."""
+        """SIGTERM every engine (each drains its in-flight requests); ``EXIT_SECONDS`` (at most half the grace)
+        before ``grace_s`` is over, a second SIGTERM to the engines that end their grace on one, so what they still
+        stream ends cleanly; then SIGKILL whatever is left."""
         self.desired = self.standby = 0
         running = [r.process for r in self.replicas if r.process is not None and not r.exited()]
         for process in running:
             process.terminate()
-        deadline = asyncio.get_running_loop().time() + grace_s
-        while any(p.process.poll() is None for p in running) and asyncio.get_running_loop().time() < deadline:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        end_grace_at = deadline - min(EXIT_SECONDS, grace_s / 2) if self.launch.term_ends_grace else math.inf
+        while any(p.process.poll() is None for p in running) and loop.time() < deadline:
+            if loop.time() >= end_grace_at:
+                for process in running:
+                    if process.process.poll() is None:
+                        process.terminate()
+                end_grace_at = math.inf
             await asyncio.sleep(0.1)
         for process in running:
             process.stop()

@@ -6,7 +6,8 @@ One asyncio loop in this process does everything once per tick (``TICK_S``): the
 file the gateway's ``/dashboard`` serves. While an engine loads, the fleet alone is ticked every
 ``STARTING_POLL_S`` too, so it is listed for the gateway as soon as it is ready; a decision is applied at once.
 The gateway is a ``shoal gateway`` child following the backends file. Every child dies with this process (``PR_SET_PDEATHSIG``), so even a SIGKILL of ``shoal up`` leaves nothing.
-Ctrl-C or SIGTERM stops the gateway and drains the engines; a second one stops at once.
+Ctrl-C or SIGTERM stops the gateway and drains the engines (what still streams when ``--stop-grace`` nears its end
+is aborted with a clean end); a second one stops at once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -31,6 +33,7 @@ from shoal.autoscale.source import MetricsSource, ReplicaPhase, ReplicaTarget
 from shoal.cache_dir import shoal_cache
 from shoal.engine_kinds import adapter
 from shoal.local.autoscaler import LocalAutoscaler
+from shoal.local.drain import drain_grace, engine_drain_s
 from shoal.local.engines import engine_binary, foreign_argv
 from shoal.local.figures import read_extras
 from shoal.local.fleet import EngineFleet, EngineLaunch, EngineReplica, Event
@@ -39,7 +42,7 @@ from shoal.local.process import LocalProcess, shoal_command
 from shoal.local.snapshot import FleetSnapshot, Timeline, take
 from shoal.local.threads import threads_per_engine, usable_cores
 from shoal.local.view import event_line, render, summary_line
-from shoal.operator.builders.engine import engine_termination, serve_args
+from shoal.operator.builders.engine import serve_args
 from shoal.operator.builders.gateway import gateway_flags
 from shoal.operator.builders.model import CONVERTED_WEIGHTS_DIR
 from shoal.operator.spec import InferenceDeploymentSpec
@@ -106,6 +109,8 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
         at = args.index("--weights-cache-dir")
         del args[at : at + 2]
     args[1:1] = ["--weights-cache-dir", str(converted_weights_dir())]  # first: engine.extraArgs may override it
+    if "--shutdown-grace" in args:  # the fleet ends each drain's grace itself (shoal.local.drain)
+        args[args.index("--shutdown-grace") + 1] = str(engine_drain_s(spec))
     if "--attention-backend" in args:  # a GPU spec's Triton: here the CPU's default (the C kernel, else torch's)
         at = args.index("--attention-backend")
         del args[at : at + 2]
@@ -120,7 +125,7 @@ def engine_launch(spec: InferenceDeploymentSpec, log_dir: Path) -> EngineLaunch:
         "--log-level",
         "warning",
     )
-    return EngineLaunch(argv, env, log_dir, startup, kind.ready_path)
+    return EngineLaunch(argv, env, log_dir, startup, kind.ready_path, term_ends_grace=True)
 
 
 def gateway_argv(spec: InferenceDeploymentSpec, options: UpOptions, backends: Path, dashboard: Path) -> list[str]:
@@ -183,7 +188,7 @@ class Up:
         self.fleet = EngineFleet(
             engine_launch(spec, self.log_dir),
             self.backends,
-            drain_timeout_s=engine_termination(spec).grace_s,  # the pod's grace: the engine's drain, then its exit
+            drain_grace=partial(drain_grace, spec),
             on_event=self._on_event,
             standby=spec.autoscaling.standby if spec.autoscaling.enabled else 0,
         )
@@ -227,6 +232,8 @@ class Up:
             now, self.fleet.desired, [_target(r) for r in self.fleet.replicas if not r.pooled]
         )
         signals = replace(observed, held_requests=extras.held_requests)
+        if signals.tpot_p90_seconds is not None:  # the last one seen sizes the next drain's grace
+            self.fleet.tpot_s = signals.tpot_p90_seconds
         if self.autoscaler is not None:
             decision = self.autoscaler.step(signals, self.fleet)
             if decision is not None:

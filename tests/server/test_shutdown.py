@@ -1,5 +1,6 @@
 """SIGTERM drains: not ready, new requests and waiting ones that have not started 503, running ones finish within
-the grace period or are aborted."""
+the grace period or are aborted; a second SIGTERM ends the grace period at once (what streams is aborted, each
+response whole)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,17 @@ LONG_CONTEXT, LONG_MAX_TOKENS = 8192, 8000
 
 
 @pytest.mark.parametrize(
-    ("grace", "expected", "context", "max_tokens"),
-    [("120", "length", SHORT_CONTEXT, SHORT_MAX_TOKENS), ("0", "abort", LONG_CONTEXT, LONG_MAX_TOKENS)],
-    ids=["in-flight-requests-finish-within-grace", "grace-over-aborts-the-rest"],
+    ("grace", "signals", "expected", "context", "max_tokens"),
+    [
+        ("120", 1, "length", SHORT_CONTEXT, SHORT_MAX_TOKENS),
+        ("0", 1, "abort", LONG_CONTEXT, LONG_MAX_TOKENS),
+        ("600", 2, "abort", LONG_CONTEXT, LONG_MAX_TOKENS),
+    ],
+    ids=["in-flight-requests-finish-within-grace", "grace-over-aborts-the-rest", "second-sigterm-ends-the-grace"],
 )
-def test_sigterm_drains_then_exits(tmp_path: Path, grace: str, expected: str, context: int, max_tokens: int) -> None:
+def test_sigterm_drains_then_exits(
+    tmp_path: Path, grace: str, signals: int, expected: str, context: int, max_tokens: int
+) -> None:
     model = build_tiny_model(tmp_path / "model", context=context)
     server = ServeProcess(model, tmp_path / "serve.log", "--max-num-seqs", "2", "--shutdown-grace", grace)
     try:
@@ -63,6 +70,8 @@ def test_sigterm_drains_then_exits(tmp_path: Path, grace: str, expected: str, co
             assert wait_for(lambda: httpx.get(f"{server.url}/ready").status_code == 503)
             refused = httpx.post(f"{server.url}/v1/completions", json={"model": server.model_name, "prompt": "late"})
             assert refused.status_code == 503 and refused.headers["retry-after"]
+        if signals == 2:  # 8,000 tokens a request: minutes of decode, far from done when the grace ends
+            server.terminate()
         for t in threads:
             t.join(timeout=60)
         assert server.process.wait(timeout=30) == 0

@@ -134,6 +134,7 @@ class AsyncEngine:
         self._num_running = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._grace_over = asyncio.Event()  # set by end_grace: a drain aborts what is left at once
 
     # ---- lifecycle -------------------------------------------------------------------------------------
 
@@ -165,20 +166,28 @@ class AsyncEngine:
         return self.core
 
     async def drain(self, grace_s: float) -> None:
-        """Refuses new requests and those with no output yet, lets the others finish for ``grace_s``, then aborts
-        the rest."""
+        """Refuses new requests and those with no output yet, lets the others finish for ``grace_s`` (or until
+        :meth:`end_grace`), then aborts the rest."""
         self.draining = True
         self._refuse_unstarted()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout=grace_s)
-        except TimeoutError:
-            log.warning("grace period over: aborting %d requests", len(self._routes))
+        idle, over = asyncio.ensure_future(self._idle.wait()), asyncio.ensure_future(self._grace_over.wait())
+        done, _ = await asyncio.wait((idle, over), timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in (idle, over):
+            waiter.cancel()
+        if idle not in done:
+            why = "grace period ended early" if over in done else "grace period over"
+            log.warning("%s: aborting %d requests", why, len(self._routes))
             self.abort(list(self._routes))
             try:
                 await asyncio.wait_for(self._idle.wait(), timeout=10.0)
             except TimeoutError:
                 log.error("requests still in flight after abort: %d", len(self._routes))
         self.kv_hub.close_all()
+
+    def end_grace(self) -> None:
+        """Ends a drain's grace period now (a second SIGTERM): what is still streaming is aborted, each stream with
+        a clean end, rather than cut by a SIGKILL (``shoal up`` sends it when its drain deadline nears)."""
+        self._grace_over.set()
 
     # ---- requests (event loop) -------------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 uvicorn's own SIGTERM handling closes the listening socket and waits for open connections, so clients of a
 terminating pod would see refused connections instead of a clean 503. ``DrainingServer`` takes the first
 SIGTERM/SIGINT itself: ``/ready`` turns false, new requests get 503 + ``Retry-After``, in-flight requests
-get ``--shutdown-grace`` seconds before they are aborted, and only then does uvicorn stop. A second signal
-stops at once.
+get ``--shutdown-grace`` seconds before they are aborted, and only then does uvicorn stop. A second signal ends
+the grace period: what is still streaming is aborted at once, each stream with a clean end, and the server exits;
+a third is uvicorn's own (it stops without waiting for the streams).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class DrainingServer(uvicorn.Server):
         self._grace_s = grace_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain: asyncio.Future[None] | None = None
+        self._grace_ended = False  # a second signal ended the drain's grace period
         self.exit_code = 0
 
     def stop_after_engine_death(self) -> None:
@@ -59,8 +61,13 @@ class DrainingServer(uvicorn.Server):
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._drain is not None or self._loop is None:
+        if self._loop is None or self._grace_ended:
             super().handle_exit(sig, frame)
+            return
+        if self._drain is not None:
+            log.info("signal %d while draining: aborting what is still in flight", sig)
+            self._grace_ended = True
+            self._loop.call_soon_threadsafe(self._engine.end_grace)
             return
         log.info("signal %d: draining for up to %.0f s", sig, self._grace_s)
         self._drain = asyncio.run_coroutine_threadsafe(self._drain_then_exit(), self._loop)  # type: ignore[assignment]
