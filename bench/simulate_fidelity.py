@@ -55,7 +55,7 @@ from shoal.loadgen.client import RequestResult, send_request
 from shoal.loadgen.datasets import BenchRequest, random_dataset
 from shoal.local import LocalProcess, shoal_command
 from shoal.local.autoscaler import LocalAutoscaler
-from shoal.local.fleet import EngineFleet
+from shoal.local.drain import drain_grace
 from shoal.local.manifest import LocalManifest, load_manifest
 from shoal.operator.autoscaler import autoscaling_config
 from shoal.simulate.compare import Comparison, format_table
@@ -405,7 +405,7 @@ def simulate_fleet(
         initial_replicas=spec.replicas.min,
         hold_limit=gateway.hold_queue.size,
         hold_timeout_s=gateway.hold_queue.wait_seconds,
-        drain_grace_s=EngineFleet.drain_timeout_s,
+        drain_grace_s=drain_grace(spec, None).seconds,  # shoal up's before it has observed a pace (then longer)
         sample_s=SAMPLE_S,
     )
     policy = LocalShoalPolicy(autoscaling_config(spec))
