@@ -40,8 +40,8 @@ def drain_grace(spec: InferenceDeploymentSpec, tpot_s: float | None) -> DrainGra
         return DrainGrace(float(explicit), "spec.engine.terminationGracePeriodSeconds", None if fits else message)
     if max_model_len is None:
         return DrainGrace(float(GRACE_CAP_SECONDS), f"the {GRACE_CAP_SECONDS} s cap: spec.engine.maxModelLen is unset")
-    observed = tpot_s is not None and tpot_s > CPU_TPOT_S
-    tpot = tpot_s if observed and tpot_s is not None else CPU_TPOT_S
+    tpot = max(tpot_s or 0.0, CPU_TPOT_S)
+    observed = tpot > CPU_TPOT_S
     grace = termination(max_model_len, tpot, 0, None).grace_s
     basis = "the observed" if observed else "the CPU's default"
     why = f"a {max_model_len}-token request at {basis} {tpot:.3g} s a token"

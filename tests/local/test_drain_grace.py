@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -68,6 +69,15 @@ def test_the_engine_never_ends_its_drain_before_the_fleet_does(tmp_path: Path) -
     assert drain >= drain_grace(spec, 10.0).seconds - PRESTOP_SLEEP_SECONDS - EXIT_SECONDS  # as in a pod
 
 
+@dataclass
+class _Stream:
+    """What the client thread saw of its stream."""
+
+    chunks: int = 0
+    finish_reason: str | None = None
+    at: float | None = None  # when it ended
+
+
 def test_a_drain_still_streaming_near_its_grace_ends_each_stream_cleanly(tmp_path: Path) -> None:
     """A real ``shoal serve`` (the tiny random checkpoint, 8,192 positions: 8,000 tokens are minutes of decode)
     streaming through the official ``openai`` client when the fleet drains it with a 25 s grace."""
@@ -76,7 +86,7 @@ def test_a_drain_still_streaming_near_its_grace_ends_each_stream_cleanly(tmp_pat
     launch = engine_launch(spec, tmp_path)
     assert launch.term_ends_grace
     fleet = EngineFleet(launch, tmp_path / "backends.txt", drain_grace=lambda _tpot: DrainGrace(25.0, "the test's"))
-    ended: dict[str, object] = {}
+    ended = _Stream()
 
     def stream(url: str) -> None:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
@@ -84,10 +94,10 @@ def test_a_drain_still_streaming_near_its_grace_ends_each_stream_cleanly(tmp_pat
             model="m", prompt="drain", max_tokens=8000, stream=True, extra_body={"ignore_eos": True}
         )
         for chunk in chunks:
-            ended["tokens"] = int(str(ended.get("tokens", 0))) + 1
+            ended.chunks += 1
             if chunk.choices and chunk.choices[0].finish_reason is not None:
-                ended["finish_reason"] = chunk.choices[0].finish_reason
-        ended["at"] = time.time()
+                ended.finish_reason = chunk.choices[0].finish_reason
+        ended.at = time.time()
 
     async def scenario() -> None:
         async with httpx.AsyncClient() as client:
@@ -100,7 +110,7 @@ def test_a_drain_still_streaming_near_its_grace_ends_each_stream_cleanly(tmp_pat
             replica = fleet.replicas[0]
             streaming = threading.Thread(target=stream, args=(replica.url,))
             streaming.start()
-            while int(str(ended.get("tokens", 0))) < 10:
+            while ended.chunks < 10:
                 await asyncio.sleep(0.1)
             fleet.scale_to(0)
             fleet.apply(time.time())
@@ -110,8 +120,8 @@ def test_a_drain_still_streaming_near_its_grace_ends_each_stream_cleanly(tmp_pat
                 await fleet.tick(time.time(), client)
                 await asyncio.sleep(0.2)
             await asyncio.to_thread(streaming.join, 30)
-            assert ended.get("finish_reason") == "abort", ended
-            assert float(str(ended["at"])) < kill_at, "the stream ended before the kill, not by it"
+            assert ended.finish_reason == "abort", ended
+            assert ended.at is not None and ended.at < kill_at, "the stream ended before the kill, not by it"
             assert replica.process is not None and replica.process.process.returncode == 0
             texts = [e.text for e in fleet.events]
             assert any("draining, for up to 25 s (the test's)" in t for t in texts), texts
