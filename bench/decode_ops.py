@@ -1,15 +1,16 @@
 """Ops launched per decode step on a tiny random-weight Llama, per decoder layer and per step, for one backend.
 
-On a GPU a small decode step costs its launches more than its arithmetic, so this counts what a step would
-launch: every aten op torch dispatches (a ``TorchDispatchMode``, below autograd; sorted by ``kind_of`` into
-launches and ops that launch nothing) and every Triton kernel launch, inside the decoder layers and outside them (embedding, final norm, LM
-head, sampling, the step's metadata). The torch ops a Triton launch makes itself (the CPU interpreter's copies)
+On a GPU a small decode step costs its launches more than its arithmetic, and on a CPU its dispatches, so this
+counts what a step would launch: every aten op torch dispatches (a ``TorchDispatchMode``, below autograd; sorted
+by ``kind_of`` into launches and ops that launch nothing), every Triton kernel launch and every call into
+shoal's C kernels (``--backend cpu``: kind ``c``), inside the decoder layers and outside them (embedding, final
+norm, LM head, sampling, the step's metadata). The torch ops a Triton launch makes itself (the CPU interpreter's copies)
 are not counted. The model is the engine tests' tiny Llama (``tests/engine/tiny_checkpoints.py``: hidden 64, 4
 query heads over 2 KV heads) with ``--layers`` layers; the counts per layer do not depend on its size.
 ``--backend triton`` runs the kernels on Triton's CPU interpreter (``TRITON_INTERPRET=1``), slowly: keep
 ``--layers`` small there.
 
-    .venv/bin/python bench/decode_ops.py [--backend torch|triton] [--layers 2] [--batch 1] [--steps 4]
+    .venv/bin/python bench/decode_ops.py [--backend torch|cpu|triton] [--layers 2] [--batch 1] [--steps 4]
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNCS = ("aten::item", "aten::is_nonzero", "aten::_local_scalar_dense")
-KINDS = ("kernel", "sync", "triton", "view", "alloc", "host")
-LAUNCHES = ("kernel", "sync", "triton")
+KINDS = ("kernel", "sync", "triton", "c", "view", "alloc", "host")
+LAUNCHES = ("kernel", "sync", "triton", "c")
+C_CALLS = {"kernel": ("_call",), "layer_ops": ("_rms_norm", "_rotary", "_silu")}  # CpuOps' kernels' ctypes calls
 
 
 class OpCounter(TorchDispatchMode):
@@ -100,6 +102,29 @@ def triton_launches_counted(counter: OpCounter) -> Iterator[None]:
             cls.run = original  # type: ignore[method-assign]
 
 
+@contextmanager
+def c_calls_counted(counter: OpCounter, ops: Any) -> Iterator[None]:
+    """Each call into shoal's C kernels through ``ops`` (a ``CpuOps``; nothing for another backend) counted, by
+    the C function's name, for the block's duration."""
+    wrapped = []
+    for holder, names in C_CALLS.items():
+        kernel = getattr(ops, holder, None)
+        for name in names if kernel is not None else ():
+            original = getattr(kernel, name)
+
+            def call(*args: Any, _original: Any = original) -> Any:
+                counter.count("c", _original.__name__)
+                return _original(*args)
+
+            setattr(kernel, name, call)
+            wrapped.append((kernel, name, original))
+    try:
+        yield
+    finally:
+        for kernel, name, original in wrapped:
+            setattr(kernel, name, original)
+
+
 def label_layers(model: torch.nn.Module, counter: OpCounter) -> None:
     """Ops inside a decoder layer's forward are counted as ``layers`` (the model calls ``layer.forward``)."""
     for layer in model.layers:  # type: ignore[union-attr]
@@ -145,7 +170,8 @@ def count_step_ops(backend: str, layers: int, batch: int = 1, steps: int = 4, pr
     engine.step()  # a first decode
     counter = OpCounter()
     label_layers(engine.runner.model, counter)
-    with triton_launches_counted(counter), counter:
+    ops = engine.runner.model.norm.ops  # the backend every layer calls through
+    with triton_launches_counted(counter), c_calls_counted(counter, ops), counter:
         for _ in range(steps):
             engine.step()
     per_layer = steps * layers
@@ -160,7 +186,7 @@ def count_step_ops(backend: str, layers: int, batch: int = 1, steps: int = 4, pr
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=("torch", "triton"), default="torch")
+    parser.add_argument("--backend", choices=("torch", "cpu", "triton"), default="torch")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=1, help="requests decoding together")
     parser.add_argument("--prompt-len", type=int, default=20)

@@ -5,10 +5,13 @@ Builds the offline engine, prefills ``--batch`` requests (distinct prompts, no s
 shared machine) and wall seconds. ``--profile`` adds torch.profiler's table of the ops with the most CPU time
 and the share of the step spent outside matrix multiplications (the C kernel's calls show as ``shoal::q4_1`` and
 ``shoal::q8_0``). ``--kernel torch`` serves the int4 projections on torch's kernel instead of shoal's C kernel
-(``SHOAL_CPU_KERNEL=torch``), for a before/after in one run.
+(``SHOAL_CPU_KERNEL=torch``), for a before/after in one run. ``--compare-layer-ops N`` times N blocks of
+``--steps`` steps with a layer's small ops (RMSNorm and its residual add, RoPE with the KV write, SiLU-and-mul) on
+shoal's C kernel and N on torch, alternating in one process on the same requests, and reports each side's median
+block (the machine's drift falls on both sides alike).
 
     .venv/bin/python bench/decode_step.py [--dtype auto] [--quantization auto] [--threads 1] [--kernel auto|torch]
-        [--batch 64] [--profile]
+        [--batch 64] [--profile] [--compare-layer-ops 8]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from typing import Any
 
@@ -47,6 +51,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="requests decoding together")
     parser.add_argument("--kernel", choices=("auto", "torch"), default="auto", help="the int4 projections' kernel")
     parser.add_argument("--profile", action="store_true", help="also print torch.profiler's top ops")
+    parser.add_argument("--compare-layer-ops", type=int, default=0, metavar="N", help="alternate N blocks each way")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["SHOAL_CPU_KERNEL"] = args.kernel
@@ -67,6 +72,8 @@ def main() -> None:
         "cpu_ms_per_step": round(cpu / args.steps * 1e3, 2),
         "wall_ms_per_step": round(wall / args.steps * 1e3, 2),
     }
+    if args.compare_layer_ops:
+        report["layer_ops"] = compare_layer_ops(engine, args.batch, args.prompt_len, args.steps, args.compare_layer_ops)
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -108,6 +115,59 @@ def time_decode_steps(engine: Any, batch: int, prompt_len: int, steps: int) -> t
     while engine.has_unfinished():
         engine.step()  # reports the aborts
     return cpu, wall
+
+
+class _TorchLayerOps:
+    """Declines every call, so ``CpuOps`` runs a layer's small ops on torch (its fallback path)."""
+
+    def rms_norm(self, *args: Any) -> None:
+        return None
+
+    def rotary_write_kv(self, *args: Any) -> None:
+        return None
+
+    def silu_and_mul(self, *args: Any) -> None:
+        return None
+
+
+def compare_layer_ops(engine: Any, batch: int, prompt_len: int, steps: int, blocks: int) -> dict[str, Any]:
+    """Median wall ms per step over ``blocks`` blocks of ``steps`` decode steps with the C kernel's small ops and
+    as many with torch's, alternating on the same requests."""
+    from shoal.engine import SamplingParams
+
+    ops = engine.runner.model.norm.ops
+    kernel = getattr(ops, "layer_ops", None)
+    if kernel is None:
+        raise SystemExit(f"--compare-layer-ops: the {ops.name} backend has no C layer ops to compare")
+    params = SamplingParams(temperature=0.0, max_tokens=2 * blocks * steps + 20, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(f"c{i}", [100 + i, *range(200, 199 + prompt_len)], params)
+    while engine.scheduler.waiting or any(
+        r.num_computed_tokens < r.num_prompt_tokens for r in engine.scheduler.running
+    ):
+        engine.step()
+    times: dict[str, list[float]] = {"c": [], "torch": []}
+    for _ in range(blocks):
+        for side, layer_ops in (("c", kernel), ("torch", _TorchLayerOps())):
+            ops.layer_ops = layer_ops
+            engine.step()  # one untimed step after the switch
+            wall = time.perf_counter()
+            for _ in range(steps):
+                engine.step()
+            times[side].append((time.perf_counter() - wall) / steps * 1e3)
+    ops.layer_ops = kernel
+    engine.abort(f"c{i}" for i in range(batch))
+    while engine.has_unfinished():
+        engine.step()
+    c, torch_ = statistics.median(times["c"]), statistics.median(times["torch"])
+    return {
+        "blocks": blocks,
+        "c_ms_per_step": round(c, 2),
+        "torch_ms_per_step": round(torch_, 2),
+        "torch_over_c": round(torch_ / c, 3),
+        "c_blocks": [round(t, 2) for t in times["c"]],
+        "torch_blocks": [round(t, 2) for t in times["torch"]],
+    }
 
 
 def _label_c_kernel_calls() -> None:

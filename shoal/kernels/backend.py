@@ -1,11 +1,12 @@
-"""Picks the kernel backend: Triton for an engine on a CUDA device, shoal's C attention kernel on a CPU.
+"""Picks the kernel backend: Triton for an engine on a CUDA device, shoal's C kernels on a CPU.
 
 ``attention_backend`` (an engine option) or the ``SHOAL_ATTENTION_BACKEND`` environment variable force
 ``"torch"``, ``"cpu"`` or ``"triton"``. Triton's kernels compile for CUDA tensors only, so Triton on a CPU device
 works only under ``TRITON_INTERPRET=1`` (its CPU interpreter, for tests); asked for otherwise it is an error.
-``"cpu"`` builds its C kernel with the machine's compiler at first use (``shoal.kernels.cpu``); where it cannot
-(no compiler, a failed build, an OpenMP runtime other than torch's), the default serves on the torch path with
-one warning naming the cause, and an explicit ``"cpu"`` is an error naming it.
+``"cpu"`` builds its C kernels (attention, and a layer's norms, RoPE and SiLU) with the machine's compiler at
+first use (``shoal.kernels.cpu``); where it cannot (no compiler, a failed build, an OpenMP runtime other than
+torch's), the default serves on the torch path with one warning naming the cause, and an explicit ``"cpu"`` is
+an error naming it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from functools import cache
 
 import torch
 
+from shoal.kernels.cpu.layer_ops import LayerOps, load_layer_ops
 from shoal.kernels.cpu.library import KernelUnavailable
 from shoal.kernels.cpu.paged_attention import PagedAttention, load_paged_attention
 from shoal.kernels.ops import KernelOps
@@ -63,21 +65,19 @@ def _cpu_ops(device: str, explicit: bool) -> KernelOps:
 
     if not device.startswith("cpu"):
         raise ValueError(f"attention_backend 'cpu' (--attention-backend) runs on a CPU device, not {device!r}")
-    kernel = _paged_attention()
-    if isinstance(kernel, PagedAttention):
-        return CpuOps(kernel)
+    kernel = _cpu_kernels()
+    if not isinstance(kernel, str):
+        return CpuOps(*kernel)
     if explicit:
-        raise ValueError(
-            f"attention_backend 'cpu' (--attention-backend): shoal's C attention kernel is unavailable: {kernel}"
-        )
-    log.warning("attention: torch's gathered path, slower: shoal's C attention kernel is unavailable: %s", kernel)
+        raise ValueError(f"attention_backend 'cpu' (--attention-backend): shoal's C kernels are unavailable: {kernel}")
+    log.warning("attention: torch's gathered path, slower: shoal's C kernels are unavailable: %s", kernel)
     return TorchOps()
 
 
 @cache
-def _paged_attention() -> PagedAttention | str:
-    """The kernel, built and loaded once per process, or why it cannot serve."""
+def _cpu_kernels() -> tuple[PagedAttention, LayerOps] | str:
+    """The C kernels, built and loaded once per process, or why they cannot serve."""
     try:
-        return load_paged_attention()
+        return load_paged_attention(), load_layer_ops()
     except KernelUnavailable as exc:
         return str(exc)

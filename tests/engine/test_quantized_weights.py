@@ -186,14 +186,14 @@ def test_without_a_compiler_the_engine_warns_once_per_kernel_and_serves_on_torch
     from shoal.kernels import backend
 
     choice._loaded.cache_clear()
-    backend._paged_attention.cache_clear()
+    backend._cpu_kernels.cache_clear()
     try:
         with caplog.at_level("INFO", logger=choice.__name__):
             llm = LLM(str(tiny_q4_gguf), dtype="bfloat16", num_kv_blocks=16, device=TEST_DEVICE)
         (out,) = llm.generate([list(range(3, 20))], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
     finally:
         choice._loaded.cache_clear()
-        backend._paged_attention.cache_clear()
+        backend._cpu_kernels.cache_clear()
     assert len(out.token_ids) == 6
     kinds = {m.kind for m in llm.engine.runner.model.modules() if isinstance(m, QuantizedLinear)}
     assert kinds == {"int4"}
@@ -203,7 +203,7 @@ def test_without_a_compiler_the_engine_warns_once_per_kernel_and_serves_on_torch
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name in kernels]
     cause = "no C compiler: '/nonexistent' (from $CC, else 'cc') is not on PATH"
     assert sorted(warnings) == [
-        f"attention: torch's gathered path, slower: shoal's C attention kernel is unavailable: {cause}",
+        f"attention: torch's gathered path, slower: shoal's C kernels are unavailable: {cause}",
         f"quantized projections: torch's _weight_int4pack_mm_for_cpu, slower: shoal's C kernel is unavailable: {cause}",
     ]
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from shoal.cpu_features import cpu_info
 from shoal.kernels import AttentionMetadata, TorchOps, backend, get_ops
 from shoal.kernels.cpu.build import NATIVE_FLAGS
+from shoal.kernels.cpu.layer_ops import load_layer_ops
 from shoal.kernels.cpu.library import KernelUnavailable
 from shoal.kernels.cpu.paged_attention import PagedAttention, load_paged_attention
 from shoal.kernels.cpu_ops import CpuOps
@@ -187,7 +188,7 @@ def test_bad_input_is_refused_with_the_reason(kernel, paged_batch) -> None:
 
 def test_cpu_ops_keep_the_torch_path_for_what_the_kernel_does_not_take(paged_batch) -> None:
     batch = paged_batch([3, 1], [3, 20], 4, 2, 64, torch.float16)
-    ops = CpuOps(load_paged_attention())
+    ops = CpuOps(load_paged_attention(), load_layer_ops())
     out = ops.attention(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale)
     assert torch.equal(out, TorchOps().attention(batch.query, batch.k_cache, batch.v_cache, batch.meta, batch.scale))
 
@@ -197,9 +198,9 @@ def fresh_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A process-wide kernel cache emptied before and after, builds in an empty cache folder."""
     monkeypatch.setenv("SHOAL_CACHE", str(tmp_path))
     monkeypatch.delenv(backend.ENV_VAR, raising=False)
-    backend._paged_attention.cache_clear()
+    backend._cpu_kernels.cache_clear()
     yield monkeypatch
-    backend._paged_attention.cache_clear()
+    backend._cpu_kernels.cache_clear()
 
 
 def test_a_cpu_device_gets_the_c_kernel_by_default(fresh_backend) -> None:
@@ -218,7 +219,7 @@ def test_without_a_compiler_the_default_serves_on_torch_with_one_warning_and_an_
         ops = get_ops(None, "cpu")
     assert type(ops) is TorchOps
     assert [r.getMessage() for r in caplog.records] == [
-        "attention: torch's gathered path, slower: shoal's C attention kernel is unavailable: no C compiler: "
+        "attention: torch's gathered path, slower: shoal's C kernels are unavailable: no C compiler: "
         "'/nonexistent' (from $CC, else 'cc') is not on PATH"
     ]
     with pytest.raises(ValueError, match=r"'cpu' .*unavailable: no C compiler"):

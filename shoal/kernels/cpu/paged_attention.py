@@ -46,6 +46,20 @@ class PagedAttention:
             *(c_int, c_int, c_int, c_int, c_int, ctypes.c_float, c_int, ctypes.c_float, c_int),
         )
         self._call.restype = c_int
+        self._checked: tuple[AttentionMetadata, int, Tensor, Tensor, Tensor] | None = None
+
+    def _metadata(self, meta: AttentionMetadata, tokens: int) -> tuple[Tensor, Tensor, Tensor]:
+        """``meta``'s query starts, sequence lengths and block tables as int32, checked against the query rows
+        once per forward pass: every layer passes the same ``meta`` (kept by identity, as ``TorchOps`` keeps its
+        RoPE rows), so the conversions and the check's read of a value are not paid again by every layer."""
+        kept = self._checked
+        if kept is not None and kept[0] is meta and kept[1] == tokens:
+            return kept[2], kept[3], kept[4]
+        starts, seq_lens, tables = (_int32(t) for t in (meta.query_start_loc, meta.seq_lens, meta.block_tables))
+        if int(starts[-1]) != tokens:
+            raise ValueError(f"paged attention: the metadata describes {int(starts[-1])} query rows, got {tokens}")
+        self._checked = (meta, tokens, starts, seq_lens, tables)
+        return starts, seq_lens, tables
 
     def supports(self, query: Tensor, k_cache: Tensor) -> bool:
         """Whether these tensors' dtypes and head size are the kernel's (else the caller takes the torch path)."""
@@ -88,9 +102,7 @@ class PagedAttention:
                 f"paged attention: {query.dtype} queries with a {k_cache.dtype} cache and head size {head_dim} on "
                 f"{query.device} are not the kernel's (fp32/bf16 CPU tensors, head size <= {self.max_head_dim})"
             )
-        starts, seq_lens, tables = (_int32(t) for t in (meta.query_start_loc, meta.seq_lens, meta.block_tables))
-        if int(starts[-1]) != tokens:
-            raise ValueError(f"paged attention: the metadata describes {int(starts[-1])} query rows, got {tokens}")
+        starts, seq_lens, tables = self._metadata(meta, tokens)
         out = torch.empty(tokens, heads, head_dim, dtype=query.dtype)
         status = self._call(
             query.data_ptr(),
