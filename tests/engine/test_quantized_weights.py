@@ -266,7 +266,9 @@ def test_smollm2_int4_answers_paris_close_to_its_dequantized_self(smollm2_tokeni
     params = SamplingParams(max_tokens=8, temperature=0.0)
     (plain,) = llm.generate("The capital of France is", params)
     assert plain.text.startswith(" Paris"), plain.text
-    (chat,) = llm.chat([{"role": "user", "content": "What is the capital of France?"}], params)
+    # "What is the capital of France?" opens with "The" or "L'" 0.08 nats apart even in fp32: bf16's rounding
+    # picks either, by the attention path's sum order. This asks for a first token 1.5 nats clear.
+    (chat,) = llm.chat([{"role": "user", "content": "Name the capital of France."}], params)
     assert "Paris" in chat.text, chat.text
 
     model = llm.engine.runner.model

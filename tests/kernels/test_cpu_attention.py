@@ -4,8 +4,9 @@ The reference is ``TorchOps.attention`` (itself checked against a naive loop in 
 the same inputs widened to fp32; bf16 outputs may differ from it by the rounding of the output (one bf16 step),
 of the probabilities (the bf16 dot-product path rounds them to bf16 before weighting the values, as the torch
 path does) and the fp32 sums' order. Paths: ``-march=native`` (AVX-512 BF16 dot products where the CPU has
-them), ``-mno-avx512bf16`` (AVX-512F's fp32 path), ``-mno-avx512f`` (the portable C that GCC vectorizes for
-AVX2), ``-march=x86-64`` (SSE2 only).
+them), ``-mno-avx512bf16`` (AVX-512F's fp32 path), ``-mno-avx512f`` (the AVX2 path's intrinsics, on a CPU with
+AVX2 and FMA), ``-mno-avx512f -mno-avx2`` (the portable C, which GCC vectorizes for what is left), ``-march=x86-64``
+(SSE2 only).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), r
 PATHS = {
     "native": (),
     "no-avx512-bf16": ("-mno-avx512bf16",),
-    "portable": ("-mno-avx512f",),
+    "avx2": ("-mno-avx512f",),
+    "portable": ("-mno-avx512f", "-mno-avx2"),
     "sse2": ("-march=x86-64",),
 }
 ATOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2}  # outputs ~1: fp32 sums; one bf16 step (2^-7) plus sums
@@ -56,9 +58,11 @@ def check(
 
 def test_each_build_takes_the_path_its_flags_allow(kernel: PagedAttention, request: pytest.FixtureRequest) -> None:
     path = request.node.callspec.params["kernel"]
-    wide = path in ("native", "no-avx512-bf16") and "avx512f" in cpu_info().flags
-    bf16 = wide and path == "native" and "avx512_bf16" in cpu_info().flags
-    assert kernel.isa == ("avx512f+avx512_bf16" if bf16 else "avx512f" if wide else "portable C")
+    flags = cpu_info().flags
+    wide = path in ("native", "no-avx512-bf16") and "avx512f" in flags
+    bf16 = wide and path == "native" and "avx512_bf16" in flags
+    avx2 = path in ("native", "no-avx512-bf16", "avx2") and "avx2" in flags and "fma" in flags
+    assert kernel.isa == ("avx512f+avx512_bf16" if bf16 else "avx512f" if wide else "avx2" if avx2 else "portable C")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -71,7 +75,8 @@ def test_each_build_takes_the_path_its_flags_allow(kernel: PagedAttention, reque
         ([1, 1], [40, 70], 32, 8, 64, 64),  # blocks larger than the kernel's 16-key chunks, GQA 4
         ([5, 1, 7], [5, 40, 20], 6, 2, 96, 4),  # prefill, decode, a chunk after cached tokens; small blocks
         ([130], [130], 4, 2, 64, 16),  # a prompt longer than one item's query rows
-        ([3, 17], [35, 17], 12, 4, 40, 8),  # head size not a multiple of 16: the portable loops in any build
+        ([3, 17], [35, 17], 12, 4, 40, 8),  # head size not a multiple of 16: AVX2's 8 lanes, not AVX-512's 16
+        ([4, 1], [30, 19], 6, 2, 20, 8),  # head size not a multiple of 8: the portable loops in any build
         ([2, 1], [9, 1], 3, 3, 8, 2),  # tiny heads and blocks
     ],
 )

@@ -21,8 +21,10 @@
  * exp is a vectorizable polynomial (Cephes' exp2f, relative error ~2e-7) rather than libm's scalar expf. Items go
  * to the caller's OpenMP threads dynamically: a prefill chunk's items cost hundreds of times a decode's.
  *
- * Everything is plain C that GCC vectorizes for the machine it is built on (-O3 -march=native: AVX-512, AVX2
- * or SSE); fp32 accumulation throughout, bf16 rounded to nearest even on the way out, as torch rounds.
+ * Paths, from the build's target (-O3 -march=native): AVX-512F (16 keys' dot products in one vector, with
+ * AVX-512 BF16 dot products where the CPU has them), AVX2 with FMA (the same on 8 lanes, two vectors a run),
+ * and plain C that GCC vectorizes for whatever is left (and for head sizes the wide paths' lanes do not divide);
+ * fp32 accumulation throughout, bf16 rounded to nearest even on the way out, as torch rounds.
  */
 
 #include <math.h>
@@ -145,6 +147,8 @@ static int scratch_alloc(Scratch *s, int rows, int head_dim, int span) {
     s->row_sum = s->row_max + rows;
     s->q_bf16 = (uint16_t *)(s->row_sum + rows);  /* rows * head_dim halves: half the floats set aside */
     s->limit = (int *)(s->row_sum + rows + (size_t)rows * head_dim);
+    /* the AVX2 path reads a run's rows past its n (masked): never uninitialized memory */
+    memset(s->keys, 0, sizeof(float) * (size_t)CHUNK * span * head_dim * 2);
     return 1;
 }
 
@@ -326,6 +330,10 @@ static inline void accumulate16(Scratch *s, int rows, int heads, int group, int 
     }
 }
 
+#define SHOAL_WIDE 16 /* the wide path's lanes: head_dim must be a multiple */
+#define scores_wide scores16
+#define accumulate_wide accumulate16
+
 #ifdef __AVX512BF16__
 /* bf16 queries and cache, head_dim a multiple of 32: the dot products straight from the cache's bf16 with
  * `vdpbf16ps` (pairs of bf16 products summed into fp32 lanes), no widening pass. The query row is kept in bf16 as
@@ -388,6 +396,154 @@ static inline void unpermute(float *restrict out, const float *acc, int d) {
 #else
 #define SHOAL_ATTENTION_ISA "avx512f"
 #endif
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+/* exp_nonpositive on 8 lanes; 2^n built in the exponent's bits (n >= -126: a normal number). */
+static inline __m256 exp256_nonpositive(__m256 x) {
+    const __m256 y = _mm256_mul_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(1.4426950408889634f));
+    const __m256 n = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(y, n);
+    __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+/* softcap1 on 8 lanes. */
+static inline __m256 softcap256(__m256 x, float cap) {
+    const __m256 limit = _mm256_set1_ps(7.90531110763549805f);
+    const __m256 y = _mm256_min_ps(
+        _mm256_max_ps(_mm256_div_ps(x, _mm256_set1_ps(cap)), _mm256_sub_ps(_mm256_setzero_ps(), limit)), limit);
+    const __m256 y2 = _mm256_mul_ps(y, y);
+    __m256 num = _mm256_set1_ps(-2.76076847742355e-16f);
+    num = _mm256_fmadd_ps(num, y2, _mm256_set1_ps(2.00018790482477e-13f));
+    num = _mm256_fmadd_ps(num, y2, _mm256_set1_ps(-8.60467152213735e-11f));
+    num = _mm256_fmadd_ps(num, y2, _mm256_set1_ps(5.12229709037114e-08f));
+    num = _mm256_fmadd_ps(num, y2, _mm256_set1_ps(1.48572235717979e-05f));
+    num = _mm256_fmadd_ps(num, y2, _mm256_set1_ps(6.37261928875436e-04f));
+    num = _mm256_fmadd_ps(num, y2, _mm256_set1_ps(4.89352455891786e-03f));
+    __m256 den = _mm256_set1_ps(1.19825839466702e-06f);
+    den = _mm256_fmadd_ps(den, y2, _mm256_set1_ps(1.18534705686654e-04f));
+    den = _mm256_fmadd_ps(den, y2, _mm256_set1_ps(2.26843463243900e-03f));
+    den = _mm256_fmadd_ps(den, y2, _mm256_set1_ps(4.89352518554385e-03f));
+    return _mm256_mul_ps(_mm256_set1_ps(cap), _mm256_div_ps(_mm256_mul_ps(y, num), den));
+}
+
+static inline float hmax8(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+}
+
+static inline float hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+/* r[t] = sum of v[t]'s 8 lanes, for 8 vectors: two rounds of pairwise adds and one across the halves (10
+ * instructions for 8 dot products, where one horizontal sum each costs about 5). */
+static inline __m256 sum8(const __m256 *v) {
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* softmax_step for a run's 16 scores in two vectors, keys lo..valid - 1 visible: weights stored to probs, zero
+ * elsewhere (the invisible lanes, whatever the scratch held, are masked before the max and after the exp). */
+static inline void softmax_step8x2(Scratch *s, int m, int d, float *probs, const __m256 *scores, int lo, int valid) {
+    const __m256i first = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), eight = _mm256_set1_epi32(8);
+    const __m256i from = _mm256_set1_epi32(lo), to = _mm256_set1_epi32(valid);
+    const __m256 minus_inf = _mm256_set1_ps(-INFINITY);
+    __m256 visible[2], masked[2];
+    for (int h = 0; h < 2; h++) {
+        const __m256i index = h ? _mm256_add_epi32(first, eight) : first;
+        visible[h] = _mm256_castsi256_ps(
+            _mm256_andnot_si256(_mm256_cmpgt_epi32(from, index), _mm256_cmpgt_epi32(to, index)));
+        masked[h] = _mm256_blendv_ps(minus_inf, scores[h], visible[h]);
+    }
+    const float chunk_max = hmax8(_mm256_max_ps(masked[0], masked[1]));
+    const float old_max = s->row_max[m], new_max = old_max > chunk_max ? old_max : chunk_max;
+    __m256 sum = _mm256_setzero_ps();
+    for (int h = 0; h < 2; h++) {
+        const __m256 weights =
+            _mm256_and_ps(exp256_nonpositive(_mm256_sub_ps(masked[h], _mm256_set1_ps(new_max))), visible[h]);
+        _mm256_storeu_ps(probs + 8 * h, weights);
+        sum = _mm256_add_ps(sum, weights);
+    }
+    if (new_max > old_max && old_max != -INFINITY) {
+        const float correction = exp_nonpositive(old_max - new_max);
+        float *acc = s->acc + (size_t)m * d;
+        for (int i = 0; i < d; i += 8)
+            _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), _mm256_set1_ps(correction)));
+        s->row_sum[m] *= correction;
+    }
+    s->row_max[m] = new_max;
+    s->row_sum[m] += hsum8(sum);
+}
+
+/* Scores of row m against the run's n <= 16 keys (head_dim a multiple of 8; key t at keys + t * stride), its
+ * keys lo..valid - 1 visible, soft-capped by cap (0: not). Eight keys at a time, each with its own accumulator
+ * (eight independent FMA chains), the query's vector loaded once for the eight; a half past n is not computed,
+ * and keys past n within a half read the scratch's rows left from an earlier run (zeros at first, see
+ * scratch_alloc), which the softmax masks. */
+static inline void scores8(Scratch *s, int m, int d, const float *keys, int stride, int n, int lo, int valid,
+                           float cap) {
+    const float *q = s->q + (size_t)m * d;
+    __m256 scores[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int h = 0; h < 2 && 8 * h < n; h++) {
+        const float *k = keys + (size_t)(8 * h) * stride;
+        __m256 partial[8];
+        for (int t = 0; t < 8; t++) partial[t] = _mm256_setzero_ps();
+        for (int i = 0; i < d; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + i);
+            for (int t = 0; t < 8; t++)
+                partial[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)t * stride + i), partial[t]);
+        }
+        scores[h] = sum8(partial);
+        if (cap != 0.0f) scores[h] = softcap256(scores[h], cap);
+    }
+    softmax_step8x2(s, m, d, s->probs + (size_t)m * CHUNK, scores, lo, valid);
+}
+
+/* accumulate16 on 8 lanes: the accumulator's 8-lane columns, up to 32 at a time, held in registers over the run. */
+static inline void accumulate8(Scratch *s, int rows, int heads, int group, int d, int stride, int n) {
+    for (int m = 0; m < rows; m++) {
+        const float *probs = s->probs + (size_t)m * CHUNK;
+        const float *values = s->values + (size_t)(m % heads / group) * d;
+        float *acc = s->acc + (size_t)m * d;
+        for (int i = 0; i < d; i += 32) {
+            const int width = d - i < 32 ? d - i : 32; /* 8, 16, 24 or 32 columns */
+            __m256 a0 = _mm256_loadu_ps(acc + i), a1 = a0, a2 = a0, a3 = a0;
+            if (width > 8) a1 = _mm256_loadu_ps(acc + i + 8);
+            if (width > 16) a2 = _mm256_loadu_ps(acc + i + 16);
+            if (width > 24) a3 = _mm256_loadu_ps(acc + i + 24);
+            for (int t = 0; t < n; t++) {
+                const __m256 w = _mm256_set1_ps(probs[t]);
+                const float *v = values + (size_t)t * stride + i;
+                a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v), a0);
+                if (width > 8) a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8), a1);
+                if (width > 16) a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 16), a2);
+                if (width > 24) a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 24), a3);
+            }
+            _mm256_storeu_ps(acc + i, a0);
+            if (width > 8) _mm256_storeu_ps(acc + i + 8, a1);
+            if (width > 16) _mm256_storeu_ps(acc + i + 16, a2);
+            if (width > 24) _mm256_storeu_ps(acc + i + 24, a3);
+        }
+    }
+}
+
+#define SHOAL_WIDE 8
+#define scores_wide scores8
+#define accumulate_wide accumulate8
+#define SHOAL_ATTENTION_ISA "avx2"
 #else
 #define SHOAL_ATTENTION_ISA "portable C"
 #endif
@@ -446,8 +602,8 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
     const int context = p->seq_lens[seq], first_pos = context - query_len;
     const int32_t *table = p->block_tables + (long)seq * p->table_width;
     const int heads = span * group, rows = (r1 - r0) * heads;
-#ifdef __AVX512F__
-    const int wide = d % 16 == 0;
+#ifdef SHOAL_WIDE
+    const int wide = d % SHOAL_WIDE == 0;
 #else
     const int wide = 0;
 #endif
@@ -508,18 +664,18 @@ static void attend_item(const Problem *p, Scratch *s, int seq, int r0, int r1, i
                 continue;
             }
             const float *keys = s->keys + (size_t)(m % heads / group) * d;
-#ifdef __AVX512F__
+#ifdef SHOAL_WIDE
             if (wide) {
-                scores16(s, m, d, keys, width, n, lo, valid, p->softcap);
+                scores_wide(s, m, d, keys, width, n, lo, valid, p->softcap);
                 continue;
             }
 #endif
             scores_portable(s, m, d, keys, width, lo, valid, p->softcap);
         }
         widen_rows(s->values, cache_rows(p, p->v_cache, table, c0, kvh0, kv_elem), p->kv_dtype, n, width, stride_bytes);
-#ifdef __AVX512F__
+#ifdef SHOAL_WIDE
         if (wide) {
-            accumulate16(s, rows, heads, group, d, width, n);
+            accumulate_wide(s, rows, heads, group, d, width, n);
             continue;
         }
 #endif

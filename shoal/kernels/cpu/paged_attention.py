@@ -34,7 +34,7 @@ class PagedAttention:
 
     def __init__(self, library: ctypes.CDLL) -> None:
         library.shoal_attention_isa.restype = ctypes.c_char_p
-        self.isa: str = library.shoal_attention_isa().decode()  # "avx512f" or "portable C"
+        self.isa: str = library.shoal_attention_isa().decode()  # "avx512f(+avx512_bf16)", "avx2" or "portable C"
         self.max_head_dim: int = library.shoal_attention_max_head_dim()
         self._call = library.shoal_paged_attention
         c_int, c_long, c_ptr = ctypes.c_int, ctypes.c_long, ctypes.c_void_p
