@@ -161,6 +161,11 @@ def test_tensors_the_kernel_does_not_take_are_answered_none_and_cpu_ops_fall_bac
     assert kernel.silu_and_mul(column) is None
     _, q, k, v, (k_cache, v_cache), slots, positions = _step(2, 4, 2, 64, torch.float16, seed=12)
     assert kernel.rotary_write_kv(positions, q, k, v, _cos_sin_cache(2048, 64), k_cache, v_cache, slots) is None
+    _, q, k, v, (k_cache, v_cache), slots, positions = _step(3, 4, 2, 64, torch.float32, seed=13)
+    table = _cos_sin_cache(2048, 64)
+    assert kernel.rotary_write_kv(positions, q, k, v, table, k_cache, v_cache, slots[:2]) is None  # a slot short
+    assert kernel.rotary_write_kv(positions[:2], q, k, v, table, k_cache, v_cache, slots) is None
+    assert kernel.rotary_write_kv(positions, q, k[:2], v[:2], table, k_cache, v_cache, slots) is None
 
     ops = get_ops("cpu", "cpu")
     assert isinstance(ops, CpuOps)

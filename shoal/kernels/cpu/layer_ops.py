@@ -69,6 +69,7 @@ class LayerOps:
             or x.stride(1) != 1
             or not x.is_cpu
             or weight.dtype != x.dtype
+            or weight.dim() != 1
             or not weight.is_contiguous()
             or weight.shape[0] != x.shape[1]
         ):
@@ -124,7 +125,12 @@ class LayerOps:
             or query.stride(2) != 1
             or key.stride(2) != 1
             or value.stride(2) != 1
+            or key.shape[0] != tokens
+            or value.shape != key.shape
+            or positions.shape != (tokens,)
+            or slot_mapping.shape != (tokens,)
             or not (k_cache.is_contiguous() and v_cache.is_contiguous())
+            or v_cache.shape != k_cache.shape
             or k_cache.shape[2:] != key.shape[1:]
             or head_dim > self.max_head_dim
             or cos_sin_cache.dtype not in DTYPES
