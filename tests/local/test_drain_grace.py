@@ -79,10 +79,12 @@ class _Stream:
 
 
 def test_a_drain_still_streaming_near_its_grace_ends_each_stream_cleanly(tmp_path: Path) -> None:
-    """A real ``shoal serve`` (the tiny random checkpoint, 8,192 positions: 8,000 tokens are minutes of decode)
-    streaming through the official ``openai`` client when the fleet drains it with a 25 s grace."""
-    model = build_checkpoint(tmp_path / "model", "llama", seed=1, max_position_embeddings=8192)
-    spec = _spec(tmp_path, str(model), maxModelLen=8192, maxNumSeqs=2, startupSeconds=120)
+    """A real ``shoal serve`` (the tiny random checkpoint, 65,536 positions) streaming through the official
+    ``openai`` client when the fleet drains it with a 25 s grace. The stream asks for 65,000 tokens: a fast CPU
+    decodes the tiny model at 500+ tokens a second (8,000 once ended by length inside the grace), so the request
+    must outlast any CPU's 15 s before the second SIGTERM by a wide margin; the test's time is the grace's."""
+    model = build_checkpoint(tmp_path / "model", "llama", seed=1, max_position_embeddings=65536)
+    spec = _spec(tmp_path, str(model), maxModelLen=65536, maxNumSeqs=2, startupSeconds=120)
     launch = engine_launch(spec, tmp_path)
     assert launch.term_ends_grace
     fleet = EngineFleet(launch, tmp_path / "backends.txt", drain_grace=lambda _tpot: DrainGrace(25.0, "the test's"))
@@ -91,7 +93,7 @@ def test_a_drain_still_streaming_near_its_grace_ends_each_stream_cleanly(tmp_pat
     def stream(url: str) -> None:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         chunks = client.completions.create(
-            model="m", prompt="drain", max_tokens=8000, stream=True, extra_body={"ignore_eos": True}
+            model="m", prompt="drain", max_tokens=65000, stream=True, extra_body={"ignore_eos": True}
         )
         for chunk in chunks:
             ended.chunks += 1
