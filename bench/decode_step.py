@@ -8,10 +8,12 @@ and the share of the step spent outside matrix multiplications (the C kernel's c
 (``SHOAL_CPU_KERNEL=torch``), for a before/after in one run. ``--compare-layer-ops N`` times N blocks of
 ``--steps`` steps with a layer's small ops (RMSNorm and its residual add, RoPE with the KV write, SiLU-and-mul) on
 shoal's C kernel and N on torch, alternating in one process on the same requests, and reports each side's median
-block (the machine's drift falls on both sides alike).
+block (the machine's drift falls on both sides alike); each op is its own call there (the one-call layers off).
+``--compare-decode-stack N`` alternates in the same way every decoder layer in one C call (``DecodeStack``, the
+default where the model qualifies) against one call per op through the modules.
 
     .venv/bin/python bench/decode_step.py [--dtype auto] [--quantization auto] [--threads 1] [--kernel auto|torch]
-        [--batch 64] [--profile] [--compare-layer-ops 8]
+        [--batch 64] [--profile] [--compare-layer-ops 8] [--compare-decode-stack 8]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -52,6 +55,9 @@ def main() -> None:
     parser.add_argument("--kernel", choices=("auto", "torch"), default="auto", help="the int4 projections' kernel")
     parser.add_argument("--profile", action="store_true", help="also print torch.profiler's top ops")
     parser.add_argument("--compare-layer-ops", type=int, default=0, metavar="N", help="alternate N blocks each way")
+    parser.add_argument(
+        "--compare-decode-stack", type=int, default=0, metavar="N", help="one-call layers vs modules, N blocks each"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["SHOAL_CPU_KERNEL"] = args.kernel
@@ -74,6 +80,10 @@ def main() -> None:
     }
     if args.compare_layer_ops:
         report["layer_ops"] = compare_layer_ops(engine, args.batch, args.prompt_len, args.steps, args.compare_layer_ops)
+    if args.compare_decode_stack:
+        report["decode_stack"] = compare_decode_stack(
+            engine, args.batch, args.prompt_len, args.steps, args.compare_decode_stack
+        )
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -132,41 +142,74 @@ class _TorchLayerOps:
 
 def compare_layer_ops(engine: Any, batch: int, prompt_len: int, steps: int, blocks: int) -> dict[str, Any]:
     """Median wall ms per step over ``blocks`` blocks of ``steps`` decode steps with the C kernel's small ops and
-    as many with torch's, alternating on the same requests."""
-    from shoal.engine import SamplingParams
-
+    as many with torch's, alternating on the same requests; each op one call (the one-call layers off, as they
+    run the C ops only)."""
     ops = engine.runner.model.norm.ops
     kernel = getattr(ops, "layer_ops", None)
     if kernel is None:
         raise SystemExit(f"--compare-layer-ops: the {ops.name} backend has no C layer ops to compare")
-    params = SamplingParams(temperature=0.0, max_tokens=2 * blocks * steps + 20, ignore_eos=True)
+    model = engine.runner.model
+    stack, model.decode_stack = model.decode_stack, None
+
+    def use(layer_ops: Any) -> Callable[[], None]:
+        return lambda: setattr(ops, "layer_ops", layer_ops)
+
+    try:
+        return _alternate(engine, batch, prompt_len, steps, blocks, {"c": use(kernel), "torch": use(_TorchLayerOps())})
+    finally:
+        ops.layer_ops, model.decode_stack = kernel, stack
+
+
+def compare_decode_stack(engine: Any, batch: int, prompt_len: int, steps: int, blocks: int) -> dict[str, Any]:
+    """Median wall ms per step over ``blocks`` blocks of ``steps`` decode steps with every layer in one C call
+    (``DecodeStack``) and as many with one call per op through the modules, alternating on the same requests."""
+    model = engine.runner.model
+    stack = getattr(model, "decode_stack", None)
+    if stack is None:
+        raise SystemExit("--compare-decode-stack: this model and backend run no one-call layers")
+
+    def use(value: Any) -> Callable[[], None]:
+        return lambda: setattr(model, "decode_stack", value)
+
+    try:
+        return _alternate(engine, batch, prompt_len, steps, blocks, {"stack": use(stack), "modules": use(None)})
+    finally:
+        model.decode_stack = stack
+
+
+def _alternate(
+    engine: Any, batch: int, prompt_len: int, steps: int, blocks: int, sides: dict[str, Callable[[], None]]
+) -> dict[str, Any]:
+    """Each side's median wall ms per step over ``blocks`` blocks of ``steps`` steps, the sides taking turns
+    (each switched on by its callable) on the same ``batch`` decoding requests."""
+    from shoal.engine import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=len(sides) * blocks * (steps + 1) + 20, ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"c{i}", [100 + i, *range(200, 199 + prompt_len)], params)
     while engine.scheduler.waiting or any(
         r.num_computed_tokens < r.num_prompt_tokens for r in engine.scheduler.running
     ):
         engine.step()
-    times: dict[str, list[float]] = {"c": [], "torch": []}
+    times: dict[str, list[float]] = {side: [] for side in sides}
     for _ in range(blocks):
-        for side, layer_ops in (("c", kernel), ("torch", _TorchLayerOps())):
-            ops.layer_ops = layer_ops
+        for side, switch in sides.items():
+            switch()
             engine.step()  # one untimed step after the switch
             wall = time.perf_counter()
             for _ in range(steps):
                 engine.step()
             times[side].append((time.perf_counter() - wall) / steps * 1e3)
-    ops.layer_ops = kernel
     engine.abort(f"c{i}" for i in range(batch))
     while engine.has_unfinished():
         engine.step()
-    c, torch_ = statistics.median(times["c"]), statistics.median(times["torch"])
+    (first, a), (second, b) = ((side, statistics.median(t)) for side, t in times.items())
     return {
         "blocks": blocks,
-        "c_ms_per_step": round(c, 2),
-        "torch_ms_per_step": round(torch_, 2),
-        "torch_over_c": round(torch_ / c, 3),
-        "c_blocks": [round(t, 2) for t in times["c"]],
-        "torch_blocks": [round(t, 2) for t in times["torch"]],
+        f"{first}_ms_per_step": round(a, 2),
+        f"{second}_ms_per_step": round(b, 2),
+        f"{second}_over_{first}": round(b / a, 3),
+        **{f"{side}_blocks": [round(x, 2) for x in t] for side, t in times.items()},
     }
 
 

@@ -24,6 +24,8 @@ from shoal.engine.core.step_inputs import StepInputs
 from shoal.engine.core.step_threads import StepThreads
 from shoal.engine.lora.manager import LoRAManager
 from shoal.engine.model import Model
+from shoal.engine.model.decode_stack import bind as bind_decode_stack
+from shoal.engine.model.llama import CausalLM
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ class ModelRunner:
         self.step_threads = step_threads
         self.lora = lora
         self.graphs: DecodeGraphs | None = None  # set once captured
+        if isinstance(model, CausalLM):
+            model.decode_stack = bind_decode_stack(model)
 
     @torch.inference_mode()
     def capture_graphs(self, graphs: DecodeGraphs) -> None:

@@ -14,6 +14,8 @@ A layer's MLP is dense or, in a mixture-of-experts model, ``SparseMoE`` (``moe.p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
 
@@ -21,6 +23,9 @@ from shoal.engine.model.moe import SparseMoE
 from shoal.engine.model.rotary import cos_sin_cache
 from shoal.engine.model_config import ModelConfig, UnsupportedModelError
 from shoal.kernels import AttentionMetadata, KernelOps
+
+if TYPE_CHECKING:
+    from shoal.engine.model.decode_stack import DecodeStack
 
 KVCache = tuple[Tensor, Tensor]
 
@@ -127,6 +132,8 @@ def embedding(config: ModelConfig) -> nn.Embedding:
 class CausalLM(nn.Module):
     """Token ids in, fp32 logits for the requested rows out; keys and values land in the paged cache."""
 
+    cos_sin_cache: Tensor
+
     def __init__(self, config: ModelConfig, ops: KernelOps) -> None:
         super().__init__()
         self.config = config
@@ -135,6 +142,7 @@ class CausalLM(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("cos_sin_cache", cos_sin_cache(config), persistent=False)
+        self.decode_stack: DecodeStack | None = None  # the layers in one C call, where bound (``decode_stack``)
 
     def tie_weights(self) -> None:
         """Shares the embedding matrix with the LM head when the checkpoint says so."""
@@ -151,9 +159,13 @@ class CausalLM(nn.Module):
     ) -> Tensor:
         hidden = self.embed_tokens.forward(input_ids)
         residual: Tensor | None = None
-        cos_sin = self.cos_sin_cache
-        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            hidden, residual = layer.forward(positions, hidden, residual, kv_cache, meta, cos_sin)
+        stacked = None if self.decode_stack is None else self.decode_stack(positions, hidden, kv_caches, meta)
+        if stacked is not None:
+            hidden, residual = stacked
+        else:
+            cos_sin = self.cos_sin_cache
+            for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+                hidden, residual = layer.forward(positions, hidden, residual, kv_cache, meta, cos_sin)
         hidden, _ = self.norm.forward(hidden, residual)
         return self.lm_head.forward(hidden[logits_indices]).float()
 

@@ -60,6 +60,7 @@ class QuantizedLinear(nn.Module):
             raise ValueError(f"max_rows {max_rows} is more than the C kernel's {kernel.max_rows}")
         self.kind = kind
         self.max_rows = max_rows
+        self.kernel = kernel
         self.in_features, self.out_features = dense.in_features, dense.out_features
         small: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {"int4": _torch_int4, "int8": _torch_int8}
         if kernel is not None:

@@ -17,14 +17,14 @@ import torch
 from torch import Tensor
 
 from shoal.kernels.cpu.build import NATIVE_FLAGS
-from shoal.kernels.cpu.library import load_library
+from shoal.kernels.cpu.library import entry_point, load_library
 
 SOURCE = Path(__file__).with_name("layer_ops.c")
 # torch rounds a product before the sum: no fused multiply-add; no trapping math, so that a select before a
 # division (exp's clamp in SiLU) vectorizes (it changes no result)
 FLAGS = (*NATIVE_FLAGS, "-ffp-contract=off", "-fno-trapping-math")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
-_ERRORS = {
+ERRORS = {
     1: "bad shape: a position outside the RoPE table, a slot outside the cache, or a head too wide",
     2: "bad dtype",
 }
@@ -56,6 +56,11 @@ class LayerOps:
         self._silu.argtypes = (c_ptr, c_long, c_ptr, c_int, c_int, c_int, c_int)
         for call in (self._rms_norm, self._rotary, self._silu):
             call.restype = c_int
+        # for shoal.kernels.cpu.decode_layers' table
+        self.addresses = {
+            name: entry_point(call)
+            for name, call in (("rms_norm", self._rms_norm), ("rotary", self._rotary), ("silu", self._silu))
+        }
 
     def rms_norm(
         self, x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None
@@ -183,7 +188,7 @@ class LayerOps:
 
 def _check(name: str, status: int) -> None:
     if status:
-        raise ValueError(f"{name}: the kernel refused the call ({_ERRORS.get(status, status)})")
+        raise ValueError(f"{name}: the kernel refused the call ({ERRORS.get(status, status)})")
 
 
 def load_layer_ops(flags: Sequence[str] = FLAGS, cc: str | None = None) -> LayerOps:

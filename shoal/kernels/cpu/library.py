@@ -13,6 +13,7 @@ import ctypes
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -69,3 +70,11 @@ def defining_file(library: ctypes.CDLL, symbol: str) -> str | None:
 def torch_openmp_runtime() -> str | None:
     """The OpenMP runtime torch's CPU library runs its parallel regions on."""
     return defining_file(ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")), OPENMP_ENTRY)
+
+
+def entry_point(function: Any) -> int:
+    """A loaded C function's address, for a struct's function-pointer field."""
+    address = ctypes.cast(function, ctypes.c_void_p).value
+    if not address:
+        raise KernelUnavailable("a kernel's entry point has no address")
+    return address

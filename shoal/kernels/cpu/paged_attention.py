@@ -17,12 +17,12 @@ import torch
 from torch import Tensor
 
 from shoal.kernels.cpu.build import NATIVE_FLAGS
-from shoal.kernels.cpu.library import load_library
+from shoal.kernels.cpu.library import entry_point, load_library
 from shoal.kernels.metadata import AttentionMetadata
 
 SOURCE = Path(__file__).with_name("paged_attention.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
-_ERRORS = {
+ERRORS = {
     1: "bad shape: a sequence's query or context length, or a block table naming a block outside the cache",
     2: "bad dtype",
     3: "out of memory for its scratch buffers",
@@ -37,6 +37,7 @@ class PagedAttention:
         self.isa: str = library.shoal_attention_isa().decode()  # "avx512f(+avx512_bf16)", "avx2" or "portable C"
         self.max_head_dim: int = library.shoal_attention_max_head_dim()
         self._call = library.shoal_paged_attention
+        self.address = entry_point(self._call)  # for shoal.kernels.cpu.decode_layers' table
         c_int, c_long, c_ptr = ctypes.c_int, ctypes.c_long, ctypes.c_void_p
         # q, its token and head strides, its dtype, k_cache, v_cache, their dtype, block_tables, its width, the
         # cache's blocks, seq_lens, query_start_loc, out, num_seqs, heads, kv_heads, head_dim, block_size, scale,
@@ -48,7 +49,7 @@ class PagedAttention:
         self._call.restype = c_int
         self._checked: tuple[AttentionMetadata, int, Tensor, Tensor, Tensor] | None = None
 
-    def _metadata(self, meta: AttentionMetadata, tokens: int) -> tuple[Tensor, Tensor, Tensor]:
+    def metadata(self, meta: AttentionMetadata, tokens: int) -> tuple[Tensor, Tensor, Tensor]:
         """``meta``'s query starts, sequence lengths and block tables as int32, checked against the query rows
         once per forward pass: every layer passes the same ``meta`` (kept by identity, as ``TorchOps`` keeps its
         RoPE rows), so the conversions and the check's read of a value are not paid again by every layer."""
@@ -102,7 +103,7 @@ class PagedAttention:
                 f"paged attention: {query.dtype} queries with a {k_cache.dtype} cache and head size {head_dim} on "
                 f"{query.device} are not the kernel's (fp32/bf16 CPU tensors, head size <= {self.max_head_dim})"
             )
-        starts, seq_lens, tables = self._metadata(meta, tokens)
+        starts, seq_lens, tables = self.metadata(meta, tokens)
         out = torch.empty(tokens, heads, head_dim, dtype=query.dtype)
         status = self._call(
             query.data_ptr(),
@@ -129,7 +130,7 @@ class PagedAttention:
             torch.get_num_threads(),
         )
         if status:
-            raise ValueError(f"paged attention: the kernel refused the call ({_ERRORS.get(status, status)})")
+            raise ValueError(f"paged attention: the kernel refused the call ({ERRORS.get(status, status)})")
         return out
 
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from shoal.kernels.cpu.build import NATIVE_FLAGS
-from shoal.kernels.cpu.library import KernelUnavailable, load_library
+from shoal.kernels.cpu.library import KernelUnavailable, entry_point, load_library
 
 SOURCE = Path(__file__).with_name("quant_gemv.c")
 BLOCK = 32
@@ -28,7 +28,7 @@ TILE = 8  # output rows per tile (the C source's TILE)
 STEP = 4  # inputs per step
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 Q4_1, Q8_0 = 0, 1  # the C source's SHOAL_Q4_1, SHOAL_Q8_0
-_ERRORS = {1: "bad shape", 2: "bad dtype", 3: "out of memory for the quantized activations", 4: "bad kind"}
+ERRORS = {1: "bad shape", 2: "bad dtype", 3: "out of memory for the quantized activations", 4: "bad kind"}
 
 
 class QuantGemv:
@@ -55,6 +55,7 @@ class QuantGemv:
             ctypes.c_int,
         )
         self._gemv.restype = ctypes.c_int
+        self.address = entry_point(self._gemv)  # for shoal.kernels.cpu.decode_layers' table
 
     def q4_1(self, x: Tensor, codes: Tensor, scales: Tensor) -> Tensor:
         """``x [rows, in] @ W.T`` for Q4_1 weights in this module's layout (``q4_1_layout``)."""
@@ -88,7 +89,7 @@ class QuantGemv:
             torch.get_num_threads(),
         )
         if status:
-            raise ValueError(f"{name}: the kernel refused the call ({_ERRORS.get(status, status)})")
+            raise ValueError(f"{name}: the kernel refused the call ({ERRORS.get(status, status)})")
         return out
 
 

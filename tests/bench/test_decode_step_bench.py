@@ -1,0 +1,33 @@
+"""``bench/decode_step.py`` runs as documented on the tiny model with int4 projections: a step's CPU and wall time,
+and both of its one-process comparisons (one-call layers against the modules, the C small ops against torch's),
+each side's blocks reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "decode_step.py"
+
+
+def test_a_short_run_times_a_step_and_both_comparisons(bench_model: Path) -> None:
+    command = [sys.executable, str(SCRIPT), "--model", str(bench_model), "--quantization", "int4"]
+    command += ["--dtype", "float32", "--steps", "3", "--prompt-len", "8", "--batch", "2"]
+    command += ["--compare-decode-stack", "2", "--compare-layer-ops", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout[done.stdout.index("{") :])
+    assert report["quantization"] == "int4" and report["kernels"] == ["q4_1"] and report["batch"] == 2
+    assert report["wall_ms_per_step"] > 0 and report["cpu_ms_per_step"] > 0
+    stack = report["decode_stack"]
+    assert len(stack["stack_blocks"]) == len(stack["modules_blocks"]) == 2
+    assert stack["modules_over_stack"] == pytest.approx(
+        stack["modules_ms_per_step"] / stack["stack_ms_per_step"], rel=0.02
+    )
+    layer_ops = report["layer_ops"]
+    assert len(layer_ops["c_blocks"]) == len(layer_ops["torch_blocks"]) == 2
+    assert layer_ops["torch_over_c"] > 0
