@@ -70,7 +70,7 @@ def test_one_call_gives_the_module_paths_logits_and_cache_to_the_bit(
     assert stack is not None and stack.max_rows == 8
     for query_lens, contexts in (
         ([1], [37]),  # batch-1 decode
-        ([1, 1, 1, 1, 1], [3, 40, 17, 64, 1]),  # decodes of several lengths (a window of 4-8 cuts the long ones)
+        ([1, 1, 1, 1, 1], [3, 40, 17, 64, 1]),  # decodes of several lengths (Mistral's window of 6 cuts the long ones)
         ([5, 1, 1], [0, 22, 9]),  # a prefill chunk among decodes: 7 rows
         ([8], [30]),  # a chunk of exactly the quantized kernel's rows
     ):
