@@ -11,6 +11,11 @@ query heads over 2 KV heads) with ``--layers`` layers; the counts per layer do n
 ``--layers`` small there.
 
     .venv/bin/python bench/decode_ops.py [--backend torch|cpu|triton] [--layers 2] [--batch 1] [--steps 4]
+        [--quantization int4 [--one-call-per-op]]
+
+With ``--backend cpu --quantization int4`` the projections' calls into the C gemv kernel count too, and a decode
+batch of up to 8 rows runs every layer in one C call (``shoal_decode_layers``, counted inside the layers):
+``--one-call-per-op`` turns that off for the count before.
 """
 
 from __future__ import annotations
@@ -103,18 +108,31 @@ def triton_launches_counted(counter: OpCounter) -> Iterator[None]:
 
 
 @contextmanager
-def c_calls_counted(counter: OpCounter, ops: Any) -> Iterator[None]:
-    """Each call into shoal's C kernels through ``ops`` (a ``CpuOps``; nothing for another backend) counted, by
-    the C function's name, for the block's duration."""
+def c_calls_counted(counter: OpCounter, model: Any) -> Iterator[None]:
+    """Each call into shoal's C kernels counted, by the C function's name, for the block's duration: through the
+    model's ``CpuOps`` (nothing for another backend), its quantized projections' kernel, and its one-call layers
+    (``DecodeStack``: counted inside the layers, as the calls it replaces were)."""
+    from shoal.engine.model.quantized_linear import QuantizedLinear
+
+    ops = model.norm.ops
+    targets = [(getattr(ops, holder, None), names, None) for holder, names in C_CALLS.items()]
+    gemvs = {id(m.kernel): m.kernel for m in model.modules() if isinstance(m, QuantizedLinear) and m.kernel}
+    targets += [(kernel, ("_gemv",), None) for kernel in gemvs.values()]
+    stack = getattr(model, "decode_stack", None)
+    targets.append((stack and stack._library, ("_call",), "layers"))
     wrapped = []
-    for holder, names in C_CALLS.items():
-        kernel = getattr(ops, holder, None)
+    for kernel, names, where in targets:
         for name in names if kernel is not None else ():
             original = getattr(kernel, name)
 
-            def call(*args: Any, _original: Any = original) -> Any:
-                counter.count("c", _original.__name__)
-                return _original(*args)
+            def call(*args: Any, _original: Any = original, _where: str | None = where) -> Any:
+                outer = counter.where
+                counter.where = _where or outer
+                try:
+                    counter.count("c", _original.__name__)
+                    return _original(*args)
+                finally:
+                    counter.where = outer
 
             setattr(kernel, name, call)
             wrapped.append((kernel, name, original))
@@ -148,9 +166,19 @@ def tiny_llama(directory: Path, layers: int) -> Path:
     return build_checkpoint(directory, "llama", seed=2, num_hidden_layers=layers, num_key_value_heads=2)
 
 
-def count_step_ops(backend: str, layers: int, batch: int = 1, steps: int = 4, prompt_len: int = 20) -> dict[str, Any]:
+def count_step_ops(
+    backend: str,
+    layers: int,
+    batch: int = 1,
+    steps: int = 4,
+    prompt_len: int = 20,
+    quantization: str = "none",
+    one_call: bool = True,
+) -> dict[str, Any]:
     """Builds the engine on the tiny Llama, prefills ``batch`` requests, decodes once, then counts ``steps`` decode
-    steps: launches per layer and per step, each kind per layer and outside the layers, each op per layer."""
+    steps: launches per layer and per step, each kind per layer and outside the layers, each op per layer.
+    ``quantization`` int4 puts the projections on shoal's C kernel; there ``one_call`` False turns the one-call
+    layers off (one C call per op through the modules)."""
     from shoal.engine import LLM, SamplingParams
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,8 +189,11 @@ def count_step_ops(backend: str, layers: int, batch: int = 1, steps: int = 4, pr
             block_size=16,
             num_kv_blocks=batch * 8 + 8,
             max_num_seqs=batch,
+            quantization=quantization,
         )
     engine = llm.engine
+    if not one_call:
+        engine.runner.model.decode_stack = None
     params = SamplingParams(temperature=0.0, max_tokens=steps + 4, ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"r{i}", [3 + i, *range(10, 9 + prompt_len)], params)
@@ -170,12 +201,12 @@ def count_step_ops(backend: str, layers: int, batch: int = 1, steps: int = 4, pr
     engine.step()  # a first decode
     counter = OpCounter()
     label_layers(engine.runner.model, counter)
-    ops = engine.runner.model.norm.ops  # the backend every layer calls through
-    with triton_launches_counted(counter), c_calls_counted(counter, ops), counter:
+    with triton_launches_counted(counter), c_calls_counted(counter, engine.runner.model), counter:
         for _ in range(steps):
             engine.step()
     per_layer = steps * layers
     return {
+        "one_call_layers": getattr(engine.runner.model, "decode_stack", None) is not None,
         "launches_per_layer": sum(counter.counts["layers", k] for k in LAUNCHES) / per_layer,
         "launches_per_step": sum(counter.counts[w, k] for w in ("layers", "outside") for k in LAUNCHES) / steps,
         "per_layer": {k: counter.counts["layers", k] / per_layer for k in KINDS},
@@ -191,18 +222,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=1, help="requests decoding together")
     parser.add_argument("--prompt-len", type=int, default=20)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--quantization", choices=("none", "int4"), default="none", help="int4: the C gemv kernel")
+    parser.add_argument("--one-call-per-op", action="store_true", help="int4 on cpu: the one-call layers off")
     args = parser.parse_args(argv)
     if args.backend == "triton":
         os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are first imported
     torch.set_num_threads(1)
     from shoal.cpu_features import cpu_info
 
-    counts = count_step_ops(args.backend, args.layers, args.batch, args.steps, args.prompt_len)
+    counts = count_step_ops(
+        args.backend, args.layers, args.batch, args.steps, args.prompt_len, args.quantization, not args.one_call_per_op
+    )
     report = {
         "machine": cpu_info().summary(),
         "commit": _commit(),
         "torch": torch.__version__,
         "backend": args.backend,
+        "quantization": args.quantization,
         "layers": args.layers,
         "batch": args.batch,
         "steps": args.steps,

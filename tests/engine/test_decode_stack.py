@@ -3,6 +3,8 @@ batches and models it takes, and the module path for the rest."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -151,3 +153,20 @@ def test_models_the_one_call_does_not_cover_keep_the_modules(
 def test_unquantized_weights_keep_the_modules(tiny_gqa_llama_dir: Path) -> None:
     llm = LLM(str(tiny_gqa_llama_dir), dtype="float32", device="cpu", quantization="none")
     assert _model(llm).decode_stack is None
+
+
+def test_a_step_makes_one_c_call_for_all_its_layers_where_the_modules_make_nine_a_layer() -> None:
+    """Counted by ``bench/decode_ops.py`` on its tiny Llama (3 layers) with int4 projections."""
+    script = Path(__file__).resolve().parents[2] / "bench" / "decode_ops.py"
+    spec = importlib.util.spec_from_file_location("bench_decode_ops_stack", script)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+
+    one_call = bench.count_step_ops("cpu", layers=3, batch=2, steps=2, quantization="int4")
+    assert one_call["one_call_layers"] and one_call["layer_ops"] == {"c shoal_decode_layers": pytest.approx(1 / 3)}
+    modules = bench.count_step_ops("cpu", layers=3, batch=2, steps=2, quantization="int4", one_call=False)
+    assert not modules["one_call_layers"] and modules["per_layer"]["c"] == 9
+    assert modules["layer_ops"]["c shoal_gemv"] == 4
+    assert one_call["launches_per_step"] < modules["launches_per_step"] - 3 * 8
