@@ -215,7 +215,8 @@ def _alternate(
 
 def _label_c_kernel_calls() -> None:
     """The C kernels are ctypes calls, not torch ops: a ``record_function`` around each makes the profiler count
-    them."""
+    them. The one-call layers show as one ``shoal::decode_layers`` a step (the projections' share is inside it)."""
+    from shoal.engine.model.decode_stack import DecodeStack
     from shoal.kernels.cpu import QuantGemv
     from shoal.kernels.cpu.paged_attention import PagedAttention
 
@@ -231,8 +232,15 @@ def _label_c_kernel_calls() -> None:
         with torch.profiler.record_function("shoal::paged_attention"):
             return attend(self, *args)
 
+    stack_call = DecodeStack.__call__
+
+    def labelled_stack(self: DecodeStack, *args: Any) -> Any:
+        with torch.profiler.record_function("shoal::decode_layers"):
+            return stack_call(self, *args)
+
     QuantGemv._call = labelled  # type: ignore[method-assign]
     PagedAttention.__call__ = labelled_attention  # type: ignore[method-assign]
+    DecodeStack.__call__ = labelled_stack  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":
