@@ -117,6 +117,14 @@ def test_extreme_codes_and_a_zero_block_do_not_overflow(kernel: QuantGemv) -> No
     assert_matches(kernel.q8_0(x, *q8_0_layout(q8, ones)), x, q8.float())
 
 
+def test_q8_0_code_minus_128_is_read_as_itself(kernel: QuantGemv) -> None:
+    """int8's -128 (a GGUF writer may use it; llama.cpp's own stops at -127) against activations of both signs:
+    moving an activation's sign onto the weight, as ``vpmaddubsw`` needs, would turn it into -128 again."""
+    x = torch.tensor([[3.0, -3.0, 0.5, -0.25] * 8, [-1.0] * 32])
+    q8 = torch.tensor([-128, 127, -128, 5], dtype=torch.int8).repeat(8, 8)
+    assert_matches(kernel.q8_0(x, *q8_0_layout(q8, torch.ones(8, 1))), x, q8.float())
+
+
 def test_bf16_activations_give_the_float32_result_rounded(kernel: QuantGemv) -> None:
     codes, scales, lows, _ = q4_weights(64, 128, seed=7)
     packed = q4_1_layout(codes, scales, lows)

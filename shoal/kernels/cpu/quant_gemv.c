@@ -21,10 +21,13 @@
  * of m (scales [tiles, blocks, 2, 8]); Q8_0's is 256 bytes of codes and 16 bytes of d ([tiles, blocks, 8]).
  *
  * Paths, chosen at compile time from the target macros (-march=native at build): AVX512-VNNI (256-bit
- * `vpdpbusd` with AVX512VL) or AVX-VNNI; AVX2 (`vpmaddubsw` + `vpmaddwd`, the activations' signs moved onto the
- * weights as llama.cpp does, so |q| <= 127 is the unsigned operand and no pair sum saturates); and plain C.
- * With VNNI, Q8_0's signed codes are flipped to c + 128 (unsigned) and 128 (256 sum(q) + sum(r)) is taken back
- * out per block.
+ * `vpdpbusd` with AVX512VL) or AVX-VNNI; AVX2; and plain C. With VNNI, Q8_0's signed codes are flipped to
+ * c + 128 (unsigned) and 128 (256 sum(q) + sum(r)) is taken back out per block. AVX2 has no u8 x s8 dot of 4, so
+ * there the two levels are one int16 activation a = 256 q + r (|a| <= 32639) and each step is two `vpmaddwd`
+ * (int16 pairs into int32): the weights' even inputs (0, 2) against the pair (a0, a2) broadcast, the odd ones
+ * against (a1, a3), the weights widened to int16 once per tile for every row. The integer sum is the same p as
+ * the two levels', exactly, in half the instructions a row (`vpmaddubsw` per level needed the signs moved onto
+ * the weights and a second `vpmaddwd`).
  *
  * A decode step is memory-bound: each weight is read once per call, so the (<= MAX_ROWS) activation rows are
  * looped inside the block loop, each with its own accumulator, and OpenMP splits the tiles among the
@@ -41,6 +44,8 @@
 #define SHOAL_SIMD 1
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
 #define SHOAL_VNNI 1
+#else
+#define SHOAL_PAIRS 1 /* AVX2: int16 activations, see the header */
 #endif
 #endif
 
@@ -105,6 +110,9 @@ typedef struct {
     float *u;    /* [rows, blocks] */
     int32_t *s;  /* [rows, blocks]: 256 sum(q) + sum(r) */
     float *us;   /* [rows, blocks]: u * s */
+#ifdef SHOAL_PAIRS
+    int32_t *pairs; /* [rows, cols / 2]: per step of 4 inputs, (a0, a2) and (a1, a3) as int16 pairs, a = 256 q + r */
+#endif
 } Activations;
 
 /* One scratch buffer per calling thread, grown as needed: no allocation per call. */
@@ -117,6 +125,9 @@ static int quantize_activations(const void *x, int dtype, int rows, int cols, Ac
     int blocks = cols / QK;
     size_t codes = (size_t)rows * cols, per_block = (size_t)rows * blocks;
     size_t need = 2 * codes + per_block * (2 * sizeof(float) + sizeof(int32_t));
+#ifdef SHOAL_PAIRS
+    need += codes * sizeof(int16_t);
+#endif
     if (need > scratch_size) {
         void *grown = realloc(scratch, need);
         if (!grown) return SHOAL_NO_MEMORY;
@@ -126,7 +137,12 @@ static int quantize_activations(const void *x, int dtype, int rows, int cols, Ac
     a->u = (float *)scratch;
     a->us = a->u + per_block;
     a->s = (int32_t *)(a->us + per_block);
+#ifdef SHOAL_PAIRS
+    a->pairs = a->s + per_block;
+    a->q = (int8_t *)(a->pairs + codes / 2);
+#else
     a->q = (int8_t *)(a->s + per_block);
+#endif
     a->r = a->q + codes;
     for (int row = 0; row < rows; row++) {
         for (int b = 0; b < blocks; b++) {
@@ -145,6 +161,16 @@ static int quantize_activations(const void *x, int dtype, int rows, int cols, Ac
                 a->r[start + i] = r;
                 sum += 256 * q + r;
             }
+#ifdef SHOAL_PAIRS
+            for (int k = 0; k < QK / 4; k++) {
+                const int8_t *q = a->q + start + 4 * k, *r = a->r + start + 4 * k;
+                int32_t *pair = a->pairs + start / 2 + 2 * k;
+                for (int odd = 0; odd < 2; odd++) {
+                    uint16_t first = (uint16_t)(256 * q[odd] + r[odd]), second = (uint16_t)(256 * q[odd + 2] + r[odd + 2]);
+                    pair[odd] = (int32_t)((uint32_t)first | (uint32_t)second << 16);
+                }
+            }
+#endif
             a->u[row * blocks + b] = u;
             a->s[row * blocks + b] = sum;
             a->us[row * blocks + b] = u * (float)sum;
@@ -198,6 +224,19 @@ static inline __m256i block_dot(const __m256i *w, const int8_t *q, const int8_t 
 }
 #endif
 
+#ifdef SHOAL_PAIRS
+/* The same p per lane from int16 weights: even[k] holds inputs 4k and 4k + 2 of each row's lane, odd[k] inputs
+ * 4k + 1 and 4k + 3, against the block's activation pairs (16 words, see Activations). */
+static inline __m256i block_dot_pairs(const __m256i *even, const __m256i *odd, const int32_t *pairs) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k++) {
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(even[k], _mm256_set1_epi32(pairs[2 * k])));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(odd[k], _mm256_set1_epi32(pairs[2 * k + 1])));
+    }
+    return sum;
+}
+#endif
+
 /* One tile (TILE output rows) of Q4_1 weights against R activation rows (R a constant after inlining, so the
  * accumulators stay in registers); out[row * TILE + j] is output row j's result for activation row `row`. */
 static inline __attribute__((always_inline)) void q4_1_tile(const uint8_t *codes, const uint16_t *scales,
@@ -207,23 +246,39 @@ static inline __attribute__((always_inline)) void q4_1_tile(const uint8_t *codes
 #ifdef SHOAL_SIMD
     __m256 acc[MAX_ROWS];
     for (int row = 0; row < R; row++) acc[row] = _mm256_setzero_ps();
-    const __m256i nibble = _mm256_set1_epi8(0x0F);
     for (int b = 0; b < blocks; b++) {
         const uint8_t *block = codes + (size_t)b * 128;
         _mm_prefetch((const char *)(block + PREFETCH * 128), _MM_HINT_T0);
         _mm_prefetch((const char *)(block + PREFETCH * 128 + 64), _MM_HINT_T0);
         _mm_prefetch((const char *)(scales + (size_t)(b + PREFETCH) * 16), _MM_HINT_T0);
+#ifdef SHOAL_PAIRS /* each 16-bit element holds inputs t, t + 1 of steps c (low nibbles) and c + 4 (high) */
+        const __m256i low4 = _mm256_set1_epi16(0x000F);
+        __m256i even[8], odd[8];
+        for (int c = 0; c < 4; c++) {
+            __m256i packed = _mm256_loadu_si256((const __m256i *)(block + 32 * c));
+            even[c] = _mm256_and_si256(packed, low4);
+            odd[c] = _mm256_and_si256(_mm256_srli_epi16(packed, 8), low4);
+            even[c + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+            odd[c + 4] = _mm256_srli_epi16(packed, 12);
+        }
+#else
+        const __m256i nibble = _mm256_set1_epi8(0x0F);
         __m256i w[8];
         for (int c = 0; c < 4; c++) {
             __m256i packed = _mm256_loadu_si256((const __m256i *)(block + 32 * c));
             w[c] = _mm256_and_si256(packed, nibble);
             w[c + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
         }
+#endif
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + (size_t)b * 16)));
         __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + (size_t)b * 16 + 8)));
         for (int row = 0; row < R; row++) {
             size_t at = (size_t)row * cols + (size_t)b * QK, ab = (size_t)row * blocks + b;
+#ifdef SHOAL_PAIRS
+            __m256 dot = _mm256_cvtepi32_ps(block_dot_pairs(even, odd, a->pairs + at / 2));
+#else
             __m256 dot = _mm256_cvtepi32_ps(block_dot(w, a->q + at, a->r + at));
+#endif
             acc[row] = _mm256_fmadd_ps(dot, _mm256_mul_ps(d, _mm256_set1_ps(a->u[ab])), acc[row]);
             acc[row] = _mm256_fmadd_ps(m, _mm256_set1_ps(a->us[ab]), acc[row]);
         }
@@ -263,15 +318,28 @@ static inline __attribute__((always_inline)) void q8_0_tile(const int8_t *codes,
         const int8_t *block = codes + (size_t)b * 256;
         for (int line = 0; line < 4; line++) _mm_prefetch((const char *)(block + PREFETCH * 256 + 64 * line), _MM_HINT_T0);
         _mm_prefetch((const char *)(scales + (size_t)(b + PREFETCH) * 8), _MM_HINT_T0);
+#ifdef SHOAL_PAIRS /* the signed bytes widened: low byte of each 16-bit element (inputs 0, 2), high (1, 3) */
+        __m256i even[8], odd[8];
+        for (int k = 0; k < 8; k++) {
+            __m256i w = _mm256_loadu_si256((const __m256i *)(block + 32 * k));
+            even[k] = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8);
+            odd[k] = _mm256_srai_epi16(w, 8);
+        }
+#else
         __m256i w[8];
         for (int k = 0; k < 8; k++) w[k] = _mm256_loadu_si256((const __m256i *)(block + 32 * k));
+#endif
 #ifdef SHOAL_VNNI
         for (int k = 0; k < 8; k++) w[k] = _mm256_xor_si256(w[k], _mm256_set1_epi8((char)0x80)); /* c + 128 */
 #endif
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + (size_t)b * 8)));
         for (int row = 0; row < R; row++) {
             size_t at = (size_t)row * cols + (size_t)b * QK, ab = (size_t)row * blocks + b;
+#ifdef SHOAL_PAIRS
+            __m256i dot = block_dot_pairs(even, odd, a->pairs + at / 2);
+#else
             __m256i dot = block_dot(w, a->q + at, a->r + at);
+#endif
 #ifdef SHOAL_VNNI
             dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(128 * a->s[ab]));
 #endif
