@@ -4,7 +4,11 @@ One matrix called in a loop (warm caches: the kernels' compute, not a decode ste
 ``bench/decode_step.py --kernel auto|torch``). One torch thread unless ``--threads``; each figure is the median
 of ``--rounds`` timings, and the line carries the CPU flags and the load average.
 
-    .venv/bin/python bench/quant_gemv.py [--threads 1] [--rounds 3]
+    .venv/bin/python bench/quant_gemv.py [--threads 1] [--rounds 3] [--against OLD.c]
+
+``--against`` also builds another version of ``quant_gemv.c`` (``git show REV:shoal/kernels/cpu/quant_gemv.c``)
+with the same flags and times it beside this tree's on the same inputs (``against_q4_1`` / ``against_q8_0``),
+reporting whether the two builds' outputs are equal to the bit.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import statistics
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import torch
 
 from shoal.cpu_features import cpu_info
 from shoal.engine.loader.quantize import int4_from_dense, pack_int4
 from shoal.kernels.cpu import QuantGemv, load_quant_gemv, q4_1_layout, q8_0_layout
+from shoal.kernels.cpu.library import load_library
 
 SHAPES = {
     "qkv 576->960": (960, 576),
@@ -42,8 +48,11 @@ def per_call_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
     return round(statistics.median(times), 1)
 
 
-def shape_times(kernel: QuantGemv, out: int, cols: int, rounds: int) -> dict[int, dict[str, float]]:
-    """µs per call of each kernel at 1, 4 and 8 rows for one ``[out, cols]`` weight."""
+def shape_times(
+    kernel: QuantGemv, out: int, cols: int, rounds: int, against: QuantGemv | None = None
+) -> dict[int, dict[str, float | bool]]:
+    """µs per call of each kernel at 1, 4 and 8 rows for one ``[out, cols]`` weight; with ``against``, that
+    build's too and whether its outputs equal this tree's."""
     generator = torch.Generator().manual_seed(out + cols)
     dense = (torch.randn(out, cols, generator=generator) * 0.05).bfloat16()
     codes = int4_from_dense(dense)
@@ -52,7 +61,7 @@ def shape_times(kernel: QuantGemv, out: int, cols: int, rounds: int) -> dict[int
     int8 = torch.randint(-127, 128, (out, cols), dtype=torch.int8, generator=generator)
     q8_packed = q8_0_layout(int8, torch.rand(out, cols // 32, generator=generator))
     calls = 20 if out > 10_000 else 300
-    times = {}
+    times: dict[int, dict[str, float | bool]] = {}
     for rows in (1, 4, 8):
         x = torch.randn(rows, cols, generator=generator).bfloat16()
         kernels: dict[str, Callable[[], object]] = {
@@ -61,7 +70,14 @@ def shape_times(kernel: QuantGemv, out: int, cols: int, rounds: int) -> dict[int
             "c_q8_0": partial(kernel.q8_0, x, *q8_packed),
             "bf16": partial(torch.nn.functional.linear, x, dense),
         }
+        if against is not None:
+            kernels["against_q4_1"] = partial(against.q4_1, x, *c_packed)
+            kernels["against_q8_0"] = partial(against.q8_0, x, *q8_packed)
         times[rows] = {name: per_call_us(fn, calls, rounds) for name, fn in kernels.items()}
+        if against is not None:
+            times[rows]["equal_to_against"] = torch.equal(kernel.q4_1(x, *c_packed), against.q4_1(x, *c_packed)) and (
+                torch.equal(kernel.q8_0(x, *q8_packed), against.q8_0(x, *q8_packed))
+            )
     return times
 
 
@@ -69,10 +85,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--against", type=Path, help="another quant_gemv.c to time beside this tree's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     kernel = load_quant_gemv()
-    results = {name: shape_times(kernel, *shape, args.rounds) for name, shape in SHAPES.items()}
+    against = QuantGemv(load_library(args.against)) if args.against else None
+    results = {name: shape_times(kernel, *shape, args.rounds, against) for name, shape in SHAPES.items()}
     report = {
         "cpu": cpu_info().summary(),
         "vnni": sorted(f for f in cpu_info().flags if "vnni" in f),
