@@ -15,19 +15,22 @@ import openai
 import pytest
 from gateway_harness import EngineProcess, GatewayHandle
 from support.polling import eventually
+from support.stream_load import tokens_for_seconds
 
 from shoal.local.metrics import metric_values
 
 pytestmark = pytest.mark.timeout(600)
 
 MODEL = "smollm2"
-LONG_TOKENS = 400  # with ignore_eos: seconds on a CPU, so the engine stays draining while the test sends
+# the long request (ignore_eos): LONG_SECONDS at a lone request's rate, sized once the engines are up, so the
+# engine stays draining while the test sends on any CPU (400 fixed tokens were a few seconds on a fast one)
+LONG_SECONDS, MIN_LONG, MAX_LONG = 15.0, 400, 1900
 
 
 @pytest.fixture
 def two_engines(tmp_path: Path) -> Iterator[list[EngineProcess]]:
     started = [
-        EngineProcess("smollm2-135m", tmp_path / f"engine-{i}.log", MODEL, "--max-model-len", "512", *grace)
+        EngineProcess("smollm2-135m", tmp_path / f"engine-{i}.log", MODEL, "--max-model-len", "2048", *grace)
         for i, grace in enumerate((["--shutdown-grace", "120", "--max-num-seqs", "1"], []))
     ]
     try:
@@ -46,6 +49,7 @@ class Pair:
     handle: GatewayHandle
     api: openai.OpenAI
     direct: openai.OpenAI
+    long_tokens: int  # the long request's length: LONG_SECONDS at the draining engine's lone rate
 
 
 @pytest.fixture
@@ -63,12 +67,14 @@ def pair(two_engines: list[EngineProcess], gateways: Callable[..., GatewayHandle
     handle.wait_healthy(2, timeout=60)
     api = openai.OpenAI(base_url=f"{handle.url}/v1", api_key="unused", max_retries=0, timeout=120)
     direct = openai.OpenAI(base_url=f"{draining.url}/v1", api_key="unused", max_retries=0, timeout=300)
-    return Pair(draining, handle, api, direct)
+    return Pair(
+        draining, handle, api, direct, tokens_for_seconds(draining.url, MODEL, LONG_SECONDS, MIN_LONG, MAX_LONG)
+    )
 
 
 def test_requests_refused_by_a_draining_replica_are_served_by_another(pair: Pair) -> None:
     draining, handle, api, direct = pair.draining, pair.handle, pair.api, pair.direct
-    in_flight, runner = _long_request(direct, draining.url)
+    in_flight, runner = _long_request(direct, draining.url, pair.long_tokens)
     draining.terminate()
     eventually(lambda: httpx.get(draining.url + "/ready", timeout=5).status_code == 503, 30, "the engine draining")
 
@@ -90,13 +96,13 @@ def test_requests_refused_by_a_draining_replica_are_served_by_another(pair: Pair
     retries = metric_values(handle.url, "shoal_gateway_upstream_retries_total")
     assert sum(v for labels, v in retries.items() if 'cause="unavailable"' in labels) >= 3
 
-    _assert_whole(in_flight, runner, LONG_TOKENS)
+    _assert_whole(in_flight, runner, pair.long_tokens)
     assert draining.process.wait(timeout=60) == 0
 
 
 def test_a_request_queued_on_a_draining_replica_is_served_by_another(pair: Pair) -> None:
     draining, handle, api, direct = pair.draining, pair.handle, pair.api, pair.direct
-    in_flight, runner = _long_request(direct, draining.url)
+    in_flight, runner = _long_request(direct, draining.url, pair.long_tokens)
 
     streams = [_stream(api, 8) for _ in range(2)]  # round-robin: one of them waits on the draining replica
     eventually(lambda: _waiting(draining.url) >= 1, 60, "a request queued behind the long one")
@@ -108,7 +114,7 @@ def test_a_request_queued_on_a_draining_replica_is_served_by_another(pair: Pair)
     assert sum(v for labels, v in rejected.items() if 'reason="draining"' in labels) == 1
     retries = metric_values(handle.url, "shoal_gateway_upstream_retries_total")
     assert sum(v for labels, v in retries.items() if 'cause="unavailable"' in labels) == 1
-    _assert_whole(in_flight, runner, LONG_TOKENS)
+    _assert_whole(in_flight, runner, pair.long_tokens)
     assert draining.process.wait(timeout=60) == 0
 
 
@@ -133,9 +139,9 @@ def _stream(api: openai.OpenAI, tokens: int, url: str | None = None) -> tuple[li
     return chunks, thread
 
 
-def _long_request(direct: openai.OpenAI, url: str) -> tuple[list[Any], threading.Thread]:
+def _long_request(direct: openai.OpenAI, url: str, tokens: int) -> tuple[list[Any], threading.Thread]:
     """A long stream straight to the engine at ``url``, running once this returns."""
-    chunks, thread = _stream(direct, LONG_TOKENS)
+    chunks, thread = _stream(direct, tokens)
     eventually(lambda: chunks or _running(url) >= 1, 60, "the long request running")
     return chunks, thread
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.stream_load import StreamLoad
+from support.stream_load import StreamLoad, tokens_for_seconds
 from up_harness import manifest, until, write_manifest
 
 from shoal.engine_kinds import adapter
@@ -27,10 +27,11 @@ pytestmark = pytest.mark.timeout(900)
 
 MODEL = "smollm2"
 RUNNING, WAITING = adapter("shoal").metrics.running, adapter("shoal").metrics.waiting
-# with ignore_eos: tens of seconds a stream here, longer than the gateway takes to drop the engine, and well within
-# the drain's grace (maxModelLen 512 at the time per token observed by then, at least the CPU's default 0.25 s:
-# 169 s or more), on a loaded machine too (an AVX2-only CPU under a full test run streamed four at about 0.5 s a token)
-MAX_TOKENS = 200
+# with ignore_eos, a stream of STREAM_SECONDS at a lone request's rate (longer under the load), sized once the engines
+# are up: longer than the gateway takes to drop the engine (1 s), so SIGTERM finds streams in flight on any CPU
+# (200 fixed tokens were 6 s here but under 3 s on a faster CPU), and well within the drain's grace (maxModelLen
+# 2048 at the CPU's default 0.25 s a token, capped)
+STREAM_SECONDS, MIN_TOKENS, MAX_TOKENS = 8.0, 200, 1800
 
 
 async def _in_flight_until_signalled(victim: EngineReplica) -> float:
@@ -47,7 +48,7 @@ def test_a_scale_down_under_streaming_load_loses_no_request(tmp_path: Path) -> N
     document = manifest(
         "smollm2-135m",
         model={"source": "smollm2-135m", "servedName": MODEL},
-        engine={"maxModelLen": 512, "maxNumSeqs": 4, "startupSeconds": 300},
+        engine={"maxModelLen": 2048, "maxNumSeqs": 4, "startupSeconds": 300},
         replicas={"min": 1, "max": 2, "count": 2},
         autoscaling={"enabled": False},
         gateway={"routingPolicy": "round-robin"},  # both engines busy: prefix-aware would keep one prompt on one
@@ -55,13 +56,16 @@ def test_a_scale_down_under_streaming_load_loses_no_request(tmp_path: Path) -> N
     local = load_manifest(write_manifest(tmp_path, document))
     _, source = autoscaling(local.spec)
     up = Up(local, UpOptions(port=free_port(), tui=False, log_dir=tmp_path), None, source, lambda line: None)
-    load = StreamLoad(up.url, clients=4, model=MODEL, max_tokens=MAX_TOKENS)
+    load = StreamLoad(up.url, clients=4, model=MODEL, max_tokens=MIN_TOKENS)
 
     async def scenario() -> None:
         running = asyncio.create_task(up.run(None))
         try:
             await until(lambda: len(up.fleet.ready_backends()) == 2, 600, "two ready engines", up)
             await asyncio.sleep(up.fleet.discovery_delay_s * 2)  # the gateway has read both
+            load.max_tokens = await asyncio.to_thread(
+                tokens_for_seconds, up.url, MODEL, STREAM_SECONDS, MIN_TOKENS, MAX_TOKENS
+            )
             load.start()
             await until(lambda: load.completed >= 4, 240, "the load flowing through both engines", up)
             up.fleet.scale_to(1)  # what the autoscaler does (LocalAutoscaler.step)

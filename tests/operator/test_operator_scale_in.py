@@ -10,20 +10,18 @@ truncated."""
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 from fleet_gateway import start_gateway
 from operator_harness import apply, example, get
 from support.kube_testbed import ControlPlane
 from support.polling import eventually
 from support.process_node import PodProcess, ProcessNode
-from support.stream_load import StreamLoad
+from support.stream_load import StreamLoad, tokens_for_seconds
 
 from shoal.engine_kinds import adapter
 from shoal.local import metric, metric_values
@@ -32,10 +30,10 @@ from shoal.local.process import LocalProcess
 pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.timeout(420)]
 
 NAME, MODEL = "scalein", "smollm2"
-MAX_MODEL_LEN = 1024
+MAX_MODEL_LEN = 2048
 # a stream (ignore_eos) long enough on this machine to outlast the preStop sleep (5 s), so SIGTERM finds requests
 # in flight: SINGLE_STREAM_SECONDS of tokens at a lone request's rate, more under load
-SINGLE_STREAM_SECONDS, MIN_TOKENS, MAX_TOKENS = 8.0, 128, 900
+SINGLE_STREAM_SECONDS, MIN_TOKENS, MAX_TOKENS = 8.0, 128, 1900
 RUNNING = adapter("shoal").metrics.running
 
 
@@ -60,18 +58,6 @@ def running(engine: PodProcess) -> float:
         return 0.0
 
 
-def stream_tokens(url: str, api_key: str) -> int:
-    """``max_tokens`` for the load: ``SINGLE_STREAM_SECONDS`` at the rate of one timed 32-token request (its
-    time to first token included, so the rate is on the slow side), within ``MIN_TOKENS``..``MAX_TOKENS``."""
-    api = openai.OpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=120)
-    began = time.monotonic()
-    api.chat.completions.create(
-        model=MODEL, max_tokens=32, messages=[{"role": "user", "content": "Hello"}], extra_body={"ignore_eos": True}
-    )
-    per_token = (time.monotonic() - began) / 32
-    return max(MIN_TOKENS, min(MAX_TOKENS, math.ceil(SINGLE_STREAM_SECONDS / per_token)))
-
-
 def backends_up(gateway: LocalProcess) -> int:
     return int(sum(metric_values(gateway.url, "shoal_gateway_backend_up").values()))
 
@@ -94,7 +80,7 @@ def test_a_scale_down_under_streaming_load_loses_no_request(
             detail=lambda: process_node.log_tail(1500) + "\n" + gateway.log(2000),
         )
         ready_at = time.monotonic()
-        max_tokens = stream_tokens(gateway.url, api_key)
+        max_tokens = tokens_for_seconds(gateway.url, MODEL, SINGLE_STREAM_SECONDS, MIN_TOKENS, MAX_TOKENS, api_key)
         load = StreamLoad(gateway.url, clients=4, model=MODEL, max_tokens=max_tokens, api_key=api_key)
         load.start()
         cleanup.callback(load.stop)

@@ -1,8 +1,11 @@
 """Steady streaming load from the official ``openai`` client, every outcome counted: the lossless scale-in tests'
-load (``shoal up``'s in tests/local, the operator's on the test bed in tests/operator)."""
+load (``shoal up``'s in tests/local, the operator's on the test bed in tests/operator); and stream lengths sized
+in seconds at the engine's measured rate, since a fixed token count that outlasts a drain on one CPU ends before
+it on a faster one."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -76,3 +79,16 @@ class StreamLoad:
     def summary(self) -> str:
         """The counts, for the test's output and its failure message."""
         return f"{self.completed} whole, {len(self.failures)} failed or truncated: {self.failures[:5]}"
+
+
+def tokens_for_seconds(url: str, model: str, seconds: float, least: int, most: int, api_key: str = "unused") -> int:
+    """``max_tokens`` for a stream of about ``seconds`` at a lone request's rate, timed on one 32-token chat (its
+    time to first token included, so the rate is on the slow side and the stream on the long side), within
+    ``least``..``most`` (``most`` within the engine's context)."""
+    api = openai.OpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=120)
+    began = time.monotonic()
+    api.chat.completions.create(
+        model=model, max_tokens=32, messages=[{"role": "user", "content": "Hello"}], extra_body={"ignore_eos": True}
+    )
+    per_token = (time.monotonic() - began) / 32
+    return max(least, min(most, math.ceil(seconds / per_token)))
