@@ -2,8 +2,9 @@
 
 At a SmolLM2 batch-1 decode step the C kernels worked 12.7 ms and Python spent 5.3 ms between their 283 calls
 (module calls, each kernel wrapper's checks, output allocations, ctypes conversions). ``DecodeStack`` checks
-once, at bind time, that every layer is what ``shoal.kernels.cpu.decode_layers`` runs (a dense MLP, no
-biases, no per-head norms, every projection on shoal's C kernel, the C attention and layer ops), fills its
+once, at bind time, that every layer is what ``shoal.kernels.cpu.decode_layers`` runs (a dense MLP, a bias on
+Q/K/V only (Qwen2), per-head Q/K norms or none (Qwen3), every projection on shoal's C kernel, the C attention and
+layer ops), fills its
 tables once per KV cache, and per step passes the metadata and preallocated buffers in one struct. The kernels
 are called as the modules call them, so the step's tokens are the module path's to the bit; a batch with more
 rows than the quantized kernel takes, or anything unexpected, goes down the module path.
@@ -43,6 +44,9 @@ class LayerParts:
     gate_up: QuantizedLinear
     down: QuantizedLinear
     window: int  # 0: none
+    qkv_bias: Tensor | None = None
+    q_norm: Tensor | None = None  # per-head norms' weights (Qwen3), with k_norm
+    k_norm: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ class DecodeStack:
                 ("o", shape.hidden),
                 ("gate_up", 2 * shape.intermediate),
                 ("act", shape.intermediate),
+                ("q", q_size),
+                ("k", kv_size),
             )
         }
         self._step = Step(**{name: t.data_ptr() for name, t in self._buffers.items()})
@@ -135,6 +141,9 @@ class DecodeStack:
                 o=_projection(part.o),
                 gate_up=_projection(part.gate_up),
                 down=_projection(part.down),
+                qkv_bias=_address(part.qkv_bias),
+                q_norm=_address(part.q_norm),
+                k_norm=_address(part.k_norm),
                 k_cache=k_cache.data_ptr(),
                 v_cache=v_cache.data_ptr(),
                 window=part.window,
@@ -187,18 +196,28 @@ def bind(model: torch.nn.Module) -> DecodeStack | None:
         assert isinstance(layer, DecoderLayer)
         attn, mlp = layer.self_attn, layer.mlp
         assert isinstance(attn, Attention)
-        if not isinstance(mlp, MLP) or attn.q_norm is not None:
+        if not isinstance(mlp, MLP) or (attn.q_norm is None) != (attn.k_norm is None):
             return None
-        qkv, o, gate_up, down = (_quantized(p) for p in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj))
+        qkv = _quantized(attn.qkv_proj, bias_allowed=True)
+        o, gate_up, down = (_quantized(p) for p in (attn.o_proj, mlp.gate_up_proj, mlp.down_proj))
         if qkv is None or o is None or gate_up is None or down is None:
             return None
         input_norm, post_norm = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
-        parts.append(LayerParts(input_norm, post_norm, qkv, o, gate_up, down, attn.sliding_window or 0))
+        q_norm, k_norm = (n.weight if n is not None else None for n in (attn.q_norm, attn.k_norm))
+        if any(n is not None and n.eps != model.norm.eps for n in (attn.q_norm, attn.k_norm)):
+            return None
+        window = attn.sliding_window or 0
+        parts.append(LayerParts(input_norm, post_norm, qkv, o, gate_up, down, window, qkv.bias, q_norm, k_norm))
     first = model.layers[0].self_attn
     assert isinstance(first, Attention)
     dtype, cos_sin = model.norm.weight.dtype, model.cos_sin_cache
     kernels = {id(q.kernel) for part in parts for q in (part.qkv, part.o, part.gate_up, part.down)}
-    weights = [w for part in parts for w in (part.input_norm, part.post_norm)]
+    weights = [
+        w
+        for part in parts
+        for w in (part.input_norm, part.post_norm, part.qkv_bias, part.q_norm, part.k_norm)
+        if w is not None
+    ]
     if (
         dtype not in DTYPES
         or len(kernels) != 1
@@ -232,11 +251,15 @@ def bind(model: torch.nn.Module) -> DecodeStack | None:
     return stack
 
 
-def _quantized(module: torch.nn.Module) -> QuantizedLinear | None:
-    """``module`` where it is a projection on shoal's C kernel with no bias."""
-    if isinstance(module, QuantizedLinear) and module.kind in KINDS and module.bias is None:
+def _quantized(module: torch.nn.Module, bias_allowed: bool = False) -> QuantizedLinear | None:
+    """``module`` where it is a projection on shoal's C kernel (with no bias unless ``bias_allowed``)."""
+    if isinstance(module, QuantizedLinear) and module.kind in KINDS and (bias_allowed or module.bias is None):
         return module
     return None
+
+
+def _address(tensor: Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
 
 
 def _projection(module: QuantizedLinear) -> Projection:

@@ -8,12 +8,16 @@
  * its own flags), the layers' weights and caches as a table built once, and the step's metadata and scratch
  * buffers as one struct. The caller (shoal.kernels.cpu.decode_layers) has checked every shape once.
  *
- * A layer: h = rms_norm(x [+ residual]); qkv = h @ Wqkv; RoPE on q and k with k and v written to the cache;
- * a = attention(q); o = a @ Wo; h = rms_norm(o + residual); g = h @ Wgate_up; x = silu(g[:, :I]) * g[:, I:] @ Wdown.
- * The first layer's residual is its input; each later one's is the sum the previous norm stored.
+ * A layer: h = rms_norm(x [+ residual]); qkv = h @ Wqkv [+ bias]; [q, k = rms_norm per head (Qwen3)]; RoPE on q and
+ * k with k and v written to the cache; a = attention(q); o = a @ Wo; h = rms_norm(o + residual);
+ * g = h @ Wgate_up; x = silu(g[:, :I]) * g[:, I:] @ Wdown. The first layer's residual is its input; each later
+ * one's is the sum the previous norm stored. The bias is added as torch adds it (in fp32, rounded to the dtype);
+ * the per-head norms write q and k densely, as the modules' reshape does, and RoPE and attention read them there.
  */
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef int (*gemv_fn)(int kind, const void *codes, const uint16_t *scales, const void *x, int x_dtype, void *y,
                        int y_dtype, int rows, int in_features, long out_features, int threads);
@@ -33,7 +37,7 @@ typedef int (*attention_fn)(const void *q, long q_token_stride, long q_head_stri
                             int window, float softcap, int threads);
 
 /* The ops, in the order a layer runs them: where a refused call is reported. */
-enum { OP_INPUT_NORM = 0, OP_QKV, OP_ROTARY, OP_ATTENTION, OP_O, OP_POST_NORM, OP_GATE_UP, OP_SILU, OP_DOWN };
+enum { OP_INPUT_NORM = 0, OP_QKV, OP_ROTARY, OP_ATTENTION, OP_O, OP_POST_NORM, OP_GATE_UP, OP_SILU, OP_DOWN, OP_QK_NORM };
 
 typedef struct { /* one quantized projection: the kernel's kind and layout (quant_gemv.py) */
     int kind;
@@ -44,6 +48,8 @@ typedef struct { /* one quantized projection: the kernel's kind and layout (quan
 typedef struct { /* one decoder layer, fixed once the model and its KV cache are loaded */
     const void *input_norm, *post_norm;
     Projection qkv, o, gate_up, down;
+    const void *qkv_bias;        /* NULL: none */
+    const void *q_norm, *k_norm; /* per-head norms' weights (Qwen3), NULL: none */
     void *k_cache, *v_cache;
     int window; /* sliding window, 0: none */
 } Layer;
@@ -62,6 +68,7 @@ typedef struct { /* one step: its metadata, its buffers, and where a refused cal
     const int32_t *block_tables, *seq_lens, *query_start;
     int table_width, num_seqs, rows, threads;
     void *x, *residual_a, *residual_b, *normed, *qkv, *attn, *o, *gate_up, *act;
+    void *q, *k; /* the per-head norms' outputs [rows, heads * head_dim], [rows, kv_heads * head_dim] */
     int failed_layer, failed_op; /* written when a call is refused */
 } Step;
 
@@ -76,6 +83,31 @@ static int refused(Step *s, int layer, int op, int status) {
         int status_ = (call);                                                                                        \
         if (status_) return refused(s, l, op, status_);                                                             \
     } while (0)
+
+/* torch's bf16 rounding (c10::BFloat16): nearest even, any NaN the quiet NaN 0x7FC0. */
+static uint16_t to_bf16(float f) {
+    if (isnan(f)) return 0x7FC0;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* y [rows, width] += bias [width], each sum in fp32 and rounded to the dtype, as torch's `out + bias`. */
+static void add_bias(void *y, const void *bias, int rows, long width, int bf16) {
+    for (long i = 0; i < (long)rows * width; i++) {
+        if (bf16)
+            ((uint16_t *)y)[i] = to_bf16(from_bf16(((uint16_t *)y)[i]) + from_bf16(((const uint16_t *)bias)[i % width]));
+        else
+            ((float *)y)[i] += ((const float *)bias)[i % width];
+    }
+}
 
 /* The residual buffer that is not `residual`: where the next norm stores its sum. */
 static void *other(const Step *s, const void *residual) { return residual == s->residual_a ? s->residual_b : s->residual_a; }
@@ -107,11 +139,23 @@ int shoal_decode_layers(const Model *m, const Layer *layers, int num_layers, Ste
         }
         RUN(OP_QKV, gemv(L->qkv.kind, L->qkv.codes, L->qkv.scales, s->normed, dt, qkv, dt, rows, hidden, qkv_width,
                          nt));
-        RUN(OP_ROTARY, rotary(s->positions, qkv, qkv_width, hd, qkv + q_size * element, qkv_width, hd,
-                              qkv + (q_size + kv_size) * element, qkv_width, hd, dt, m->cos_sin, m->cos_sin_dtype,
-                              m->max_position, m->rot, L->k_cache, L->v_cache, s->slots,
-                              (long)m->num_blocks * m->block_size, rows, m->heads, m->kv_heads, hd, nt));
-        RUN(OP_ATTENTION, attention(qkv, qkv_width, hd, dt, L->k_cache, L->v_cache, dt, s->block_tables,
+        if (L->qkv_bias) add_bias(qkv, L->qkv_bias, rows, qkv_width, dt);
+        char *q = qkv, *k = qkv + q_size * element;
+        long q_stride = qkv_width, k_stride = qkv_width;
+        if (L->q_norm) { /* each token's heads as rows, into dense q and k as the modules' reshape leaves them */
+            for (int t = 0; t < rows; t++) {
+                RUN(OP_QK_NORM, rms_norm(qkv + t * qkv_width * element, hd, 0, 0, L->q_norm,
+                                         (char *)s->q + t * q_size * element, 0, dt, m->heads, hd, m->eps, nt));
+                RUN(OP_QK_NORM, rms_norm(qkv + (t * qkv_width + q_size) * element, hd, 0, 0, L->k_norm,
+                                         (char *)s->k + t * kv_size * element, 0, dt, m->kv_heads, hd, m->eps, nt));
+            }
+            q = (char *)s->q, k = (char *)s->k, q_stride = q_size, k_stride = kv_size;
+        }
+        RUN(OP_ROTARY, rotary(s->positions, q, q_stride, hd, k, k_stride, hd, qkv + (q_size + kv_size) * element,
+                              qkv_width, hd, dt, m->cos_sin, m->cos_sin_dtype, m->max_position, m->rot, L->k_cache,
+                              L->v_cache, s->slots, (long)m->num_blocks * m->block_size, rows, m->heads, m->kv_heads,
+                              hd, nt));
+        RUN(OP_ATTENTION, attention(q, q_stride, hd, dt, L->k_cache, L->v_cache, dt, s->block_tables,
                                     s->table_width, m->num_blocks, s->seq_lens, s->query_start, s->attn,
                                     s->num_seqs, m->heads, m->kv_heads, hd, m->block_size, m->scale, L->window,
                                     m->softcap, nt));

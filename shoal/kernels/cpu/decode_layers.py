@@ -30,6 +30,7 @@ OPS = (
     ("gate_up_proj", quant_gemv.ERRORS),
     ("silu_and_mul", layer_ops.ERRORS),
     ("down_proj", quant_gemv.ERRORS),
+    ("q_norm/k_norm", layer_ops.ERRORS),
 )
 
 
@@ -40,7 +41,8 @@ class Projection(ctypes.Structure):
 
 
 class Layer(ctypes.Structure):
-    """One decoder layer's norm weights, projections, KV cache and sliding window (0: none)."""
+    """One decoder layer's norm weights, projections, QKV bias and per-head norms (None: none), KV cache and sliding
+    window (0: none)."""
 
     _fields_ = [
         ("input_norm", c_ptr),
@@ -49,6 +51,9 @@ class Layer(ctypes.Structure):
         ("o", Projection),
         ("gate_up", Projection),
         ("down", Projection),
+        ("qkv_bias", c_ptr),
+        ("q_norm", c_ptr),
+        ("k_norm", c_ptr),
         ("k_cache", c_ptr),
         ("v_cache", c_ptr),
         ("window", c_int),
@@ -81,6 +86,8 @@ class Step(ctypes.Structure):
         *((name, c_int) for name in ("table_width", "num_seqs", "rows", "threads")),
         *((name, c_ptr) for name in ("x", "residual_a", "residual_b", "normed", "qkv", "attn", "o", "gate_up")),
         ("act", c_ptr),
+        ("q", c_ptr),
+        ("k", c_ptr),
         ("failed_layer", c_int),
         ("failed_op", c_int),
     ]
