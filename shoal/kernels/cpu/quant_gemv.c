@@ -179,15 +179,13 @@ static int quantize_activations(const void *x, int dtype, int rows, int cols, Ac
     return SHOAL_OK;
 }
 
-#ifdef SHOAL_SIMD
+#ifdef SHOAL_VNNI
 /* acc + per-lane sums of 4 products u8 x s8. */
 static inline __m256i dot_add(__m256i acc, __m256i u, __m256i s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     return _mm256_dpbusd_epi32(acc, u, s);
-#elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
 #endif
 }
 
@@ -196,31 +194,26 @@ static inline __m256i broadcast4(const int8_t *q) {
     memcpy(&v, q, 4);
     return _mm256_set1_epi32(v);
 }
-#else
+
+/* 256 sum(w q) + sum(w r) per lane over one block's 8 steps: the weights' 8 step vectors (unsigned) against both
+ * levels. */
+static inline __m256i block_dot(const __m256i *w, const int8_t *q, const int8_t *res) {
+    __m256i high = _mm256_setzero_si256(), low = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k++) {
+        high = dot_add(high, w[k], broadcast4(q + 4 * k));
+        low = dot_add(low, w[k], broadcast4(res + 4 * k));
+    }
+    return _mm256_add_epi32(_mm256_slli_epi32(high, 8), low);
+}
+#endif
+
+#ifndef SHOAL_SIMD
 static inline float half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
     if (exponent == 0x1F) return bits_to_float(sign | 0x7F800000u | (mantissa << 13));
     if (exponent) return bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
     float magnitude = (float)mantissa * (1.0f / 16777216.0f); /* subnormal: mantissa * 2^-24 */
     return sign ? -magnitude : magnitude;
-}
-#endif
-
-#ifdef SHOAL_SIMD
-/* 256 sum(w q) + sum(w r) per lane over one block's 8 steps: the weights' 8 step vectors against both levels. */
-static inline __m256i block_dot(const __m256i *w, const int8_t *q, const int8_t *res) {
-    __m256i high = _mm256_setzero_si256(), low = _mm256_setzero_si256();
-    for (int k = 0; k < 8; k++) {
-        __m256i qk = broadcast4(q + 4 * k), rk = broadcast4(res + 4 * k);
-#ifdef SHOAL_VNNI
-        high = dot_add(high, w[k], qk);
-        low = dot_add(low, w[k], rk);
-#else /* w signed (Q8_0) or <= 15 (Q4): the signs move onto the weights, |q| and |r| are unsigned */
-        high = dot_add(high, _mm256_sign_epi8(qk, qk), _mm256_sign_epi8(w[k], qk));
-        low = dot_add(low, _mm256_sign_epi8(rk, rk), _mm256_sign_epi8(w[k], rk));
-#endif
-    }
-    return _mm256_add_epi32(_mm256_slli_epi32(high, 8), low);
 }
 #endif
 
