@@ -134,6 +134,20 @@ def test_a_refused_call_names_the_layer_and_the_op(tiny_gqa_llama_dir: Path) -> 
         stack(past_the_table, torch.zeros(1, 64), llm.engine.runner.kv_caches, meta)
 
 
+def test_kv_caches_of_different_shapes_are_refused(tiny_gqa_llama_dir: Path) -> None:
+    """The table addresses every layer's cache with one shape: a cache of another shape is an error, not a read
+    past its end."""
+    llm = _llm(tiny_gqa_llama_dir)
+    stack = _model(llm).decode_stack
+    assert stack is not None
+    caches = list(llm.engine.runner.kv_caches)
+    k_cache, v_cache = caches[-1]
+    caches[-1] = (k_cache, v_cache[:-1].clone())  # one block fewer in the last layer's values
+    meta, positions, _ = _batch([1], [5])
+    with pytest.raises(ValueError, match="of one shape"):
+        stack(positions, torch.zeros(1, 64), caches, meta)
+
+
 @pytest.mark.parametrize(
     ("family", "options", "why"),
     [

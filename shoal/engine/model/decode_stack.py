@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from shoal.engine.model.llama import MLP, Attention, CausalLM, DecoderLayer
 from shoal.engine.model.quantized_linear import QuantizedLinear
 from shoal.kernels import AttentionMetadata
 from shoal.kernels.cpu.decode_layers import DecodeLayers, Layer, Model, Projection, Step, load_decode_layers
@@ -130,7 +131,10 @@ class DecodeStack:
         for k_cache, v_cache in kv_caches:
             if k_cache.dtype != self.dtype or v_cache.dtype != self.dtype or k_cache.device.type != "cpu":
                 raise ValueError(f"decode stack: {k_cache.dtype} KV caches on {k_cache.device}, not {self.dtype} CPU")
-            if not (k_cache.is_contiguous() and v_cache.is_contiguous()) or k0.shape != k_cache.shape != v_cache.shape:
+            if (
+                not (k_cache.is_contiguous() and v_cache.is_contiguous())
+                or not k0.shape == k_cache.shape == v_cache.shape
+            ):
                 raise ValueError("decode stack: the KV caches must be contiguous and of one shape")
         self._model.num_blocks, self._model.block_size = k0.shape[0], k0.shape[1]
         rows = [
@@ -185,11 +189,9 @@ class DecodeStack:
         return hidden, (a if residual == a.data_ptr() else self._buffers["residual_b"])[:rows]
 
 
-def bind(model: torch.nn.Module) -> DecodeStack | None:
-    """A ``DecodeStack`` for a ``CausalLM`` whose every layer qualifies (logged once), else None."""
-    from shoal.engine.model.llama import MLP, Attention, CausalLM, DecoderLayer
-
-    if not isinstance(model, CausalLM) or not isinstance(ops := model.norm.ops, CpuOps):
+def bind(model: CausalLM) -> DecodeStack | None:
+    """A ``DecodeStack`` for ``model`` where every layer qualifies (logged once), else None."""
+    if not isinstance(ops := model.norm.ops, CpuOps):
         return None
     parts: list[LayerParts] = []
     for layer in model.layers:
