@@ -32,3 +32,12 @@ DTYPES = [torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=[pyte
 def on_device(tensor: torch.Tensor) -> torch.Tensor:
     """A tensor built on the CPU (seeded generators are CPU ones) moved to the lane's device."""
     return tensor.to(KERNEL_DEVICE)
+
+
+def distinct_slots(count: int, low: int, high: int, gen: torch.Generator) -> torch.Tensor:
+    """``count`` distinct cache slots drawn from ``[low, high)``, the cache's very last (``high - 1``) first: a step
+    never writes one slot twice, and a duplicate would make the kernels' order (threads, GPU programs) the result."""
+    perm = torch.randperm(high - low, generator=gen) + low
+    last = int((perm == high - 1).nonzero())
+    perm[[0, last]] = perm[[last, 0]]
+    return perm[:count]

@@ -15,6 +15,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_lane import distinct_slots
 
 from shoal.kernels import TorchOps, get_ops
 from shoal.kernels.cpu.layer_ops import FLAGS, LayerOps, load_layer_ops
@@ -98,8 +99,7 @@ def _step(tokens: int, heads: int, kv_heads: int, head_dim: int, dtype: torch.dt
     q, k, v = fused.split((heads, kv_heads, kv_heads), dim=1)
     shape = (40, 16, kv_heads, head_dim)
     caches = torch.randn(shape, generator=gen).to(dtype), torch.randn(shape, generator=gen).to(dtype)
-    slots = torch.randperm(40 * 16, generator=gen)[:tokens]
-    slots[0] = 40 * 16 - 1
+    slots = distinct_slots(tokens, 0, 40 * 16, gen)
     positions = torch.randint(0, 2048, (tokens,), generator=gen)
     return fused, q, k, v, caches, slots, positions
 

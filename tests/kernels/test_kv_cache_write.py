@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_lane import DTYPES, KERNEL_DEVICE, LANE, on_device
+from kernel_lane import DTYPES, KERNEL_DEVICE, LANE, distinct_slots, on_device
 
 pytestmark = LANE
 
@@ -17,9 +17,7 @@ def test_write_kv_matches_reference(triton_ops, torch_ops, dtype, num_kv_heads, 
     # keys and values as strided views of one fused projection, slots spread up to the last block
     fused = on_device(torch.randn(num_tokens, 4 + 2 * num_kv_heads, head_dim, generator=gen).to(dtype))
     key, value = fused[:, 4 : 4 + num_kv_heads], fused[:, 4 + num_kv_heads :]
-    slots = torch.randperm(num_blocks * block_size, generator=gen)[:num_tokens]
-    slots[0] = num_blocks * block_size - 1
-    slots = on_device(slots)
+    slots = on_device(distinct_slots(num_tokens, 0, num_blocks * block_size, gen))
     k_cache = on_device(torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=gen).to(dtype))
     v_cache = on_device(torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=gen).to(dtype))
     expected_k, expected_v = k_cache.clone(), v_cache.clone()

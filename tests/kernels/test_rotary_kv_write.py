@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_lane import DTYPES, LANE, on_device
+from kernel_lane import DTYPES, LANE, distinct_slots, on_device
 
 pytestmark = LANE
 
@@ -24,8 +24,7 @@ def _step(num_heads: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, 
     fused = on_device(torch.randn(num_tokens, num_heads + 2 * num_kv_heads, head_dim, generator=gen).to(dtype))
     q, k, v = fused.split((num_heads, num_kv_heads, num_kv_heads), dim=1)
     top = NUM_BLOCKS // 2 * BLOCK_SIZE
-    slots = torch.randperm(top, generator=gen)[:num_tokens] + top
-    slots[0] = NUM_BLOCKS * BLOCK_SIZE - 1
+    slots = distinct_slots(num_tokens, top, NUM_BLOCKS * BLOCK_SIZE, gen)
     positions = torch.tensor([0, 1023, 5, 6, 300, 77, 1][:num_tokens])
     shape = (NUM_BLOCKS, BLOCK_SIZE, num_kv_heads, head_dim)
     caches = (
