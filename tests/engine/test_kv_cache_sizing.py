@@ -11,6 +11,7 @@ from support.devices import TEST_DEVICE
 from shoal.engine.core.engine_config import EngineConfig
 from shoal.engine.core.gpu_memory import weight_bytes
 from shoal.engine.core.kv_budget import DEFAULT_KV_CACHE_BYTES, CardMemory, check_weights_fit, kv_budget
+from shoal.engine.loader import load as load_module
 from shoal.engine.loader import load_config, load_model
 from shoal.engine.model import allocate_kv_cache, kv_cache_bytes_per_block
 from shoal.engine.model_config import ModelConfig
@@ -144,8 +145,10 @@ def test_a_model_larger_than_the_free_memory_is_refused_with_both_sizes() -> Non
     check_weights_fit(16 * GIB, 16 * GIB)
 
 
-def test_the_weights_size_is_known_before_loading(tiny_llama_dir: Path) -> None:
-    """What the fit check compares with the free memory: the loaded model's parameters, byte for byte."""
+def test_the_weights_size_is_known_before_loading(tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the fit check compares with the free memory: the loaded model's parameters, byte for byte (unpacked, as
+    on a GPU: a CPU's oneDNN-packed weights are no parameters)."""
+    monkeypatch.setattr(load_module, "onednn_packs", lambda dtype, device: False)
     source = resolve_model(str(tiny_llama_dir))
     ops = get_ops(None, "cpu")
     model = load_model(source, torch.float32, ops, "cpu", "none")

@@ -1,7 +1,9 @@
-"""Dense bf16 projections on oneDNN-packed weights: the same products as ``nn.functional.linear``, no extra memory.
+"""Dense projections on oneDNN-packed weights (fp32 on any CPU, bf16 where oneDNN computes it): the same products
+as ``nn.functional.linear``, no extra memory.
 
-oneDNN on this CPU gives bit-identical results for batches of several rows; a single row may sum in another
-order (one bf16 step apart), so one-row products are compared within that.
+In bf16 oneDNN gives bit-identical results for batches of several rows; a single row may sum in another order
+(one bf16 step apart), so one-row products are compared within that. In fp32 torch's linear is MKL's sgemm and
+the packed one oneDNN's, which sum in their own orders: compared within fp32 rounding of the sums.
 """
 
 from __future__ import annotations
@@ -45,13 +47,28 @@ def test_a_packed_linear_computes_what_linear_does(rows: int, bias: bool) -> Non
         torch.testing.assert_close(out, expected, atol=0, rtol=2**-7)
 
 
-def test_only_bf16_on_a_cpu_whose_onednn_computes_it_is_packed(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("rows", [1, 9, 64, 300])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_packed_fp32_linear_computes_what_linear_does(rows: int, bias: bool) -> None:
+    torch.manual_seed(rows)
+    dense = nn.Linear(576, 320, bias=bias)
+    x = torch.randn(rows, 576)
+    packed = PackedLinear(dense)
+    assert not hasattr(packed, "weight")
+    with torch.inference_mode():
+        expected, out = dense(x), packed(x)
+    torch.testing.assert_close(out, expected, atol=2e-5, rtol=1e-5)  # outputs ~1: sums of 576 in another order
+
+
+def test_fp32_on_any_cpu_and_bf16_where_onednn_computes_it_are_packed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(packed_module, "onednn_bf16", lambda: True)
-    assert onednn_packs(torch.bfloat16, "cpu")
-    assert not onednn_packs(torch.float32, "cpu")
-    assert not onednn_packs(torch.bfloat16, "cuda")
+    assert onednn_packs(torch.bfloat16, "cpu") and onednn_packs(torch.float32, "cpu")
+    assert not onednn_packs(torch.bfloat16, "cuda") and not onednn_packs(torch.float32, "cuda")
+    assert not onednn_packs(torch.float16, "cpu")
     monkeypatch.setattr(packed_module, "onednn_bf16", lambda: False)  # an AVX2-only CPU: oneDNN refuses bf16
-    assert not onednn_packs(torch.bfloat16, "cpu")
+    assert not onednn_packs(torch.bfloat16, "cpu") and onednn_packs(torch.float32, "cpu")
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)  # a torch built without oneDNN
+    assert not onednn_packs(torch.float32, "cpu")
 
 
 def test_a_bf16_model_on_a_cpu_without_onednn_bf16_loads_unpacked(tiny_gqa_llama_dir: Path) -> None:
@@ -66,7 +83,7 @@ def test_a_bf16_model_on_a_cpu_without_onednn_bf16_loads_unpacked(tiny_gqa_llama
 def logits(model: nn.Module, prompt: list[int]) -> torch.Tensor:
     """A prompt's prefill (many rows) then one decode (one row), through the model's own forward."""
     config = model.config
-    kv = allocate_kv_cache(config, num_blocks=2, block_size=16, dtype=torch.bfloat16)
+    kv = allocate_kv_cache(config, num_blocks=2, block_size=16, dtype=model.embed_tokens.weight.dtype)
     n = len(prompt)
     with torch.inference_mode():
         meta = AttentionMetadata.build([n - 1], [n - 1], [[0, 1]], 16)
@@ -75,14 +92,16 @@ def logits(model: nn.Module, prompt: list[int]) -> torch.Tensor:
         return torch.cat([first, model(torch.tensor(prompt[-1:]), torch.tensor([n - 1]), kv, meta, torch.tensor([0]))])
 
 
-@needs_bf16_path
-def test_a_loaded_bf16_model_packs_every_projection_and_answers_as_before(
-    tiny_gqa_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_bf16_path)], ids=["fp32", "bf16"]
+)
+def test_a_loaded_model_packs_every_projection_and_answers_as_before(
+    tiny_gqa_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
 ) -> None:
     source = resolve_model(str(tiny_gqa_llama_dir))
-    packed = load_model(source, torch.bfloat16, TorchOps())
+    packed = load_model(source, dtype, TorchOps())
     monkeypatch.setattr(load_module, "onednn_packs", lambda dtype, device: False)
-    plain = load_model(source, torch.bfloat16, TorchOps())
+    plain = load_model(source, dtype, TorchOps())
     projections = [m for m in packed.modules() if isinstance(m, PackedLinear)]
     assert len(projections) == 4 * packed.config.num_layers + 1  # qkv, o, gate_up, down per layer; LM head
     assert not any(type(m) is nn.Linear for m in packed.modules())
@@ -90,18 +109,24 @@ def test_a_loaded_bf16_model_packs_every_projection_and_answers_as_before(
     assert packed.lm_head.weight is packed.embed_tokens.weight
     assert not hasattr(packed.layers[0].mlp.down_proj, "weight")
     prompt = list(range(3, 20))
-    torch.testing.assert_close(logits(packed, prompt), logits(plain, prompt), atol=0.05, rtol=0.02)
+    atol, rtol = (0.05, 0.02) if dtype == torch.bfloat16 else (1e-4, 1e-4)
+    torch.testing.assert_close(logits(packed, prompt), logits(plain, prompt), atol=atol, rtol=rtol)
 
 
-@needs_bf16_path
-def test_a_quantized_projection_packs_the_dense_weight_its_large_batches_use() -> None:
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_bf16_path)], ids=["fp32", "bf16"]
+)
+def test_a_quantized_projection_packs_the_dense_weight_its_large_batches_use(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
-    dense = nn.Linear(64, 32, bias=False).to(torch.bfloat16)
-    layer = QuantizedLinear(dense, "int8", *pack_int8(dense.weight, torch.bfloat16), max_rows=2)
+    dense = nn.Linear(64, 32, bias=False).to(dtype)
+    layer = QuantizedLinear(dense, "int8", *pack_int8(dense.weight, dtype), max_rows=2)
     model = nn.Sequential(layer)
-    large = torch.randn(9, 64, dtype=torch.bfloat16)
+    large = torch.randn(9, 64, dtype=dtype)
     with torch.inference_mode():
         expected = dense(large)
         assert pack_dense_projections(model) == ["0"]
         assert layer.weight is None  # nothing else held it: dropped once packed
-        assert torch.equal(layer(large), expected)
+        if dtype == torch.bfloat16:
+            assert torch.equal(layer(large), expected)
+        else:
+            torch.testing.assert_close(layer(large), expected, atol=1e-5, rtol=1e-5)

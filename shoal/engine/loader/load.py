@@ -62,8 +62,8 @@ def load_model(
     (``small_batch_kernel``); other projections stored above 4 bits stay dense, and so do a mixture of experts'
     expert weights (a GGUF's dequantized), with a warning saying so. With ``weights_cache`` the converted tensors
     come from its entry for this source and these settings where it has a usable one, and are written to it
-    otherwise (``converted_cache``). In bf16 on a CPU the dense projections multiply oneDNN-packed weights
-    (``pack_dense_projections``). On the CPU the other weights end in transparent huge pages
+    otherwise (``converted_cache``). On a CPU the dense projections multiply oneDNN-packed weights
+    (``pack_dense_projections``; fp32, and bf16 where oneDNN computes it). On the CPU the other weights end in transparent huge pages
     (``move_to_huge_pages``).
     """
     config = load_config(source)

@@ -1,5 +1,5 @@
-"""Gives every dense projection of a loaded bf16 CPU model a oneDNN-packed weight (``PackedLinear``), and each
-expert of a mixture of experts its packed pair (``SparseMoE.pack_experts``).
+"""Gives every dense projection of a loaded CPU model (fp32, or bf16 where oneDNN computes it) a oneDNN-packed
+weight (``PackedLinear``), and each expert of a mixture of experts its packed pair (``SparseMoE.pack_experts``).
 
 Runs after quantization: a quantized projection packs the dense weight its large batches use. A weight another
 module shares (an LM head tied to the embedding) stays in place beside its packed copy; every other plain weight

@@ -12,8 +12,8 @@ transformers; Qwen3-MoE's too (transformers first rounds them to the model's dty
 rounding apart in bf16).
 
 The experts' weights are stacked, ``[num_experts, 2 * intermediate, hidden]`` (each expert's gate rows, then
-its up rows, as the dense MLP's fused ``gate_up_proj``) and ``[num_experts, hidden, intermediate]``. In bf16 on
-a CPU each expert's two weights are oneDNN-packed at load instead (``pack_experts``), as the dense projections
+its up rows, as the dense MLP's fused ``gate_up_proj``) and ``[num_experts, hidden, intermediate]``. On a CPU
+(fp32, and bf16 where oneDNN computes it) each expert's two weights are oneDNN-packed at load instead (``pack_experts``), as the dense projections
 are (``packed_linear.py``: torch's linear would reorder the plain weight on every call).
 """
 
@@ -77,7 +77,7 @@ class SparseMoE(nn.Module):
         self.packed: tuple[list[Tensor], list[Tensor]] | None = None  # per expert: gate/up, down (oneDNN)
 
     def pack_experts(self) -> None:
-        """Each expert's weights oneDNN-packed (bf16 on a CPU); the plain stacks are dropped, costing no memory."""
+        """Each expert's weights oneDNN-packed (on a CPU); the plain stacks are dropped, costing no memory."""
         self.packed = ([pack_weight(w) for w in self.experts_gate_up], [pack_weight(w) for w in self.experts_down])
         del self.experts_gate_up, self.experts_down
 

@@ -1,9 +1,12 @@
-"""Dense bf16 projections on weights oneDNN reordered once, at load, into its own blocked layout.
+"""Dense projections on weights oneDNN reordered once, at load, into its own blocked layout (fp32, and bf16 where
+oneDNN computes it).
 
 On a CPU, ``nn.functional.linear`` in bf16 hands oneDNN the plain ``[out, in]`` weight on every call, and oneDNN
 reorders it into the blocked layout its AMX / AVX-512 BF16 kernels stream before multiplying: at 8-300 rows
 that reorder was as long as the product (SmolLM2's projections at 64 rows, one thread: 1.7-1.8x faster packed,
-the 49152-row LM head 2.0x; bit-identical results). ``torch.ops.mkldnn._reorder_linear_weight`` does it once;
+the 49152-row LM head 2.0x; bit-identical results). In fp32 torch's linear is MKL's sgemm, which on an AMD CPU
+(AVX2) ran SmolLM2's projections 1.2-3x slower than oneDNN on the packed weight at 8-256 rows (the LM head 2.9x at
+9 rows); the two sum in their own orders, so fp32 results differ within rounding. ``torch.ops.mkldnn._reorder_linear_weight`` does it once;
 ``_linear_pointwise`` then multiplies with the reordered weight, which is what torch's own inductor emits for a
 frozen CPU model. The reordered weight is an opaque oneDNN tensor, so it is no parameter (nothing else can read
 it): a projection keeps its plain weight only where another module shares it (an LM head tied to the embedding).
@@ -24,9 +27,11 @@ def onednn_bf16() -> bool:
 
 
 def onednn_packs(dtype: torch.dtype, device: torch.device | str) -> bool:
-    """Whether dense projections of ``dtype`` on ``device`` get oneDNN-packed weights: bf16 on a CPU whose oneDNN
-    computes bf16."""
-    return dtype == torch.bfloat16 and torch.device(device).type == "cpu" and onednn_bf16()
+    """Whether dense projections of ``dtype`` on ``device`` get oneDNN-packed weights: on a CPU, fp32 always, bf16
+    where its oneDNN computes bf16."""
+    if torch.device(device).type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and onednn_bf16())
 
 
 def pack_weight(weight: Tensor) -> Tensor:
