@@ -71,13 +71,17 @@ def test_one_call_gives_the_module_paths_logits_and_cache_to_the_bit(
     llm = _llm(request.getfixturevalue(family), dtype)
     model = _model(llm)
     stack = model.decode_stack
-    assert stack is not None and stack.max_rows == 8
-    for query_lens, contexts in (
+    # fp32 beside the C kernel takes up to 16 rows quantized (the kernel's passes of 8), bf16 up to 8
+    assert stack is not None and stack.max_rows == (16 if dtype == "float32" else 8)
+    batches = [
         ([1], [37]),  # batch-1 decode
         ([1, 1, 1, 1, 1], [3, 40, 17, 64, 1]),  # decodes of several lengths (Mistral's window of 6 cuts the long ones)
         ([5, 1, 1], [0, 22, 9]),  # a prefill chunk among decodes: 7 rows
-        ([8], [30]),  # a chunk of exactly the quantized kernel's rows
-    ):
+        ([stack.max_rows], [30]),  # a chunk of exactly the quantized rows
+    ]
+    if dtype == "float32":
+        batches.append(([1] * 13, list(range(2, 67, 5))))  # 13 decodes: a pass of 8 and one of 5
+    for query_lens, contexts in batches:
         batch = _batch(query_lens, contexts)
         base = _random_caches(model, llm)
         mine, theirs = [(k.clone(), v.clone()) for k, v in base], [(k.clone(), v.clone()) for k, v in base]
@@ -96,23 +100,27 @@ def test_one_call_gives_the_module_paths_logits_and_cache_to_the_bit(
     model.decode_stack = stack
 
 
-def test_more_rows_than_the_quantized_kernel_takes_run_the_modules(tiny_gqa_llama_dir: Path) -> None:
+def test_more_rows_than_the_quantized_weights_take_run_the_modules(tiny_gqa_llama_dir: Path) -> None:
     llm = _llm(tiny_gqa_llama_dir)
     model = _model(llm)
     stack = model.decode_stack
     assert stack is not None
-    meta, positions, _ = _batch([1] * 9, [5] * 9)
-    hidden = torch.zeros(9, 64)
+    rows = stack.max_rows + 1
+    meta, positions, _ = _batch([1] * rows, [5] * rows)
+    hidden = torch.zeros(rows, 64)
     assert stack(positions, hidden, llm.engine.runner.kv_caches, meta) is None
 
 
 def test_served_tokens_and_logprobs_match_the_module_path(tiny_gqa_llama_dir: Path) -> None:
-    """Through the engine: prefills, decodes of a changing batch, and a batch of ten (the modules' rows)."""
-    llm = _llm(tiny_gqa_llama_dir)
+    """Through the engine: prefills, decodes of a changing batch, and batches of 16 decodes (fp32's most quantized
+    rows, in the kernel's passes of 8) with prefill chunks beside them (more: the modules' rows). No prefix caching:
+    a later run's cached prompt blocks would change its steps' rows, and so which weights (quantized or dense)
+    computed them."""
+    llm = _llm(tiny_gqa_llama_dir, enable_prefix_caching=False)
     model = _model(llm)
     stack = model.decode_stack
     params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True, logprobs=3)
-    prompts = [f"story number {i}: once" for i in range(10)]
+    prompts = [f"story number {i}: once" for i in range(20)]
 
     def run() -> list[tuple[list[int], list]]:
         outputs = llm.generate(prompts[:3], params) + llm.generate(prompts, params)

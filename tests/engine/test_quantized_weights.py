@@ -214,7 +214,7 @@ def test_the_start_up_log_names_the_kernel_and_a_bad_choice_is_refused(
     caplog.set_level("INFO", logger="shoal.engine.loader.small_batch_kernel")
     kernel = small_batch_kernel()
     assert kernel is not None
-    expected = f"shoal's C kernel ({kernel.isa}; 4-/8-bit blocks x int8 activations) for batches of up to 8 rows"
+    expected = f"shoal's C kernel ({kernel.isa}; 4-/8-bit blocks x int8 activations)"
     assert expected in caplog.text
     monkeypatch.setenv("SHOAL_CPU_KERNEL", "torch")
     assert small_batch_kernel() is None
@@ -247,6 +247,10 @@ def test_float32_the_dtype_of_cpus_without_native_bf16_gets_int4_on_the_c_kernel
     reference = load_model(source, torch.float32, TorchOps())
     quantized = load_model(source, torch.float32, TorchOps(), quantization="int4")
     assert {m.kind for m in quantized.modules() if isinstance(m, QuantizedLinear)} == {"q4_1", "q8_0"}
+    # batches of up to 16 rows take the quantized weights in fp32 (the kernel in passes of 8); bf16's crossover is 8
+    assert {m.max_rows for m in quantized.modules() if isinstance(m, QuantizedLinear)} == {16}
+    in_bf16 = load_model(source, torch.bfloat16, TorchOps(), quantization="int4")
+    assert {m.max_rows for m in in_bf16.modules() if isinstance(m, QuantizedLinear)} == {8}
     for prompt in ([5, 9, 40, 7, 100, 3, 17, 250, 31, 8, 64, 12], list(range(60, 95))):
         logits = decode_logits(quantized, prompt, torch.float32)
         assert logits.dtype == torch.float32

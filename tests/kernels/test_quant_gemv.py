@@ -92,14 +92,14 @@ def assert_matches(result: torch.Tensor, x: torch.Tensor, weights: torch.Tensor)
     assert error.mean() <= FLOAT_MEAN * spread and error.max() <= FLOAT_MAX * spread, (error.mean(), error.max())
 
 
-@pytest.mark.parametrize("rows", range(1, 9))
+@pytest.mark.parametrize("rows", [*range(1, 10), 16, 21, 64])  # past 8 in passes of 8
 def test_q4_1_equals_the_dequantized_weights_times_the_quantized_activations(kernel: QuantGemv, rows: int) -> None:
     codes, scales, lows, weights = q4_weights(40, 96, seed=rows)
     x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(100 + rows))
     assert_matches(kernel.q4_1(x, *q4_1_layout(codes, scales, lows)), x, weights)
 
 
-@pytest.mark.parametrize("rows", range(1, 9))
+@pytest.mark.parametrize("rows", [*range(1, 10), 16, 21, 64])  # past 8 in passes of 8
 def test_q8_0_equals_the_dequantized_weights_times_the_quantized_activations(kernel: QuantGemv, rows: int) -> None:
     codes, scales, weights = q8_weights(24, 160, seed=rows)
     x = torch.randn(rows, 160, generator=torch.Generator().manual_seed(200 + rows)) * 3
@@ -123,6 +123,23 @@ def test_q8_0_code_minus_128_is_read_as_itself(kernel: QuantGemv) -> None:
     x = torch.tensor([[3.0, -3.0, 0.5, -0.25] * 8, [-1.0] * 32])
     q8 = torch.tensor([-128, 127, -128, 5], dtype=torch.int8).repeat(8, 8)
     assert_matches(kernel.q8_0(x, *q8_0_layout(q8, torch.ones(8, 1))), x, q8.float())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_more_than_eight_rows_give_each_pass_of_eight_its_own_result_to_the_bit(
+    kernel: QuantGemv, dtype: torch.dtype
+) -> None:
+    """Past 8 rows a call goes over each weight tile in passes of 8 rows (the last shorter): each row's output is
+    what a call with its pass's rows alone gives, so a batch of 21 decodes as three calls of 8, 8 and 5 would."""
+    codes, scales, lows, _ = q4_weights(40, 96, seed=11)
+    q8_codes, q8_scales, _ = q8_weights(40, 96, seed=12)
+    x = torch.randn(21, 96, generator=torch.Generator().manual_seed(13)).to(dtype)
+    for call, packed in (
+        (kernel.q4_1, q4_1_layout(codes, scales, lows)),
+        (kernel.q8_0, q8_0_layout(q8_codes, q8_scales)),
+    ):
+        passes = torch.cat([call(x[first : first + 8], *packed) for first in range(0, 21, 8)])
+        assert torch.equal(call(x, *packed), passes)
 
 
 def test_bf16_activations_give_the_float32_result_rounded(kernel: QuantGemv) -> None:
@@ -160,8 +177,8 @@ def test_shapes_the_kernel_cannot_take_are_refused_with_the_reason(kernel: Quant
     with pytest.raises(ValueError, match=r"codes must be torch\.int8"):
         q8_0_layout(codes, scales)
     packed = q4_1_layout(codes, scales, lows)
-    for x in (torch.randn(9, 64), torch.randn(0, 64), torch.randn(2, 32), torch.randn(64)):
-        with pytest.raises(ValueError, match=r"x must be \[rows, 64\] with 1 <= rows <= 8"):
+    for x in (torch.randn(65, 64), torch.randn(0, 64), torch.randn(2, 32), torch.randn(64)):
+        with pytest.raises(ValueError, match=r"x must be \[rows, 64\] with 1 <= rows <= 64"):
             kernel.q4_1(x, *packed)
     with pytest.raises(ValueError, match=r"float32 or bfloat16 CPU tensor, got torch\.float16"):
         kernel.q4_1(torch.randn(2, 64).half(), *packed)

@@ -21,6 +21,7 @@ from shoal.engine.loader.quantize import (
     quantize_projections,
     quantized_layouts,
     restore_quantized,
+    small_batch_rows,
 )
 from shoal.engine.loader.safetensors_weights import iter_safetensors
 from shoal.engine.loader.small_batch_kernel import small_batch_kernel
@@ -73,7 +74,7 @@ def load_model(
         settings = {"dtype": str(dtype), "quantization": quantization, "device": torch.device(device).type}
         kernel_isa = kernel.isa if kernel else None
         entry = weights_cache.entry(source.served_name, _source_files(source), **settings, kernel=kernel_isa)
-        model = _cached(weights_cache, entry, config, ops, device, kernel)
+        model = _cached(weights_cache, entry, config, dtype, ops, device, kernel)
     if model is None:
         model = _converted(source, config, dtype, ops, device, quantization, kernel)
         if weights_cache is not None and entry is not None:
@@ -86,6 +87,11 @@ def load_model(
             config.moe.num_experts,
             str(dtype).removeprefix("torch."),
             "dequantized from the file" if source.format == "gguf" else "as loaded",
+        )
+    if quantization != "none":
+        log.info(
+            "batches of up to %d rows multiply the quantized projections, larger ones the dense weights",
+            small_batch_rows(dtype, kernel),
         )
     if onednn_packs(dtype, device):
         pack_dense_projections(model)
@@ -114,7 +120,7 @@ def _converted(
             gguf_codes = {**int4, **gguf_head_codes(reader)}
     model = _adopted(source, config, build_state_dict(config, weights, dtype), ops, device)
     if quantization != "none":
-        quantize_projections(model, quantization, gguf_codes, kernel=kernel)
+        quantize_projections(model, quantization, gguf_codes, small_batch_rows(dtype, kernel), kernel)
     return model
 
 
@@ -122,6 +128,7 @@ def _cached(
     cache: WeightsCache,
     entry: Path,
     config: ModelConfig,
+    dtype: torch.dtype,
     ops: KernelOps,
     device: torch.device | str,
     kernel: QuantGemv | None,
@@ -135,7 +142,7 @@ def _cached(
         layouts = {
             n: QuantizedLayout(q.kind, q.packed.to(device), q.scales.to(device)) for n, q in converted.quantized.items()
         }
-        restore_quantized(model, layouts, kernel)
+        restore_quantized(model, layouts, kernel, small_batch_rows(dtype, kernel))
     except (WeightsError, ValueError, AttributeError) as exc:  # an index that names what the model lacks
         cache.reject(entry, exc)
         return None

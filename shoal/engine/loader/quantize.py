@@ -29,8 +29,18 @@ from shoal.kernels.cpu.quant_gemv import TILE
 
 # Projections that get a quantized copy (the embedding table stays dense: it is gathered, not multiplied).
 QUANTIZED_SUFFIXES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
-# Batches of up to this many rows use the quantized weights; measured crossover on AVX-512/AMX, docs/kernels.md.
+# Batches of up to this many rows use the quantized weights, larger ones the dense: measured crossovers
+# (docs/kernels.md). 8 where the dense projections are bf16 on oneDNN's AVX-512 / AMX path (and on torch's int4
+# kernel); 16 where they are fp32 beside shoal's C kernel, whose calls past 8 rows go over each weight tile in
+# passes (a CPU without native bf16: on an AMD EPYC with AVX2, 1.5-1.8x faster SmolLM2 steps at 9-12 rows than
+# the oneDNN-packed fp32 weights, even at 16, behind from 24).
 DEFAULT_MAX_ROWS = 8
+FP32_MAX_ROWS = 16
+
+
+def small_batch_rows(dtype: torch.dtype, kernel: QuantGemv | None) -> int:
+    """The most rows a batch may have and still take the quantized weights (the crossover with the dense path)."""
+    return FP32_MAX_ROWS if kernel is not None and dtype == torch.float32 else DEFAULT_MAX_ROWS
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,7 @@ def small_batch_kernel() -> QuantGemv | None:
     if isinstance(kernel, str):
         log.warning("quantized projections: %s, slower: shoal's C kernel is unavailable: %s", TORCH_KERNEL, kernel)
         return None
-    log.info(
-        "quantized projections: shoal's C kernel (%s; 4-/8-bit blocks x int8 activations) for batches of up to %d rows",
-        kernel.isa,
-        kernel.max_rows,
-    )
+    log.info("quantized projections: shoal's C kernel (%s; 4-/8-bit blocks x int8 activations)", kernel.isa)
     return kernel
 
 

@@ -7,7 +7,7 @@ Q/K/V only (Qwen2), per-head Q/K norms or none (Qwen3), every projection on shoa
 layer ops), fills its
 tables once per KV cache, and per step passes the metadata and preallocated buffers in one struct. The kernels
 are called as the modules call them, so the step's tokens are the module path's to the bit; a batch with more
-rows than the quantized kernel takes, or anything unexpected, goes down the module path.
+rows than the quantized projections take (``max_rows``), or anything unexpected, goes down the module path.
 """
 
 from __future__ import annotations

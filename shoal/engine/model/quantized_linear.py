@@ -11,8 +11,8 @@ A decode step at low concurrency is memory-bound: each weight is read once for a
   kernel cannot be built, and ``--quantization int8``.
 
 With many rows the work is compute-bound, and there these kernels run several times slower than a bf16 matmul
-on AVX-512/AMX (see docs/kernels.md), so batches of more than ``max_rows`` rows use the dense weight, which the
-model keeps anyway for prefill. The cost is the quantized copy's memory: a quarter (4-bit) or half (8-bit) of
+on AVX-512/AMX (see docs/kernels.md), so batches of more than ``max_rows`` rows (the measured crossover,
+``small_batch_rows``) use the dense weight, which the model keeps anyway for prefill. The cost is the quantized copy's memory: a quarter (4-bit) or half (8-bit) of
 the bf16 weights on top of them.
 """
 

@@ -29,9 +29,11 @@
  * the two levels', exactly, in half the instructions a row (`vpmaddubsw` per level needed the signs moved onto
  * the weights and a second `vpmaddwd`).
  *
- * A decode step is memory-bound: each weight is read once per call, so the (<= MAX_ROWS) activation rows are
+ * A decode step is memory-bound: each weight is read once per call, so the (<= PASS_ROWS) activation rows are
  * looped inside the block loop, each with its own accumulator, and OpenMP splits the tiles among the
- * caller's threads.
+ * caller's threads. A call of more rows (up to MAX_ROWS) goes over each tile in passes of PASS_ROWS, the tile's
+ * codes still in L1 after the first: the weights are read from memory once, and each row's sums are what a call
+ * of its pass's rows alone would give.
  */
 
 #include <math.h>
@@ -51,7 +53,8 @@
 
 #define QK 32
 #define TILE 8
-#define MAX_ROWS 8
+#define PASS_ROWS 8 /* activation rows one pass over a tile carries, each in its own accumulator */
+#define MAX_ROWS 64  /* rows a call takes: more than PASS_ROWS go over each tile in passes, the tile still in L1 */
 #ifndef PREFETCH
 /* Blocks ahead (measured 8, 16, 24, 32, 48): a tile's next blocks, or the next tile's first (they follow). */
 #define PREFETCH 32
@@ -237,7 +240,7 @@ static inline __attribute__((always_inline)) void q4_1_tile(const uint8_t *codes
                                                             float *out) {
     int cols = blocks * QK;
 #ifdef SHOAL_SIMD
-    __m256 acc[MAX_ROWS];
+    __m256 acc[PASS_ROWS];
     for (int row = 0; row < R; row++) acc[row] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
         const uint8_t *block = codes + (size_t)b * 128;
@@ -305,7 +308,7 @@ static inline __attribute__((always_inline)) void q8_0_tile(const int8_t *codes,
                                                             float *out) {
     int cols = blocks * QK;
 #ifdef SHOAL_SIMD
-    __m256 acc[MAX_ROWS];
+    __m256 acc[PASS_ROWS];
     for (int row = 0; row < R; row++) acc[row] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
         const int8_t *block = codes + (size_t)b * 256;
@@ -362,7 +365,7 @@ static inline __attribute__((always_inline)) void q8_0_tile(const int8_t *codes,
 /* Every tile for R activation rows; OpenMP shares the tiles among the threads. */
 #define FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, R)                                                   \
     _Pragma("omp parallel for num_threads(threads) schedule(static)") for (long t = 0; t < tiles; t++) {    \
-        float sums[MAX_ROWS * TILE];                                                                           \
+        float sums[PASS_ROWS * TILE];                                                                          \
         TILE_FN(CODES + (size_t)t * blocks * (CODE_BYTES), scales + (size_t)t * blocks * (SCALES), blocks, &a, \
                 R, sums);                                                                                      \
         for (int r = 0; r < R; r++)                                                                            \
@@ -380,6 +383,49 @@ static inline __attribute__((always_inline)) void q8_0_tile(const int8_t *codes,
         case 6: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 6) break;        \
         case 7: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 7) break;        \
         default: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 8) break;       \
+    }
+
+/* The rows of `a` from `first` on: every per-row array shifted by as many rows. */
+static Activations rows_from(const Activations *a, int first, int cols) {
+    size_t codes = (size_t)first * cols, per_block = (size_t)first * (cols / QK);
+    Activations part = {a->q + codes, a->r + codes, a->u + per_block, a->s + per_block, a->us + per_block,
+#ifdef SHOAL_PAIRS
+                        a->pairs + codes / 2
+#endif
+    };
+    return part;
+}
+
+/* One pass of R rows from `first` over tile t; the tile's codes and scales are in L1 after the first pass. */
+#define TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, R)                                                       \
+    {                                                                                                          \
+        Activations part = rows_from(&a, first, in_features);                                                 \
+        TILE_FN(CODES + (size_t)t * blocks * (CODE_BYTES), scales + (size_t)t * blocks * (SCALES), blocks,    \
+                &part, R, sums);                                                                              \
+        for (int r = 0; r < R; r++)                                                                            \
+            for (int j = 0; j < TILE; j++)                                                                     \
+                store_output(y, y_dtype, (size_t)(first + r) * out_features + (size_t)t * TILE + j,            \
+                             sums[r * TILE + j]);                                                              \
+    }                                                                                                          \
+    break;
+
+/* More than PASS_ROWS rows: each tile read from memory once, for every pass of PASS_ROWS rows (the last
+ * shorter); each row's sums are what a call with its pass's rows alone gives. */
+#define FOR_EACH_TILE_IN_PASSES(TILE_FN, CODES, CODE_BYTES, SCALES)                                            \
+    _Pragma("omp parallel for num_threads(threads) schedule(static)") for (long t = 0; t < tiles; t++) {    \
+        float sums[PASS_ROWS * TILE];                                                                          \
+        for (int first = 0; first < rows; first += PASS_ROWS) {                                                \
+            switch (rows - first < PASS_ROWS ? rows - first : PASS_ROWS) {                                     \
+                case 1: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 1)                                       \
+                case 2: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 2)                                       \
+                case 3: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 3)                                       \
+                case 4: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 4)                                       \
+                case 5: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 5)                                       \
+                case 6: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 6)                                       \
+                case 7: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 7)                                       \
+                default: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 8)                                      \
+            }                                                                                                  \
+        }                                                                                                      \
     }
 
 static int check(int rows, int in_features, long out_features, int x_dtype, int y_dtype) {
@@ -403,11 +449,16 @@ int shoal_gemv(int kind, const void *codes, const uint16_t *scales, const void *
         return status;
     int blocks = in_features / QK;
     long tiles = out_features / TILE;
-    if (kind == SHOAL_Q4_1) {
-        const uint8_t *q4 = codes;
+    const uint8_t *q4 = codes;
+    const int8_t *q8 = codes;
+    if (rows > PASS_ROWS) {
+        if (kind == SHOAL_Q4_1)
+            FOR_EACH_TILE_IN_PASSES(q4_1_tile, q4, 128, 16)
+        else
+            FOR_EACH_TILE_IN_PASSES(q8_0_tile, q8, 256, 8)
+    } else if (kind == SHOAL_Q4_1) {
         DISPATCH_ROWS(q4_1_tile, q4, 128, 16)
     } else {
-        const int8_t *q8 = codes;
         DISPATCH_ROWS(q8_0_tile, q8, 256, 8)
     }
     return SHOAL_OK;
