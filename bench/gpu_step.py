@@ -79,14 +79,21 @@ def copy_bandwidth(nbytes: int, device: str, repeats: int) -> float:
 
 def weights_read_bytes(model: Any) -> int:
     """Bytes a decode step reads from the weights: every parameter once, except the embedding table (one row per
-    token) unless the LM head reads it too (tied)."""
+    token) unless the LM head reads it too (tied). A projection oneDNN packed (on a CPU) reads its packed copy, of
+    the same size, not its weight: a tied head's weight is then the embedding's, read by the gather alone."""
+    from shoal.engine.model.packed_linear import PackedLinear
+
     seen: dict[int, list[str]] = {}
     sizes: dict[int, int] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
+        owner, _, attribute = name.rpartition(".")
+        if attribute == "weight" and isinstance(model.get_submodule(owner), PackedLinear):
+            continue
         seen.setdefault(param.data_ptr(), []).append(name)
         sizes[param.data_ptr()] = param.numel() * param.element_size()
     untied_embedding = {ptr for ptr, names in seen.items() if all("embed_tokens" in n for n in names)}
-    return sum(size for ptr, size in sizes.items() if ptr not in untied_embedding)
+    packed = sum(m.packed.numel() * m.packed.element_size() for m in model.modules() if isinstance(m, PackedLinear))
+    return packed + sum(size for ptr, size in sizes.items() if ptr not in untied_embedding)
 
 
 def write_checkpoint(plan: Plan, work_dir: Path, tokenizer: Path | None) -> Path:

@@ -27,5 +27,6 @@ def test_a_decode_layer_launches_rope_and_the_kv_write_as_one_kernel() -> None:
     ops = counts["layer_ops"]
     assert ops["triton _rotary_write_kv_kernel"] == 1
     assert "triton _rotary_kernel" not in ops and "triton _write_kv_kernel" not in ops
-    assert ops["kernel aten::linear"] == 4  # QKV, O, gate/up, down
+    # QKV, O, gate/up, down: torch's linear, or oneDNN's on the weights a CPU packs at load
+    assert ops.get("kernel aten::linear", 0) + ops.get("kernel mkldnn::_linear_pointwise", 0) == 4
     assert counts["launches_per_layer"] == 9 and counts["per_layer"]["triton"] == 5
