@@ -64,19 +64,20 @@ def load_model(
     expert weights (a GGUF's dequantized), with a warning saying so. With ``weights_cache`` the converted tensors
     come from its entry for this source and these settings where it has a usable one, and are written to it
     otherwise (``converted_cache``). On a CPU the dense projections multiply oneDNN-packed weights
-    (``pack_dense_projections``; fp32, and bf16 where oneDNN computes it). On the CPU the other weights end in transparent huge pages
-    (``move_to_huge_pages``).
+    (``pack_dense_projections``; fp32, and bf16 where oneDNN computes it), and the other weights end in
+    transparent huge pages (``move_to_huge_pages``).
     """
     config = load_config(source)
     kernel = small_batch_kernel() if quantization == "int4" else None
+    max_rows = small_batch_rows(dtype, kernel)
     model = entry = None
     if weights_cache is not None:
         settings = {"dtype": str(dtype), "quantization": quantization, "device": torch.device(device).type}
         kernel_isa = kernel.isa if kernel else None
         entry = weights_cache.entry(source.served_name, _source_files(source), **settings, kernel=kernel_isa)
-        model = _cached(weights_cache, entry, config, dtype, ops, device, kernel)
+        model = _cached(weights_cache, entry, config, ops, device, kernel, max_rows)
     if model is None:
-        model = _converted(source, config, dtype, ops, device, quantization, kernel)
+        model = _converted(source, config, dtype, ops, device, quantization, kernel, max_rows)
         if weights_cache is not None and entry is not None:
             weights_cache.write(entry, Converted(dict(model.state_dict()), quantized_layouts(model)))
     if quantization != "none" and config.moe is not None:
@@ -89,10 +90,7 @@ def load_model(
             "dequantized from the file" if source.format == "gguf" else "as loaded",
         )
     if quantization != "none":
-        log.info(
-            "batches of up to %d rows multiply the quantized projections, larger ones the dense weights",
-            small_batch_rows(dtype, kernel),
-        )
+        log.info("batches of up to %d rows multiply the quantized projections, larger ones the dense weights", max_rows)
     if onednn_packs(dtype, device):
         pack_dense_projections(model)
     move_to_huge_pages(model)
@@ -107,6 +105,7 @@ def _converted(
     device: torch.device | str,
     quantization: str,
     kernel: QuantGemv | None,
+    max_rows: int,
 ) -> Model:
     """The checkpoint read and converted: dequantized, renamed, fused, cast, quantized."""
     gguf_codes: dict[str, Int4Codes | Int8Codes] | None = None
@@ -120,7 +119,7 @@ def _converted(
             gguf_codes = {**int4, **gguf_head_codes(reader)}
     model = _adopted(source, config, build_state_dict(config, weights, dtype), ops, device)
     if quantization != "none":
-        quantize_projections(model, quantization, gguf_codes, small_batch_rows(dtype, kernel), kernel)
+        quantize_projections(model, quantization, gguf_codes, max_rows, kernel)
     return model
 
 
@@ -128,10 +127,10 @@ def _cached(
     cache: WeightsCache,
     entry: Path,
     config: ModelConfig,
-    dtype: torch.dtype,
     ops: KernelOps,
     device: torch.device | str,
     kernel: QuantGemv | None,
+    max_rows: int,
 ) -> Model | None:
     """The model from the cache's entry, or None where it has none or it does not fit (logged)."""
     converted = cache.read(entry)
@@ -142,7 +141,7 @@ def _cached(
         layouts = {
             n: QuantizedLayout(q.kind, q.packed.to(device), q.scales.to(device)) for n, q in converted.quantized.items()
         }
-        restore_quantized(model, layouts, kernel, small_batch_rows(dtype, kernel))
+        restore_quantized(model, layouts, kernel, max_rows)
     except (WeightsError, ValueError, AttributeError) as exc:  # an index that names what the model lacks
         cache.reject(entry, exc)
         return None

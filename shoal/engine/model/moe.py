@@ -13,8 +13,8 @@ rounding apart in bf16).
 
 The experts' weights are stacked, ``[num_experts, 2 * intermediate, hidden]`` (each expert's gate rows, then
 its up rows, as the dense MLP's fused ``gate_up_proj``) and ``[num_experts, hidden, intermediate]``. On a CPU
-(fp32, and bf16 where oneDNN computes it) each expert's two weights are oneDNN-packed at load instead (``pack_experts``), as the dense projections
-are (``packed_linear.py``: torch's linear would reorder the plain weight on every call).
+(fp32, and bf16 where oneDNN computes it) each expert's two weights are oneDNN-packed at load instead
+(``pack_experts``), as the dense projections are (``packed_linear.py``).
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ reorders it into the blocked layout its AMX / AVX-512 BF16 kernels stream before
 that reorder was as long as the product (SmolLM2's projections at 64 rows, one thread: 1.7-1.8x faster packed,
 the 49152-row LM head 2.0x; bit-identical results). In fp32 torch's linear is MKL's sgemm, which on an AMD CPU
 (AVX2) ran SmolLM2's projections 1.2-3x slower than oneDNN on the packed weight at 8-256 rows (the LM head 2.9x at
-9 rows); the two sum in their own orders, so fp32 results differ within rounding. ``torch.ops.mkldnn._reorder_linear_weight`` does it once;
-``_linear_pointwise`` then multiplies with the reordered weight, which is what torch's own inductor emits for a
-frozen CPU model. The reordered weight is an opaque oneDNN tensor, so it is no parameter (nothing else can read
-it): a projection keeps its plain weight only where another module shares it (an LM head tied to the embedding).
+9 rows); the two sum in their own orders, so fp32 results differ within rounding.
+``torch.ops.mkldnn._reorder_linear_weight`` does the reorder once; ``_linear_pointwise`` then multiplies with the
+reordered weight, which is what torch's own inductor emits for a frozen CPU model. The reordered weight is an
+opaque oneDNN tensor, so it is no parameter (nothing else can read it): a projection keeps its plain weight only
+where another module shares it (an LM head tied to the embedding).
 """
 
 from __future__ import annotations

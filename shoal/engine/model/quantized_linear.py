@@ -12,8 +12,8 @@ A decode step at low concurrency is memory-bound: each weight is read once for a
 
 With many rows the work is compute-bound, and there these kernels run several times slower than a bf16 matmul
 on AVX-512/AMX (see docs/kernels.md), so batches of more than ``max_rows`` rows (the measured crossover,
-``small_batch_rows``) use the dense weight, which the model keeps anyway for prefill. The cost is the quantized copy's memory: a quarter (4-bit) or half (8-bit) of
-the bf16 weights on top of them.
+``small_batch_rows``) use the dense weight, which the model keeps anyway for prefill. The cost is the quantized
+copy's memory: a quarter (4-bit) or half (8-bit) of the bf16 weights on top of them.
 """
 
 from __future__ import annotations

@@ -362,29 +362,6 @@ static inline __attribute__((always_inline)) void q8_0_tile(const int8_t *codes,
 #endif
 }
 
-/* Every tile for R activation rows; OpenMP shares the tiles among the threads. */
-#define FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, R)                                                   \
-    _Pragma("omp parallel for num_threads(threads) schedule(static)") for (long t = 0; t < tiles; t++) {    \
-        float sums[PASS_ROWS * TILE];                                                                          \
-        TILE_FN(CODES + (size_t)t * blocks * (CODE_BYTES), scales + (size_t)t * blocks * (SCALES), blocks, &a, \
-                R, sums);                                                                                      \
-        for (int r = 0; r < R; r++)                                                                            \
-            for (int j = 0; j < TILE; j++)                                                                     \
-                store_output(y, y_dtype, (size_t)r * out_features + (size_t)t * TILE + j, sums[r * TILE + j]);  \
-    }
-
-#define DISPATCH_ROWS(TILE_FN, CODES, CODE_BYTES, SCALES)                          \
-    switch (rows) {                                                                \
-        case 1: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 1) break;        \
-        case 2: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 2) break;        \
-        case 3: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 3) break;        \
-        case 4: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 4) break;        \
-        case 5: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 5) break;        \
-        case 6: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 6) break;        \
-        case 7: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 7) break;        \
-        default: FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES, 8) break;       \
-    }
-
 /* The rows of `a` from `first` on: every per-row array shifted by as many rows. */
 static Activations rows_from(const Activations *a, int first, int cols) {
     size_t codes = (size_t)first * cols, per_block = (size_t)first * (cols / QK);
@@ -396,36 +373,35 @@ static Activations rows_from(const Activations *a, int first, int cols) {
     return part;
 }
 
-/* One pass of R rows from `first` over tile t; the tile's codes and scales are in L1 after the first pass. */
-#define TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, R)                                                       \
-    {                                                                                                          \
-        Activations part = rows_from(&a, first, in_features);                                                 \
-        TILE_FN(CODES + (size_t)t * blocks * (CODE_BYTES), scales + (size_t)t * blocks * (SCALES), blocks,    \
-                &part, R, sums);                                                                              \
-        for (int r = 0; r < R; r++)                                                                            \
-            for (int j = 0; j < TILE; j++)                                                                     \
-                store_output(y, y_dtype, (size_t)(first + r) * out_features + (size_t)t * TILE + j,            \
-                             sums[r * TILE + j]);                                                              \
-    }                                                                                                          \
+/* One pass of R (a constant, so the tile function's row loops unroll) rows from `first` over tile t, into y. */
+#define TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, R)                                                           \
+    TILE_FN(CODES + (size_t)t * blocks * (CODE_BYTES), scales + (size_t)t * blocks * (SCALES), blocks, &part, R,   \
+            sums);                                                                                                 \
+    for (int r = 0; r < R; r++)                                                                                    \
+        for (int j = 0; j < TILE; j++)                                                                             \
+            store_output(y, y_dtype, (size_t)(first + r) * out_features + (size_t)t * TILE + j,                    \
+                         sums[r * TILE + j]);                                                                      \
     break;
 
-/* More than PASS_ROWS rows: each tile read from memory once, for every pass of PASS_ROWS rows (the last
- * shorter); each row's sums are what a call with its pass's rows alone gives. */
-#define FOR_EACH_TILE_IN_PASSES(TILE_FN, CODES, CODE_BYTES, SCALES)                                            \
-    _Pragma("omp parallel for num_threads(threads) schedule(static)") for (long t = 0; t < tiles; t++) {    \
-        float sums[PASS_ROWS * TILE];                                                                          \
-        for (int first = 0; first < rows; first += PASS_ROWS) {                                                \
-            switch (rows - first < PASS_ROWS ? rows - first : PASS_ROWS) {                                     \
-                case 1: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 1)                                       \
-                case 2: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 2)                                       \
-                case 3: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 3)                                       \
-                case 4: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 4)                                       \
-                case 5: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 5)                                       \
-                case 6: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 6)                                       \
-                case 7: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 7)                                       \
-                default: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 8)                                      \
-            }                                                                                                  \
-        }                                                                                                      \
+/* Every tile, OpenMP sharing them among the threads, each in passes of up to PASS_ROWS rows: the tile's codes are
+ * in L1 after the first pass, so the weights are read from memory once, and each row's sums are what a call of
+ * its pass's rows alone gives. */
+#define FOR_EACH_TILE(TILE_FN, CODES, CODE_BYTES, SCALES)                                                          \
+    _Pragma("omp parallel for num_threads(threads) schedule(static)") for (long t = 0; t < tiles; t++) {           \
+        float sums[PASS_ROWS * TILE];                                                                              \
+        for (int first = 0; first < rows; first += PASS_ROWS) {                                                    \
+            Activations part = rows_from(&a, first, in_features);                                                  \
+            switch (rows - first < PASS_ROWS ? rows - first : PASS_ROWS) {                                         \
+                case 1: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 1)                                           \
+                case 2: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 2)                                           \
+                case 3: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 3)                                           \
+                case 4: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 4)                                           \
+                case 5: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 5)                                           \
+                case 6: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 6)                                           \
+                case 7: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 7)                                           \
+                default: TILE_PASS(TILE_FN, CODES, CODE_BYTES, SCALES, 8)                                          \
+            }                                                                                                      \
+        }                                                                                                          \
     }
 
 static int check(int rows, int in_features, long out_features, int x_dtype, int y_dtype) {
@@ -449,17 +425,12 @@ int shoal_gemv(int kind, const void *codes, const uint16_t *scales, const void *
         return status;
     int blocks = in_features / QK;
     long tiles = out_features / TILE;
-    const uint8_t *q4 = codes;
-    const int8_t *q8 = codes;
-    if (rows > PASS_ROWS) {
-        if (kind == SHOAL_Q4_1)
-            FOR_EACH_TILE_IN_PASSES(q4_1_tile, q4, 128, 16)
-        else
-            FOR_EACH_TILE_IN_PASSES(q8_0_tile, q8, 256, 8)
-    } else if (kind == SHOAL_Q4_1) {
-        DISPATCH_ROWS(q4_1_tile, q4, 128, 16)
+    if (kind == SHOAL_Q4_1) {
+        const uint8_t *q4 = codes;
+        FOR_EACH_TILE(q4_1_tile, q4, 128, 16)
     } else {
-        DISPATCH_ROWS(q8_0_tile, q8, 256, 8)
+        const int8_t *q8 = codes;
+        FOR_EACH_TILE(q8_0_tile, q8, 256, 8)
     }
     return SHOAL_OK;
 }
