@@ -106,7 +106,6 @@ class CapacityEstimate:
 
     __slots__ = (
         "_basis",
-        "_bounded",
         "_ceiling",
         "_comfortable",
         "_floor",
@@ -124,7 +123,6 @@ class CapacityEstimate:
         self.smoothing = smoothing
         self._measured: float | None = None
         self._basis = "unknown"
-        self._bounded = False
         self._floor = 0.0
         self._ceiling = math.inf
         self._regret = math.inf
@@ -143,12 +141,6 @@ class CapacityEstimate:
     def basis(self) -> str:
         """What the latest measurement of ``per_replica`` saw, for the decisions' messages."""
         return self._basis
-
-    @property
-    def bounded(self) -> bool:
-        """Whether ``per_replica`` is what replicas served near full (a lower bound of the capacity, at least
-        ``NEAR_FULL`` of it) rather than a measurement at saturation."""
-        return self._bounded
 
     @property
     def floor(self) -> float | None:
@@ -263,7 +255,7 @@ class CapacityEstimate:
         previous = self._measured
         estimate = served if previous is None else min(max(previous, served), most)
         if estimate != previous:
-            self._measured, self._basis, self._bounded = estimate, f"served at {mean:.0%} occupancy", True
+            self._measured, self._basis = estimate, f"served at {mean:.0%} occupancy"
 
     def _observe_saturated(self, time: float, ready: int, waiting: float, arrival: float) -> None:
         stretch = self._stretch
@@ -293,7 +285,7 @@ class CapacityEstimate:
         previous = self._measured
         self._measured = per_replica if previous is None else previous + self.smoothing * (per_replica - previous)
         self._floor = min(self._floor, per_replica)
-        self._basis, self._bounded = "measured at saturation", False
+        self._basis = "measured at saturation"
 
 
 def _lower(rate: float, seconds: float) -> float:

@@ -86,10 +86,6 @@ _CONSOLIDATE_TTFT_SHARE = 0.5
 # seen), never under a minute: replicas asked for now arrive only after loading, by when a fleet sized to the
 # arrival rate has worked most of the backlog off
 _BACKLOG_DRAIN_SECONDS = 60.0
-# replicas sized on a lower bound of their capacity (served near full) are left be while their batches are under
-# this full, nothing waits and TTFT P95 is under this share of its target: the bound says little of the last tenth
-_ROOM_OCCUPANCY = 0.8
-_ROOM_TTFT_SHARE = 0.5
 # Knative's panic window: long enough that one noisy observation of the queue does not add replicas, short enough
 # to act within seconds of a step
 _PANIC_SECONDS = 6.0
@@ -310,11 +306,9 @@ class ShoalPolicy:
                 need = current + 1
         usable = current - load.stuck
         remembered = not (queue_breach or ttft_breach) and self._burst_covers(now, demand, usable)
-        room = not (queue_breach or ttft_breach) and self._has_room(load, ttft)
         if (
             sized is not None
             and not remembered
-            and not room
             and sized > usable * (1 + cfg.tolerance)
             and math.ceil(sized) + load.stuck > need
         ):
@@ -389,17 +383,6 @@ class ShoalPolicy:
                 f" it drains{then}"
             )
             return current, "HoldDraining", message, current
-        if room and not remembered and sized is not None and sized > usable * (1 + cfg.tolerance):
-            assert load.occupancy is not None and ttft is not None and capacity is not None
-            message = (
-                f"holding {current}: demand {demand:.3g} req/s needs {sized:.3g} replicas at"
-                f" {cfg.target_utilization:.0%} of {capacity:.3g} req/s each, a lower bound ({self.capacity.basis}),"
-                f" but the batches are {load.occupancy:.0%} full, under one request waits per replica and TTFT P95 {ttft:.3g}s is"
-                f" under {_ROOM_TTFT_SHARE:.0%} of its target: these replicas have room; released when the batches"
-                f" are {_ROOM_OCCUPANCY:.0%} full, requests queue or TTFT P95 passes"
-                f" {cfg.ttft_p95_seconds * _ROOM_TTFT_SHARE:.3g}s"
-            )
-            return current, "HoldRoom", message, current
         if remembered and sized is not None and sized > usable * (1 + cfg.tolerance):
             message = (
                 f"holding {current}: demand {demand:.3g} req/s needs {sized:.3g} replicas at"
@@ -492,20 +475,6 @@ class ShoalPolicy:
         if sized is None and not idle and arrival:
             self._consolidated = (now, target, arrival)
         return target, rule, f"{basis}, for the last {window:.0f}s: {current} -> {target}", None
-
-    def _has_room(self, load: FleetLoad, ttft: float | None) -> bool:
-        """Whether replicas sized on a lower bound of their capacity visibly still have room: batches under
-        ``_ROOM_OCCUPANCY`` full, under one request waiting per replica and TTFT P95 well under target. The bound is what they
-        served near full, at least ``NEAR_FULL`` of the capacity, so a demand a tenth over it says little;
-        latency and the batches themselves say more."""
-        return (
-            self.capacity.bounded
-            and load.occupancy is not None
-            and load.occupancy < _ROOM_OCCUPANCY
-            and load.queue_per_ready < 1
-            and ttft is not None
-            and ttft <= self.config.ttft_p95_seconds * _ROOM_TTFT_SHARE
-        )
 
     def _trend(
         self, now: float, ahead_s: float, load: FleetLoad, values: dict[str, float | None]
