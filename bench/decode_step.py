@@ -19,11 +19,12 @@ default where the model qualifies) against one call per op through the modules.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -89,7 +90,10 @@ def main() -> None:
 
         _label_c_kernel_calls()
 
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with (
+            decoding(engine, args.batch, args.prompt_len, args.steps),
+            profile(activities=[ProfilerActivity.CPU]) as prof,
+        ):
             for _ in range(args.steps):
                 engine.step()
         averages = prof.key_averages()
@@ -102,29 +106,40 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
-def time_decode_steps(engine: Any, batch: int, prompt_len: int, steps: int) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of ``steps`` engine steps that each decode one token for each of ``batch``
-    requests (distinct prompts of ``prompt_len`` tokens, prefilled and warmed up first). A step returns its tokens
-    to the host, so on a GPU its wall time includes the device's work. Also ``bench/gpu_step.py``'s decode step."""
+@contextlib.contextmanager
+def decoding(engine: Any, batch: int, prompt_len: int, steps: int) -> Iterator[None]:
+    """``batch`` requests (distinct prompts of ``prompt_len`` tokens, room for ``steps`` decodes and more) admitted,
+    prefilled and warmed up, so that each ``engine.step()`` inside decodes one token for each; aborted after, so
+    the engine is left empty for whatever runs next."""
     from shoal.engine import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=steps * 2 + 20, ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"r{i}", [100 + i, *range(200, 199 + prompt_len)], params)
-    while (
-        any(r.num_computed_tokens < r.num_prompt_tokens for r in engine.scheduler.running) or engine.scheduler.waiting
-    ):
-        engine.step()  # prefills
-    for _ in range(5):  # warm-up decodes
-        engine.step()
-    cpu, wall = time.process_time(), time.perf_counter()
-    for _ in range(steps):
-        engine.step()
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    engine.abort(f"r{i}" for i in range(batch))  # the engine is left empty for whatever runs next
-    while engine.has_unfinished():
-        engine.step()  # reports the aborts
-    return cpu, wall
+    try:
+        while (
+            any(r.num_computed_tokens < r.num_prompt_tokens for r in engine.scheduler.running)
+            or engine.scheduler.waiting
+        ):
+            engine.step()  # prefills
+        for _ in range(5):  # warm-up decodes
+            engine.step()
+        yield
+    finally:
+        engine.abort(f"r{i}" for i in range(batch))
+        while engine.has_unfinished():
+            engine.step()  # reports the aborts
+
+
+def time_decode_steps(engine: Any, batch: int, prompt_len: int, steps: int) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of ``steps`` engine steps that each decode one token for each of ``batch``
+    requests (``decoding``). A step returns its tokens to the host, so on a GPU its wall time includes the
+    device's work. Also ``bench/gpu_step.py``'s decode step."""
+    with decoding(engine, batch, prompt_len, steps):
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(steps):
+            engine.step()
+        return time.process_time() - cpu, time.perf_counter() - wall
 
 
 class _TorchLayerOps:

@@ -31,3 +31,15 @@ def test_a_short_run_times_a_step_and_both_comparisons(bench_model: Path) -> Non
     layer_ops = report["layer_ops"]
     assert len(layer_ops["c_blocks"]) == len(layer_ops["torch_blocks"]) == 2
     assert layer_ops["torch_over_c"] > 0
+
+
+def test_the_profile_records_the_decoding_steps(bench_model: Path) -> None:
+    """``--profile`` profiles steps that decode (the timed run leaves the engine empty; profiling an empty engine
+    recorded nothing): every step's projections show among the ops, with their share of the CPU time."""
+    command = [sys.executable, str(SCRIPT), "--model", str(bench_model), "--dtype", "float32"]
+    command += ["--steps", "3", "--prompt-len", "8", "--batch", "2", "--profile"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout[done.stdout.rindex("\n{") :])
+    assert report["profiled_cpu_ms_per_step"] > 0 and report["profiled_matmul_ms_per_step"] > 0
+    assert 0 < report["profiled_matmul_share"] < 1
