@@ -23,6 +23,7 @@ class RequestResult:
     prompt_tokens: int = 0
     output_tokens: int = 0
     error: str = ""
+    retries: int = 0  # sends again after the server closed a kept-alive connection before responding
 
     @property
     def tpot(self) -> float | None:
@@ -62,36 +63,54 @@ def _text(endpoint: str, choice: dict[str, Any]) -> str:
 async def send_request(
     client: httpx.AsyncClient, url: str, model: str, req: BenchRequest, endpoint: str = COMPLETIONS
 ) -> RequestResult:
-    """Streams one request to ``endpoint`` (``COMPLETIONS`` or ``CHAT``) and times its chunks."""
+    """Streams one request to ``endpoint`` (``COMPLETIONS`` or ``CHAT``) and times its chunks, from the first send.
+
+    A request the server closed its connection on before any byte of a response is sent once more on a new
+    connection (counted in ``retries``): that is a kept-alive connection the server closed as the client reused
+    it, not the request failing (llama-server closes idle ones, and a benchmark counted that against it)."""
     body = request_body(endpoint, model, req)
     result = RequestResult(success=False)
     start = time.perf_counter()
-    last = start
-    try:
-        async with client.stream("POST", url.rstrip("/") + endpoint, json=body) as response:
-            if response.status_code != 200:
-                result.error = f"HTTP {response.status_code}: {(await response.aread()).decode(errors='replace')[:200]}"
-                return result
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                if "error" in chunk:
-                    result.error = str(chunk["error"].get("message"))
-                    return result
-                if chunk.get("usage"):
-                    result.prompt_tokens = chunk["usage"]["prompt_tokens"]
-                    result.output_tokens = chunk["usage"]["completion_tokens"]
-                if chunk.get("choices") and _text(endpoint, chunk["choices"][0]):
-                    now = time.perf_counter()
-                    if result.ttft == 0.0:
-                        result.ttft = now - start
-                    else:
-                        result.itls.append(now - last)
-                    last = now
-    except httpx.HTTPError as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
-        return result
-    result.e2e = time.perf_counter() - start
-    result.success = True
+    while True:
+        responded = False
+        try:
+            async with client.stream("POST", url.rstrip("/") + endpoint, json=body) as response:
+                responded = True
+                await _read_stream(response, endpoint, result, start)
+        except httpx.RemoteProtocolError as exc:
+            if not responded and not result.retries:
+                result.retries += 1
+                continue
+            result.error = f"{type(exc).__name__}: {exc}"
+        except httpx.HTTPError as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+        break
+    if not result.error:
+        result.e2e = time.perf_counter() - start
+        result.success = True
     return result
+
+
+async def _read_stream(response: httpx.Response, endpoint: str, result: RequestResult, start: float) -> None:
+    """Times the chunks of one streamed response into ``result``; sets ``result.error`` if the server sent one."""
+    if response.status_code != 200:
+        result.error = f"HTTP {response.status_code}: {(await response.aread()).decode(errors='replace')[:200]}"
+        return
+    last = start
+    async for line in response.aiter_lines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            result.error = str(chunk["error"].get("message"))
+            return
+        if chunk.get("usage"):
+            result.prompt_tokens = chunk["usage"]["prompt_tokens"]
+            result.output_tokens = chunk["usage"]["completion_tokens"]
+        if chunk.get("choices") and _text(endpoint, chunk["choices"][0]):
+            now = time.perf_counter()
+            if result.ttft == 0.0:
+                result.ttft = now - start
+            else:
+                result.itls.append(now - last)
+            last = now

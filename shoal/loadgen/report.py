@@ -46,6 +46,7 @@ def summarize(
     summary: dict[str, object] = {
         "completed": len(ok),
         "failed": len(results) - len(ok),
+        "retried": sum(r.retries for r in results),
         "duration_s": duration_s,
         "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
@@ -68,7 +69,8 @@ def summarize(
 def format_summary(summary: dict[str, object]) -> str:
     """A plain-text table for the terminal."""
     lines = [
-        f"{'completed / failed':<32}{summary['completed']} / {summary['failed']}",
+        f"{'completed / failed':<32}{summary['completed']} / {summary['failed']}"
+        + (f" ({summary['retried']} sent again on a new connection)" if summary.get("retried") else ""),
         f"{'duration (s)':<32}{summary['duration_s']:.2f}",
         f"{'request throughput (req/s)':<32}{summary['request_throughput_rps']:.2f}",
         f"{'output throughput (tok/s)':<32}{summary['output_throughput_tok_s']:.1f}",
