@@ -50,6 +50,7 @@ async def close_unanswered(reader: asyncio.StreamReader, writer: asyncio.StreamW
     writer.close()
 
 
+@contextlib.asynccontextmanager
 async def _serve(handler: Handler) -> AsyncIterator[str]:
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -64,7 +65,7 @@ async def _serve(handler: Handler) -> AsyncIterator[str]:
 async def test_a_connection_closed_as_it_is_reused_is_sent_again_once(
     handler: Handler, completed: int, retried: int, error: str
 ) -> None:
-    async for url in _serve(handler):
+    async with _serve(handler) as url:
         config = BenchConfig(url=url, model="m", concurrency=1, progress=False)
         results, duration = await run_benchmark(config, [BenchRequest("a b c", 2) for _ in range(4)])
     summary = summarize(results, duration)
