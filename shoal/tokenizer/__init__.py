@@ -1,7 +1,7 @@
 """Tokenization shared by the engine and the gateway (torch-free)."""
 
 from shoal.tokenizer.chat_template import ChatTemplateError
-from shoal.tokenizer.detokenizer import IncrementalDetokenizer
+from shoal.tokenizer.detokenizer import Detokenizer, detokenizer_for
 from shoal.tokenizer.gguf_vocab import UnsupportedTokenizerError
 from shoal.tokenizer.prompt_tokens import (
     PromptTokenizer,
@@ -14,7 +14,7 @@ from shoal.tokenizer.tokenizer import Tokenizer, TokenizerFilesError
 
 __all__ = [
     "ChatTemplateError",
-    "IncrementalDetokenizer",
+    "Detokenizer",
     "PromptTokenizer",
     "Tokenizer",
     "TokenizerFilesError",
@@ -22,5 +22,6 @@ __all__ = [
     "chat_token_ids",
     "completion_prompt_ids",
     "completion_token_ids",
+    "detokenizer_for",
     "responses_token_ids",
 ]

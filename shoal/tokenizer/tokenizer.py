@@ -22,6 +22,7 @@ from shoal.gguf_metadata import read_gguf_metadata
 from shoal.model_registry import ModelSource
 from shoal.tokenizer.chat_template import ChatTemplateError, render_chat
 from shoal.tokenizer.gguf_vocab import PieceDecoder, build_gguf_tokenizer
+from shoal.tokenizer.token_bytes import TokenBytes
 
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 _GGUF_SPECIAL_KEYS = ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")
@@ -99,6 +100,11 @@ class Tokenizer:
         skipped = self._special_ids if skip_special_tokens else frozenset()
         pieces = (self.backend.id_to_token(i) for i in ids if i not in skipped)
         return self.piece_decoder([piece for piece in pieces if piece is not None])  # None: past the vocabulary
+
+    @cached_property
+    def token_bytes(self) -> TokenBytes | None:
+        """Each token's bytes, where the decoder is byte-level (a stream then decodes a token at a time)."""
+        return None if self.piece_decoder is not None else TokenBytes.of(self.backend, self._special_ids)
 
     @cached_property
     def _special_ids(self) -> frozenset[int]:

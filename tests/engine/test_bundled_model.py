@@ -7,7 +7,7 @@ import torch
 
 from shoal.engine.model import CausalLM, allocate_kv_cache
 from shoal.kernels import AttentionMetadata
-from shoal.tokenizer import IncrementalDetokenizer, Tokenizer
+from shoal.tokenizer import Tokenizer, detokenizer_for
 
 BLOCK_SIZE = 16
 
@@ -36,7 +36,7 @@ def greedy(model: CausalLM, prompt: list[int], max_new_tokens: int, eos: frozens
 def test_smollm2_continues_with_paris(smollm2_model: CausalLM, smollm2_tokenizer: Tokenizer) -> None:
     prompt = smollm2_tokenizer.encode("The capital of France is")
     generated = greedy(smollm2_model, prompt, 4, smollm2_tokenizer.eos_token_ids)
-    detok = IncrementalDetokenizer(smollm2_tokenizer)
+    detok = detokenizer_for(smollm2_tokenizer)
     text = "".join(detok.push([t]) for t in generated) + detok.flush()
     assert text.startswith(" Paris")
 

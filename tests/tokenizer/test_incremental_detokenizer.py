@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spm_gguf import SentencePieceGGUF
 
-from shoal.tokenizer import IncrementalDetokenizer, Tokenizer
+from shoal.tokenizer import Tokenizer, detokenizer_for
+from shoal.tokenizer.detokenizer import ByteLevelDetokenizer, Detokenizer, WindowDetokenizer
 
 # Multi-byte characters that byte-level BPE cuts mid-sequence: emoji (incl. ZWJ sequences), CJK, accents.
 COMMON_MULTIBYTE = st.sampled_from(list("aé€漢字東京🐟🌊🚀👩‍👧 \n"))
@@ -16,9 +17,18 @@ MULTIBYTE = st.text(COMMON_MULTIBYTE | st.characters(exclude_categories=("Cs",))
 SMOLLM_ENCODABLE = st.text(COMMON_MULTIBYTE, min_size=1, max_size=40)
 
 
-def stream(tokenizer: Tokenizer, ids: list[int], sizes: list[int], skip: bool, prompt: list[int] = ()) -> list[str]:
-    """Pushes ``ids`` in groups of ``sizes`` (cycled); returns every piece emitted, the flushed rest last."""
-    detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=skip, prompt_token_ids=prompt)
+def stream(
+    tokenizer: Tokenizer,
+    ids: list[int],
+    sizes: list[int],
+    skip: bool,
+    prompt: list[int] = (),
+    kind: type[ByteLevelDetokenizer | WindowDetokenizer] | None = None,
+) -> list[str]:
+    """Pushes ``ids`` in groups of ``sizes`` (cycled); returns every piece emitted, the flushed rest last.
+    ``kind`` forces one way of detokenizing; by default the tokenizer's own (``detokenizer_for``)."""
+    make = detokenizer_for if kind is None else kind
+    detok: Detokenizer = make(tokenizer, skip, prompt)
     pieces, start, i = [], 0, 0
     while start < len(ids):
         size = sizes[i % len(sizes)]
@@ -55,8 +65,54 @@ def test_streamed_text_never_contains_a_broken_character(
 def test_a_character_split_over_tokens_comes_out_whole(tiny_tokenizer: Tokenizer) -> None:
     ids = tiny_tokenizer.encode("🐟", add_special_tokens=False)
     assert len(ids) > 1  # the 4-byte emoji is spelled in several byte tokens
-    detok = IncrementalDetokenizer(tiny_tokenizer)
-    assert [detok.push([i]) for i in ids] == [""] * (len(ids) - 1) + ["🐟"]
+    for detok in (detokenizer_for(tiny_tokenizer), WindowDetokenizer(tiny_tokenizer)):
+        assert [detok.push([i]) for i in ids] == [""] * (len(ids) - 1) + ["🐟"]
+
+
+def test_a_byte_level_vocabulary_decodes_token_by_token_and_sentencepiece_by_windows(
+    tiny_tokenizer: Tokenizer, spm: SentencePieceGGUF
+) -> None:
+    assert isinstance(detokenizer_for(tiny_tokenizer), ByteLevelDetokenizer)
+    assert isinstance(detokenizer_for(spm.tokenizer), WindowDetokenizer)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prompt=st.lists(st.integers(0, 400), max_size=8),
+    ids=st.lists(st.integers(0, 400), max_size=50),
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=5),
+    skip=st.booleans(),
+)
+def test_both_ways_stream_the_same_text_from_a_byte_level_vocabulary(
+    prompt: list[int], ids: list[int], sizes: list[int], skip: bool, tiny_tokenizer: Tokenizer
+) -> None:
+    """Any ids (special, lone bytes, past the vocabulary) after any prompt that ends on a whole character: the
+    token-at-a-time decode streams the windows' text (in pieces as early or earlier)."""
+    if tiny_tokenizer.decode(prompt, skip_special_tokens=skip).endswith("\ufffd"):
+        prompt = []  # an unfinished character is the one case where they differ (the next test)
+    window = stream(tiny_tokenizer, ids, sizes, skip, prompt, WindowDetokenizer)
+    assert "".join(stream(tiny_tokenizer, ids, sizes, skip, prompt, ByteLevelDetokenizer)) == "".join(window)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(st.integers(0, 400), max_size=50), skip=st.booleans())
+def test_a_byte_level_stream_cut_short_has_emitted_its_text_up_to_the_last_real_character(
+    ids: list[int], skip: bool, tiny_tokenizer: Tokenizer
+) -> None:
+    """What a stop token leaves (no flush): every character decoded so far, none of a trailing U+FFFD run."""
+    detok = ByteLevelDetokenizer(tiny_tokenizer, skip)
+    emitted = ""
+    for cut, token in enumerate(ids, start=1):
+        emitted += detok.push([token])
+        assert emitted == tiny_tokenizer.decode(ids[:cut], skip_special_tokens=skip).rstrip("\ufffd")
+
+
+def test_a_character_a_prompt_left_unfinished_comes_out_whole(tiny_tokenizer: Tokenizer) -> None:
+    """A prompt given as ids may stop inside a character: the output's first token finishes it, and the
+    character is the output's (the windows drop it: their prompt text already ends in U+FFFD)."""
+    ids = tiny_tokenizer.encode("🐟", add_special_tokens=False)
+    detok = detokenizer_for(tiny_tokenizer, prompt_token_ids=ids[:-1])
+    assert detok.push(ids[-1:]) == "🐟"
 
 
 @settings(max_examples=100, deadline=None)
@@ -126,7 +182,7 @@ def test_sentencepiece_completion_after_a_prompt_keeps_its_leading_space(
 def test_sentencepiece_word_after_the_prompt_streams_with_its_space(llama_spm: SentencePieceGGUF) -> None:
     """A completion's pieces after a prompt: each "▁" a space (none dropped), then the emoji whole."""
     sp, tokenizer = llama_spm.reference, llama_spm.tokenizer
-    detok = IncrementalDetokenizer(tokenizer, prompt_token_ids=tokenizer.encode("The capital of France is"))
+    detok = detokenizer_for(tokenizer, prompt_token_ids=tokenizer.encode("The capital of France is"))
     completion = sp.encode("Paris 🦜")
     assert [sp.id_to_piece(i) for i in completion] == [
         "▁",

@@ -52,7 +52,7 @@ from shoal.engine.model_config import ModelConfig
 from shoal.kernels import get_ops
 from shoal.model_registry import resolve_model
 from shoal.protocol.kv_events import KVEvent
-from shoal.tokenizer import IncrementalDetokenizer, Tokenizer
+from shoal.tokenizer import Detokenizer, Tokenizer, detokenizer_for
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 class _Tracked:
     """What the engine keeps beside a request: its text so far and its detokenizer."""
 
-    def __init__(self, request: Request, detokenizer: IncrementalDetokenizer) -> None:
+    def __init__(self, request: Request, detokenizer: Detokenizer) -> None:
         self.request = request
         self.detokenizer = detokenizer
         self.text = TextState(request.params.stop)
@@ -248,7 +248,7 @@ class EngineCore:
             lora_name=lora_name,
         )
         request.grammar = grammar
-        detokenizer = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens, token_ids)
+        detokenizer = detokenizer_for(self.tokenizer, params.skip_special_tokens, token_ids)
         self._tracked[request_id] = _Tracked(request, detokenizer)
         self.scheduler.add_request(request)
 
