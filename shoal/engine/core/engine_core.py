@@ -297,7 +297,7 @@ class EngineCore:
 
     def step(self) -> list[RequestOutput]:
         """Runs one batch; returns what every request gained (and the aborts since the last step)."""
-        outputs = [self._output(r, [], None) for r in self._aborted]
+        outputs = [self._output(r, self._tracked[r.request_id], [], None) for r in self._aborted]
         self._aborted = []
         batch = self.scheduler.schedule()
         if batch.is_empty:
@@ -395,7 +395,7 @@ class EngineCore:
         if stop is not None:
             request.stop_reason = stop[1]
             self._finish(request, stop[0])
-        return self._output(request, [token_id], [logprobs] if logprobs is not None else None)
+        return self._output(request, tracked, [token_id], [logprobs] if logprobs is not None else None)
 
     @staticmethod
     def _advance_grammar(request: Request, token_id: int) -> bool:
@@ -417,9 +417,12 @@ class EngineCore:
         reason = status.finish_reason or "abort"
         self._finished_by_reason[reason] = self._finished_by_reason.get(reason, 0) + 1
 
-    def _output(self, request: Request, token_ids: list[int], logprobs: list[SampleLogprobs] | None) -> RequestOutput:
+    def _output(
+        self, request: Request, tracked: _Tracked, token_ids: list[int], logprobs: list[SampleLogprobs] | None
+    ) -> RequestOutput:
         finished = request.is_finished
-        tracked = self._tracked[request.request_id] if not finished else self._tracked.pop(request.request_id)
+        if finished:
+            del self._tracked[request.request_id]
         return RequestOutput(
             request_id=request.request_id,
             new_token_ids=token_ids,

@@ -58,7 +58,7 @@ class RequestMetrics:
         return None if self.finished_time is None else self.finished_time - self.arrival_time
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestOutput:
     """What one request gained in one step; ``new_text`` is safe to append (never half a character)."""
 
