@@ -10,10 +10,13 @@ and the share of the step spent outside matrix multiplications (the C kernel's c
 shoal's C kernel and N on torch, alternating in one process on the same requests, and reports each side's median
 block (the machine's drift falls on both sides alike); each op is its own call there (the one-call layers off).
 ``--compare-decode-stack N`` alternates in the same way every decoder layer in one C call (``DecodeStack``, the
-default where the model qualifies) against one call per op through the modules.
+default where the model qualifies) against one call per op through the modules. ``--mixed D:C`` times the steps a
+loaded server runs most (``time_mixed_steps``): D sequences decoding, a C-token prompt prefilled alone, and the two
+in one step, wall ms each, and the mixed step over the two apart (under 1: the decodes ride on the prefill's pass
+over the weights).
 
     .venv/bin/python bench/decode_step.py [--dtype auto] [--quantization auto] [--threads 1] [--kernel auto|torch]
-        [--batch 64] [--profile] [--compare-layer-ops 8] [--compare-decode-stack 8]
+        [--batch 64] [--profile] [--compare-layer-ops 8] [--compare-decode-stack 8] [--mixed 16:256 ...]
 """
 
 from __future__ import annotations
@@ -59,13 +62,22 @@ def main() -> None:
     parser.add_argument(
         "--compare-decode-stack", type=int, default=0, metavar="N", help="one-call layers vs modules, N blocks each"
     )
+    parser.add_argument(
+        "--mixed", type=_decodes_and_chunk, nargs="+", default=[], metavar="D:C", help="mixed steps, D decodes + C"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["SHOAL_CPU_KERNEL"] = args.kernel
 
     from shoal.engine import LLM
 
-    llm = LLM(args.model, dtype=args.dtype, quantization=args.quantization, max_num_seqs=max(args.batch, 1))
+    llm = LLM(
+        args.model,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        max_num_seqs=max([args.batch, 1, *(d + 1 for d, _ in args.mixed)]),  # a mixed step's prompt is one more
+        max_num_batched_tokens=max([2048, *(d + c for d, c in args.mixed)]),
+    )
     engine = llm.engine
     cpu, wall = time_decode_steps(engine, args.batch, args.prompt_len, args.steps)
     report = {
@@ -85,6 +97,8 @@ def main() -> None:
         report["decode_stack"] = compare_decode_stack(
             engine, args.batch, args.prompt_len, args.steps, args.compare_decode_stack
         )
+    if args.mixed:
+        report["mixed"] = [time_mixed_steps(engine, d, c, args.prompt_len, args.steps) for d, c in args.mixed]
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -140,6 +154,56 @@ def time_decode_steps(engine: Any, batch: int, prompt_len: int, steps: int) -> t
         for _ in range(steps):
             engine.step()
         return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def time_mixed_steps(engine: Any, decodes: int, chunk: int, prompt_len: int, repeats: int) -> dict[str, Any]:
+    """Wall ms of three kinds of step, each the median of ``repeats`` after one untimed: ``decodes`` sequences
+    decoding a token each (``decoding``); a ``chunk``-token prompt prefilled alone; and that prompt's prefill beside
+    the decodes in one step, as a server under load runs them. Each prompt is new (its first token differs, so no
+    prefix is cached), prefilled in its one step and asks for one token, so it finishes there. Also
+    ``bench/gpu_step.py``'s mixed steps."""
+    from shoal.engine import SamplingParams
+
+    vocab = engine.model_config.vocab_size
+    one_token = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    prompts = iter(range(2 * repeats + 2))
+
+    def step_with_prompt(expected_outputs: int) -> float:
+        n = next(prompts)
+        engine.add_request(f"prompt{n}", [(n + 1 + j * 7) % vocab for j in range(chunk)], one_token)
+        began = time.perf_counter()
+        outputs = engine.step()
+        seconds = time.perf_counter() - began
+        done = [o for o in outputs if o.request_id == f"prompt{n}"]
+        if len(outputs) != expected_outputs or not done or not done[0].finished:
+            raise RuntimeError(f"the step did not prefill the {chunk}-token prompt beside {decodes} decodes at once")
+        return seconds
+
+    prefill = [step_with_prompt(1) for _ in range(repeats + 1)][1:]
+    with decoding(engine, decodes, prompt_len, 2 * repeats + 2):
+        decode = []
+        for _ in range(repeats + 1):
+            began = time.perf_counter()
+            engine.step()
+            decode.append(time.perf_counter() - began)
+        mixed = [step_with_prompt(decodes + 1) for _ in range(repeats + 1)][1:]
+    decode_ms, prefill_ms, mixed_ms = (statistics.median(x) * 1e3 for x in (decode[1:], prefill, mixed))
+    return {
+        "decodes": decodes,
+        "chunk": chunk,
+        "decode_ms": round(decode_ms, 3),
+        "prefill_ms": round(prefill_ms, 3),
+        "mixed_ms": round(mixed_ms, 3),
+        "mixed_vs_apart": round(mixed_ms / (decode_ms + prefill_ms), 3),
+    }
+
+
+def _decodes_and_chunk(text: str) -> tuple[int, int]:
+    decodes, _, chunk = text.partition(":")
+    try:
+        return int(decodes), int(chunk)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected DECODES:CHUNK (e.g. 16:256), got {text!r}") from None
 
 
 class _TorchLayerOps:

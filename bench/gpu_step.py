@@ -9,6 +9,8 @@ Measures, each against a baseline taken in the same run on the same card:
 - the decode step replaying the engine's CUDA graphs against the same engine with its graphs set aside (eager), at
   batch 1 and 64 (on a CPU there are no graphs: the eager time alone);
 - output tokens/s with 1, 64 and 256 sequences in flight (offline engine, ``ignore_eos``);
+- mixed steps, which dominate under load: D sequences decoding beside a C-token prompt's prefill in one step,
+  against the two as steps apart (``bench/decode_step.py``'s ``time_mixed_steps``);
 - prefill attention against SDPA's flash attention (target 0.7x its TFLOP/s) and decode attention, 1 x 8,192
   tokens, against the copy bandwidth (target 50%), through ``bench/kernel_timing.py``'s measurements;
 - the engine's start-up: the wall time of building it, and the start-up lines it logs, where it logs any.
@@ -60,10 +62,13 @@ class Plan:
     decode_steps: int
     decode_context: int
     repeats: int
+    mixed: tuple[tuple[int, int], ...]  # (sequences decoding, prompt tokens prefilled beside them)
 
 
-FULL = Plan("llama3-8b", 2 << 30, prompt_len=128, output_len=128, decode_steps=64, decode_context=8192, repeats=20)
-SMOKE = Plan("tiny-llama", 16 << 20, prompt_len=8, output_len=4, decode_steps=4, decode_context=80, repeats=2)
+FULL = Plan(
+    "llama3-8b", 2 << 30, 128, 128, 64, decode_context=8192, repeats=20, mixed=((16, 512), (64, 512), (64, 2048))
+)
+SMOKE = Plan("tiny-llama", 16 << 20, 8, 4, 4, decode_context=80, repeats=2, mixed=((4, 16),))
 
 
 def copy_bandwidth(nbytes: int, device: str, repeats: int) -> float:
@@ -126,7 +131,10 @@ def start_engine(model: Path, device: str, dtype: str, plan: Plan) -> tuple[Any,
     from shoal.engine import LLM
 
     block_size = 16
-    tokens = CONCURRENCY[-1] * (plan.prompt_len + 2 * max(plan.output_len, plan.decode_steps) + 2 * block_size)
+    per_request = plan.prompt_len + 2 * max(plan.output_len, plan.decode_steps) + 2 * block_size
+    longest_prompt = max(chunk for _, chunk in plan.mixed) + block_size  # a mixed step's prompt, beside decodes
+    max_model_len = max(per_request, longest_prompt)
+    tokens = CONCURRENCY[-1] * per_request + longest_prompt
     handler = StartupLines()
     shoal_log = logging.getLogger("shoal")
     level = shoal_log.level
@@ -141,7 +149,8 @@ def start_engine(model: Path, device: str, dtype: str, plan: Plan) -> tuple[Any,
             block_size=block_size,
             num_kv_blocks=math.ceil(tokens / block_size),
             max_num_seqs=CONCURRENCY[-1],
-            max_model_len=plan.prompt_len + 2 * max(plan.output_len, plan.decode_steps) + 2 * block_size,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max([2048, *(decodes + chunk for decodes, chunk in plan.mixed)]),
         )
     finally:
         shoal_log.removeHandler(handler)
@@ -192,6 +201,13 @@ def graphs_vs_eager(llm: Any, plan: Plan) -> dict[str, Any]:
             row["eager_vs_graph"] = round(row["eager_step_ms"] / row["graph_step_ms"], 2)
         rows.append(row)
     return {"captured": list(graphs.sizes) if graphs is not None else None, "steps": rows}
+
+
+def mixed_steps(llm: Any, plan: Plan) -> list[dict[str, Any]]:
+    """Each of the plan's mixed shapes: the decodes' step, the prompt's step and the two as one, wall ms."""
+    from decode_step import time_mixed_steps
+
+    return [time_mixed_steps(llm.engine, d, c, plan.prompt_len, plan.repeats) for d, c in plan.mixed]
 
 
 def throughput(llm: Any, plan: Plan) -> list[dict[str, Any]]:
@@ -301,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     report["decode_step"] = decode_step(llm, plan, bandwidth)
     report["graphs_vs_eager"] = graphs_vs_eager(llm, plan)
     report["throughput"] = throughput(llm, plan)
+    report["mixed_steps"] = mixed_steps(llm, plan)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

@@ -1,6 +1,6 @@
 """``bench/decode_step.py`` runs as documented on the tiny model with int4 projections: a step's CPU and wall time,
-and both of its one-process comparisons (one-call layers against the modules, the C small ops against torch's),
-each side's blocks reported."""
+both of its one-process comparisons (one-call layers against the modules, the C small ops against torch's), each
+side's blocks reported, and mixed steps (decodes beside a prompt's prefill) against the two apart."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "decode_step.py"
 def test_a_short_run_times_a_step_and_both_comparisons(bench_model: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--model", str(bench_model), "--quantization", "int4"]
     command += ["--dtype", "float32", "--steps", "3", "--prompt-len", "8", "--batch", "2"]
-    command += ["--compare-decode-stack", "2", "--compare-layer-ops", "2"]
+    command += ["--compare-decode-stack", "2", "--compare-layer-ops", "2", "--mixed", "2:16", "3:40"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout[done.stdout.index("{") :])
@@ -31,6 +31,11 @@ def test_a_short_run_times_a_step_and_both_comparisons(bench_model: Path) -> Non
     layer_ops = report["layer_ops"]
     assert len(layer_ops["c_blocks"]) == len(layer_ops["torch_blocks"]) == 2
     assert layer_ops["torch_over_c"] > 0
+    assert [(m["decodes"], m["chunk"]) for m in report["mixed"]] == [(2, 16), (3, 40)]
+    for mixed in report["mixed"]:  # each kind timed (a step that did not prefill the prompt whole fails the run)
+        assert min(mixed["decode_ms"], mixed["prefill_ms"], mixed["mixed_ms"]) > 0
+        apart = mixed["decode_ms"] + mixed["prefill_ms"]
+        assert mixed["mixed_vs_apart"] == pytest.approx(mixed["mixed_ms"] / apart, rel=0.01)
 
 
 def test_the_profile_records_the_decoding_steps(bench_model: Path) -> None:

@@ -43,6 +43,11 @@ def test_the_smoke_run_writes_every_figure_of_the_gpu_run(tmp_path: Path) -> Non
     assert step["target_vs_floor"] == 1.4
     assert [(r["concurrent"], r["output_tokens"]) for r in report["throughput"]] == [(1, 4), (64, 256), (256, 1024)]
     assert all(r["output_tokens_per_s"] > 0 for r in report["throughput"])
+    (mixed,) = report["mixed_steps"]
+    assert (mixed["decodes"], mixed["chunk"]) == (4, 16)
+    assert mixed["mixed_vs_apart"] == pytest.approx(
+        mixed["mixed_ms"] / (mixed["decode_ms"] + mixed["prefill_ms"]), 0.01
+    )
     attention = report["attention"]
     assert attention["correct"] is True
     assert [(r["seqs"], r["prompt"]) for r in attention["prefill"]] == [(2, 40)]
