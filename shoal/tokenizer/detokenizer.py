@@ -46,9 +46,9 @@ def detokenizer_for(
 class ByteLevelDetokenizer:
     """Each token's bytes through one incremental UTF-8 decoder, which holds a character's first bytes until its
     last arrives. A run of U+FFFD at the end (bytes that are no character) waits for a later character or the
-    flush, so a stream cut short by a stop token ends on its last real character, as with the windows. The prompt's last
-    tokens go through the decoder first, their text dropped: a character that a prompt given as ids left
-    unfinished is finished by the output, whole (the windows drop it: their prompt text already ends in U+FFFD)."""
+    flush, so a stream cut short by a stop token ends on its last real character. The prompt's last tokens go
+    through the decoder first, their text dropped: a character that a prompt given as ids left unfinished is
+    finished by the output, whole (the windows drop it: their prompt text already ends in U+FFFD)."""
 
     def __init__(
         self, tokenizer: Tokenizer, skip_special_tokens: bool = True, prompt_token_ids: Sequence[int] = ()
