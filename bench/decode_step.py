@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -35,6 +36,8 @@ import torch
 from shoal.cpu_features import cpu_info
 from shoal.engine.model.quantized_linear import QuantizedLinear
 
+BLOCK_SIZE = 16  # the engine's default, named where --mixed sizes the KV cache
+_PROMPTS = itertools.count()  # time_mixed_steps' prompts, numbered across calls: a prompt met before is cached
 MATMUL_OPS = (
     "aten::addmm",
     "aten::mm",
@@ -71,12 +74,18 @@ def main() -> None:
 
     from shoal.engine import LLM
 
+    sizing: dict[str, int] = {}
+    if args.mixed:  # the decodes and the prompt at once (a CPU's default cache holds some 11k of SmolLM2's tokens)
+        decoder_blocks = -(-(args.prompt_len + 4 * args.steps + 25) // BLOCK_SIZE)  # decoding()'s max_tokens, and more
+        blocks = max(d * decoder_blocks + -(-c // BLOCK_SIZE) for d, c in args.mixed)
+        sizing = {"block_size": BLOCK_SIZE, "num_kv_blocks": max(blocks, args.batch * decoder_blocks) + 1}
     llm = LLM(
         args.model,
         dtype=args.dtype,
         quantization=args.quantization,
         max_num_seqs=max([args.batch, 1, *(d + 1 for d, _ in args.mixed)]),  # a mixed step's prompt is one more
         max_num_batched_tokens=max([2048, *(d + c for d, c in args.mixed)]),
+        **sizing,
     )
     engine = llm.engine
     cpu, wall = time_decode_steps(engine, args.batch, args.prompt_len, args.steps)
@@ -159,17 +168,16 @@ def time_decode_steps(engine: Any, batch: int, prompt_len: int, steps: int) -> t
 def time_mixed_steps(engine: Any, decodes: int, chunk: int, prompt_len: int, repeats: int) -> dict[str, Any]:
     """Wall ms of three kinds of step, each the median of ``repeats`` after one untimed: ``decodes`` sequences
     decoding a token each (``decoding``); a ``chunk``-token prompt prefilled alone; and that prompt's prefill beside
-    the decodes in one step, as a server under load runs them. Each prompt is new (its first token differs, so no
-    prefix is cached), prefilled in its one step and asks for one token, so it finishes there. Also
+    the decodes in one step, as a server under load runs them. Each prompt is new to the process (its first token
+    differs, so no prefix is cached), prefilled in its one step and asks for one token, so it finishes there. Also
     ``bench/gpu_step.py``'s mixed steps."""
     from shoal.engine import SamplingParams
 
     vocab = engine.model_config.vocab_size
     one_token = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-    prompts = iter(range(2 * repeats + 2))
 
     def step_with_prompt(expected_outputs: int) -> float:
-        n = next(prompts)
+        n = next(_PROMPTS)
         engine.add_request(f"prompt{n}", [(n + 1 + j * 7) % vocab for j in range(chunk)], one_token)
         began = time.perf_counter()
         outputs = engine.step()
