@@ -47,8 +47,9 @@ class ByteLevelDetokenizer:
     """Each token's bytes through one incremental UTF-8 decoder, which holds a character's first bytes until its
     last arrives. A run of U+FFFD at the end (bytes that are no character) waits for a later character or the
     flush, so a stream cut short by a stop token ends on its last real character. The prompt's last tokens go
-    through the decoder first, their text dropped: a character that a prompt given as ids left unfinished is
-    finished by the output, whole (the windows drop it: their prompt text already ends in U+FFFD)."""
+    through the decoder first, their text dropped; a character the prompt began (a prompt given as ids can stop
+    inside one) is the prompt's, as with the windows: the output's text starts after the characters the prompt's
+    text shows for those bytes, whether the output's bytes finish them or not."""
 
     def __init__(
         self, tokenizer: Tokenizer, skip_special_tokens: bool = True, prompt_token_ids: Sequence[int] = ()
@@ -58,19 +59,27 @@ class ByteLevelDetokenizer:
         self._spell = token_bytes.spell
         self._skip_special_tokens = skip_special_tokens
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        self._held = ""
-        self.push(prompt_token_ids[-_PROMPT_CONTEXT:])
+        self._utf8.decode(b"".join(self._spell(i, skip_special_tokens) for i in prompt_token_ids[-_PROMPT_CONTEXT:]))
+        waiting: bytes = self._utf8.getstate()[0]  # the prompt's last bytes, if they are no whole character yet
+        self._prompt_characters = len(waiting.decode("utf-8", "replace"))  # what the prompt's text shows for them
         self._held = ""
 
     def push(self, token_ids: Iterable[int]) -> str:
         spell, skip = self._spell, self._skip_special_tokens
-        text = self._held + self._utf8.decode(b"".join([spell(i, skip) for i in token_ids]))
+        text = self._held + self._decode(b"".join([spell(i, skip) for i in token_ids]))
         emitted = text.rstrip(_REPLACEMENT)
         self._held = text[len(emitted) :]
         return emitted
 
     def flush(self) -> str:
-        text, self._held = self._held + self._utf8.decode(b"", final=True), ""
+        text, self._held = self._held + self._decode(b"", final=True), ""
+        return text
+
+    def _decode(self, data: bytes, final: bool = False) -> str:
+        text = self._utf8.decode(data, final)
+        if self._prompt_characters and text:  # the first characters decoded are those the prompt's text ends with
+            dropped = min(self._prompt_characters, len(text))
+            text, self._prompt_characters = text[dropped:], self._prompt_characters - dropped
         return text
 
 

@@ -76,7 +76,7 @@ def test_a_byte_level_vocabulary_decodes_token_by_token_and_sentencepiece_by_win
     assert isinstance(detokenizer_for(spm.tokenizer), WindowDetokenizer)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     prompt=st.lists(st.integers(0, 400), max_size=8),
     ids=st.lists(st.integers(0, 400), max_size=50),
@@ -86,10 +86,8 @@ def test_a_byte_level_vocabulary_decodes_token_by_token_and_sentencepiece_by_win
 def test_both_ways_stream_the_same_text_from_a_byte_level_vocabulary(
     prompt: list[int], ids: list[int], sizes: list[int], skip: bool, tiny_tokenizer: Tokenizer
 ) -> None:
-    """Any ids (special, lone bytes, past the vocabulary) after any prompt that ends on a whole character: the
-    token-at-a-time decode streams the windows' text (in pieces as early or earlier)."""
-    if tiny_tokenizer.decode(prompt, skip_special_tokens=skip).endswith("\ufffd"):
-        prompt = []  # an unfinished character is the one case where they differ (the next test)
+    """Any ids (special, lone bytes, past the vocabulary) after any prompt, one that stops inside a character
+    too: the token-at-a-time decode streams the windows' text (in pieces as early or earlier)."""
     window = stream(tiny_tokenizer, ids, sizes, skip, prompt, WindowDetokenizer)
     assert "".join(stream(tiny_tokenizer, ids, sizes, skip, prompt, ByteLevelDetokenizer)) == "".join(window)
 
@@ -107,12 +105,32 @@ def test_a_byte_level_stream_cut_short_has_emitted_its_text_up_to_the_last_real_
         assert emitted == tiny_tokenizer.decode(ids[:cut], skip_special_tokens=skip).rstrip("\ufffd")
 
 
-def test_a_character_a_prompt_left_unfinished_comes_out_whole(tiny_tokenizer: Tokenizer) -> None:
-    """A prompt given as ids may stop inside a character: the output's first token finishes it, and the
-    character is the output's (the windows drop it: their prompt text already ends in U+FFFD)."""
-    ids = tiny_tokenizer.encode("🐟", add_special_tokens=False)
-    detok = detokenizer_for(tiny_tokenizer, prompt_token_ids=ids[:-1])
-    assert detok.push(ids[-1:]) == "🐟"
+def _byte_token(tokenizer: Tokenizer, byte: int) -> int:
+    token_bytes = tokenizer.token_bytes
+    assert token_bytes is not None
+    return next(i for i in range(tokenizer.vocab_size) if token_bytes.spell(i, False) == bytes([byte]))
+
+
+@pytest.mark.parametrize("unfinished", ["fish", "surrogate"])
+@pytest.mark.parametrize("finished", [True, False])
+def test_characters_the_prompt_began_are_the_prompts(
+    unfinished: str, finished: bool, tiny_tokenizer: Tokenizer
+) -> None:
+    """A prompt given as ids may stop inside a character (its text ends in U+FFFD: one for 🐟's first three bytes,
+    two for ED B1, a surrogate's start): the output starts after them, whether its first token finishes them or
+    is something else (a JSON "[")."""
+    fish = tiny_tokenizer.encode("🐟", add_special_tokens=False)
+    bracket = tiny_tokenizer.encode("[", add_special_tokens=False)
+    if unfinished == "fish":
+        prompt, ending = fish[:-1], fish[-1:]
+    else:
+        prompt, ending = [_byte_token(tiny_tokenizer, 0xED), _byte_token(tiny_tokenizer, 0xB1)], []
+    assert tiny_tokenizer.decode(prompt).endswith("\ufffd")
+    output = (ending if finished else []) + bracket
+    for make in (detokenizer_for, WindowDetokenizer):
+        detok = make(tiny_tokenizer, True, prompt)
+        assert "".join(detok.push([token]) for token in output) + detok.flush() == "["
+        assert make(tiny_tokenizer, True, prompt).flush() == ""  # nothing generated: nothing shown
 
 
 @settings(max_examples=100, deadline=None)
