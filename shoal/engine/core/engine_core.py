@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 
 class _Tracked:
-    """What the engine keeps beside a request: its text so far and its detokenizer."""
+    """What the engine keeps beside a request: its text not handed out yet and its detokenizer."""
 
     def __init__(self, request: Request, detokenizer: Detokenizer) -> None:
         self.request = request
