@@ -48,7 +48,10 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    around a boundary), else, before capacity is known, one fewer when the consolidation check passes (under one
    request waiting per survivor, each survivor's share of arrivals under the rate per replica at which the fleet
    last breached or a consolidation was followed by a breach, TTFT under half its target, KV usage of the survivors, ``N/(N-1)`` of today's, under 0.8). The largest
-   recommendation over ``scale_down_stabilization_seconds`` applies, at most ``max_step`` down. Scale-down is
+   recommendation over ``scale_down_stabilization_seconds`` applies, at most ``max_step`` down; over a minute
+   instead while the arrival rate falls as a line (:meth:`ArrivalTrend.falling`, by a trusted slope worth at least
+   the tolerance band of one replica over the full window), since the window rides out noise around a level and
+   a fall that ten minutes of rates prove is none. Scale-down is
    held while an alert fires, while data is partial, while a replica is loading (it would be the one removed),
    and until the policy has a full window of its own history (a restarted autoscaler knows nothing).
 8. **Idle to zero.** With ``min: 0``, a fleet with nothing arriving, queued or running for a whole scale-down
@@ -89,6 +92,10 @@ _BACKLOG_DRAIN_SECONDS = 60.0
 # Knative's panic window: long enough that one noisy observation of the queue does not add replicas, short enough
 # to act within seconds of a step
 _PANIC_SECONDS = 6.0
+# the scale-down window while the arrival rate falls as a line (a trusted trend, :mod:`shoal.autoscale.trend`):
+# the full window rides out noise around a level, and on a falling load it keeps each replica that long past
+# its need; a minute is one of the trend's bins
+_FALLING_DOWN_SECONDS = 60.0
 
 
 def _num(value: float | None) -> str:
@@ -104,6 +111,9 @@ class ShoalPolicy:
         self.config = config
         self.capacity = CapacityEstimate()
         self._down = WindowExtreme(config.scale_down_stabilization_seconds, largest=True)
+        self._down_falling = WindowExtreme(
+            min(_FALLING_DOWN_SECONDS, config.scale_down_stabilization_seconds), largest=True
+        )
         self._up = WindowExtreme(config.scale_up_stabilization_seconds, largest=False)
         self._since: float | None = None
         self._panic = WindowExtreme(_PANIC_SECONDS, largest=False)
@@ -146,6 +156,7 @@ class ShoalPolicy:
         target, rule, message, recommended = self._evaluate(signals, load, values)
         if recommended is not None:
             self._down.add(now, recommended)
+            self._down_falling.add(now, recommended)
         if forecast:
             message = f"{message}; {forecast}"
         return ScalingDecision(now, target, rule, message, values)
@@ -466,7 +477,12 @@ class ShoalPolicy:
         if now - self._since < window:
             message = f"holding {current}: {basis}, but only {now - self._since:.0f}s of history of {window:.0f}s"
             return current, "HoldWarmup", message, need
-        stable = max(self._down.add(now, need), burst)
+        stable, falling = self._down.add(now, need), self._falling()
+        short = self._down_falling.add(now, need)
+        if falling is not None:
+            stable, window = short, self._down_falling.seconds
+            basis += f", the arrival rate falling {-falling * 60:.3g} req/s a minute at least"
+        stable = max(stable, burst)
         if stable >= current:
             message = f"holding {current}: {basis}, but {stable:.0f} were needed within the last {window:.0f}s"
             return current, "HoldStabilization", message, None
@@ -496,6 +512,18 @@ class ShoalPolicy:
             sized,
         )
         return trend, sized
+
+    def _falling(self) -> float | None:
+        """The trusted falling slope of the arrival rate (negative), None without one or without a learned capacity.
+        As with a climb, a fall worth less than the tolerance band of one replica over the time it would save (the
+        scale-down window) is noise the band absorbs: on constant load a line fitted to noise passes the tests
+        now and then, and a minute's window there lost a seed of ``heavy-tail`` 5 points."""
+        falling, capacity = self.trend.falling(), self.capacity.per_replica
+        if falling is None or capacity is None:
+            return None
+        cfg = self.config
+        fall = -falling * cfg.scale_down_stabilization_seconds
+        return falling if fall >= cfg.tolerance * capacity * cfg.target_utilization else None
 
     def _remember_burst(self, now: float, demand: float) -> None:
         """A breach still on while replicas load: the fleet was too small for longer than a start-up takes.

@@ -16,6 +16,10 @@ it extends, so this one is trusted only where a line explains the rate:
   error``), and only when that is positive: noise around a constant rate projects nothing, and a climb projects
   what it has surely climbed.
 
+The same tests mirrored say when the rate **falls** as a line (:meth:`ArrivalTrend.falling`: the slope's upper
+confidence bound under zero, both halves falling): the policy then shortens its scale-down window, which is there
+to ride out noise around a level, not a fall ten minutes of rates prove.
+
 No clock, no I/O: samples and time come from the caller.
 """
 
@@ -98,15 +102,33 @@ class ArrivalTrend:
 
     def project(self, now: float, ahead_s: float) -> TrendProjection | None:
         """The rate ``ahead_s`` after ``now`` on the trusted slope, None without a trusted rising trend."""
+        trusted = self._trusted(rising=True)
+        if trusted is None:
+            return None
+        line, floor, halves = trusted
+        return TrendProjection(
+            line.at(now + ahead_s, floor), line.slope, floor, halves, len(self._bins) * BIN_S, ahead_s
+        )
+
+    def falling(self) -> float | None:
+        """The slope's upper bound (req/s per second, negative) when the rate falls as a line over the window by the
+        same tests a climb passes (both halves falling, the bound under zero); None otherwise."""
+        trusted = self._trusted(rising=False)
+        return None if trusted is None else trusted[1]
+
+    def _trusted(self, rising: bool) -> tuple[Line, float, tuple[float, float]] | None:
+        """The window's line, the confidence bound of its slope nearer zero, and its halves' slopes, when the rate
+        moves that way as a line (module docstring); None otherwise."""
         if len(self._bins) < MIN_BINS:
             return None
         bins = list(self._bins)
         line = fit_line(bins)
-        floor = line.slope - Z * line.slope_se
-        if floor <= 0:
+        sign = 1.0 if rising else -1.0
+        bound = sign * line.slope - Z * line.slope_se
+        if bound <= 0:
             return None
         half = len(bins) // 2
         halves = (fit_line(bins[:half]).slope, fit_line(bins[-half:]).slope)
-        if min(halves) < AGREEMENT * line.slope:
+        if min(sign * slope for slope in halves) < AGREEMENT * sign * line.slope:
             return None
-        return TrendProjection(line.at(now + ahead_s, floor), line.slope, floor, halves, len(bins) * BIN_S, ahead_s)
+        return line, sign * bound, halves
