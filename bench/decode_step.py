@@ -76,7 +76,8 @@ def main() -> None:
 
     sizing: dict[str, int] = {}
     if args.mixed:  # the decodes and the prompt at once (a CPU's default cache holds some 11k of SmolLM2's tokens)
-        decoder_blocks = -(-(args.prompt_len + 4 * args.steps + 25) // BLOCK_SIZE)  # decoding()'s max_tokens, and more
+        decoder_tokens = args.prompt_len + decode_budget(mixed_decode_steps(args.steps))
+        decoder_blocks = -(-decoder_tokens // BLOCK_SIZE)
         blocks = max(d * decoder_blocks + -(-c // BLOCK_SIZE) for d, c in args.mixed)
         sizing = {"block_size": BLOCK_SIZE, "num_kv_blocks": max(blocks, args.batch * decoder_blocks) + 1}
     llm = LLM(
@@ -129,6 +130,16 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
+def decode_budget(steps: int) -> int:
+    """The tokens a request of :func:`decoding` may generate: ``steps`` and the warm-up, with room to spare."""
+    return steps * 2 + 20
+
+
+def mixed_decode_steps(repeats: int) -> int:
+    """The decode steps :func:`time_mixed_steps` runs inside :func:`decoding` for ``repeats``."""
+    return 2 * repeats + 2
+
+
 @contextlib.contextmanager
 def decoding(engine: Any, batch: int, prompt_len: int, steps: int) -> Iterator[None]:
     """``batch`` requests (distinct prompts of ``prompt_len`` tokens, room for ``steps`` decodes and more) admitted,
@@ -136,7 +147,7 @@ def decoding(engine: Any, batch: int, prompt_len: int, steps: int) -> Iterator[N
     the engine is left empty for whatever runs next."""
     from shoal.engine import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=steps * 2 + 20, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=decode_budget(steps), ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"r{i}", [100 + i, *range(200, 199 + prompt_len)], params)
     try:
@@ -188,7 +199,7 @@ def time_mixed_steps(engine: Any, decodes: int, chunk: int, prompt_len: int, rep
         return seconds
 
     prefill = [step_with_prompt(1) for _ in range(repeats + 1)][1:]
-    with decoding(engine, decodes, prompt_len, 2 * repeats + 2):
+    with decoding(engine, decodes, prompt_len, mixed_decode_steps(repeats)):
         decode = []
         for _ in range(repeats + 1):
             began = time.perf_counter()

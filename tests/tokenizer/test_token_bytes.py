@@ -13,7 +13,7 @@ from shoal.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
-def with_added_tokens(tiny_tokenizer: Tokenizer) -> Tokenizer:
+def with_added_tokens() -> Tokenizer:
     """The tiny vocabulary plus added tokens outside the byte alphabet (a space, "é" read as the byte 0xE9)."""
     backend = train_tokenizer(vocab_size=384)
     backend.add_tokens([AddedToken("é", special=False), AddedToken("a b", special=False)])
