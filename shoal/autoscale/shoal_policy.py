@@ -50,8 +50,8 @@ The control law, evaluated on every observation (``docs/autoscaling.md`` has the
    last breached or a consolidation was followed by a breach, TTFT under half its target, KV usage of the survivors, ``N/(N-1)`` of today's, under 0.8). The largest
    recommendation over ``scale_down_stabilization_seconds`` applies, at most ``max_step`` down; over a minute
    instead while the arrival rate falls as a line (:meth:`ArrivalTrend.falling`, by a trusted slope worth at least
-   the tolerance band of one replica over the full window), since the window rides out noise around a level and
-   a fall that ten minutes of rates prove is none. Scale-down is
+   the tolerance band of one replica over the full window): the window is there to ride out noise around a level,
+   and a fall that ten minutes of rates prove is not noise. Scale-down is
    held while an alert fires, while data is partial, while a replica is loading (it would be the one removed),
    and until the policy has a full window of its own history (a restarted autoscaler knows nothing).
 8. **Idle to zero.** With ``min: 0``, a fleet with nothing arriving, queued or running for a whole scale-down
