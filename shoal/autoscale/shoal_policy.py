@@ -401,7 +401,10 @@ class ShoalPolicy:
                 f" {self._burst_demand:.3g} req/s, which {usable} serve at full capacity"
             )
             return current, "HoldSteady", message, current
-        return self._down_path(signals, load, sized, demand, loading, trend_sized)
+        falling = self._falling()
+        if falling is not None:
+            values["trend_falling_rps_per_s"] = falling
+        return self._down_path(signals, load, sized, demand, loading, trend_sized, falling)
 
     def _down_path(
         self,
@@ -411,6 +414,7 @@ class ShoalPolicy:
         demand: float | None,
         loading: bool,
         trend_sized: float | None,
+        falling: float | None,
     ) -> tuple[int, str, str, int | None]:
         cfg = self.config
         now, current = signals.time, signals.desired
@@ -477,8 +481,7 @@ class ShoalPolicy:
         if now - self._since < window:
             message = f"holding {current}: {basis}, but only {now - self._since:.0f}s of history of {window:.0f}s"
             return current, "HoldWarmup", message, need
-        stable, falling = self._down.add(now, need), self._falling()
-        short = self._down_falling.add(now, need)
+        stable, short = self._down.add(now, need), self._down_falling.add(now, need)
         if falling is not None:
             stable, window = short, self._down_falling.seconds
             basis += f", the arrival rate falling {-falling * 60:.3g} req/s a minute at least"

@@ -143,6 +143,7 @@ def test_the_policy_follows_a_falling_load_within_a_minute_not_a_window() -> Non
     counts = fleet.run(ShoalPolicy(config), rate, 3600)
     falls = [d for d in fleet.decisions if d.rule == "ScaleDown" and "falling" in d.message]
     assert falls and all(1600 < d.time < 3300 for d in falls), [(d.time, d.message) for d in falls]
+    assert all(-0.011 < (d.values.get("trend_falling_rps_per_s") or 0) < 0 for d in falls)  # the bound it saw
     needs = [_need(d, config.tolerance) for d in fleet.decisions]
     # from the first scale-down on the trusted fall to the bottom: the count is within what the last 90 s needed,
     # where a full 300 s window keeps what the load needed up to five minutes ago (a replica more, on this slope)
